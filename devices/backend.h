@@ -1,0 +1,40 @@
+#pragma once
+// One backend per device type allocates its memory and copies bytes to and from the host.
+// cpu is always there; cuda registers itself when Troupe was built with nvcc and a GPU is present.
+//
+//   DeviceBackend& cuda = backend(DeviceType::cuda);   // DeviceError saying why when unavailable
+//   void* p = cuda.allocate(bytes, 0);
+#include <cstddef>
+#include <string>
+
+#include "devices/device.h"
+#include "devices/dtype.h"
+
+namespace troupe {
+
+class Tensor;
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  virtual void* allocate(size_t nbytes, int index) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes, int index) = 0;
+  // Copies nbytes between any two devices this backend can reach (one side may be the host).
+  // Ordered after all work queued on the current stream; returns once the host side is safe.
+  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) = 0;
+  // Writes src's elements, converted to dst's dtype, into dst (contiguous, same device and numel).
+  // Returns false when the backend has no kernel for it; the caller then goes through the host.
+  virtual bool copy_elements(const Tensor& src, Tensor& dst) { return false; }
+  virtual int device_count() = 0;
+  virtual std::string describe() = 0;  // one line for `troupe info`
+};
+
+void register_backend(DeviceType type, DeviceBackend* backend);
+// The backend for type; DeviceError explaining why when it is absent (not built, no device).
+DeviceBackend& backend(DeviceType type);
+bool has_backend(DeviceType type);
+// Why cuda is unavailable in this build or on this machine ("" when it is available).
+std::string cuda_unavailable_reason();
+void set_cuda_unavailable_reason(std::string reason);
+
+}  // namespace troupe

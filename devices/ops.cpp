@@ -1,0 +1,169 @@
+#include "devices/ops.h"
+
+#include "devices/registry.h"
+
+namespace troupe {
+
+namespace {
+
+// Looks the op up once per call site; the registry's map keeps the reference valid.
+#define TROUPE_OP(name)                                                  \
+  static const OpDef& op_def = OpRegistry::global().get(name);           \
+  auto run = [&](const std::vector<Tensor>& in, const Attrs& attrs = {}) { \
+    return OpRegistry::global().call(op_def, in, attrs);                 \
+  }
+
+Tensor scalar_like(const Tensor& a, double v) {
+  return Tensor::full({}, v, a.dtype(), a.device());
+}
+
+}  // namespace
+
+#define TROUPE_BINARY(fn)                                   \
+  Tensor fn(const Tensor& a, const Tensor& b) {             \
+    TROUPE_OP(#fn);                                         \
+    return run({a, b})[0];                                  \
+  }
+TROUPE_BINARY(add)
+TROUPE_BINARY(sub)
+TROUPE_BINARY(mul)
+TROUPE_BINARY(div)
+TROUPE_BINARY(maximum)
+TROUPE_BINARY(minimum)
+TROUPE_BINARY(eq)
+TROUPE_BINARY(ne)
+TROUPE_BINARY(lt)
+TROUPE_BINARY(le)
+TROUPE_BINARY(gt)
+TROUPE_BINARY(ge)
+#undef TROUPE_BINARY
+
+Tensor add(const Tensor& a, double b) { return add(a, scalar_like(a, b)); }
+Tensor mul(const Tensor& a, double b) { return mul(a, scalar_like(a, b)); }
+
+#define TROUPE_UNARY(fn)            \
+  Tensor fn(const Tensor& x) {      \
+    TROUPE_OP(#fn);                 \
+    return run({x})[0];             \
+  }
+TROUPE_UNARY(neg)
+TROUPE_UNARY(abs)
+TROUPE_UNARY(exp)
+TROUPE_UNARY(log)
+TROUPE_UNARY(sqrt)
+TROUPE_UNARY(tanh)
+TROUPE_UNARY(sigmoid)
+TROUPE_UNARY(relu)
+#undef TROUPE_UNARY
+
+Tensor gelu(const Tensor& x, bool tanh_approximation) {
+  TROUPE_OP("gelu");
+  return run({x}, {{"approximate", std::string(tanh_approximation ? "tanh" : "none")}})[0];
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+  TROUPE_OP("matmul");
+  if (!transpose_a && !transpose_b) return run({a, b})[0];
+  return run({a, b}, {{"transpose_a", transpose_a}, {"transpose_b", transpose_b}})[0];
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  TROUPE_OP("bmm");
+  return run({a, b})[0];
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  TROUPE_OP("linear");
+  return bias.defined() ? run({x, weight, bias})[0] : run({x, weight})[0];
+}
+
+#define TROUPE_REDUCTION(fn)                                                     \
+  Tensor fn(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {   \
+    TROUPE_OP(#fn);                                                              \
+    return run({x}, {{"dims", dims}, {"keepdim", keepdim}})[0];                  \
+  }
+TROUPE_REDUCTION(sum)
+TROUPE_REDUCTION(mean)
+TROUPE_REDUCTION(max)
+TROUPE_REDUCTION(min)
+#undef TROUPE_REDUCTION
+
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  TROUPE_OP("argmax");
+  Attrs attrs{{"keepdim", keepdim}};
+  if (dim) attrs.set("dims", std::vector<int64_t>{*dim});
+  return run({x}, attrs)[0];
+}
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  TROUPE_OP("softmax");
+  return run({x}, {{"dim", dim}})[0];
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  TROUPE_OP("log_softmax");
+  return run({x}, {{"dim", dim}})[0];
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  TROUPE_OP("layer_norm");
+  Attrs attrs{{"normalized_shape", normalized_shape}, {"eps", eps}};
+  if (bias.defined() && !weight.defined())
+    throw ValueError("layer_norm: a bias without a weight is not supported (pass ones as the weight)");
+  if (bias.defined()) return run({x, weight, bias}, attrs)[0];
+  if (weight.defined()) return run({x, weight}, attrs)[0];
+  return run({x}, attrs)[0];
+}
+
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
+  TROUPE_OP("cat");
+  return run(xs, {{"dim", dim}})[0];
+}
+
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
+  TROUPE_OP("stack");
+  return run(xs, {{"dim", dim}})[0];
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim) {
+  TROUPE_OP("split");
+  return run({x}, {{"size", size}, {"dim", dim}});
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  TROUPE_OP("split");
+  return run({x}, {{"sizes", sizes}, {"dim", dim}});
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  TROUPE_OP("chunk");
+  return run({x}, {{"chunks", chunks}, {"dim", dim}});
+}
+
+Tensor flip(const Tensor& x, const std::vector<int64_t>& dims) {
+  TROUPE_OP("flip");
+  return run({x}, {{"dims", dims}})[0];
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  TROUPE_OP("index_select");
+  return run({x, index}, {{"dim", dim}})[0];
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  TROUPE_OP("embedding");
+  return run({indices, weight})[0];
+}
+
+Tensor where(const Tensor& condition, const Tensor& x, const Tensor& y) {
+  TROUPE_OP("where");
+  return run({condition, x, y})[0];
+}
+
+Tensor gather_nd(const Tensor& data, const Tensor& indices, int64_t batch_dims) {
+  TROUPE_OP("gather_nd");
+  return run({data, indices}, {{"batch_dims", batch_dims}})[0];
+}
+
+}  // namespace troupe

@@ -1,0 +1,115 @@
+#pragma once
+// The op registry: one table from op name to attribute schema, shape/dtype inference and one
+// kernel per device type. The typed functions in ops.h, dataflow nodes, the models and the
+// `troupe op` command all run ops through it.
+//
+// Defining an op (in its own .cpp; the shared library runs the registrar when it loads):
+//
+//   static OpRegistrar neg_op{OpDef{
+//       .name = "neg", .doc = "-x elementwise",
+//       .infer = [](const OpInfer& c) { return std::vector<TensorMeta>{c.inputs[0]}; },
+//       .kernels = {{DeviceType::cpu, neg_cpu}}}};
+//
+// Calling it:
+//
+//   std::vector<Tensor> out = call_op("neg", {x});
+#include <array>
+#include <atomic>
+#include <functional>
+#include <map>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "devices/attrs.h"
+#include "devices/tensor.h"
+
+namespace troupe {
+
+struct AttrSpec {
+  std::string name;
+  AttrType type = AttrType::integer;
+  std::optional<AttrValue> default_value;  // none: the attribute is required
+  std::string doc;
+};
+
+// What inference sees: input metas and the call's attributes (defaults filled in, types checked).
+struct OpInfer {
+  std::string_view op;
+  const std::vector<TensorMeta>& inputs;
+  const Attrs& attrs;
+};
+
+// What a kernel sees: the inputs, the attributes, and the output metas inference produced.
+struct OpCall {
+  std::string_view op;
+  const std::vector<Tensor>& inputs;
+  const Attrs& attrs;
+  const std::vector<TensorMeta>& outputs;
+};
+
+using InferFn = std::function<std::vector<TensorMeta>(const OpInfer&)>;
+using KernelFn = std::function<std::vector<Tensor>(const OpCall&)>;
+
+struct OpDef {
+  std::string name;
+  std::string doc;
+  int min_inputs = 1;
+  int max_inputs = 1;  // -1: any number
+  std::vector<AttrSpec> attrs;
+  // Validates inputs (throwing ShapeError/DTypeError/... naming the op) and returns output metas.
+  InferFn infer;
+  std::map<DeviceType, KernelFn> kernels;
+  // Inputs may live on different devices (the op moves them itself).
+  bool mixed_devices = false;
+};
+
+// Sees every op call while installed (the profiler); nullptr when none: one atomic load per call.
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void* begin(std::string_view op, const std::vector<Tensor>& inputs) = 0;
+  virtual void end(void* token) = 0;
+};
+
+class OpRegistry {
+ public:
+  static OpRegistry& global();
+
+  void define(OpDef def);  // ValueError when the name is taken
+  void add_kernel(std::string_view op, DeviceType device, KernelFn kernel);  // may precede define()
+  const OpDef& get(std::string_view op) const;  // ValueError naming close matches when unknown
+  bool contains(std::string_view op) const;
+  std::vector<std::string> names() const;
+
+  // Defaults filled in; unknown names and wrong types rejected (ValueError naming the op).
+  Attrs complete_attrs(const OpDef& def, const Attrs& attrs) const;
+  // Arity, attributes and the op's own inference.
+  std::vector<TensorMeta> infer(const OpDef& def, const std::vector<TensorMeta>& inputs, const Attrs& attrs) const;
+  std::vector<TensorMeta> infer(std::string_view op, const std::vector<TensorMeta>& inputs,
+                                const Attrs& attrs = {}) const;
+  std::vector<Tensor> call(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs& attrs = {}) const;
+  std::vector<Tensor> call(std::string_view op, const std::vector<Tensor>& inputs, const Attrs& attrs = {}) const;
+
+  void set_observer(OpObserver* observer) { observer_.store(observer, std::memory_order_release); }
+
+ private:
+  mutable std::shared_mutex mutex_;
+  std::map<std::string, OpDef, std::less<>> ops_;  // node-based: references stay valid
+  std::atomic<OpObserver*> observer_{nullptr};
+};
+
+struct OpRegistrar {
+  explicit OpRegistrar(OpDef def) { OpRegistry::global().define(std::move(def)); }
+  OpRegistrar(std::string_view op, DeviceType device, KernelFn kernel) {
+    OpRegistry::global().add_kernel(op, device, std::move(kernel));
+  }
+};
+
+inline std::vector<Tensor> call_op(std::string_view op, const std::vector<Tensor>& inputs, const Attrs& attrs = {}) {
+  return OpRegistry::global().call(op, inputs, attrs);
+}
+
+}  // namespace troupe

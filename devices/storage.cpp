@@ -1,0 +1,95 @@
+#include "devices/storage.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include "devices/backend.h"
+#include "devices/error.h"
+
+namespace troupe {
+
+namespace {
+
+// Host memory, 64-byte aligned so every kernel can use full AVX-512 loads.
+class CpuBackend final : public DeviceBackend {
+ public:
+  void* allocate(size_t nbytes, int) override {
+    const size_t rounded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void deallocate(void* ptr, size_t, int) override { std::free(ptr); }
+  void copy(void* dst, Device, const void* src, Device, size_t nbytes) override {
+    if (nbytes) std::memcpy(dst, src, nbytes);
+  }
+  int device_count() override { return 1; }
+  std::string describe() override { return "host memory, 64-byte aligned"; }
+};
+
+struct Backends {
+  std::mutex mutex;
+  DeviceBackend* by_type[2] = {nullptr, nullptr};
+  std::string cuda_reason = "Troupe was built without CUDA (nvcc was not found at configure time)";
+};
+
+Backends& backends() {
+  static CpuBackend cpu;
+  static Backends* b = [] {
+    auto* x = new Backends;  // never destroyed: storages may be freed during static destruction
+    x->by_type[0] = &cpu;
+    return x;
+  }();
+  return *b;
+}
+
+}  // namespace
+
+void register_backend(DeviceType type, DeviceBackend* backend) {
+  std::lock_guard lock(backends().mutex);
+  backends().by_type[static_cast<int>(type)] = backend;
+}
+
+bool has_backend(DeviceType type) {
+  std::lock_guard lock(backends().mutex);
+  return backends().by_type[static_cast<int>(type)] != nullptr;
+}
+
+DeviceBackend& backend(DeviceType type) {
+  std::lock_guard lock(backends().mutex);
+  if (auto* b = backends().by_type[static_cast<int>(type)]) return *b;
+  throw DeviceError(std::string("no ") + name(type) + " backend: " + backends().cuda_reason);
+}
+
+std::string cuda_unavailable_reason() {
+  std::lock_guard lock(backends().mutex);
+  return backends().by_type[1] ? "" : backends().cuda_reason;
+}
+
+void set_cuda_unavailable_reason(std::string reason) {
+  std::lock_guard lock(backends().mutex);
+  backends().cuda_reason = std::move(reason);
+}
+
+Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+  DeviceBackend& b = backend(device.type);
+  if (device.index < 0 || device.index >= b.device_count())
+    throw DeviceError("no device " + device.str() + " (this machine has " + std::to_string(b.device_count()) +
+                      " " + name(device.type) + " device(s))");
+  data_ = b.allocate(nbytes, device.index);
+}
+
+Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
+    : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
+
+Storage::~Storage() {
+  if (deleter_) {
+    deleter_(data_);
+  } else if (data_) {
+    backend(device_.type).deallocate(data_, nbytes_, device_.index);
+  }
+}
+
+}  // namespace troupe

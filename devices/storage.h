@@ -1,0 +1,35 @@
+#pragma once
+// Bytes on one device, shared by every tensor that views them; freed with the last view.
+// Storage either owns an allocation from its device's backend or adopts foreign memory
+// (a received message, a mapped file) together with the deleter that releases it.
+//
+//   auto s = std::make_shared<Storage>(1024, Device::cpu());
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "devices/device.h"
+
+namespace troupe {
+
+class Storage {
+ public:
+  Storage(size_t nbytes, Device device);
+  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  std::function<void(void*)> deleter_;  // empty: the backend allocated it
+};
+
+}  // namespace troupe

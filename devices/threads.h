@@ -1,0 +1,17 @@
+#pragma once
+// Intra-op parallelism: how many threads one kernel (GEMM, oneDNN primitives) may use.
+// The actor runtime's thread budget sets it so that actors x intra-op threads never exceed
+// the cores. Kernels call apply_intra_op_threads() on their own thread before going parallel.
+//
+//   set_intra_op_threads(1);    // every kernel single-threaded: actors provide the parallelism
+#include <string>
+
+namespace troupe {
+
+int hardware_cores();              // cores this process may run on (affinity mask)
+int intra_op_threads();            // current setting (default: hardware_cores())
+void set_intra_op_threads(int n);  // n >= 1; ValueError otherwise
+// Makes the calling thread's OpenMP/BLAS thread count match intra_op_threads() (cheap when it does).
+void apply_intra_op_threads();
+
+}  // namespace troupe
