@@ -13,5 +13,9 @@ int intra_op_threads();            // current setting (default: hardware_cores()
 void set_intra_op_threads(int n);  // n >= 1; ValueError otherwise
 // Makes the calling thread's OpenMP/BLAS thread count match intra_op_threads() (cheap when it does).
 void apply_intra_op_threads();
+// A per-thread setting that wins over the global one while set (0 clears it): the actor runtime
+// sets it around each task to its share of the cores.
+int thread_intra_op_threads();
+void set_thread_intra_op_threads(int n);
 
 }  // namespace troupe

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Set-up, build and run Troupe on Debian 12 in one step.
+#   ./troupe.sh tour   install what is missing, build into build/, run the model tour
+#   ./troupe.sh test   install what is missing, build into build/, run every test
+set -euo pipefail
+cd "$(dirname "$0")"
+
+packages=(build-essential cmake ccache pkg-config libcaf-dev libzmq3-dev cppzmq-dev catch2 libdnnl-dev
+          libopenblas-dev nlohmann-json3-dev libcli11-dev zlib1g-dev dataset-fashion-mnist)
+
+install_missing() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  echo "troupe.sh: installing ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+}
+
+build() {
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build -j"$(nproc)"
+}
+
+case "${1:-}" in
+  tour)
+    install_missing
+    build
+    examples/tour.sh
+    ;;
+  test)
+    install_missing
+    build
+    ctest --test-dir build --output-on-failure -j"$(nproc)"
+    ;;
+  *)
+    echo "usage: ./troupe.sh tour|test" >&2
+    exit 2
+    ;;
+esac
