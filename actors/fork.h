@@ -1,0 +1,63 @@
+#pragma once
+// fork/wait: TorchScript's torch.jit.fork and torch.jit.wait as C++ on actors.
+//
+//   Tensor foo(const Tensor& x) { return neg(x); }
+//   std::vector<Future<Tensor>> fs;
+//   for (int i = 0; i < 100; ++i) fs.push_back(fork(foo, x));   // returns at once
+//   Tensor total = sum(stack(wait_all(fs)));                      // -100 for x = 1
+//
+// fn may be a free function, a lambda, a member function pointer (with the object next), or
+// a Module (its operator(), or the member function passed next, runs in the module's actor).
+// Arguments are copied into the task (tensors share their bytes, which no one can change:
+// see devices/tensor.h). Works from any thread, inside forked tasks (nested), and a task's
+// exception is rethrown by wait().
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "actors/future.h"
+#include "actors/module.h"
+#include "actors/task.h"
+
+namespace troupe {
+
+template <class Fn, class... Args>
+auto fork(Fn&& fn, Args&&... args) {
+  using R = std::invoke_result_t<std::decay_t<Fn>&, std::decay_t<Args>&...>;
+  auto call = [fn = std::forward<Fn>(fn), tuple = std::make_tuple(std::forward<Args>(args)...)]() mutable -> R {
+    return std::apply([&](auto&... a) -> R { return std::invoke(fn, a...); }, tuple);
+  };
+  auto task = std::make_shared<detail::Task<R, decltype(call)>>(std::move(call), nullptr);
+  detail::submit(task);
+  return Future<R>(std::move(task));
+}
+
+// A call of a module: queued in the module's actor, run after the calls forked before it.
+template <class M, class... Args>
+  requires std::is_invocable_v<M&, std::decay_t<Args>&...>
+auto fork(Module<M>& module, Args&&... args) {
+  using R = std::invoke_result_t<M&, std::decay_t<Args>&...>;
+  auto call = [object = module.shared_object(), tuple = std::make_tuple(std::forward<Args>(args)...)]() mutable -> R {
+    return std::apply([&](auto&... a) -> R { return (*object)(a...); }, tuple);
+  };
+  auto task = std::make_shared<detail::Task<R, decltype(call)>>(std::move(call), module.queue());
+  detail::submit(task);
+  return Future<R>(std::move(task));
+}
+
+// A call of one of a module's member functions, in the module's actor: fork(m, &M::step, x).
+template <class M, class Method, class... Args>
+  requires std::is_member_function_pointer_v<Method>
+auto fork(Module<M>& module, Method method, Args&&... args) {
+  using R = std::invoke_result_t<Method, M&, std::decay_t<Args>&...>;
+  auto call = [object = module.shared_object(), method,
+               tuple = std::make_tuple(std::forward<Args>(args)...)]() mutable -> R {
+    return std::apply([&](auto&... a) -> R { return std::invoke(method, *object, a...); }, tuple);
+  };
+  auto task = std::make_shared<detail::Task<R, decltype(call)>>(std::move(call), module.queue());
+  detail::submit(task);
+  return Future<R>(std::move(task));
+}
+
+}  // namespace troupe

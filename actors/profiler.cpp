@@ -1,0 +1,268 @@
+#include "actors/profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "devices/error.h"
+#include "devices/registry.h"
+
+namespace troupe {
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Event {
+  std::string name;
+  std::string args;   // input shapes of an op, or user text
+  std::string actor;  // the actor running on the thread then
+  int64_t start = 0, end = -1;
+  int64_t child_ns = 0;  // time in directly nested spans, for self time
+  int64_t parent = -1;   // index of the enclosing open span on this thread
+  uint64_t flow_out = 0; // a fork: id of the task it starts
+  uint64_t flow_in = 0;  // a task: its own id
+};
+
+// One per thread that ever recorded; owned by the registry below so the profiler can read it
+// after the thread is gone.
+struct ThreadLog {
+  std::mutex mutex;  // uncontended while recording; lets export read a thread still running
+  int tid = 0;
+  std::string actor = "main";
+  std::vector<Event> events;
+  int64_t open = -1;  // innermost open span
+  uint64_t generation = 0;
+};
+
+struct Logs {
+  std::mutex mutex;
+  std::vector<std::shared_ptr<ThreadLog>> threads;
+  std::atomic<uint64_t> generation{0};  // bumped by start(): older logs are cleared lazily
+  std::atomic<int64_t> origin{0};
+};
+
+Logs& logs() {
+  static Logs* l = new Logs;
+  return *l;
+}
+
+ThreadLog& this_thread_log() {
+  thread_local std::shared_ptr<ThreadLog> log = [] {
+    auto l = std::make_shared<ThreadLog>();
+    std::lock_guard lock(logs().mutex);
+    l->tid = static_cast<int>(logs().threads.size());
+    logs().threads.push_back(l);
+    return l;
+  }();
+  if (log->generation != logs().generation.load(std::memory_order_relaxed)) {
+    std::lock_guard lock(log->mutex);
+    log->events.clear();
+    log->open = -1;
+    log->generation = logs().generation;
+  }
+  return *log;
+}
+
+int64_t open_span(std::string name, std::string args, uint64_t flow_in = 0) {
+  ThreadLog& log = this_thread_log();
+  std::lock_guard lock(log.mutex);
+  Event e;
+  e.name = std::move(name);
+  e.args = std::move(args);
+  e.actor = log.actor;
+  e.start = now_ns();
+  e.parent = log.open;
+  e.flow_in = flow_in;
+  log.events.push_back(std::move(e));
+  log.open = static_cast<int64_t>(log.events.size()) - 1;
+  return log.open;
+}
+
+void close_span(int64_t index) {
+  ThreadLog& log = this_thread_log();
+  std::lock_guard lock(log.mutex);
+  if (index < 0 || index >= static_cast<int64_t>(log.events.size())) return;  // profiler restarted meanwhile
+  Event& e = log.events[index];
+  e.end = now_ns();
+  if (e.parent >= 0) log.events[e.parent].child_ns += e.end - e.start;
+  log.open = e.parent;
+}
+
+// Records every registry op call while the profiler is on.
+class OpRecorder final : public OpObserver {
+ public:
+  void* begin(std::string_view op, const std::vector<Tensor>& inputs) override {
+    std::string shapes;
+    for (auto& t : inputs) shapes += (shapes.empty() ? "" : ", ") + t.meta().str();
+    return reinterpret_cast<void*>(open_span(std::string(op), std::move(shapes)) + 1);
+  }
+  void end(void* token) override { close_span(reinterpret_cast<int64_t>(token) - 1); }
+};
+
+OpRecorder op_recorder;
+
+}  // namespace
+
+Profiler& Profiler::global() {
+  static Profiler* p = new Profiler;
+  return *p;
+}
+
+void Profiler::start() {
+  {
+    std::lock_guard lock(logs().mutex);
+    ++logs().generation;
+    logs().origin = now_ns();
+  }
+  OpRegistry::global().set_observer(&op_recorder);
+  recording_.store(true, std::memory_order_relaxed);
+}
+
+void Profiler::stop() {
+  recording_.store(false, std::memory_order_relaxed);
+  OpRegistry::global().set_observer(nullptr);
+}
+
+void Profiler::set_thread_actor(std::string_view actor) {
+  if (!global().recording()) return;
+  ThreadLog& log = this_thread_log();
+  std::lock_guard lock(log.mutex);
+  log.actor = std::string(actor);
+}
+
+void Profiler::record_fork(uint64_t task_id) {
+  if (!global().recording()) return;
+  const int64_t index = open_span("fork", {});
+  {
+    ThreadLog& log = this_thread_log();
+    std::lock_guard lock(log.mutex);
+    log.events[index].flow_out = task_id;
+  }
+  close_span(index);
+}
+
+ProfileScope::ProfileScope(std::string_view name, std::string_view args) {
+  if (Profiler::global().recording()) index_ = open_span(std::string(name), std::string(args));
+}
+
+ProfileScope::~ProfileScope() {
+  if (index_ >= 0) close_span(index_);
+}
+
+TaskSpan::TaskSpan(uint64_t task_id) {
+  if (Profiler::global().recording()) index_ = open_span("task", {}, task_id);
+}
+
+TaskSpan::~TaskSpan() {
+  if (index_ >= 0) close_span(index_);
+}
+
+namespace {
+
+// Snapshot of the finished spans of the current generation, per thread.
+std::vector<std::pair<const ThreadLog*, std::vector<Event>>> snapshot(std::vector<std::shared_ptr<ThreadLog>>& keep) {
+  std::lock_guard lock(logs().mutex);
+  keep = logs().threads;
+  std::vector<std::pair<const ThreadLog*, std::vector<Event>>> out;
+  for (auto& t : keep) {
+    std::lock_guard thread_lock(t->mutex);
+    if (t->generation != logs().generation) continue;
+    std::vector<Event> done;
+    for (auto& e : t->events)
+      if (e.end >= 0) done.push_back(e);
+    out.emplace_back(t.get(), std::move(done));
+  }
+  return out;
+}
+
+}  // namespace
+
+size_t Profiler::event_count() const {
+  std::vector<std::shared_ptr<ThreadLog>> keep;
+  size_t n = 0;
+  for (auto& [log, events] : snapshot(keep)) n += events.size();
+  return n;
+}
+
+void Profiler::export_chrome_trace(const std::string& path) const {
+  using nlohmann::json;
+  std::vector<std::shared_ptr<ThreadLog>> keep;
+  auto threads = snapshot(keep);
+  const int64_t origin = logs().origin;
+  auto us = [origin](int64_t ns) { return static_cast<double>(ns - origin) / 1000.0; };
+  json trace = json::array();
+  for (auto& [log, events] : threads) {
+    // Lane name: the actors seen on this thread.
+    std::vector<std::string> actors;
+    for (auto& e : events)
+      if (std::find(actors.begin(), actors.end(), e.actor) == actors.end()) actors.push_back(e.actor);
+    std::string lane = "thread " + std::to_string(log->tid);
+    for (size_t i = 0; i < actors.size(); ++i) lane += (i ? ", " : ": ") + actors[i];
+    trace.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", log->tid}, {"args", {{"name", lane}}}});
+    for (auto& e : events) {
+      json args = {{"actor", e.actor}};
+      if (!e.args.empty()) args["inputs"] = e.args;
+      if (e.flow_in) args["task"] = e.flow_in;
+      trace.push_back({{"ph", "X"}, {"name", e.name}, {"cat", e.flow_in ? "task" : e.flow_out ? "fork" : "op"},
+                       {"pid", 1}, {"tid", log->tid}, {"ts", us(e.start)},
+                       {"dur", std::max(0.001, us(e.end) - us(e.start))}, {"args", args}});
+      if (e.flow_out)
+        trace.push_back({{"ph", "s"}, {"name", "fork"}, {"cat", "fork"}, {"id", e.flow_out}, {"pid", 1},
+                         {"tid", log->tid}, {"ts", us(e.start)}});
+      if (e.flow_in)
+        trace.push_back({{"ph", "f"}, {"bp", "e"}, {"name", "fork"}, {"cat", "fork"}, {"id", e.flow_in},
+                         {"pid", 1}, {"tid", log->tid}, {"ts", us(e.start)}});
+    }
+  }
+  std::ofstream out(path);
+  if (!out) throw IOError("export_chrome_trace: cannot write " + path);
+  out << json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump();
+  if (!out) throw IOError("export_chrome_trace: writing " + path + " failed");
+}
+
+std::string Profiler::table(size_t max_rows) const {
+  struct Row {
+    std::string name;
+    int64_t calls = 0, total = 0, self = 0;
+  };
+  std::vector<std::shared_ptr<ThreadLog>> keep;
+  std::map<std::string, Row> rows;
+  int64_t all_self = 0;
+  for (auto& [log, events] : snapshot(keep))
+    for (auto& e : events) {
+      Row& r = rows[e.name];
+      r.name = e.name;
+      ++r.calls;
+      r.total += e.end - e.start;
+      r.self += e.end - e.start - e.child_ns;
+      all_self += e.end - e.start - e.child_ns;
+    }
+  std::vector<Row> sorted;
+  for (auto& [name, r] : rows) sorted.push_back(r);
+  std::sort(sorted.begin(), sorted.end(), [](const Row& a, const Row& b) { return a.total > b.total; });
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-28s %8s %12s %12s %12s %8s\n", "Name", "Calls", "Total ms", "Self ms",
+                "Avg us", "Self %");
+  os << line << std::string(85, '-') << "\n";
+  for (size_t i = 0; i < sorted.size() && i < max_rows; ++i) {
+    const Row& r = sorted[i];
+    std::snprintf(line, sizeof line, "%-28.28s %8lld %12.3f %12.3f %12.2f %7.1f%%\n", r.name.c_str(),
+                  static_cast<long long>(r.calls), r.total / 1e6, r.self / 1e6, r.total / 1e3 / r.calls,
+                  all_self ? 100.0 * r.self / all_self : 0.0);
+    os << line;
+  }
+  return os.str();
+}
+
+}  // namespace troupe

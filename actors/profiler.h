@@ -1,0 +1,66 @@
+#pragma once
+// Profiler: records ops, tasks and user scopes per thread while on, then exports a Chrome trace
+// (chrome://tracing, Perfetto: one lane per thread, flow arrows from each fork to its task)
+// and a summary table like PyTorch's key_averages().table().
+//
+//   Profiler& p = Profiler::global();
+//   p.start();
+//   { ProfileScope scope("forward"); y = model(x); }
+//   p.stop();
+//   p.export_chrome_trace("trace.json");
+//   std::cout << p.table();
+//
+// Off, it costs one relaxed atomic load per op, fork and scope.
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace troupe {
+
+class Profiler {
+ public:
+  static Profiler& global();
+
+  void start();  // clears earlier events
+  void stop();
+  bool recording() const { return recording_.load(std::memory_order_relaxed); }
+
+  void export_chrome_trace(const std::string& path) const;
+  // Rows sorted by total time: name, calls, total ms, self ms, average us, share of all self time.
+  std::string table(size_t max_rows = 25) const;
+  size_t event_count() const;
+
+  // Names the lane of the calling thread's current actor ("worker 0", a module's name).
+  static void set_thread_actor(std::string_view actor);
+  static void record_fork(uint64_t task_id);
+
+ private:
+  std::atomic<bool> recording_{false};
+};
+
+// A named span on this thread (like torch.profiler.record_function).
+class ProfileScope {
+ public:
+  explicit ProfileScope(std::string_view name, std::string_view args = {});
+  ~ProfileScope();
+  ProfileScope(const ProfileScope&) = delete;
+  ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  int64_t index_ = -1;
+};
+
+// The span of a forked task; the end of the flow arrow from its fork.
+class TaskSpan {
+ public:
+  explicit TaskSpan(uint64_t task_id);
+  ~TaskSpan();
+  TaskSpan(const TaskSpan&) = delete;
+  TaskSpan& operator=(const TaskSpan&) = delete;
+
+ private:
+  int64_t index_ = -1;
+};
+
+}  // namespace troupe

@@ -1,0 +1,222 @@
+#include "actors/runtime.h"
+
+#include <immintrin.h>
+
+#include <array>
+#include <atomic>
+#include <caf/all.hpp>
+#include <mutex>
+#include <vector>
+
+#include "actors/module.h"
+#include "actors/profiler.h"
+#include "actors/task.h"
+#include "devices/error.h"
+#include "devices/threads.h"
+
+namespace troupe::detail {
+// What a fork request carries: the task itself (local actors only, never serialised).
+struct TaskRequest {
+  TaskPtr task;
+};
+}  // namespace troupe::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::TaskRequest)
+
+namespace troupe {
+
+namespace {
+
+// Recently forked plain tasks, newest first: what a waiting thread runs while the task it waits
+// for is running elsewhere. Bounded: an overwritten hint costs nothing, the request is still in
+// its worker's mailbox.
+class HelpQueue {
+ public:
+  void push(const detail::TaskPtr& task) {
+    std::lock_guard lock(mutex_);
+    slots_[head_++ % slots_.size()] = task;
+    if (size_ < slots_.size()) ++size_;
+  }
+  detail::TaskPtr pop() {
+    std::lock_guard lock(mutex_);
+    while (size_ > 0) {
+      --size_;
+      auto task = std::move(slots_[--head_ % slots_.size()]);
+      if (task && !task->is_done()) return task;
+    }
+    return nullptr;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::array<detail::TaskPtr, 256> slots_;
+  size_t head_ = 0, size_ = 0;
+};
+
+std::atomic<int> running_tasks{0};
+std::atomic<uint64_t> next_task_id{1};
+
+Runtime* current_runtime = nullptr;
+std::mutex current_mutex;
+
+}  // namespace
+
+struct Runtime::Impl {
+  explicit Impl(RuntimeOptions opts) : options(opts) {
+    if (options.workers <= 0) options.workers = hardware_cores();
+    if (options.intra_op_threads < 0) throw ValueError("Runtime: intra_op_threads must be >= 0");
+    config.set("scheduler.max-threads", static_cast<size_t>(options.workers));
+    config.set("logger.verbosity", caf::atom("quiet"));
+    system = std::make_unique<caf::actor_system>(config);
+    for (int i = 0; i < options.workers; ++i) {
+      std::string lane = "worker " + std::to_string(i);
+      workers.push_back(system->spawn([lane]() -> caf::behavior {
+        return {[lane](detail::TaskRequest& request) {
+          Profiler::set_thread_actor(lane);
+          request.task->try_run();
+        }};
+      }));
+    }
+  }
+  ~Impl() {
+    for (auto& w : workers) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+    workers.clear();
+  }
+
+  RuntimeOptions options;
+  caf::actor_system_config config;
+  std::unique_ptr<caf::actor_system> system;
+  std::vector<caf::actor> workers;
+  std::atomic<size_t> next_worker{0};
+  HelpQueue help;
+};
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)) {
+  std::lock_guard lock(current_mutex);
+  if (current_runtime && current_runtime != &current())
+    throw ValueError("Runtime: another explicit Runtime is alive; one at a time");
+  current_runtime = this;
+}
+
+Runtime::~Runtime() {
+  std::lock_guard lock(current_mutex);
+  if (current_runtime == this) current_runtime = nullptr;
+}
+
+Runtime& Runtime::current() {
+  static Runtime* fallback = nullptr;
+  std::lock_guard lock(current_mutex);
+  if (current_runtime) return *current_runtime;
+  if (!fallback) {
+    // Built on first use and never destroyed: forks may happen during static destruction.
+    current_runtime = fallback = new Runtime();
+  }
+  return *fallback;
+}
+
+caf::actor_system& Runtime::system() { return *impl_->system; }
+int Runtime::workers() const { return impl_->options.workers; }
+const RuntimeOptions& Runtime::options() const { return impl_->options; }
+
+std::string Runtime::describe() const {
+  const int intra = impl_->options.intra_op_threads;
+  return std::to_string(workers()) + " worker actors on " + std::to_string(workers()) + " threads, intra-op " +
+         (intra == 0 ? "adaptive (cores / running tasks)" : std::to_string(intra)) + ", " +
+         std::to_string(hardware_cores()) + " cores";
+}
+
+namespace detail {
+
+TaskBase::TaskBase(std::shared_ptr<ModuleQueue> queue)
+    : id_(next_task_id.fetch_add(1, std::memory_order_relaxed)), queue_(std::move(queue)) {}
+
+TaskBase::TaskBase(External)
+    : state_(running), id_(next_task_id.fetch_add(1, std::memory_order_relaxed)) {}
+
+void TaskBase::finish(std::exception_ptr error) {
+  error_ = std::move(error);
+  state_.store(done, std::memory_order_release);
+  state_.notify_all();
+}
+
+bool TaskBase::try_run() {
+  uint32_t expected = pending;
+  if (!state_.compare_exchange_strong(expected, running, std::memory_order_acq_rel)) return false;
+  run_claimed();
+  return true;
+}
+
+void TaskBase::run_claimed() {
+  Runtime& rt = Runtime::current();
+  const int running_now = running_tasks.fetch_add(1, std::memory_order_relaxed) + 1;
+  const int fixed = rt.options().intra_op_threads;
+  const int previous = thread_intra_op_threads();
+  set_thread_intra_op_threads(fixed > 0 ? fixed : std::max(1, hardware_cores() / running_now));
+  {
+    TaskSpan span(id_);
+    try {
+      execute();
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  }
+  set_thread_intra_op_threads(previous);
+  running_tasks.fetch_sub(1, std::memory_order_relaxed);
+  state_.store(done, std::memory_order_release);
+  state_.notify_all();
+}
+
+void TaskBase::wait() {
+  if (is_done()) return;
+  if (queue_) {
+    queue_->run_until(this);
+    if (is_done()) return;
+  } else if (try_run()) {
+    return;
+  }
+  // Running on another thread: help with other pending work, then block.
+  auto& help = Runtime::current().impl().help;
+  int idle_spins = 0;
+  while (!is_done()) {
+    if (auto other = help.pop()) {
+      other->try_run();
+      idle_spins = 0;
+    } else if (++idle_spins < 64) {
+      _mm_pause();
+    } else {
+      state_.wait(running, std::memory_order_acquire);
+    }
+  }
+}
+
+void submit(const TaskPtr& task) {
+  Runtime& rt = Runtime::current();
+  Profiler::record_fork(task->id());
+  if (ModuleQueue* queue = task->queue()) {
+    queue->submit(task);
+    return;
+  }
+  auto& impl = rt.impl();
+  impl.help.push(task);
+  const size_t w = impl.next_worker.fetch_add(1, std::memory_order_relaxed) % impl.workers.size();
+  caf::anon_send(impl.workers[w], TaskRequest{task});
+}
+
+// The module's actor: each request runs the oldest queued call. It holds no reference to the
+// queue (the tasks do), so a module whose handles are gone stops its actor from ~ModuleQueue.
+std::shared_ptr<ModuleQueue> spawn_module_actor(std::string name) {
+  auto& system = Runtime::current().system();
+  auto actor = system.spawn([name]() -> caf::behavior {
+    return {[name](TaskRequest& request) {
+      Profiler::set_thread_actor(name);
+      request.task->queue()->run_next();
+    }};
+  });
+  auto queue = std::make_shared<ModuleQueue>(std::move(name));
+  queue->set_notifier([actor](const TaskPtr& task) { caf::anon_send(actor, TaskRequest{task}); },
+                      [actor] { caf::anon_send_exit(actor, caf::exit_reason::user_shutdown); });
+  return queue;
+}
+
+}  // namespace detail
+}  // namespace troupe

@@ -1,0 +1,48 @@
+#pragma once
+// Runtime: owns the caf::actor_system whose worker actors run forked tasks, and the thread
+// budget that splits the cores between actors (inter-op) and kernels (intra-op).
+//
+//   troupe::Runtime runtime({.workers = 2});   // optional: a default one starts on first fork
+//   auto f = troupe::fork([](int x) { return x + 1; }, 41);
+//   int y = troupe::wait(f);                   // 42
+//
+// Thread budget: with intra_op_threads = 0 (the default) a kernel gets cores / (tasks running
+// now), at least 1: serial code uses every core inside its GEMMs, and N parallel tasks on N
+// cores run single-threaded kernels, so actors and kernels never oversubscribe the machine.
+#include <memory>
+#include <string>
+
+namespace caf {
+class actor_system;
+}
+
+namespace troupe {
+
+struct RuntimeOptions {
+  int workers = 0;           // scheduler threads and worker actors; 0: the cores
+  int intra_op_threads = 0;  // 0: adaptive (see above); n: every kernel uses n threads
+};
+
+class Runtime {
+ public:
+  explicit Runtime(RuntimeOptions options = {});  // becomes current(); one at a time
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // The runtime in use: the one constructed last and still alive, else a default one.
+  static Runtime& current();
+
+  caf::actor_system& system();
+  int workers() const;
+  const RuntimeOptions& options() const;
+  std::string describe() const;  // "2 worker actors on 2 threads, intra-op adaptive (2 cores)"
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe
