@@ -1,0 +1,269 @@
+// The cuda DeviceBackend: stream-ordered caching allocation, copies, streams and the current stream.
+//
+// Memory comes from each device's stream-ordered pool (cudaMallocAsync/cudaFreeAsync), told to keep
+// what it has: a freed block is reused without a trip to the driver, and only once the stream that
+// freed it has reached the free. A block is freed on the stream that allocated it; when another
+// thread's current stream drops it, that stream's work so far is made to precede the free (an
+// event), so the block outlives both its producer's and its last consumer's kernels.
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <unordered_map>
+
+#include "devices/backend.h"
+#include "devices/cuda/cuda_util.h"
+#include "devices/tensor.h"
+
+namespace troupe::cuda {
+
+void check(cudaError_t err, const char* call, int device) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // clears a non-sticky error so later calls are not blamed for it
+  throw DeviceError("cuda:" + std::to_string(device) + ": " + call + ": " + cudaGetErrorString(err));
+}
+
+DeviceGuard::DeviceGuard(int device) : device_(device) {
+  check(cudaGetDevice(&previous_), "cudaGetDevice", device);
+  if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice", device);
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ != device_) cudaSetDevice(previous_);
+}
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+void check_device(int device, const char* what) {
+  const int count = device_count();
+  if (device < 0 || device >= count || device >= kMaxDevices)
+    throw DeviceError(std::string(what) + ": no device cuda:" + std::to_string(device) + " (this machine has " +
+                      std::to_string(count) + " CUDA device(s))");
+}
+
+// Which stream each live block was allocated on; nullptr once that stream is gone.
+struct Blocks {
+  std::mutex mutex;
+  std::unordered_map<void*, cudaStream_t> stream_of;
+};
+
+Blocks& blocks() {
+  static Blocks* b = new Blocks;  // never destroyed: storages may be freed during static teardown
+  return *b;
+}
+
+// One default stream per device, made on first use and never destroyed.
+cudaStream_t default_stream(int device) {
+  static std::once_flag made[kMaxDevices];
+  static Stream* streams[kMaxDevices] = {};
+  std::call_once(made[device], [&] { streams[device] = new Stream(device); });
+  return streams[device]->handle();
+}
+
+thread_local cudaStream_t thread_streams[kMaxDevices] = {};
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  explicit CudaBackend(int count) : count_(count) {}
+
+  void* allocate(size_t nbytes, int index) override {
+    if (nbytes == 0) return nullptr;
+    DeviceGuard on(index);
+    keep_pool_memory(index);
+    const cudaStream_t stream = current_stream(index);
+    void* p = nullptr;
+    const cudaError_t err = cudaMallocAsync(&p, nbytes, stream);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      throw DeviceError("cuda:" + std::to_string(index) + ": out of memory allocating " + std::to_string(nbytes) +
+                        " bytes (" + std::to_string(free >> 20) + " MiB free of " + std::to_string(total >> 20) +
+                        " MiB)");
+    }
+    check(err, "cudaMallocAsync", index);
+    std::lock_guard lock(blocks().mutex);
+    blocks().stream_of[p] = stream;
+    return p;
+  }
+
+  // Runs from ~Storage, so it reports failures instead of throwing them.
+  void deallocate(void* ptr, size_t, int index) override {
+    if (!ptr) return;
+    cudaStream_t owner = nullptr;
+    {
+      std::lock_guard lock(blocks().mutex);
+      auto it = blocks().stream_of.find(ptr);
+      if (it != blocks().stream_of.end()) {
+        owner = it->second;
+        blocks().stream_of.erase(it);
+      }
+    }
+    cudaStream_t here = nullptr;
+    try {
+      here = current_stream(index);
+    } catch (const DeviceError&) {
+      return;  // the runtime is already gone (process exit): the driver frees everything
+    }
+    int previous = -1;
+    cudaGetDevice(&previous);
+    if (previous != index) cudaSetDevice(index);
+    cudaError_t err = cudaSuccess;
+    if (owner && owner != here) {
+      cudaEvent_t dropped;
+      err = cudaEventCreateWithFlags(&dropped, cudaEventDisableTiming);
+      if (err == cudaSuccess) err = cudaEventRecord(dropped, here);
+      if (err == cudaSuccess) err = cudaStreamWaitEvent(owner, dropped, 0);
+      if (err == cudaSuccess) err = cudaEventDestroy(dropped);
+    }
+    if (err == cudaSuccess) err = cudaFreeAsync(ptr, owner ? owner : here);
+    if (previous != index) cudaSetDevice(previous);
+    // At process exit the runtime may already be gone; the driver frees everything anyway.
+    if (err != cudaSuccess && err != cudaErrorCudartUnloading)
+      std::fprintf(stderr, "troupe: cuda:%d: freeing %p: %s\n", index, ptr, cudaGetErrorString(err));
+  }
+
+  void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) override {
+    if (nbytes == 0) return;
+    const int index = dst_device.is_cuda() ? dst_device.index : src_device.index;
+    DeviceGuard on(index);
+    const cudaStream_t stream = current_stream(index);
+    // Pageable host memory: a host-to-device copy returns once the source is staged, a
+    // device-to-host copy once it has landed; the explicit wait keeps the latter true for pinned memory.
+    check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync", index);
+    if (dst_device.is_cpu()) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", index);
+  }
+
+  bool copy_elements(const Tensor& src, Tensor& dst) override { return copy_elements_on_device(src, dst); }
+
+  int device_count() override { return count_; }
+
+  std::string describe() override {
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    std::string s = std::to_string(count_) + " CUDA device(s):";
+    for (int i = 0; i < count_; ++i) {
+      cudaDeviceProp p{};
+      if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+      s += " cuda:" + std::to_string(i) + " " + p.name + " (sm_" + std::to_string(p.major) +
+           std::to_string(p.minor) + ", " + std::to_string(p.totalGlobalMem >> 30) + " GiB)";
+    }
+    return s + "; runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) +
+           ", driver " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
+  }
+
+ private:
+  // The pool would otherwise hand memory back to the driver at every synchronisation.
+  void keep_pool_memory(int index) {
+    std::call_once(pool_configured_[index], [index] {
+      cudaMemPool_t pool;
+      check(cudaDeviceGetDefaultMemPool(&pool, index), "cudaDeviceGetDefaultMemPool", index);
+      uint64_t keep_all = UINT64_MAX;
+      check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all), "cudaMemPoolSetAttribute",
+            index);
+    });
+  }
+
+  int count_;
+  std::once_flag pool_configured_[kMaxDevices];
+};
+
+// Registers the backend when the library loads, or records why there is none.
+const bool registered = [] {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    set_cuda_unavailable_reason(std::string("no CUDA device: cudaGetDeviceCount: ") + cudaGetErrorString(err));
+    return false;
+  }
+  if (count == 0) {
+    set_cuda_unavailable_reason("no CUDA device: cudaGetDeviceCount found none");
+    return false;
+  }
+  register_backend(DeviceType::cuda, new CudaBackend(count));  // never destroyed, like the cpu backend
+  return true;
+}();
+
+void host_callback(void* fn) {
+  auto* callback = static_cast<std::function<void()>*>(fn);
+  (*callback)();
+  delete callback;
+}
+
+}  // namespace
+
+Stream::Stream(int device) : device_(device) {
+  check_device(device, "Stream");
+  DeviceGuard on(device);
+  check(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", device);
+}
+
+Stream::~Stream() {
+  cudaStreamSynchronize(handle_);
+  {
+    // Blocks allocated here are now free of pending work: whoever drops them frees them.
+    std::lock_guard lock(blocks().mutex);
+    for (auto& [ptr, stream] : blocks().stream_of)
+      if (stream == handle_) stream = nullptr;
+  }
+  cudaStreamDestroy(handle_);
+}
+
+void Stream::synchronize() const {
+  check(cudaStreamSynchronize(handle_), "cudaStreamSynchronize", device_);
+}
+
+bool Stream::done() const {
+  const cudaError_t err = cudaStreamQuery(handle_);
+  if (err == cudaErrorNotReady) return false;
+  check(err, "cudaStreamQuery", device_);
+  return true;
+}
+
+void Stream::wait(cudaStream_t other) const {
+  if (other == handle_) return;
+  DeviceGuard on(device_);
+  cudaEvent_t reached;
+  check(cudaEventCreateWithFlags(&reached, cudaEventDisableTiming), "cudaEventCreateWithFlags", device_);
+  check(cudaEventRecord(reached, other), "cudaEventRecord", device_);
+  check(cudaStreamWaitEvent(handle_, reached, 0), "cudaStreamWaitEvent", device_);
+  check(cudaEventDestroy(reached), "cudaEventDestroy", device_);  // released once the wait is satisfied
+}
+
+void Stream::then(std::function<void()> fn) const {
+  auto* callback = new std::function<void()>(std::move(fn));
+  const cudaError_t err = cudaLaunchHostFunc(handle_, host_callback, callback);
+  if (err != cudaSuccess) delete callback;
+  check(err, "cudaLaunchHostFunc", device_);
+}
+
+cudaStream_t current_stream(int device) {
+  check_device(device, "current_stream");
+  if (cudaStream_t s = thread_streams[device]) return s;
+  return default_stream(device);
+}
+
+void synchronize(int device) {
+  check(cudaStreamSynchronize(current_stream(device)), "cudaStreamSynchronize", device);
+}
+
+StreamGuard::StreamGuard(const Stream& stream)
+    : device_(stream.device()), previous_(thread_streams[stream.device()]) {
+  thread_streams[device_] = stream.handle();
+}
+
+StreamGuard::~StreamGuard() { thread_streams[device_] = previous_; }
+
+}  // namespace troupe::cuda

@@ -1,0 +1,40 @@
+#pragma once
+// Internal to the CUDA backend and its kernels: error checks and the current device.
+//
+//   DeviceGuard on(x.device().index);
+//   check(cudaMemsetAsync(p, 0, n, current_stream(on.index())), "cudaMemsetAsync", on.index());
+#include <cuda_runtime.h>
+
+#include "devices/cuda/stream.h"
+#include "devices/error.h"
+
+namespace troupe {
+class Tensor;
+}
+
+namespace troupe::cuda {
+
+// DeviceError "cuda:N: <call>: <CUDA's message>" unless err is cudaSuccess.
+void check(cudaError_t err, const char* call, int device);
+// The error of the last kernel launch, if any, as a DeviceError naming the kernel.
+inline void check_launch(const char* kernel, int device) { check(cudaGetLastError(), kernel, device); }
+
+// Makes `device` the calling thread's CUDA device while in scope.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  int index() const { return device_; }
+
+ private:
+  int device_;
+  int previous_ = -1;
+};
+
+// Writes src's elements (any strides) converted to dst's dtype into dst (contiguous, same device
+// and numel), on the current stream. False when src has too many dims for the kernel.
+bool copy_elements_on_device(const Tensor& src, Tensor& dst);
+
+}  // namespace troupe::cuda

@@ -1,0 +1,142 @@
+// Elementwise cuda kernels: add, sub, mul, div with NumPy broadcasting, and the unary neg, relu,
+// exp, tanh, sigmoid, gelu. Inputs are first converted to the output dtype inference chose (type
+// promotion, integer division giving f32), so each kernel sees one element type.
+#include <cmath>
+
+#include "devices/cuda/kernel_util.cuh"
+#include "devices/registry.h"
+
+namespace troupe::cuda {
+
+namespace {
+
+struct AddOp { template <class A> __device__ A operator()(A x, A y) const { return x + y; } };
+struct SubOp { template <class A> __device__ A operator()(A x, A y) const { return x - y; } };
+struct MulOp { template <class A> __device__ A operator()(A x, A y) const { return x * y; } };
+struct DivOp { template <class A> __device__ A operator()(A x, A y) const { return x / y; } };
+
+template <class T, class Op>
+__global__ void binary_kernel(const T* a, const T* b, T* out, Strided<2> layout, int64_t n, Op op) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t off[2];
+    layout.offsets(i, off);
+    out[i] = convert_to<T>(op(convert_to<Acc<T>>(a[off[0]]), convert_to<Acc<T>>(b[off[1]])));
+  }
+}
+
+// The input as the output's dtype, broadcast (stride 0) to the output's shape.
+Tensor as_operand(const Tensor& x, const TensorMeta& out) {
+  return (x.dtype() == out.dtype ? x : x.to(out.dtype)).expand(out.shape);
+}
+
+template <class Op>
+KernelFn binary(Op op, bool integers) {
+  return [op, integers](const OpCall& call) {
+    const TensorMeta& meta = call.outputs[0];
+    const int device = call.inputs[0].device().index;
+    DeviceGuard on(device);
+    Tensor out = Tensor::empty(meta.shape, meta.dtype, call.inputs[0].device());
+    const int64_t n = out.numel();
+    if (n == 0) return std::vector<Tensor>{out};
+    if (!integers && !is_floating(meta.dtype))
+      throw DeviceError(std::string(call.op) + ": no cuda kernel for " + name(meta.dtype));
+    Tensor a = as_operand(call.inputs[0], meta), b = as_operand(call.inputs[1], meta);
+    Strided<2> layout;
+    if (!make_strided<2>(meta.shape, {&a.strides(), &b.strides()}, layout)) {
+      a = a.contiguous();  // too many dims for the kernel's index: materialise the broadcast
+      b = b.contiguous();
+      make_strided<2>(meta.shape, {&a.strides(), &b.strides()}, layout);
+    }
+    dispatch_device(meta.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      binary_kernel<<<blocks_for(n), kThreads, 0, current_stream(device)>>>(
+          static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()),
+          static_cast<T*>(out.mutable_raw_data()), layout, n, op);
+    });
+    check_launch(std::string(call.op).c_str(), device);
+    return std::vector<Tensor>{out};
+  };
+}
+
+const OpRegistrar add_cuda{"add", DeviceType::cuda, binary(AddOp{}, true)};
+const OpRegistrar sub_cuda{"sub", DeviceType::cuda, binary(SubOp{}, true)};
+const OpRegistrar mul_cuda{"mul", DeviceType::cuda, binary(MulOp{}, true)};
+const OpRegistrar div_cuda{"div", DeviceType::cuda, binary(DivOp{}, false)};
+
+struct NegOp { template <class A> __device__ A operator()(A x) const { return -x; } };
+struct ReluOp {
+  template <class A> __device__ A operator()(A x) const {
+    if constexpr (std::is_unsigned_v<A>) return x; else return x < A(0) ? A(0) : x;  // NaN stays NaN
+  }
+};
+struct ExpOp { template <class A> __device__ A operator()(A x) const { return exp_of(x); } };
+struct TanhOp { template <class A> __device__ A operator()(A x) const { return tanh_of(x); } };
+struct SigmoidOp { template <class A> __device__ A operator()(A x) const { return A(1) / (A(1) + exp_of(-x)); } };
+struct GeluErfOp {
+  template <class A> __device__ A operator()(A x) const {
+    if constexpr (std::is_same_v<A, float>) return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    else return 0.5 * x * (1.0 + ::erf(x * 0.70710678118654752));
+  }
+};
+struct GeluTanhOp {
+  template <class A> __device__ A operator()(A x) const {
+    const A inner = A(0.79788456080286536) * (x + A(0.044715) * x * x * x);  // sqrt(2/pi) (x + 0.044715 x^3)
+    return A(0.5) * x * (A(1) + tanh_of(inner));
+  }
+};
+
+template <class T, class Op>
+__global__ void unary_kernel(const T* in, T* out, int64_t n, Op op) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = convert_to<T>(op(convert_to<Acc<T>>(in[i])));
+}
+
+template <class T, class Op>
+void launch_unary(const Tensor& in, Tensor& out, Op op, int device) {
+  unary_kernel<<<blocks_for(in.numel()), kThreads, 0, current_stream(device)>>>(
+      static_cast<const T*>(in.raw_data()), static_cast<T*>(out.mutable_raw_data()), in.numel(), op);
+}
+
+// Runs op over x converted to the output dtype. Ops defined on floating types only (exp, tanh, ...)
+// are not instantiated for integers: inference has already turned integer inputs into f32.
+template <bool Integers, class Op>
+std::vector<Tensor> run_unary(const OpCall& call, Op op) {
+  const TensorMeta& meta = call.outputs[0];
+  const Tensor& x = call.inputs[0];
+  const int device = x.device().index;
+  const std::string op_name(call.op);
+  DeviceGuard on(device);
+  Tensor out = Tensor::empty(meta.shape, meta.dtype, x.device());
+  if (out.numel() == 0) return {out};
+  const Tensor in = (x.dtype() == meta.dtype ? x : x.to(meta.dtype)).contiguous();
+  auto launch = [&](auto tag) { launch_unary<typename decltype(tag)::type>(in, out, op, device); };
+  if constexpr (Integers) {
+    if (meta.dtype == DType::boolean) throw DeviceError(op_name + ": no cuda kernel for bool");
+    dispatch_device(meta.dtype, launch);
+  } else {
+    dispatch_floating(op_name.c_str(), meta.dtype, launch);
+  }
+  check_launch(op_name.c_str(), device);
+  return {out};
+}
+
+template <bool Integers, class Op>
+KernelFn unary(Op op) {
+  return [op](const OpCall& call) { return run_unary<Integers>(call, op); };
+}
+
+const OpRegistrar neg_cuda{"neg", DeviceType::cuda, unary<true>(NegOp{})};
+const OpRegistrar relu_cuda{"relu", DeviceType::cuda, unary<true>(ReluOp{})};
+const OpRegistrar exp_cuda{"exp", DeviceType::cuda, unary<false>(ExpOp{})};
+const OpRegistrar tanh_cuda{"tanh", DeviceType::cuda, unary<false>(TanhOp{})};
+const OpRegistrar sigmoid_cuda{"sigmoid", DeviceType::cuda, unary<false>(SigmoidOp{})};
+const OpRegistrar gelu_cuda{"gelu", DeviceType::cuda, [](const OpCall& call) {
+  const std::string& approximate = call.attrs.get<std::string>("approximate");
+  if (approximate == "tanh") return run_unary<false>(call, GeluTanhOp{});
+  if (approximate == "none") return run_unary<false>(call, GeluErfOp{});
+  throw ValueError("gelu: approximate must be \"none\" or \"tanh\", got \"" + approximate + "\"");
+}};
+
+}  // namespace
+
+}  // namespace troupe::cuda

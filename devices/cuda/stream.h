@@ -1,0 +1,68 @@
+#pragma once
+// CUDA streams and the per-thread current stream. Every kernel, copy and allocation Troupe makes
+// on cuda:N goes on the calling thread's current stream for N, so work of different threads (GPU
+// actors) overlaps, and nothing waits for the device except reading values back to the host
+// (Tensor::to(cpu) waits for the current stream only).
+//
+//   cuda::Stream stream(0);                    // a new non-blocking stream on cuda:0
+//   {
+//     cuda::StreamGuard on(stream);            // this thread's work on cuda:0 now goes there
+//     Tensor y = relu(matmul(x, w));           // queued, returns at once
+//     stream.then([] { /* runs on a CUDA thread once y is computed; no CUDA calls here */ });
+//   }
+//   other.wait(stream);                         // other's later work starts after stream's so far
+//
+// Without a guard a thread uses the device's default stream, one per device, shared by all threads.
+#include <functional>
+
+// The CUDA runtime's own spelling of a stream handle, so this header needs no CUDA headers.
+struct CUstream_st;
+typedef struct CUstream_st* cudaStream_t;
+
+namespace troupe::cuda {
+
+// Usable CUDA devices (0 when there is no GPU or driver).
+int device_count();
+
+class Stream {
+ public:
+  explicit Stream(int device = 0);  // DeviceError when the device does not exist
+  ~Stream();                        // waits for the stream's work first
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  cudaStream_t handle() const { return handle_; }
+  int device() const { return device_; }
+  void synchronize() const;  // blocks the host until all work queued so far is done
+  bool done() const;         // whether all work queued so far is done (does not block)
+  // Later work on this stream waits (on the device) for the work queued on `other` so far.
+  void wait(cudaStream_t other) const;
+  void wait(const Stream& other) const { wait(other.handle()); }
+  // Runs fn on a CUDA-owned host thread once all work queued so far is done. fn must not call
+  // CUDA; further work on this stream waits for fn to return.
+  void then(std::function<void()> fn) const;
+
+ private:
+  cudaStream_t handle_ = nullptr;
+  int device_ = 0;
+};
+
+// The stream the calling thread queues work on for `device`.
+cudaStream_t current_stream(int device = 0);
+// Blocks until the calling thread's current stream for `device` has finished its work.
+void synchronize(int device = 0);
+
+// Makes a stream the calling thread's current stream for its device while in scope.
+class StreamGuard {
+ public:
+  explicit StreamGuard(const Stream& stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  int device_;
+  cudaStream_t previous_;
+};
+
+}  // namespace troupe::cuda
