@@ -1,0 +1,162 @@
+// gather_nd: ONNX GatherND. With b = batch_dims and m = indices.shape[-1], each index row
+// indices[i_0..i_{q-2}, :] addresses dims b..b+m-1 of data within batch (i_0..i_{b-1}), and the
+// slice data[batch, row, ...] lands at out[i_0..i_{q-2}, ...]:
+//
+//   out.shape = indices.shape[:-1] + data.shape[b + m:]
+//
+// Two passes: the first checks every index and turns each row into the element offset of its
+// slice, so the second is pure copying (one memcpy per row when the slice is contiguous in data,
+// which it is for any contiguous data). The copy is memory-bound and single-threaded on purpose:
+// the actor runtime runs many ops side by side.
+#include <algorithm>
+#include <cstring>
+
+#include "devices/registry.h"
+
+namespace troupe {
+namespace {
+
+std::vector<TensorMeta> infer_gather_nd(const OpInfer& c) {
+  const TensorMeta& data = c.inputs[0];
+  const TensorMeta& indices = c.inputs[1];
+  const int64_t r = static_cast<int64_t>(data.shape.size());
+  const int64_t q = static_cast<int64_t>(indices.shape.size());
+  const int64_t b = c.attrs.get<int64_t>("batch_dims");
+  const std::string both = " (data " + data.str() + ", indices " + indices.str() + ")";
+  if (indices.dtype != DType::i32 && indices.dtype != DType::i64)
+    throw DTypeError("gather_nd: indices must be i32 or i64" + both);
+  if (r < 1 || q < 1) throw ShapeError("gather_nd: data and indices need rank >= 1" + both);
+  if (b < 0) throw ValueError("gather_nd: batch_dims must be >= 0, got " + std::to_string(b));
+  if (b >= std::min(q, r))
+    throw ShapeError("gather_nd: batch_dims " + std::to_string(b) + " must be less than both ranks" + both);
+  const int64_t m = indices.shape.back();
+  if (m < 1 || m > r - b)
+    throw ShapeError("gather_nd: indices.shape[-1] is " + std::to_string(m) + ", expected 1.." +
+                     std::to_string(r - b) + " (rank of data minus batch_dims)" + both);
+  for (int64_t d = 0; d < b; ++d)
+    if (data.shape[d] != indices.shape[d])
+      throw ShapeError("gather_nd: batch dim " + std::to_string(d) + " differs: " + std::to_string(data.shape[d]) +
+                       " in data, " + std::to_string(indices.shape[d]) + " in indices" + both);
+  TensorMeta out = data;
+  out.shape.assign(indices.shape.begin(), indices.shape.end() - 1);
+  out.shape.insert(out.shape.end(), data.shape.begin() + b + m, data.shape.end());
+  return {out};
+}
+
+// "[2,0,1]": the multi-index of element `flat` of a row-major tensor of this shape.
+std::string position(const Shape& shape, int64_t flat) {
+  Shape index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return to_string(index);
+}
+
+// Storage offset (in elements) of the slice each index row picks; IndexError for an index
+// outside [-n, n) of its dim (negative ones wrap).
+std::vector<int64_t> slice_offsets(const Tensor& data, const Tensor& indices, int64_t b) {
+  const std::vector<int64_t> idx = indices.to_vector<int64_t>();
+  const int64_t m = indices.shape().back();
+  const int64_t rows = static_cast<int64_t>(idx.size()) / m;
+  int64_t batches = 1;
+  for (int64_t d = 0; d < b; ++d) batches *= indices.shape()[d];
+  const Shape& size = data.shape();
+  const Strides& stride = data.strides();
+  std::vector<int64_t> offsets(static_cast<size_t>(rows));
+  if (rows == 0) return offsets;
+  const int64_t rows_per_batch = rows / batches;
+  for (int64_t batch = 0; batch < batches; ++batch) {
+    int64_t base = data.offset();
+    for (int64_t d = b - 1, rest = batch; d >= 0; --d) {
+      base += (rest % size[d]) * stride[d];
+      rest /= size[d];
+    }
+    for (int64_t row = batch * rows_per_batch; row < (batch + 1) * rows_per_batch; ++row) {
+      int64_t offset = base;
+      for (int64_t j = 0; j < m; ++j) {
+        const int64_t n = size[b + j];
+        int64_t i = idx[row * m + j];
+        if (i < -n || i >= n)
+          throw IndexError("gather_nd: index " + std::to_string(i) + " at indices" +
+                           position(indices.shape(), row * m + j) + " is out of range for dim " +
+                           std::to_string(b + j) + " of size " + std::to_string(n) + " (data " + data.meta().str() +
+                           ")");
+        if (i < 0) i += n;
+        offset += i * stride[b + j];
+      }
+      offsets[row] = offset;
+    }
+  }
+  return offsets;
+}
+
+// Whether the trailing dims (shape, strides) are laid out contiguously.
+bool dense(const Shape& shape, const Strides& strides) {
+  int64_t expected = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+
+// One element per row: fixed-size copies the compiler inlines instead of a memcpy call each.
+template <size_t Bytes>
+void gather_elements(const char* base, const std::vector<int64_t>& offsets, char* out) {
+  for (int64_t offset : offsets) {
+    std::memcpy(out, base + offset * static_cast<int64_t>(Bytes), Bytes);
+    out += Bytes;
+  }
+}
+
+std::vector<Tensor> gather_nd_cpu(const OpCall& c) {
+  const Tensor& data = c.inputs[0];
+  const int64_t b = c.attrs.get<int64_t>("batch_dims");
+  const std::vector<int64_t> offsets = slice_offsets(data, c.inputs[1], b);
+  const TensorMeta& meta = c.outputs[0];
+  Tensor out = Tensor::empty(meta.shape, meta.dtype);
+  if (out.numel() == 0) return {out};
+
+  const int64_t first = b + c.inputs[1].shape().back();  // the first dim a slice keeps
+  const Shape slice_shape(data.shape().begin() + first, data.shape().end());
+  const Strides slice_strides(data.strides().begin() + first, data.strides().end());
+  const size_t item = itemsize(data.dtype());
+  const size_t slice_bytes = static_cast<size_t>(numel(slice_shape)) * item;
+  const auto* base = static_cast<const char*>(data.storage()->data());
+  auto* dst = static_cast<char*>(out.mutable_raw_data());
+
+  if (numel(slice_shape) == 1) {
+    switch (item) {
+      case 1: gather_elements<1>(base, offsets, dst); return {out};
+      case 2: gather_elements<2>(base, offsets, dst); return {out};
+      case 4: gather_elements<4>(base, offsets, dst); return {out};
+      case 8: gather_elements<8>(base, offsets, dst); return {out};
+    }
+  }
+  if (dense(slice_shape, slice_strides)) {
+    for (int64_t offset : offsets) {
+      std::memcpy(dst, base + offset * static_cast<int64_t>(item), slice_bytes);
+      dst += slice_bytes;
+    }
+  } else {  // a strided view of data: each slice through the strided copy loop
+    for (int64_t offset : offsets) {
+      copy_elements(Tensor(data.storage(), data.dtype(), slice_shape, slice_strides, offset), data.dtype(), dst);
+      dst += slice_bytes;
+    }
+  }
+  return {out};
+}
+
+const OpRegistrar gather_nd_op{OpDef{
+    .name = "gather_nd",
+    .doc = "ONNX GatherND: slices of data addressed by index rows indices[..., m] (i32/i64, negative wrap)",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .attrs = {{"batch_dims", AttrType::integer, int64_t{0}, "leading dims shared by data and indices"}},
+    .infer = infer_gather_nd,
+    .kernels = {{DeviceType::cpu, gather_nd_cpu}}}};
+
+}  // namespace
+}  // namespace troupe
