@@ -5,6 +5,7 @@
 //   std::cout << gemm_choice().backend;                                      // "onednn"
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace troupe {
 
@@ -18,8 +19,12 @@ struct GemmChoice {
 // Chosen once per process on first use: TROUPE_GEMM=onednn|openblas forces it; otherwise a short
 // calibration on a mid-sized product picks the faster.
 const GemmChoice& gemm_choice();
+// Replaces the choice for the rest of the process: "onednn", "openblas", or "auto" (back to the
+// calibrated or TROUPE_GEMM choice). ValueError for other names. Benchmarks use it to compare.
+void set_gemm_backend(std::string_view backend);
 
 // Row-major C = alpha * op(A) @ op(B) + beta * C, op = transpose when the flag is set.
+// Zero-size dims are fine (k == 0 leaves C = beta * C). ValueError for bad leading dimensions.
 void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
               const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void gemm_f64(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
