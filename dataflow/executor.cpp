@@ -1,0 +1,535 @@
+#include "dataflow/executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <caf/all.hpp>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include "actors/profiler.h"
+#include "actors/promise.h"
+#include "actors/runtime.h"
+#include "actors/task.h"
+#include "dataflow/plan.h"
+#include "devices/threads.h"
+
+namespace troupe::detail {
+
+// One invocation's progress: how many nodes have yet to finish with it, its outputs and error.
+struct InvocationState {
+  uint64_t id = 0;
+  std::atomic<int> remaining{0};     // plan nodes not yet done with it, plus one while starting
+  std::atomic<bool> stopped{false};  // failed or cancelled: nodes that have not fired skip
+  std::atomic<bool> finished{false};
+  std::mutex mutex;
+  std::exception_ptr error;
+  std::vector<Value> outputs;
+  std::vector<uint8_t> live;  // per output: a value arrived (not a dead token)
+  std::vector<Promise<Value>> promises;                // runs started by Executor::run
+  std::function<void(InvocationState&)> on_done;       // runs started by a loop node
+
+  void fail(std::exception_ptr e) {
+    {
+      std::lock_guard lock(mutex);
+      if (!error) error = std::move(e);
+    }
+    stopped.store(true, std::memory_order_release);
+  }
+};
+
+using InvocationPtr = std::shared_ptr<InvocationState>;
+
+// The one message between node actors: input `slot` of the receiver for invocation `inv`;
+// slot -1 starts a node without inputs. A dead token (live false) skips the receiver.
+struct Deliver {
+  InvocationPtr inv;
+  int slot = 0;
+  bool live = true;
+  Value value;
+};
+
+}  // namespace troupe::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::Deliver)
+
+namespace troupe::detail {
+
+namespace {
+
+// Node bodies running now, across executors: each gets cores / running threads for its kernels,
+// like the runtime's forked tasks, so node actors and kernels do not oversubscribe the cores.
+std::atomic<int> firing_nodes{0};
+
+class KernelBudget {
+ public:
+  KernelBudget(int fixed, int cores) : previous_(thread_intra_op_threads()) {
+    const int running = firing_nodes.fetch_add(1, std::memory_order_relaxed) + 1;
+    set_thread_intra_op_threads(fixed > 0 ? fixed : std::max(1, cores / running));
+  }
+  ~KernelBudget() {
+    set_thread_intra_op_threads(previous_);
+    firing_nodes.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+ private:
+  int previous_;
+};
+
+// Rethrows e as the same troupe error type with `where` in front of its message.
+std::exception_ptr with_context(const std::string& where, std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const CancelledError&) {
+    return e;
+  } catch (const ShapeError& x) {
+    return std::make_exception_ptr(ShapeError(where + x.what()));
+  } catch (const DTypeError& x) {
+    return std::make_exception_ptr(DTypeError(where + x.what()));
+  } catch (const DeviceError& x) {
+    return std::make_exception_ptr(DeviceError(where + x.what()));
+  } catch (const IndexError& x) {
+    return std::make_exception_ptr(IndexError(where + x.what()));
+  } catch (const ValueError& x) {
+    return std::make_exception_ptr(ValueError(where + x.what()));
+  } catch (const IOError& x) {
+    return std::make_exception_ptr(IOError(where + x.what()));
+  } catch (const PeerLostError& x) {
+    return std::make_exception_ptr(PeerLostError(where + x.what()));
+  } catch (const CommError& x) {
+    return std::make_exception_ptr(CommError(where + x.what()));
+  } catch (const TimeoutError& x) {
+    return std::make_exception_ptr(TimeoutError(where + x.what()));
+  } catch (const std::exception& x) {
+    return std::make_exception_ptr(Error(where + x.what()));
+  } catch (...) {
+    return std::make_exception_ptr(Error(where + "unknown exception"));
+  }
+}
+
+bool truth(const Value& v, const std::string& what) {
+  if (v.is<bool>()) return v.get<bool>();
+  if (v.is_tensor() && v.tensor().defined() && v.tensor().numel() == 1) return v.tensor().item<double>() != 0;
+  throw ValueError(what + " must be a bool or a one-element tensor, got " +
+                   (v.is_tensor() && v.tensor().defined() ? v.tensor().meta().str() : v.type_name()));
+}
+
+}  // namespace
+
+struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
+  struct Pending {
+    std::vector<Value> values;
+    std::vector<uint8_t> live;
+    int arrived = 0;
+  };
+  struct NodeState {
+    caf::actor actor;
+    std::shared_ptr<ExecutorCore> body;                // loop nodes
+    std::unordered_map<uint64_t, Pending> pending;     // touched by the node's actor only
+  };
+
+  ExecutorCore(const Graph& g, ExecutorOptions opts) : graph(std::make_shared<const Graph>(g)), options(opts) {
+    if (options.max_in_flight < 1)
+      throw ValueError("Executor: max_in_flight must be >= 1, got " + std::to_string(options.max_in_flight));
+    plan = make_plan(*graph);
+    if (!plan.problems.empty()) throw GraphError(graph->name(), plan.problems);
+    output_names = std::make_shared<const std::vector<std::string>>(plan.output_names);
+    fixed_intra_op = Runtime::current().options().intra_op_threads;
+    cores = hardware_cores();
+    nodes.resize(plan.nodes.size());
+    for (size_t i = 0; i < plan.nodes.size(); ++i) {
+      if (plan.nodes[i].inputs.empty()) sources.push_back(static_cast<int>(i));
+      if (plan.nodes[i].node->kind == NodeKind::loop)
+        nodes[i].body = create(*plan.nodes[i].node->body, {.max_in_flight = options.max_in_flight});
+    }
+  }
+
+  ~ExecutorCore() {
+    for (auto& n : nodes)
+      if (n.body) n.body->stop();
+  }
+
+  static std::shared_ptr<ExecutorCore> create(const Graph& g, ExecutorOptions opts) {
+    auto core = std::make_shared<ExecutorCore>(g, opts);
+    core->spawn_actors();
+    return core;
+  }
+
+  void spawn_actors() {
+    auto& system = Runtime::current().system();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      // The actor holds the core until stop() sends it the exit: no node outlives its data.
+      nodes[i].actor = system.spawn([core = shared_from_this(), id = static_cast<int>(i)]() -> caf::behavior {
+        return {[core, id](Deliver& d) { core->receive(id, d); }};
+      });
+    }
+  }
+
+  void stop() {
+    for (auto& n : nodes)
+      if (n.actor) caf::anon_send_exit(n.actor, caf::exit_reason::user_shutdown);
+  }
+
+  // ---- invocations ----
+
+  InvocationPtr start(bool wait_for_slot) {
+    {
+      std::unique_lock lock(mutex);
+      if (wait_for_slot) idle.wait(lock, [&] { return in_flight < options.max_in_flight; });
+      ++in_flight;
+      peak = std::max(peak, in_flight);
+    }
+    auto inv = std::make_shared<InvocationState>();
+    inv->id = next_id.fetch_add(1, std::memory_order_relaxed);
+    inv->remaining.store(static_cast<int>(nodes.size()) + 1, std::memory_order_relaxed);
+    inv->outputs.resize(plan.output_names.size());
+    inv->live.assign(plan.output_names.size(), 0);
+    return inv;
+  }
+
+  // Sends the inputs and constants on their way and starts the nodes without inputs.
+  void launch(const InvocationPtr& inv, std::vector<Value> inputs) {
+    for (size_t k = 0; k < inputs.size(); ++k) deliver(plan.input_consumers[k], inv, true, std::move(inputs[k]));
+    for (size_t c = 0; c < plan.constants.size(); ++c) deliver(plan.constant_consumers[c], inv, true, plan.constants[c]);
+    for (int s : sources) caf::anon_send(nodes[s].actor, Deliver{inv, -1, true, {}});
+    node_done(inv);  // the starter's share of `remaining`
+  }
+
+  void deliver(const std::vector<Target>& targets, const InvocationPtr& inv, bool live, Value value) {
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const Target& t = targets[i];
+      Value v = i + 1 == targets.size() ? std::move(value) : value;
+      if (t.node < 0) {
+        inv->outputs[t.slot] = std::move(v);
+        inv->live[t.slot] = live;
+      } else {
+        caf::anon_send(nodes[t.node].actor, Deliver{inv, t.slot, live, std::move(v)});
+      }
+    }
+  }
+
+  void node_done(const InvocationPtr& inv) {
+    if (inv->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) complete(inv);
+  }
+
+  void complete(const InvocationPtr& inv) {
+    if (inv->on_done) {
+      inv->on_done(*inv);
+    } else {
+      for (size_t k = 0; k < inv->promises.size(); ++k) {
+        if (inv->error) {
+          inv->promises[k].set_exception(inv->error);
+        } else if (!inv->live[k]) {
+          inv->promises[k].set_exception(std::make_exception_ptr(
+              ValueError("graph '" + graph->name() + "' output '" + plan.output_names[k] + "' was not produced in " +
+                         "invocation " + std::to_string(inv->id) + ": its branch was not taken")));
+        } else {
+          inv->promises[k].set_value(std::move(inv->outputs[k]));
+        }
+      }
+    }
+    inv->finished.store(true, std::memory_order_release);
+    {
+      std::lock_guard lock(mutex);
+      --in_flight;
+    }
+    idle.notify_all();
+  }
+
+  // ---- node actors ----
+
+  void receive(int id, Deliver& d) {
+    const PlanNode& pn = plan.nodes[id];
+    const int arity = static_cast<int>(pn.inputs.size());
+    if (arity <= 1) {
+      std::vector<Value> values;
+      std::vector<uint8_t> live;
+      if (d.slot >= 0) {
+        values.push_back(std::move(d.value));
+        live.push_back(d.live);
+      }
+      fire(id, d.inv, std::move(values), std::move(live));
+      return;
+    }
+    auto& pending = nodes[id].pending;
+    auto [it, fresh] = pending.try_emplace(d.inv->id);
+    Pending& p = it->second;
+    if (fresh) {
+      p.values.resize(arity);
+      p.live.resize(arity);
+    }
+    p.values[d.slot] = std::move(d.value);
+    p.live[d.slot] = d.live;
+    if (++p.arrived < arity) return;
+    Pending ready = std::move(p);
+    pending.erase(it);
+    fire(id, d.inv, std::move(ready.values), std::move(ready.live));
+  }
+
+  std::string where(int id) const {
+    const PlanNode& pn = plan.nodes[id];
+    const Node& n = *pn.node;
+    return std::string(name(n.kind)) + " '" + pn.path + "'" + (n.kind == NodeKind::op ? " (" + n.op + ")" : "") + ": ";
+  }
+
+  void fail(int id, const InvocationPtr& inv, std::exception_ptr e) { inv->fail(with_context(where(id), std::move(e))); }
+
+  void emit_dead(int id, const InvocationPtr& inv) {
+    for (const auto& targets : plan.nodes[id].consumers) deliver(targets, inv, false, {});
+  }
+
+  // Checks the count first, so that a node never sends some outputs and then dead tokens too.
+  void emit(int id, const InvocationPtr& inv, std::vector<Value> outs) {
+    const PlanNode& pn = plan.nodes[id];
+    if (pn.outputs >= 0 && static_cast<int>(outs.size()) != pn.outputs)
+      throw ValueError("gave " + std::to_string(outs.size()) + " outputs, declared " + std::to_string(pn.outputs));
+    if (outs.size() < pn.consumers.size())
+      throw ValueError("gave " + std::to_string(outs.size()) + " outputs, but output " +
+                       std::to_string(pn.consumers.size() - 1) + " is used");
+    for (size_t port = 0; port < pn.consumers.size(); ++port) deliver(pn.consumers[port], inv, true, std::move(outs[port]));
+  }
+
+  std::vector<Value> placed(const Node& n, std::vector<Value> values) const {
+    if (!n.device) return values;
+    for (auto& v : values)
+      if (v.is_tensor() && v.tensor().defined() && v.tensor().device() != *n.device) v = v.tensor().to(*n.device);
+    return values;
+  }
+
+  void fire(int id, const InvocationPtr& inv, std::vector<Value> values, std::vector<uint8_t> live) {
+    const PlanNode& pn = plan.nodes[id];
+    const Node& n = *pn.node;
+    const bool all_live = std::all_of(live.begin(), live.end(), [](uint8_t l) { return l != 0; });
+    if (inv->stopped.load(std::memory_order_acquire) || (!all_live && n.kind != NodeKind::merge)) {
+      emit_dead(id, inv);
+      node_done(inv);
+      return;
+    }
+    std::optional<ProfileScope> scope;
+    if (Profiler::global().recording()) {
+      Profiler::set_thread_actor(pn.path);
+      scope.emplace(pn.path, n.kind == NodeKind::op ? n.op : name(n.kind));
+    }
+    try {
+      switch (n.kind) {
+        case NodeKind::op: {
+          std::vector<Tensor> tensors;
+          tensors.reserve(values.size());
+          for (auto& v : placed(n, std::move(values))) tensors.push_back(v.tensor());
+          KernelBudget budget(fixed_intra_op, cores);
+          auto outs = OpRegistry::global().call(*pn.def, tensors, pn.attrs);
+          emit(id, inv, std::vector<Value>(outs.begin(), outs.end()));
+          break;
+        }
+        case NodeKind::call: {
+          std::vector<Value> outs;
+          {
+            KernelBudget budget(fixed_intra_op, cores);
+            outs = n.fn(placed(n, std::move(values)));
+          }
+          emit(id, inv, std::move(outs));
+          break;
+        }
+        case NodeKind::module:
+          submit_module(id, inv, placed(n, std::move(values)));
+          return;  // done in the module's actor
+        case NodeKind::switch_: {
+          const bool taken = truth(values[0], "the predicate");
+          const int k = n.width;
+          for (int i = 0; i < k; ++i) {
+            deliver(pn.consumers[i], inv, taken, taken ? values[1 + i] : Value());
+            deliver(pn.consumers[k + i], inv, !taken, taken ? Value() : values[1 + i]);
+          }
+          break;
+        }
+        case NodeKind::merge: {
+          const int k = n.width;
+          const int branches = k > 0 ? static_cast<int>(values.size()) / k : 0;
+          int chosen = -1;
+          for (int b = 0; b < branches && chosen < 0; ++b)
+            if (std::all_of(live.begin() + b * k, live.begin() + (b + 1) * k, [](uint8_t l) { return l != 0; }))
+              chosen = b;
+          if (chosen < 0) {
+            emit_dead(id, inv);
+          } else {
+            emit(id, inv, std::vector<Value>(std::make_move_iterator(values.begin() + chosen * k),
+                                             std::make_move_iterator(values.begin() + (chosen + 1) * k)));
+          }
+          break;
+        }
+        case NodeKind::loop:
+          iterate(id, inv, std::move(values), 0);
+          return;  // done when the loop ends
+        default:
+          break;
+      }
+    } catch (...) {
+      fail(id, inv, std::current_exception());
+      emit_dead(id, inv);
+    }
+    node_done(inv);
+  }
+
+  void submit_module(int id, const InvocationPtr& inv, std::vector<Value> values) {
+    auto call = [core = shared_from_this(), id, inv, values = std::move(values)]() {
+      try {
+        auto outs = core->plan.nodes[id].node->fn(values);
+        core->emit(id, inv, std::move(outs));
+      } catch (...) {
+        core->fail(id, inv, std::current_exception());
+        core->emit_dead(id, inv);
+      }
+      core->node_done(inv);
+    };
+    auto task = std::make_shared<Task<void, decltype(call)>>(std::move(call), plan.nodes[id].node->module_queue);
+    submit(task);
+  }
+
+  // Runs the loop body once on `state` (iteration `done` iterations in), or ends the loop.
+  void iterate(int id, const InvocationPtr& inv, std::vector<Value> state, int64_t done) {
+    const Node& n = *plan.nodes[id].node;
+    if (done >= n.max_iterations || inv->stopped.load(std::memory_order_acquire)) {
+      if (inv->stopped.load(std::memory_order_acquire)) emit_dead(id, inv);
+      else emit(id, inv, std::move(state));
+      node_done(inv);
+      return;
+    }
+    ExecutorCore& body = *nodes[id].body;
+    InvocationPtr step = body.start(/*wait_for_slot=*/false);
+    step->on_done = [core = shared_from_this(), id, inv, done](InvocationState& finished) {
+      core->after_iteration(id, inv, finished, done + 1);
+    };
+    body.launch(step, std::move(state));
+  }
+
+  void after_iteration(int id, const InvocationPtr& inv, InvocationState& step, int64_t done) {
+    const PlanNode& pn = plan.nodes[id];
+    try {
+      if (step.error) std::rethrow_exception(step.error);
+      std::vector<Value> state;
+      bool again = true;
+      for (size_t k = 0; k < step.outputs.size(); ++k) {
+        if (!step.live[k])
+          throw ValueError("iteration " + std::to_string(done) + " produced no value for body output '" +
+                           nodes[id].body->plan.output_names[k] + "' (its branch was not taken)");
+        if (static_cast<int>(k) == pn.continue_output) again = truth(step.outputs[k], "the body's \"continue\" output");
+        else state.push_back(std::move(step.outputs[k]));
+      }
+      if (!again) {
+        emit(id, inv, std::move(state));
+        node_done(inv);
+        return;
+      }
+      iterate(id, inv, std::move(state), done);
+    } catch (...) {
+      fail(id, inv, std::current_exception());
+      emit_dead(id, inv);
+      node_done(inv);
+    }
+  }
+
+  std::shared_ptr<const Graph> graph;
+  ExecutorOptions options;
+  Plan plan;
+  std::shared_ptr<const std::vector<std::string>> output_names;  // shared with each Invocation
+  std::vector<NodeState> nodes;
+  std::vector<int> sources;  // nodes without inputs: started by each invocation
+  int fixed_intra_op = 0, cores = 1;
+  std::atomic<uint64_t> next_id{1};
+  mutable std::mutex mutex;
+  std::condition_variable idle;  // in_flight went down
+  int in_flight = 0, peak = 0;
+};
+
+}  // namespace troupe::detail
+
+namespace troupe {
+
+uint64_t Invocation::id() const { return state_->id; }
+
+Future<Value>& Invocation::future(std::string_view output) {
+  for (size_t k = 0; k < names_->size(); ++k)
+    if ((*names_)[k] == output) return futures_[k];
+  std::string known;
+  for (const auto& n : *names_) known += (known.empty() ? "" : ", ") + n;
+  throw ValueError("Invocation: no output named '" + std::string(output) + "' (outputs: " + known + ")");
+}
+
+std::map<std::string, Value> Invocation::get_all() {
+  for (auto& f : futures_) f.wait();
+  std::map<std::string, Value> out;
+  for (size_t k = 0; k < futures_.size(); ++k) out.emplace((*names_)[k], futures_[k].get());
+  return out;
+}
+
+void Invocation::cancel() {
+  state_->fail(std::make_exception_ptr(CancelledError("invocation " + std::to_string(state_->id) + " was cancelled")));
+}
+
+bool Invocation::done() const { return state_->finished.load(std::memory_order_acquire); }
+
+Executor::Executor(const Graph& graph, ExecutorOptions options)
+    : core_(detail::ExecutorCore::create(graph, options)) {}
+
+Executor::~Executor() {
+  wait_idle();
+  core_->stop();
+}
+
+Invocation Executor::run(std::map<std::string, Value> inputs) {
+  const auto& plan = core_->plan;
+  std::vector<Value> ordered;
+  for (size_t k = 0; k < plan.input_names.size(); ++k) {
+    const std::string& name = plan.input_names[k];
+    auto it = inputs.find(name);
+    if (it == inputs.end()) throw ValueError("run: graph '" + plan.graph + "' input '" + name + "' is missing");
+    if (const auto& meta = plan.input_metas[k]) {
+      auto given = it->second.meta();
+      if (!given) throw ValueError("run: graph '" + plan.graph + "' input '" + name + "' must be a tensor " +
+                                   meta->str() + ", got " + it->second.type_name());
+      if (given->dtype != meta->dtype)
+        throw DTypeError("run: graph '" + plan.graph + "' input '" + name + "' must be " + meta->str() + ", got " +
+                         given->str());
+      if (given->shape != meta->shape)
+        throw ShapeError("run: graph '" + plan.graph + "' input '" + name + "' must be " + meta->str() + ", got " +
+                         given->str());
+    }
+    ordered.push_back(std::move(it->second));
+    inputs.erase(it);
+  }
+  if (!inputs.empty()) {
+    std::string names;
+    for (const auto& n : plan.input_names) names += (names.empty() ? "" : ", ") + n;
+    throw ValueError("run: graph '" + plan.graph + "' has no input '" + inputs.begin()->first + "' (inputs: " + names + ")");
+  }
+  Invocation result;
+  result.state_ = core_->start(/*wait_for_slot=*/true);
+  result.names_ = core_->output_names;
+  result.state_->promises.resize(plan.output_names.size());
+  for (auto& p : result.state_->promises) result.futures_.push_back(p.future());
+  core_->launch(result.state_, std::move(ordered));
+  return result;
+}
+
+void Executor::wait_idle() {
+  std::unique_lock lock(core_->mutex);
+  core_->idle.wait(lock, [&] { return core_->in_flight == 0; });
+}
+
+int Executor::in_flight() const {
+  std::lock_guard lock(core_->mutex);
+  return core_->in_flight;
+}
+
+int Executor::peak_in_flight() const {
+  std::lock_guard lock(core_->mutex);
+  return core_->peak;
+}
+
+int Executor::node_actors() const { return static_cast<int>(core_->nodes.size()); }
+const std::vector<std::string>& Executor::input_names() const { return core_->plan.input_names; }
+const std::vector<std::string>& Executor::output_names() const { return core_->plan.output_names; }
+
+}  // namespace troupe

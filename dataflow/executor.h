@@ -1,0 +1,88 @@
+#pragma once
+// Executor: runs a Graph on actors. Each node is one CAF actor; a node fires when all its
+// inputs for one invocation have arrived (messages are tagged by invocation), so independent
+// nodes run in parallel and many invocations flow through the graph at once (pipelining).
+//
+//   Executor exec(graph, {.max_in_flight = 8});       // validates (GraphError), spawns the actors
+//   Invocation r = exec.run({{"x", x}});              // blocks while 8 invocations are in flight
+//   Tensor y = r.get("y").tensor();                   // waits; rethrows a node's error
+//   std::map<std::string, Value> all = exec({{"x", x}});  // run and wait for every output
+//
+// Backpressure: run() blocks the caller until fewer than max_in_flight invocations are in
+// flight, so a producer cannot grow memory without bound (do not call run() from inside a node
+// of the same executor: it could wait for itself).
+// Errors: an exception in a node fails that invocation's futures (same error type, message
+// prefixed with the node's path); its other nodes are skipped; other invocations continue.
+// Invocation::cancel() skips every node of the invocation that has not fired yet and fails its
+// futures with CancelledError. Destroy executors before the Runtime whose actors they use.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "actors/future.h"
+#include "dataflow/graph.h"
+#include "dataflow/value.h"
+
+namespace troupe {
+
+class CancelledError : public Error {
+  using Error::Error;
+};
+
+struct ExecutorOptions {
+  int max_in_flight = 4;  // invocations in flight before run() blocks; >= 1
+};
+
+namespace detail {
+struct InvocationState;
+struct ExecutorCore;
+}  // namespace detail
+
+class Invocation {
+ public:
+  Invocation(Invocation&&) noexcept = default;
+  Invocation& operator=(Invocation&&) noexcept = default;
+
+  uint64_t id() const;
+  // The future of one graph output (ValueError naming the outputs when there is none).
+  Future<Value>& future(std::string_view output);
+  Value get(std::string_view output) { return future(output).get(); }
+  std::map<std::string, Value> get_all();  // waits for every output; rethrows the error
+  void cancel();
+  bool done() const;  // every node has finished with (or skipped) this invocation
+
+ private:
+  friend class Executor;
+  Invocation() = default;
+  std::shared_ptr<detail::InvocationState> state_;
+  std::shared_ptr<const std::vector<std::string>> names_;  // the graph's outputs, in futures_' order
+  std::vector<Future<Value>> futures_;
+};
+
+class Executor {
+ public:
+  explicit Executor(const Graph& graph, ExecutorOptions options = {});
+  ~Executor();  // waits for the invocations in flight, then stops the node actors
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // inputs: one value per graph input, by name (ValueError for missing or unknown names;
+  // ShapeError/DTypeError when a tensor does not match the input's declared meta).
+  Invocation run(std::map<std::string, Value> inputs);
+  std::map<std::string, Value> operator()(std::map<std::string, Value> inputs) { return run(std::move(inputs)).get_all(); }
+  void wait_idle();  // returns when nothing is in flight
+
+  int in_flight() const;
+  int peak_in_flight() const;  // the most invocations ever in flight at once
+  int node_actors() const;     // actors spawned for this graph (loop bodies excluded)
+  const std::vector<std::string>& input_names() const;
+  const std::vector<std::string>& output_names() const;
+
+ private:
+  std::shared_ptr<detail::ExecutorCore> core_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,348 @@
+#include "dataflow/graph.h"
+
+#include <atomic>
+#include <sstream>
+
+#include "dataflow/plan.h"
+
+namespace troupe {
+
+namespace {
+
+std::atomic<uint64_t> next_graph_id{1};
+
+std::string numbered(const std::string& stem, int i) { return stem + "." + std::to_string(i); }
+
+}  // namespace
+
+GraphError::GraphError(const std::string& graph, std::vector<std::string> problems)
+    : ValueError([&] {
+        std::string text = "graph '" + graph + "' is invalid (" + std::to_string(problems.size()) + " problem" +
+                           (problems.size() == 1 ? "" : "s") + "):";
+        for (const auto& p : problems) text += "\n  " + p;
+        return text;
+      }()),
+      problems_(std::move(problems)) {}
+
+const char* name(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::input: return "input";
+    case NodeKind::constant: return "constant";
+    case NodeKind::op: return "op";
+    case NodeKind::call: return "call";
+    case NodeKind::module: return "module";
+    case NodeKind::subgraph: return "subgraph";
+    case NodeKind::switch_: return "switch";
+    case NodeKind::merge: return "merge";
+    case NodeKind::loop: return "loop";
+    case NodeKind::output: return "output";
+  }
+  return "?";
+}
+
+Port NodeRef::operator[](int index) const {
+  const Node& n = graph_->node(node_);
+  if (index < 0 || (n.outputs >= 0 && index >= n.outputs))
+    throw IndexError("node '" + n.name + "' has " + std::to_string(n.outputs) + " outputs; no output " +
+                     std::to_string(index));
+  return {graph_->id(), node_, index};
+}
+
+Port NodeRef::out(std::string_view output) const {
+  const Node& n = graph_->node(node_);
+  for (size_t i = 0; i < n.output_names.size(); ++i)
+    if (n.output_names[i] == output) return {graph_->id(), node_, static_cast<int>(i)};
+  std::string known;
+  for (const auto& o : n.output_names) known += (known.empty() ? "" : ", ") + o;
+  throw ValueError("node '" + n.name + "' has no output named '" + std::string(output) + "' (outputs: " +
+                   (known.empty() ? "unnamed" : known) + ")");
+}
+
+NodeRef& NodeRef::named(std::string name) {
+  graph_->node(node_).name = std::move(name);
+  return *this;
+}
+
+NodeRef& NodeRef::on(Device device) {
+  graph_->node(node_).device = device;
+  return *this;
+}
+
+NodeRef& NodeRef::infer_with(MetaFn infer) {
+  Node& n = graph_->node(node_);
+  if (n.kind != NodeKind::call) throw ValueError("infer_with: node '" + n.name + "' is not a call node");
+  n.infer = std::move(infer);
+  return *this;
+}
+
+const std::string& NodeRef::name() const { return graph_->node(node_).name; }
+
+Graph::Graph(std::string name) : name_(std::move(name)), id_(next_graph_id.fetch_add(1)) {}
+
+int Graph::add(Node node, const std::string& stem) {
+  const int id = static_cast<int>(nodes_.size());
+  if (node.name.empty()) node.name = stem + "_" + std::to_string(id);
+  nodes_.push_back(std::move(node));
+  return id;
+}
+
+std::vector<int> Graph::input_nodes() const {
+  std::vector<int> ids;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].kind == NodeKind::input) ids.push_back(static_cast<int>(i));
+  return ids;
+}
+
+std::vector<int> Graph::output_nodes() const {
+  std::vector<int> ids;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].kind == NodeKind::output) ids.push_back(static_cast<int>(i));
+  return ids;
+}
+
+Port Graph::input(std::string name, std::optional<TensorMeta> meta) {
+  Node n;
+  n.kind = NodeKind::input;
+  n.name = std::move(name);
+  n.meta = std::move(meta);
+  return {id_, add(std::move(n), "input"), 0};
+}
+
+Port Graph::constant(std::string name, Value value) {
+  Node n;
+  n.kind = NodeKind::constant;
+  n.name = std::move(name);
+  n.constant = std::move(value);
+  return {id_, add(std::move(n), "constant"), 0};
+}
+
+NodeRef Graph::op(std::string op, std::vector<Port> inputs, Attrs attrs, std::string name) {
+  Node n;
+  n.kind = NodeKind::op;
+  n.name = std::move(name);
+  n.op = std::move(op);
+  n.attrs = std::move(attrs);
+  n.inputs = std::move(inputs);
+  n.outputs = -1;
+  const std::string stem = n.op;
+  return NodeRef(*this, add(std::move(n), stem));
+}
+
+NodeRef Graph::call_values(std::string name, ValueFn fn, std::vector<Port> inputs, int outputs) {
+  Node n;
+  n.kind = NodeKind::call;
+  n.name = std::move(name);
+  n.fn = std::move(fn);
+  n.inputs = std::move(inputs);
+  n.outputs = outputs;
+  return NodeRef(*this, add(std::move(n), "call"));
+}
+
+NodeRef Graph::subgraph(std::string name, const Graph& body, std::vector<Port> inputs) {
+  Node n;
+  n.kind = NodeKind::subgraph;
+  n.name = std::move(name);
+  n.op = body.name();
+  n.body = std::make_shared<const Graph>(body);
+  n.inputs = std::move(inputs);
+  for (int o : body.output_nodes()) n.output_names.push_back(body.node(o).name);
+  n.outputs = static_cast<int>(n.output_names.size());
+  return NodeRef(*this, add(std::move(n), "subgraph"));
+}
+
+NodeRef Graph::switch_(std::string name, Port pred, std::vector<Port> data) {
+  Node n;
+  n.kind = NodeKind::switch_;
+  n.name = std::move(name);
+  n.width = static_cast<int>(data.size());
+  n.inputs.push_back(pred);
+  n.inputs.insert(n.inputs.end(), data.begin(), data.end());
+  for (int i = 0; i < n.width; ++i) n.output_names.push_back(numbered("then", i));
+  for (int i = 0; i < n.width; ++i) n.output_names.push_back(numbered("else", i));
+  n.outputs = 2 * n.width;
+  return NodeRef(*this, add(std::move(n), "switch"));
+}
+
+NodeRef Graph::merge(std::string name, std::vector<std::vector<Port>> branches) {
+  Node n;
+  n.kind = NodeKind::merge;
+  n.name = std::move(name);
+  n.width = branches.empty() ? 0 : static_cast<int>(branches[0].size());
+  for (size_t b = 0; b < branches.size(); ++b) {
+    if (static_cast<int>(branches[b].size()) != n.width && n.build_error.empty())
+      n.build_error = "merge '" + n.name + "': branch 0 has " + std::to_string(n.width) + " values but branch " +
+                      std::to_string(b) + " has " + std::to_string(branches[b].size());
+    n.inputs.insert(n.inputs.end(), branches[b].begin(), branches[b].end());
+  }
+  if (branches.size() < 2) n.build_error = "merge '" + n.name + "' needs at least two branches";
+  n.outputs = n.width;
+  return NodeRef(*this, add(std::move(n), "merge"));
+}
+
+NodeRef Graph::cond(std::string name, Port pred, const Graph& then_body, const Graph& else_body,
+                    std::vector<Port> inputs) {
+  const int k = static_cast<int>(inputs.size());
+  NodeRef sw = switch_(name + ".switch", pred, std::move(inputs));
+  std::vector<Port> then_in, else_in;
+  for (int i = 0; i < k; ++i) {
+    then_in.push_back(sw[i]);
+    else_in.push_back(sw[k + i]);
+  }
+  NodeRef then_node = subgraph(name + ".then", then_body, then_in);
+  NodeRef else_node = subgraph(name + ".else", else_body, else_in);
+  std::vector<std::vector<Port>> branches(2);
+  for (int i = 0; i < node(then_node.id()).outputs; ++i) branches[0].push_back(then_node[i]);
+  for (int i = 0; i < node(else_node.id()).outputs; ++i) branches[1].push_back(else_node[i]);
+  NodeRef merged = merge(std::move(name), std::move(branches));
+  Node& m = node(merged.id());
+  if (!m.build_error.empty())
+    m.build_error = "cond '" + m.name + "': graph '" + then_body.name() + "' gives " +
+                    std::to_string(branches[0].size()) + " outputs but graph '" + else_body.name() + "' gives " +
+                    std::to_string(branches[1].size());
+  else
+    m.output_names = node(then_node.id()).output_names;
+  return merged;
+}
+
+NodeRef Graph::loop(std::string name, const Graph& body, std::vector<Port> inputs, int64_t max_iterations) {
+  Node n;
+  n.kind = NodeKind::loop;
+  n.name = std::move(name);
+  n.op = body.name();
+  n.body = std::make_shared<const Graph>(body);
+  n.max_iterations = max_iterations;
+  n.outputs = static_cast<int>(inputs.size());
+  n.inputs = std::move(inputs);
+  for (int o : body.output_nodes())
+    if (body.node(o).name != "continue") n.output_names.push_back(body.node(o).name);
+  if (static_cast<int>(n.output_names.size()) != n.outputs) n.output_names.clear();  // validation reports it
+  return NodeRef(*this, add(std::move(n), "loop"));
+}
+
+void Graph::output(std::string name, Port port) {
+  Node n;
+  n.kind = NodeKind::output;
+  n.name = std::move(name);
+  n.inputs = {port};
+  n.outputs = 0;
+  add(std::move(n), "output");
+}
+
+void Graph::connect(Port from, NodeRef to, int input) {
+  Node& n = node(to.id());
+  if (input < 0 || input >= static_cast<int>(n.inputs.size()))
+    throw IndexError("connect: node '" + n.name + "' has " + std::to_string(n.inputs.size()) + " inputs; no input " +
+                     std::to_string(input));
+  if (n.inputs[input].connected())
+    throw ValueError("connect: input " + std::to_string(input) + " of node '" + n.name + "' is already connected");
+  n.inputs[input] = from;
+}
+
+std::vector<std::string> Graph::check(const std::map<std::string, TensorMeta>& input_metas) const {
+  return make_plan(*this, input_metas).problems;
+}
+
+void Graph::validate(const std::map<std::string, TensorMeta>& input_metas) const {
+  auto problems = check(input_metas);
+  if (!problems.empty()) throw GraphError(name_, std::move(problems));
+}
+
+std::map<std::string, std::optional<TensorMeta>> Graph::output_metas(
+    const std::map<std::string, TensorMeta>& input_metas) const {
+  Plan plan = make_plan(*this, input_metas);
+  if (!plan.problems.empty()) throw GraphError(name_, std::move(plan.problems));
+  std::map<std::string, std::optional<TensorMeta>> out;
+  for (size_t k = 0; k < plan.output_names.size(); ++k) out[plan.output_names[k]] = plan.output_metas[k];
+  return out;
+}
+
+namespace {
+
+std::string escaped(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+const char* dot_shape(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::input: return "invhouse";
+    case NodeKind::output: return "house";
+    case NodeKind::constant: return "note";
+    case NodeKind::call: return "box\" style=\"rounded";
+    case NodeKind::module: return "box3d";
+    case NodeKind::switch_: return "diamond";
+    case NodeKind::merge: return "invtriangle";
+    case NodeKind::loop: return "doubleoctagon";
+    default: return "box";
+  }
+}
+
+// Writes one graph's nodes (sub-graphs as clusters) and edges; ids are prefix + node index.
+void write_dot(std::ostringstream& out, const Graph& g, const std::string& prefix, const std::string& indent) {
+  auto id = [&](int node) { return prefix + std::to_string(node); };
+  // Where an edge from port p really starts: a sub-graph's output port is its inner output node.
+  std::function<std::string(const Graph&, const std::string&, const Port&)> from_id =
+      [&](const Graph& graph, const std::string& pre, const Port& p) -> std::string {
+    const Node& n = graph.node(p.node);
+    if (n.kind != NodeKind::subgraph) return pre + std::to_string(p.node);
+    const auto outs = n.body->output_nodes();
+    return pre + std::to_string(p.node) + "_" + std::to_string(outs.at(p.index));
+  };
+  const auto& nodes = g.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.kind == NodeKind::subgraph) {
+      out << indent << "subgraph cluster_" << id(static_cast<int>(i)) << " {\n"
+          << indent << "  label=\"" << escaped(n.name + " (graph " + n.body->name() + ")") << "\";\n";
+      write_dot(out, *n.body, id(static_cast<int>(i)) + "_", indent + "  ");
+      out << indent << "}\n";
+      continue;
+    }
+    std::string label = escaped(n.name);
+    if (n.kind == NodeKind::op) label += "\\n" + escaped(n.op);
+    else if (n.kind == NodeKind::module) label += "\\nmodule " + escaped(n.op);
+    else if (n.kind == NodeKind::loop)
+      label += "\\nloop " + escaped(n.op) + " (max " + std::to_string(n.max_iterations) + ")";
+    else if (n.kind != NodeKind::input && n.kind != NodeKind::output) label += std::string("\\n") + name(n.kind);
+    if (n.kind == NodeKind::input && n.meta) label += "\\n" + n.meta->str();
+    if (n.device) label += "\\n@" + n.device->str();
+    out << indent << id(static_cast<int>(i)) << " [label=\"" << label << "\" shape=\"" << dot_shape(n.kind) << "\"];\n";
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
+      const Port& p = n.inputs[slot];
+      if (p.graph != g.id() || p.node < 0 || p.node >= static_cast<int>(nodes.size())) continue;
+      const Node& from = nodes[p.node];
+      if (from.kind == NodeKind::subgraph && p.index >= static_cast<int>(from.body->output_nodes().size())) continue;
+      std::string to = id(static_cast<int>(i));
+      if (n.kind == NodeKind::subgraph) {
+        const auto ins = n.body->input_nodes();
+        if (slot >= ins.size()) continue;
+        to += "_" + std::to_string(ins[slot]);
+      }
+      out << indent << from_id(g, prefix, p) << " -> " << to;
+      if (p.index < static_cast<int>(from.output_names.size()))
+        out << " [label=\"" << escaped(from.output_names[p.index]) << "\"]";
+      else if (from.outputs != 1)
+        out << " [label=\"" << p.index << "\"]";
+      out << ";\n";
+    }
+  }
+}
+
+}  // namespace
+
+std::string Graph::to_dot() const {
+  std::ostringstream out;
+  out << "digraph \"" << escaped(name_) << "\" {\n  node [fontname=\"Helvetica\"];\n";
+  write_dot(out, *this, "n", "  ");
+  out << "}\n";
+  return out.str();
+}
+
+}  // namespace troupe

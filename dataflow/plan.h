@@ -1,0 +1,62 @@
+#pragma once
+// Plan: a Graph checked and flattened for running. Sub-graphs are inlined (their nodes named
+// "sub/node"), graph inputs and constants resolved to where they are read, and every node
+// knows, per output port, which node inputs (or graph outputs) consume it. What validation
+// and the Executor share; users see Graph::check/validate and Executor.
+//
+//   Plan plan = make_plan(graph, {{"x", TensorMeta{DType::f32, {2, 3}}}});
+//   if (!plan.problems.empty()) throw GraphError(graph.name(), plan.problems);
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dataflow/graph.h"
+#include "devices/registry.h"
+
+namespace troupe {
+
+// Where a node input's value comes from.
+struct Source {
+  enum Kind : uint8_t { none, node, input, constant };
+  Kind kind = none;
+  int index = -1;  // plan node, graph input or constant
+  int port = 0;
+};
+
+// Who reads a value: input `slot` of plan node `node`, or graph output `slot` when node is -1.
+struct Target {
+  int node = -1;
+  int slot = 0;
+};
+
+struct PlanNode {
+  const Node* node = nullptr;  // owned by the graph (or a sub-graph) the plan was made from
+  std::string path;            // "h", "encoder/h"
+  std::vector<Source> inputs;
+  int outputs = -1;  // -1 while unknown (an op whose input metas are unknown)
+  std::vector<std::vector<Target>> consumers;  // per output port
+  const OpDef* def = nullptr;                  // op nodes
+  Attrs attrs;                                 // op nodes: completed with defaults
+  int state_outputs = 0;                       // loop nodes: body outputs that are state
+  int continue_output = -1;                    // loop nodes: the body's "continue" output, if any
+};
+
+struct Plan {
+  std::string graph;
+  std::vector<PlanNode> nodes;
+  std::vector<int> order;  // nodes in topological order (all of them when acyclic)
+  std::vector<std::string> input_names;
+  std::vector<std::optional<TensorMeta>> input_metas;
+  std::vector<std::vector<Target>> input_consumers;
+  std::vector<Value> constants;
+  std::vector<std::vector<Target>> constant_consumers;
+  std::vector<std::string> output_names;
+  std::vector<Source> output_sources;
+  std::vector<std::optional<TensorMeta>> output_metas;
+  std::vector<std::string> problems;
+};
+
+Plan make_plan(const Graph& graph, const std::map<std::string, TensorMeta>& input_metas = {});
+
+}  // namespace troupe
