@@ -1,0 +1,117 @@
+// troupe info: what this build and this machine offer Troupe (text, or one JSON object with --json).
+#include <cblas.h>
+
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <oneapi/dnnl/dnnl.h>
+
+#include "devices/backend.h"
+#include "devices/cpu/gemm.h"
+#include "devices/registry.h"
+#include "devices/threads.h"
+#include "examples/troupe/commands.h"
+
+namespace troupe::cli {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  return "unknown";
+}
+
+// The instruction sets Troupe's kernels (and oneDNN's) care about.
+Json cpu_features() {
+  __builtin_cpu_init();
+  return Json{{"avx2", __builtin_cpu_supports("avx2") != 0},
+              {"avx512f", __builtin_cpu_supports("avx512f") != 0},
+              {"avx512bw", __builtin_cpu_supports("avx512bw") != 0},
+              {"avx512vl", __builtin_cpu_supports("avx512vl") != 0},
+              {"avx512bf16", __builtin_cpu_supports("avx512bf16") != 0},
+              {"avx512vnni", __builtin_cpu_supports("avx512vnni") != 0}};
+}
+
+Json collect() {
+  const dnnl_version_t* dnnl = dnnl_version();
+  std::string dnnl_text = std::to_string(dnnl->major) + "." + std::to_string(dnnl->minor) + "." +
+                          std::to_string(dnnl->patch);
+  const GemmChoice& gemm = gemm_choice();
+  Json cuda{{"available", has_backend(DeviceType::cuda)}};
+  if (has_backend(DeviceType::cuda)) {
+    DeviceBackend& b = backend(DeviceType::cuda);
+    cuda["devices"] = b.device_count();
+    cuda["description"] = b.describe();
+  } else {
+    cuda["reason"] = cuda_unavailable_reason();
+  }
+  return Json{
+      {"version", TROUPE_VERSION},
+      {"cpu", {{"model", cpu_model()}, {"features", cpu_features()}}},
+      {"cores", hardware_cores()},
+      {"intra_op_threads", intra_op_threads()},
+      {"onednn", {{"version", dnnl_text}, {"hash", dnnl->hash ? dnnl->hash : ""}}},
+      {"openblas", {{"config", openblas_get_config()}}},
+      {"gemm",
+       {{"backend", gemm.backend},
+        {"reason", gemm.reason},
+        {"onednn_gflops", gemm.onednn_gflops},
+        {"openblas_gflops", gemm.openblas_gflops}}},
+      {"ops", OpRegistry::global().names().size()},
+      {"cuda", cuda},
+  };
+}
+
+void print_text(const Json& info) {
+  auto row = [](const char* label) -> std::ostream& { return std::cout << std::left << std::setw(18) << label; };
+  std::cout << "troupe " << info["version"].get<std::string>() << "\n";
+  std::string have, lack;
+  for (const auto& [feature, present] : info["cpu"]["features"].items())
+    (present.get<bool>() ? have : lack) += " " + feature;
+  row("cpu") << info["cpu"]["model"].get<std::string>() << "\n";
+  row("cpu features") << (have.empty() ? " none" : have) << (lack.empty() ? "" : "  (lacks" + lack + ")") << "\n";
+  row("cores") << info["cores"] << ", intra-op threads " << info["intra_op_threads"] << "\n";
+  row("oneDNN") << info["onednn"]["version"].get<std::string>() << " (" << info["onednn"]["hash"].get<std::string>()
+                << ")\n";
+  row("OpenBLAS") << info["openblas"]["config"].get<std::string>() << "\n";
+  const Json& gemm = info["gemm"];
+  const std::string reason = gemm["reason"].get<std::string>();
+  row("gemm") << gemm["backend"].get<std::string>() << ": " << reason;
+  // The figures, unless the reason already quotes them (or nothing was measured).
+  if (gemm["onednn_gflops"].get<double>() > 0 && reason.find("GFLOP") == std::string::npos)
+    std::cout << std::fixed << std::setprecision(1) << " (oneDNN " << gemm["onednn_gflops"].get<double>()
+              << " GFLOP/s, OpenBLAS " << gemm["openblas_gflops"].get<double>() << " GFLOP/s)";
+  std::cout << "\n";
+  row("ops") << info["ops"] << " registered (troupe op --list)\n";
+  const Json& cuda = info["cuda"];
+  if (cuda["available"].get<bool>())
+    row("cuda") << cuda["devices"] << " device(s): " << cuda["description"].get<std::string>() << "\n";
+  else
+    row("cuda") << "none: " << cuda["reason"].get<std::string>() << "\n";
+}
+
+}  // namespace
+
+Command add_info_command(CLI::App& parent) {
+  CLI::App* app = parent.add_subcommand("info", "Version, CPU, threads, kernel backends, GEMM choice, ops, CUDA");
+  auto json = std::make_shared<bool>(false);
+  app->add_flag("--json", *json, "Print one JSON object instead of text");
+  return {app, [json] {
+            const Json info = collect();
+            if (*json)
+              std::cout << info.dump(2) << "\n";
+            else
+              print_text(info);
+            return 0;
+          }};
+}
+
+}  // namespace troupe::cli
