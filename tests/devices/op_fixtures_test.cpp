@@ -1,0 +1,88 @@
+// Every case under tests/fixtures/ops/ (written by make_fixtures.py from NumPy/PyTorch): run the op
+// through the registry on in*.npy with the case's attributes and compare with out*.npy within the
+// case's rtol/atol. An op that is not registered fails its case. Only non-fatal checks run inside
+// the loop (a REQUIRE would end the test case at the first bad fixture).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "devices/io/npy.h"
+#include "devices/registry.h"
+
+using namespace troupe;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The case's JSON attributes, typed by the op's schema.
+Attrs attrs_from_json(const OpDef& def, const nlohmann::json& json) {
+  Attrs attrs;
+  for (const auto& [key, value] : json.items()) {
+    const AttrSpec* spec = nullptr;
+    for (const AttrSpec& s : def.attrs)
+      if (s.name == key) spec = &s;
+    if (!spec) throw ValueError(def.name + " has no attribute '" + key + "'");
+    switch (spec->type) {
+      case AttrType::boolean: attrs.set(key, value.get<bool>()); break;
+      case AttrType::integer: attrs.set(key, value.get<int64_t>()); break;
+      case AttrType::real: attrs.set(key, value.get<double>()); break;
+      case AttrType::string: attrs.set(key, value.get<std::string>()); break;
+      case AttrType::int_list: attrs.set(key, value.get<std::vector<int64_t>>()); break;
+    }
+  }
+  return attrs;
+}
+
+// Elements outside |got - want| <= atol + rtol * |want| (exact for integers and bools).
+void check_close(const Tensor& got, const Tensor& want, double rtol, double atol) {
+  CHECK(got.meta().str() == want.meta().str());
+  if (got.meta() != want.meta()) return;
+  const auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  const bool exact = !is_floating(want.dtype());
+  size_t bad = 0, first_bad = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const bool same = g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i]));
+    if (same || (!exact && std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]))) continue;
+    if (bad++ == 0) first_bad = i;
+  }
+  INFO(bad << " of " << w.size() << " elements differ; first at " << first_bad << ": got "
+            << (bad ? g[first_bad] : 0) << ", want " << (bad ? w[first_bad] : 0));
+  CHECK(bad == 0);
+}
+
+void check_case(const fs::path& dir) {
+  INFO("fixture " << dir.filename().string());
+  std::ifstream file(dir / "case.json");
+  const nlohmann::json spec = nlohmann::json::parse(file);
+  const OpDef& def = OpRegistry::global().get(spec.at("op").get<std::string>());
+  std::vector<Tensor> inputs;
+  for (int i = 0; i < spec.at("inputs").get<int>(); ++i)
+    inputs.push_back(read_npy((dir / ("in" + std::to_string(i) + ".npy")).string()));
+  const auto outputs = OpRegistry::global().call(def, inputs, attrs_from_json(def, spec.at("attrs")));
+  CHECK(outputs.size() == spec.at("outputs").get<size_t>());
+  if (outputs.size() != spec.at("outputs").get<size_t>()) return;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    INFO("output " << i);
+    const Tensor want = read_npy((dir / ("out" + std::to_string(i) + ".npy")).string());
+    check_close(outputs[i], want, spec.at("rtol").get<double>(), spec.at("atol").get<double>());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ops match the NumPy/PyTorch fixtures", "[ops][fixtures]") {
+  std::vector<fs::path> cases;
+  for (const auto& entry : fs::directory_iterator(fs::path(TROUPE_FIXTURES) / "ops"))
+    if (entry.is_directory()) cases.push_back(entry.path());
+  std::sort(cases.begin(), cases.end());
+  REQUIRE(cases.size() >= 40);
+  for (const fs::path& dir : cases) {
+    try {
+      check_case(dir);
+    } catch (const std::exception& e) {  // one failing case must not hide the others
+      FAIL_CHECK(dir.filename().string() << ": " << e.what());
+    }
+  }
+}
