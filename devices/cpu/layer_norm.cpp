@@ -1,0 +1,110 @@
+// layer_norm on the CPU: normalises x over its trailing dims named by normalized_shape (biased
+// variance, like PyTorch), then scales by weight and shifts by bias when given. Floating inputs;
+// f16/bf16 compute in f32. Rows are contiguous: two vectorised passes (mean, then variance of
+// the centred row, which keeps precision when the mean is large) and one to write.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "devices/cpu/loops.h"
+#include "devices/registry.h"
+
+namespace troupe {
+
+namespace {
+
+template <class T>
+T sum_squares_row(const T* x, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  T lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += x[i + j] * x[i + j];
+  T total = 0;
+  for (; i < n; ++i) total += x[i] * x[i];
+  for (int64_t j = 0; j < kLanes; ++j) total += lanes[j];
+  return total;
+}
+
+// y = (x - mean) / sqrt(var + eps) * weight + bias for each row of n; weight and bias may be null.
+template <class T>
+void layer_norm_rows(const T* x, const T* weight, const T* bias, T* y, int64_t rows, int64_t n, T eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* in = x + r * n;
+    T* out = y + r * n;
+    const T mean = sum_row<T>(in, n) / static_cast<T>(n);
+    for (int64_t i = 0; i < n; ++i) out[i] = in[i] - mean;
+    const T var = sum_squares_row(out, n) / static_cast<T>(n);
+    const T rstd = T(1) / std::sqrt(var + eps);
+    if (weight && bias) {
+      for (int64_t i = 0; i < n; ++i) out[i] = out[i] * rstd * weight[i] + bias[i];
+    } else if (weight) {
+      for (int64_t i = 0; i < n; ++i) out[i] = out[i] * rstd * weight[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] *= rstd;
+    }
+  }
+}
+
+std::vector<TensorMeta> infer_layer_norm(const OpInfer& c) {
+  const TensorMeta& x = c.inputs[0];
+  const Shape& normalized = c.attrs.get<std::vector<int64_t>>("normalized_shape");
+  const double eps = c.attrs.get<double>("eps");
+  if (!is_floating(x.dtype))
+    throw DTypeError("layer_norm: needs a floating tensor, got " + x.str() + " (convert it with to(f32) first)");
+  if (normalized.empty())
+    throw ValueError("layer_norm: normalized_shape must name at least one dim, got [] for " + x.str());
+  const size_t k = normalized.size();
+  if (k > x.shape.size() || !std::equal(normalized.begin(), normalized.end(), x.shape.end() - k))
+    throw ShapeError("layer_norm: normalized_shape " + to_string(normalized) + " is not the trailing dims of " +
+                     x.str());
+  if (!(eps >= 0.0) || !std::isfinite(eps))
+    throw ValueError("layer_norm: eps must be finite and >= 0, got " + std::to_string(eps));
+  const char* roles[] = {"", "weight", "bias"};
+  for (size_t i = 1; i < c.inputs.size(); ++i) {
+    const TensorMeta& p = c.inputs[i];
+    if (!is_floating(p.dtype))
+      throw DTypeError(std::string("layer_norm: ") + roles[i] + " must be floating, got " + p.str() + " for " + x.str());
+    if (p.shape != normalized)
+      throw ShapeError(std::string("layer_norm: ") + roles[i] + " " + p.str() + " must have normalized_shape " +
+                       to_string(normalized) + " (x is " + x.str() + ")");
+  }
+  return {x};
+}
+
+std::vector<Tensor> layer_norm_kernel(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const int64_t n = numel(call.attrs.get<std::vector<int64_t>>("normalized_shape"));
+  const DType compute = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor out = Tensor::empty(x.shape(), compute);
+  if (out.numel() == 0) return {out.to(x.dtype())};
+  const Tensor in = x.to(compute).contiguous();
+  std::vector<Tensor> params;  // weight, bias as contiguous compute-dtype tensors
+  for (size_t i = 1; i < call.inputs.size(); ++i) params.push_back(call.inputs[i].to(compute).contiguous());
+  auto run = [&](auto* y) {
+    using T = std::remove_pointer_t<decltype(y)>;
+    const T* weight = params.size() > 0 ? params[0].data<T>() : nullptr;
+    const T* bias = params.size() > 1 ? params[1].data<T>() : nullptr;
+    layer_norm_rows(in.data<T>(), weight, bias, y, out.numel() / n, n,
+                    static_cast<T>(call.attrs.get<double>("eps")));
+  };
+  if (compute == DType::f64) run(out.mutable_data<double>());
+  else run(out.mutable_data<float>());
+  return {out.to(x.dtype())};
+}
+
+const OpRegistrar layer_norm_op{OpDef{
+    .name = "layer_norm",
+    .doc = "normalise over the trailing normalized_shape dims (biased variance), then * weight + bias; "
+           "inputs x [, weight [, bias]]",
+    .min_inputs = 1,
+    .max_inputs = 3,
+    .attrs = {{"normalized_shape", AttrType::int_list, std::nullopt, "the trailing dims of x to normalise over"},
+              {"eps", AttrType::real, 1e-5, "added to the variance"}},
+    .infer = infer_layer_norm,
+    .kernels = {{DeviceType::cpu, layer_norm_kernel}}}};
+
+}  // namespace
+
+}  // namespace troupe
