@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include "actors/profiler.h"
 #include "actors/promise.h"
@@ -369,13 +370,14 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
       fail(id, inv, std::current_exception());
       emit_dead(id, inv);
     }
+    values = {};  // inputs are freed before the invocation can count as done
     node_done(inv);
   }
 
   void submit_module(int id, const InvocationPtr& inv, std::vector<Value> values) {
-    auto call = [core = shared_from_this(), id, inv, values = std::move(values)]() {
+    auto call = [core = shared_from_this(), id, inv, values = std::move(values)]() mutable {
       try {
-        auto outs = core->plan.nodes[id].node->fn(values);
+        auto outs = core->plan.nodes[id].node->fn(std::exchange(values, {}));
         core->emit(id, inv, std::move(outs));
       } catch (...) {
         core->fail(id, inv, std::current_exception());

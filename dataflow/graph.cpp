@@ -193,12 +193,12 @@ NodeRef Graph::cond(std::string name, Port pred, const Graph& then_body, const G
   std::vector<std::vector<Port>> branches(2);
   for (int i = 0; i < node(then_node.id()).outputs; ++i) branches[0].push_back(then_node[i]);
   for (int i = 0; i < node(else_node.id()).outputs; ++i) branches[1].push_back(else_node[i]);
+  const size_t then_outputs = branches[0].size(), else_outputs = branches[1].size();
   NodeRef merged = merge(std::move(name), std::move(branches));
   Node& m = node(merged.id());
   if (!m.build_error.empty())
-    m.build_error = "cond '" + m.name + "': graph '" + then_body.name() + "' gives " +
-                    std::to_string(branches[0].size()) + " outputs but graph '" + else_body.name() + "' gives " +
-                    std::to_string(branches[1].size());
+    m.build_error = "cond '" + m.name + "': graph '" + then_body.name() + "' gives " + std::to_string(then_outputs) +
+                    " outputs but graph '" + else_body.name() + "' gives " + std::to_string(else_outputs);
   else
     m.output_names = node(then_node.id()).output_names;
   return merged;
@@ -328,7 +328,7 @@ void write_dot(std::ostringstream& out, const Graph& g, const std::string& prefi
       out << indent << from_id(g, prefix, p) << " -> " << to;
       if (p.index < static_cast<int>(from.output_names.size()))
         out << " [label=\"" << escaped(from.output_names[p.index]) << "\"]";
-      else if (from.outputs != 1)
+      else if (from.outputs > 1)
         out << " [label=\"" << p.index << "\"]";
       out << ";\n";
     }

@@ -84,6 +84,7 @@ class Planner {
         case NodeKind::constant:
           ordinal[i] = static_cast<int>(plan_.constants.size());
           plan_.constants.push_back(n.constant);
+          plan_.constant_paths.push_back(path);
           plan_.constant_consumers.emplace_back();
           break;
         case NodeKind::output:
@@ -273,6 +274,7 @@ class Planner {
     }
     std::vector<int> cycle(walk.begin() + seen_at[at], walk.end());
     std::reverse(cycle.begin(), cycle.end());
+    std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());  // from the first-made node
     std::string text = "cycle: ";
     for (int n : cycle) text += quoted(plan_.nodes[n].path) + " -> ";
     problem(text + quoted(plan_.nodes[cycle.front()].path));
@@ -294,7 +296,7 @@ class Planner {
   std::string source_label(const Source& s) const {
     switch (s.kind) {
       case Source::input: return plan_.input_names[s.index];
-      case Source::constant: return "constant " + std::to_string(s.index);
+      case Source::constant: return plan_.constant_paths[s.index];
       case Source::node: return port_label(*plan_.nodes[s.index].node, plan_.nodes[s.index].path, s.port);
       default: return "?";
     }

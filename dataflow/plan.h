@@ -50,6 +50,7 @@ struct Plan {
   std::vector<std::optional<TensorMeta>> input_metas;
   std::vector<std::vector<Target>> input_consumers;
   std::vector<Value> constants;
+  std::vector<std::string> constant_paths;
   std::vector<std::vector<Target>> constant_consumers;
   std::vector<std::string> output_names;
   std::vector<Source> output_sources;
