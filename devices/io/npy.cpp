@@ -42,7 +42,9 @@ class HeaderParser {
       const std::string key = string_literal();
       expect(':');
       if (key == "descr" && !descr) {
-        descr = peek('[') ? fail<std::string>("structured dtypes are not supported") : string_literal();
+        if (peek('['))
+          throw DTypeError("npy: " + std::string(name_) + ": structured dtypes are not supported");
+        descr = string_literal();
       } else if (key == "fortran_order" && !fortran) {
         fortran = boolean();
       } else if (key == "shape" && !shape) {
@@ -210,7 +212,8 @@ NpyHeader parse_header(std::span<const uint8_t> prefix, size_t file_size, std::s
 // Bytes that are neither 0 nor 1 would be undefined behaviour as C++ bool: refuse them.
 void check_bools(const uint8_t* data, size_t n, std::string_view name) {
   for (size_t i = 0; i < n; ++i)
-    if (data[i] > 1) corrupt(name, "bool element " + std::to_string(i) + " is " + std::to_string(data[i]) + ", not 0 or 1");
+    if (data[i] > 1)
+      corrupt(name, "bool element " + std::to_string(i) + " is " + std::to_string(data[i]) + ", not 0 or 1");
 }
 
 // Fortran order stores the reversed shape in C order: read that, then reverse the dims (a view).

@@ -93,7 +93,7 @@ void print_text(const Json& info) {
   row("ops") << info["ops"] << " registered (troupe op --list)\n";
   const Json& cuda = info["cuda"];
   if (cuda["available"].get<bool>())
-    row("cuda") << cuda["devices"] << " device(s): " << cuda["description"].get<std::string>() << "\n";
+    row("cuda") << cuda["description"].get<std::string>() << "\n";
   else
     row("cuda") << "none: " << cuda["reason"].get<std::string>() << "\n";
 }

@@ -26,7 +26,8 @@ struct TempDir {
   fs::path path;
   TempDir() {
     static int counter = 0;
-    path = fs::temp_directory_path() / ("troupe_cli_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    const std::string name = "troupe_cli_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+    path = fs::temp_directory_path() / name;
     fs::create_directories(path);
   }
   ~TempDir() { fs::remove_all(path); }
@@ -89,7 +90,8 @@ TEST_CASE("troupe op gather_nd takes --attr batch_dims=1", "[cli]") {
 TEST_CASE("troupe op writes several outputs with --out-prefix or repeated --out", "[cli]") {
   TempDir dir;
   write_npy(dir.file("x.npy"), Tensor::arange(6).reshape({3, 2}));
-  const Result r = troupe_cmd(dir, "op split --attr size=2 " + q(dir.file("x.npy")) + " --out-prefix " + q(dir.file("p")));
+  const Result r =
+      troupe_cmd(dir, "op split --attr size=2 " + q(dir.file("x.npy")) + " --out-prefix " + q(dir.file("p")));
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(read_npy(dir.file("p0.npy")).to_vector<float>() == std::vector<float>{0, 1, 2, 3});

@@ -135,35 +135,45 @@ TEST_CASE("npy refuses what it cannot represent, naming the file", "[io][npy][er
   CHECK_THROWS_AS(parse_npy(npy_bytes("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", 8), "c.npy"),
                   DTypeError);
   CHECK_THROWS_AS(parse_npy(npy_bytes("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", 4), "s"),
-                  IOError);
+                  DTypeError);
 }
 
 TEST_CASE("npy validates the header and size before allocating", "[io][npy][errors]") {
-  const std::string ok_dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
-  REQUIRE(parse_npy(npy_bytes(ok_dict, 24), "ok").shape() == Shape{2, 3});
-  REQUIRE(parse_npy(npy_bytes(ok_dict, 24, 2), "ok").shape() == Shape{2, 3});
+  auto dict = [](const std::string& descr, const std::string& fortran, const std::string& shape) {
+    return "{'descr': '" + descr + "', 'fortran_order': " + fortran + ", 'shape': " + shape + ", }";
+  };
+  const std::string ok_dict = dict("<f4", "False", "(2, 3)");
+  const std::vector<uint8_t> ok_v1 = npy_bytes(ok_dict, 24), ok_v2 = npy_bytes(ok_dict, 24, 2);
+  REQUIRE(parse_npy(ok_v1, "ok").shape() == Shape{2, 3});
+  REQUIRE(parse_npy(ok_v2, "ok").shape() == Shape{2, 3});
   // Every truncation of a valid file is an IOError, never a crash.
   const std::vector<uint8_t> full = to_npy(sample(DType::f32, {2, 3}));
   for (size_t n = 0; n < full.size(); ++n) {
     INFO("prefix of " << n << " bytes");
     CHECK_THROWS_AS(parse_npy(std::span(full.data(), n), "cut.npy"), IOError);
   }
+  auto patched = [](std::vector<uint8_t> bytes, size_t at, uint8_t value) {
+    bytes[at] = value;
+    return bytes;
+  };
+  const std::vector<uint8_t> huge_shape = npy_bytes(dict("<f8", "False", "(4000000000, 4000000000, 4000000000)"), 8);
+  const std::vector<uint8_t> bools = npy_bytes(dict("|b1", "False", "(2,)"), 2);
   const std::vector<std::pair<std::string, std::vector<uint8_t>>> broken = {
-      {"magic", [] { auto b = npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24); b[1] = 'X'; return b; }()},
-      {"version", [] { auto b = npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24); b[6] = 9; return b; }()},
-      {"header length", [] { auto b = npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24); b[8] = b[9] = 0xff; return b; }()},
-      {"huge v2 header length", [] { auto b = npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24, 2); b[11] = 0x7f; return b; }()},
+      {"magic", patched(ok_v1, 1, 'X')},
+      {"version", patched(ok_v1, 6, 9)},
+      {"header length", patched(patched(ok_v1, 8, 0xff), 9, 0xff)},
+      {"huge v2 header length", patched(ok_v2, 11, 0x7f)},
       {"missing key", npy_bytes("{'descr': '<f4', 'shape': (2, 3), }", 24)},
       {"extra key", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1, }", 24)},
-      {"repeated key", npy_bytes("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24)},
-      {"bad bool", npy_bytes("{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2, 3), }", 24)},
-      {"negative dim", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (-2, 3), }", 24)},
+      {"repeated key", npy_bytes("{'descr': '<f4', " + ok_dict.substr(1), 24)},
+      {"bad bool", npy_bytes(dict("<f4", "Maybe", "(2, 3)"), 24)},
+      {"negative dim", npy_bytes(dict("<f4", "False", "(-2, 3)"), 24)},
       {"not a dict", npy_bytes("[1, 2]", 24)},
       {"unterminated", npy_bytes("{'descr': '<f4", 24)},
       {"short data", npy_bytes(ok_dict, 20)},
       {"extra data", npy_bytes(ok_dict, 28)},
-      {"huge shape", npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (4000000000, 4000000000, 4000000000), }", 8)},
-      {"bool byte", [] { auto b = npy_bytes("{'descr': '|b1', 'fortran_order': False, 'shape': (2,), }", 2); b.back() = 7; return b; }()},
+      {"huge shape", huge_shape},
+      {"bool byte", patched(bools, bools.size() - 1, 7)},
   };
   for (const auto& [what, bytes] : broken) {
     INFO(what);
@@ -172,7 +182,7 @@ TEST_CASE("npy validates the header and size before allocating", "[io][npy][erro
   }
   // The same checks guard files, which are never read past their header before validation.
   TempDir dir;
-  write_bytes(dir.file("huge.npy"), broken[13].second);
+  write_bytes(dir.file("huge.npy"), huge_shape);
   CHECK_THROWS_AS(read_npy(dir.file("huge.npy")), IOError);
   write_bytes(dir.file("cut.npy"), std::vector<uint8_t>(full.begin(), full.end() - 1));
   CHECK_THROWS_WITH(read_npy(dir.file("cut.npy")), Catch::Contains("cut.npy") && Catch::Contains("24 data bytes"));
@@ -186,7 +196,8 @@ TEST_CASE("npy validates the header and size before allocating", "[io][npy][erro
 TEST_CASE("safetensors round-trips every dtype with metadata, zero-copy", "[io][safetensors]") {
   TempDir dir;
   std::map<std::string, Tensor> tensors;
-  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::boolean})
+  for (DType dtype :
+       {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::boolean})
     tensors[name(dtype)] = sample(dtype, {2, 3});
   tensors["scalar"] = Tensor::scalar<float>(2.5f);
   tensors["empty"] = Tensor::zeros({0, 4});
@@ -225,7 +236,8 @@ TEST_CASE("safetensors reads files written to the spec by Python", "[io][safeten
   CHECK(metadata.at("source") == "make_fixtures.py");
   CHECK(t.at("f32").to_vector<float>() == std::vector<float>{0, 0.25, 0.5, 0.75, 1, 1.25});
   CHECK(t.at("u8").to_vector<int64_t>() == std::vector<int64_t>{250, 253});
-  CHECK(t.at("f64").to_vector<double>() == std::vector<double>{-2.5, -1.5, -0.5, 0.5, 1.5, 2.5});  // unaligned in the file
+  // f64 starts at an unaligned offset in this file: read through a copy.
+  CHECK(t.at("f64").to_vector<double>() == std::vector<double>{-2.5, -1.5, -0.5, 0.5, 1.5, 2.5});
   CHECK(t.at("f16").dtype() == DType::f16);
   CHECK(t.at("f16").to_vector<float>() == std::vector<float>{0, 0.125, 0.25, 0.375, 0.5, 0.625});
   CHECK(t.at("bf16").dtype() == DType::bf16);
@@ -237,7 +249,8 @@ TEST_CASE("safetensors reads files written to the spec by Python", "[io][safeten
   CHECK(t.at("scalar").item<float>() == 7.5f);
   CHECK(t.at("empty").shape() == Shape{0, 3});
   // The fixture the LSTM tests use, written by another script.
-  CHECK(read_safetensors(std::string(TROUPE_FIXTURES) + "/lstm/lstm_small.safetensors").at("x").shape() == Shape{5, 3, 6});
+  const auto lstm = read_safetensors(std::string(TROUPE_FIXTURES) + "/lstm/lstm_small.safetensors");
+  CHECK(lstm.at("x").shape() == Shape{5, 3, 6});
 }
 
 TEST_CASE("safetensors validates the header before touching data", "[io][safetensors][errors]") {
@@ -275,7 +288,8 @@ TEST_CASE("safetensors validates the header before touching data", "[io][safeten
   }
   write_bytes(dir.file("i8.safetensors"), safetensors_bytes("{" + entry("I8", "[8]", "[0,8]") + "}", eight));
   CHECK_THROWS_AS(read_safetensors(dir.file("i8.safetensors")), DTypeError);
-  CHECK_THROWS_WITH(read_safetensors(dir.file("i8.safetensors")), Catch::Contains("i8.safetensors") && Catch::Contains("I8"));
+  CHECK_THROWS_WITH(read_safetensors(dir.file("i8.safetensors")),
+                    Catch::Contains("i8.safetensors") && Catch::Contains("I8"));
   CHECK_THROWS_AS(read_safetensors(dir.file("absent.safetensors")), IOError);
   CHECK_THROWS_AS(write_safetensors(dir.file("m.safetensors"), {{"__metadata__", Tensor::zeros({1})}}), ValueError);
   CHECK_THROWS_AS(write_safetensors(dir.file("u.safetensors"), {{"u", Tensor()}}), ValueError);
