@@ -52,11 +52,11 @@ struct Div {  // inference makes the compute type floating
 };
 struct Maximum {
   template <class A> static constexpr bool supports = true;
-  template <class A> A operator()(A x, A y) const { return nan_max(x, y); }
+  template <class A> A operator()(A x, A y) const { return NanMax{}(x, y); }
 };
 struct Minimum {
   template <class A> static constexpr bool supports = true;
-  template <class A> A operator()(A x, A y) const { return nan_min(x, y); }
+  template <class A> A operator()(A x, A y) const { return NanMin{}(x, y); }
 };
 
 #define TROUPE_COMPARISON(Name, expr)                                         \

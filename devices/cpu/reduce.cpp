@@ -171,9 +171,9 @@ std::vector<Tensor> max_or_min(const OpCall& call) {
     const int64_t count = out.numel();
     auto acc = std::make_unique<A[]>(count);  // not std::vector: A may be bool
     if constexpr (Max)
-      fold_block<A>(b.x.data<T>(), b, acc.get(), nan_max<A>);
+      fold_block<A>(b.x.data<T>(), b, acc.get(), NanMax{});
     else
-      fold_block<A>(b.x.data<T>(), b, acc.get(), nan_min<A>);
+      fold_block<A>(b.x.data<T>(), b, acc.get(), NanMin{});
     T* dst = out.mutable_data<T>();
     for (int64_t i = 0; i < count; ++i) dst[i] = convert<T>(acc[i]);
   });

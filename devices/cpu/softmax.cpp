@@ -21,7 +21,7 @@ void exp_in_place(double* y, int64_t n) {
 
 template <class T>
 void softmax_row(const T* x, T* y, int64_t n, bool log) {
-  const T top = fold_row<T>(x, n, nan_max<T>);
+  const T top = fold_row<T>(x, n, NanMax{});
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] - top;
   exp_in_place(y, n);
   const T total = sum_row<T>(y, n);
@@ -40,7 +40,7 @@ void softmax_columns(const T* x, T* y, int64_t n, int64_t inner, bool log, std::
                      std::vector<T>& total) {
   std::copy(x, x + inner, top.begin());
   for (int64_t r = 1; r < n; ++r)
-    for (int64_t i = 0; i < inner; ++i) top[i] = nan_max(top[i], x[r * inner + i]);
+    for (int64_t i = 0; i < inner; ++i) top[i] = NanMax{}(top[i], x[r * inner + i]);
   std::fill(total.begin(), total.end(), T(0));
   for (int64_t r = 0; r < n; ++r) {
     T* row = y + r * inner;
