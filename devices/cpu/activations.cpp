@@ -43,7 +43,7 @@ inline float exp_lane(float x, float lowest = -104.0f) {
 }
 
 // Arithmetic on subnormal floats is many times slower than on normal ones. Where a tiny e^x only
-// ever gets added to 1 (tanh, sigmoid), its argument stops at e^-87, still a normal float.
+// ever gets added to 1 (tanh, sigmoid), its argument stops at -87: e^-87 is still a normal float.
 constexpr float kNoSubnormal = -87.0f;
 
 // Below |x| = 0.625, tanh(x) = x + x^3 p(x^2) with p fitted (weighted least squares on
