@@ -69,7 +69,7 @@ struct Accumulator {
 TEST_CASE("executor: ops, constants and calls compute the graph", "[dataflow]") {
   two_workers();
   Graph g("mlp");
-  Port x = g.input("x", TensorMeta{DType::f32, {2, 3}});
+  Port x = g.input("x", TensorMeta{DType::f32, {2, 3}, Device::cpu()});
   Port h = g.op("matmul", {x, g.constant("w", Tensor::ones({3, 4}))}).named("h");
   Port z = g.op("add", {h, g.constant("b", Tensor::full({4}, -10))}).named("z");
   Port y = g.op("relu", {z}).named("y");
@@ -110,7 +110,7 @@ TEST_CASE("executor: other values travel too, and nodes without inputs fire per 
 TEST_CASE("executor: run checks its inputs", "[dataflow]") {
   two_workers();
   Graph g("g");
-  g.output("y", g.op("neg", {g.input("x", TensorMeta{DType::f32, {2}})}));
+  g.output("y", g.op("neg", {g.input("x", TensorMeta{DType::f32, {2}, Device::cpu()})}));
   Executor exec(g);
   CHECK_THROWS_AS(exec.run({}), ValueError);
   CHECK_THROWS_WITH(exec.run({}), Catch::Contains("input 'x' is missing"));

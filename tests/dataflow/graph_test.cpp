@@ -7,8 +7,8 @@ using namespace troupe;
 
 namespace {
 
-const TensorMeta f32_2x3{DType::f32, {2, 3}};
-const TensorMeta f32_3x4{DType::f32, {3, 4}};
+const TensorMeta f32_2x3{DType::f32, {2, 3}, Device::cpu()};
+const TensorMeta f32_3x4{DType::f32, {3, 4}, Device::cpu()};
 
 // Every problem check() reports must show up, each naming what it is about.
 bool reports(const std::vector<std::string>& problems, const std::string& a, const std::string& b = "") {
@@ -66,7 +66,7 @@ TEST_CASE("graph: a valid graph has no problems and infers its output metas", "[
   REQUIRE(metas.at("y"));
   CHECK(metas.at("y")->str() == "f32[2,4]");
   // Metas given at validation win over the declared ones.
-  CHECK(g.output_metas({{"x", TensorMeta{DType::f32, {5, 3}}}}).at("y")->str() == "f32[5,4]");
+  CHECK(g.output_metas({{"x", TensorMeta{DType::f32, {5, 3}, Device::cpu()}}}).at("y")->str() == "f32[5,4]");
 }
 
 TEST_CASE("graph: unconnected inputs, connect() and its errors", "[dataflow]") {
@@ -140,8 +140,8 @@ TEST_CASE("graph: unknown ops and bad attributes", "[dataflow]") {
 TEST_CASE("graph: shape and dtype mismatches from the registry's inference", "[dataflow]") {
   Graph g("g");
   Port x = g.input("x", f32_2x3);
-  Port w = g.input("w", TensorMeta{DType::f32, {4, 5}});
-  Port i = g.input("i", TensorMeta{DType::f32, {2}});
+  Port w = g.input("w", TensorMeta{DType::f32, {4, 5}, Device::cpu()});
+  Port i = g.input("i", TensorMeta{DType::f32, {2}, Device::cpu()});
   Port h = g.op("matmul", {x, w}).named("h");
   Port e = g.op("index_select", {x, i}, {{"dim", int64_t{0}}}).named("pick");
   g.output("h", h);
@@ -157,7 +157,7 @@ TEST_CASE("graph: shape and dtype mismatches from the registry's inference", "[d
 
 TEST_CASE("graph: output ports out of range", "[dataflow]") {
   Graph g("g");
-  Port x = g.input("x", TensorMeta{DType::f32, {4}});
+  Port x = g.input("x", TensorMeta{DType::f32, {4}, Device::cpu()});
   NodeRef parts = g.op("split", {x}, {{"size", int64_t{2}}}).named("parts");
   g.output("y", g.op("neg", {parts[3]}).named("z"));
   CHECK(reports(g.check(), "node 'z' input 0 uses output 3 of 'parts' (split), which has 2 outputs"));
@@ -193,7 +193,7 @@ TEST_CASE("graph: calls check their arity and may infer metas", "[dataflow]") {
 TEST_CASE("graph: switch, merge and cond are checked", "[dataflow]") {
   Graph g("g");
   Port x = g.input("x", f32_2x3);
-  Port p = g.input("p", TensorMeta{DType::boolean, {2}});
+  Port p = g.input("p", TensorMeta{DType::boolean, {2}, Device::cpu()});
   NodeRef s = g.switch_("s", p, {x});
   Port y = g.input("y", f32_3x4);
   g.output("m", g.merge("m", {{s[0]}, {y}}));
@@ -231,7 +231,7 @@ TEST_CASE("graph: sub-graphs are checked inside, with their paths", "[dataflow]"
   CHECK(reports(problems, "sub-graph node 'wrong_arity' has 2 inputs but graph 'body' declares 1"));
 
   Graph fine("fine");
-  NodeRef enc = fine.subgraph("enc", body, {fine.input("x", TensorMeta{DType::f32, {7, 5}})});
+  NodeRef enc = fine.subgraph("enc", body, {fine.input("x", TensorMeta{DType::f32, {7, 5}, Device::cpu()})});
   fine.output("y", enc.out("out"));
   CHECK(fine.output_metas().at("y")->str() == "f32[7,2]");
 }
