@@ -1,0 +1,72 @@
+#include "net/channel.h"
+
+#include "devices/error.h"
+#include "net/transport.h"
+
+namespace troupe::net {
+
+std::string describe(const OpDescriptor& op) {
+  std::string out = name(op.op);
+  out += "(";
+  if (op.reduce != ReduceOp::none) out += std::string(name(op.reduce)) + ", ";
+  return out + troupe::name(op.dtype) + ", " + std::to_string(op.count) + " elements)";
+}
+
+void Channel::send(int dst, const OpDescriptor& op, const Tensor& payload) {
+  if (dst < 0 || dst >= size())
+    throw IndexError(std::string(name(op.op)) + ": rank " + std::to_string(dst) + " outside a group of " +
+                     std::to_string(size()));
+  FrameHeader h;
+  h.kind = FrameKind::collective;
+  h.group = group_id();
+  h.tag = static_cast<int64_t>(op.collective_seq);
+  h.op = op;
+  group_->transport().send(group_->global_rank(dst), h, payload);
+}
+
+Channel::Incoming Channel::recv(int src, const OpDescriptor& expected, Deadline deadline) {
+  if (src < 0 || src >= size())
+    throw IndexError(std::string(name(expected.op)) + ": rank " + std::to_string(src) + " outside a group of " +
+                     std::to_string(size()));
+  Transport& transport = group_->transport();
+  const int64_t tag = static_cast<int64_t>(expected.collective_seq);
+  auto slot = transport.post(group_id(), Lane::collective, tag, group_->global_rank(src));
+  std::optional<Message> m = transport.wait(slot, deadline);
+  const std::string where = std::string(name(expected.op)) + ": collective #" + std::to_string(expected.collective_seq) +
+                            " of group " + std::to_string(group_id());
+  if (!m)
+    throw TimeoutError(where + ": rank " + std::to_string(rank()) + " heard nothing from rank " + std::to_string(src) +
+                       " within the timeout");
+  if (m->header.kind == FrameKind::control) {
+    const auto* text = static_cast<const char*>(m->payload.raw_data());
+    throw CommError(std::string(text, static_cast<size_t>(m->payload.numel())));
+  }
+  const OpDescriptor& got = m->header.op;
+  if (got.op != expected.op || got.reduce != expected.reduce || got.dtype != expected.dtype ||
+      got.count != expected.count) {
+    const std::string message = where + ": ranks disagree: rank " + std::to_string(rank()) + " called " +
+                                describe(expected) + ", rank " + std::to_string(src) + " called " + describe(got);
+    abort(expected.collective_seq, message);
+    throw CommError(message);
+  }
+  return {src, got, std::move(m->payload)};
+}
+
+void Channel::abort(uint64_t collective_seq, const std::string& message) {
+  std::vector<uint8_t> bytes(message.begin(), message.end());
+  const Tensor text = Tensor::from_vector<uint8_t>(bytes, {static_cast<int64_t>(bytes.size())});
+  FrameHeader h;
+  h.kind = FrameKind::control;
+  h.group = group_id();
+  h.tag = static_cast<int64_t>(collective_seq);
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank()) continue;
+    try {
+      group_->transport().send(group_->global_rank(r), h, text);
+    } catch (const CommError&) {
+      // A rank that is gone cannot be told; its loss fails everyone anyway.
+    }
+  }
+}
+
+}  // namespace troupe::net

@@ -1,0 +1,289 @@
+#include "net/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <random>
+#include <tuple>
+
+#include "devices/error.h"
+#include "net/curve.h"
+#include "net/rendezvous.h"
+#include "net/work.h"
+
+extern char** environ;
+
+namespace troupe::net {
+
+namespace {
+
+std::atomic<int> g_interrupt{0};
+
+void on_interrupt(int sig) { g_interrupt = sig; }
+
+std::string random_hex(int bytes) {
+  std::random_device device;
+  std::string out;
+  static const char* digits = "0123456789abcdef";
+  for (int i = 0; i < bytes; ++i) {
+    const unsigned v = device() & 0xff;
+    out += digits[v >> 4];
+    out += digits[v & 15];
+  }
+  return out;
+}
+
+std::string describe_exit(const RankExit& e) {
+  const std::string who = "rank " + std::to_string(e.rank) + " (pid " + std::to_string(e.pid) + ")";
+  if (e.signal) return who + " was killed by signal " + std::to_string(e.signal) + " (" + strsignal(e.signal) + ")";
+  return who + " exited with status " + std::to_string(e.exit_code);
+}
+
+// One child's output stream, split into lines.
+struct Stream {
+  int fd = -1;
+  int rank = 0;
+  bool is_stderr = false;
+  std::string pending;
+};
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = true;
+};
+
+}  // namespace
+
+int free_tcp_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw CommError(std::string("launch: socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof addr;
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size) == 0)
+    port = ntohs(addr.sin_port);
+  ::close(fd);
+  if (port < 0) throw CommError(std::string("launch: cannot find a free port: ") + std::strerror(errno));
+  return port;
+}
+
+LaunchResult launch(const LaunchOptions& o) {
+  if (o.nproc < 1) throw ValueError("launch: --nproc must be at least 1, got " + std::to_string(o.nproc));
+  if (o.nnodes < 1) throw ValueError("launch: --nnodes must be at least 1, got " + std::to_string(o.nnodes));
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes)
+    throw ValueError("launch: --node-rank " + std::to_string(o.node_rank) + " outside " + std::to_string(o.nnodes) +
+                     " nodes");
+  if (o.command.empty()) throw ValueError("launch: no program given (troupe launch --nproc N -- PROGRAM ARGS...)");
+  if (o.nnodes > 1 && o.master.empty()) throw ValueError("launch: --nnodes > 1 needs --master HOST:PORT");
+  if (o.curve && o.nnodes > 1)
+    throw ValueError("launch: --curve makes a key for one node; pass the same --curve-key FILE on every node");
+
+  auto print = o.on_line ? o.on_line : [](int rank, bool is_stderr, const std::string& line) {
+    const std::string text = (rank < 0 ? "[launch] " : "[rank " + std::to_string(rank) + "] ") + line + "\n";
+    std::FILE* out = is_stderr ? stderr : stdout;
+    std::fwrite(text.data(), 1, text.size(), out);
+    std::fflush(out);
+  };
+
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  if (o.master.empty()) {
+    master_port = free_tcp_port();
+  } else {
+    std::tie(master_addr, master_port) = split_host_port(o.master);
+  }
+
+  // The key file the ranks read: given (created when missing) or generated for this job.
+  std::string key_file = o.curve_key_file;
+  bool remove_key_file = false;
+  if (!key_file.empty()) {
+    if (!std::filesystem::exists(key_file)) write_curve_key_file(key_file, generate_curve_keys());
+    load_curve_key_file(key_file);  // validates before any rank starts
+  } else if (o.curve) {
+    const char* tmp = std::getenv("TMPDIR");
+    key_file = std::string(tmp && *tmp ? tmp : "/tmp") + "/troupe-key-" + random_hex(8);
+    write_curve_key_file(key_file, generate_curve_keys());
+    remove_key_file = true;
+  }
+
+  const int world = o.nproc * o.nnodes;
+  const char* run_env = std::getenv("TROUPE_RUN_ID");
+  const std::string run_id = run_env && *run_env ? run_env : random_hex(8);
+  std::map<std::string, std::string> base_env;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos) base_env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  base_env["MASTER_ADDR"] = master_addr;
+  base_env["MASTER_PORT"] = std::to_string(master_port);
+  base_env["WORLD_SIZE"] = std::to_string(world);
+  base_env["LOCAL_WORLD_SIZE"] = std::to_string(o.nproc);
+  base_env["NODE_RANK"] = std::to_string(o.node_rank);
+  base_env["TROUPE_RUN_ID"] = run_id;
+  if (!key_file.empty()) base_env["TROUPE_CURVE_SECRET_FILE"] = std::filesystem::absolute(key_file).string();
+  for (const auto& [k, v] : o.env) base_env[k] = v;
+
+  struct sigaction action {}, old_int {}, old_term {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  g_interrupt = 0;
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+
+  std::vector<Child> children;
+  std::vector<Stream> streams;
+  LaunchResult result;
+  auto stop_all = [&](int sig) {
+    for (auto& c : children)
+      if (c.running) ::kill(c.pid, sig);
+  };
+
+  for (int local = 0; local < o.nproc; ++local) {
+    const int rank = o.node_rank * o.nproc + local;
+    auto env = base_env;
+    env["RANK"] = std::to_string(rank);
+    env["LOCAL_RANK"] = std::to_string(local);
+    // Everything the child needs is built before fork: only async-signal-safe calls after it.
+    std::vector<std::string> env_strings;
+    for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+    std::vector<char*> envp, argv;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> args = o.command;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const std::string exec_error = "troupe launch: cannot run " + o.command[0] + "\n";
+
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+      stop_all(SIGKILL);
+      throw CommError(std::string("launch: pipe: ") + std::strerror(errno));
+    }
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      stop_all(SIGKILL);
+      throw CommError(std::string("launch: fork: ") + std::strerror(errno));
+    }
+    if (pid == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err[1], STDERR_FILENO);
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // the launcher died: so do its ranks
+      if (::getppid() != parent) _exit(1);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      ::execvpe(argv[0], argv.data(), envp.data());
+      ssize_t ignored = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());
+      (void)ignored;
+      _exit(127);
+    }
+    ::close(out[1]);
+    ::close(err[1]);
+    children.push_back({rank, pid, true});
+    result.ranks.push_back({rank, pid, -1, 0});
+    streams.push_back({out[0], rank, false, {}});
+    streams.push_back({err[0], rank, true, {}});
+  }
+
+  auto emit_lines = [&](Stream& s, bool flush) {
+    size_t start = 0;
+    for (size_t nl; (nl = s.pending.find('\n', start)) != std::string::npos; start = nl + 1)
+      print(s.rank, s.is_stderr, s.pending.substr(start, nl - start));
+    s.pending.erase(0, start);
+    if (flush && !s.pending.empty()) {
+      print(s.rank, s.is_stderr, s.pending);
+      s.pending.clear();
+    }
+  };
+
+  bool failed = false;
+  Clock::time_point kill_at = Clock::time_point::max();
+  Clock::time_point all_exited_at = Clock::time_point::max();
+  const auto fail = [&](const std::string& why, int code) {
+    failed = true;
+    result.failure = why;
+    result.exit_code = code;
+    print(-1, true, why + (o.stop_on_failure ? "; stopping the other ranks" : ""));
+    if (o.stop_on_failure) {
+      stop_all(SIGTERM);
+      kill_at = Clock::now() + o.grace;
+    }
+  };
+
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<Stream*> polled;
+    for (auto& s : streams)
+      if (s.fd >= 0) {
+        fds.push_back({s.fd, POLLIN, 0});
+        polled.push_back(&s);
+      }
+    const bool any_running = std::any_of(children.begin(), children.end(), [](const Child& c) { return c.running; });
+    // Output still open after every rank exited belongs to their own children: give it a moment.
+    if (!any_running && (fds.empty() || Clock::now() - all_exited_at > std::chrono::milliseconds(200))) break;
+    ::poll(fds.data(), fds.size(), 50);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Stream& s = *polled[i];
+      char buffer[65536];
+      const ssize_t n = ::read(s.fd, buffer, sizeof buffer);
+      if (n > 0) {
+        s.pending.append(buffer, n);
+        emit_lines(s, false);
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        emit_lines(s, true);
+        ::close(s.fd);
+        s.fd = -1;
+      }
+    }
+    for (size_t i = 0; i < children.size(); ++i) {
+      Child& c = children[i];
+      if (!c.running) continue;
+      int status = 0;
+      if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      c.running = false;
+      RankExit& e = result.ranks[i];
+      if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
+      else e.exit_code = WEXITSTATUS(status);
+      if (!failed && (e.signal || e.exit_code != 0)) fail(describe_exit(e), e.signal ? 128 + e.signal : e.exit_code);
+    }
+    if (!failed && g_interrupt) fail("interrupted by signal " + std::to_string(g_interrupt.load()), 128 + g_interrupt);
+    if (Clock::now() >= kill_at) {
+      stop_all(SIGKILL);
+      kill_at = Clock::time_point::max();
+    }
+    if (all_exited_at == Clock::time_point::max() &&
+        std::none_of(children.begin(), children.end(), [](const Child& c) { return c.running; }))
+      all_exited_at = Clock::now();
+  }
+  for (auto& s : streams)
+    if (s.fd >= 0) {
+      emit_lines(s, true);
+      ::close(s.fd);
+    }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  if (remove_key_file) std::filesystem::remove(key_file);
+  return result;
+}
+
+}  // namespace troupe::net

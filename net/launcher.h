@@ -1,0 +1,56 @@
+#pragma once
+// The launcher behind `troupe launch`: starts this node's ranks with the env:// variables set
+// (like torchrun), forwards their output line by line prefixed "[rank R]", and when one rank
+// fails stops the others (SIGTERM, SIGKILL after a grace period) and reports which and how.
+//
+//   LaunchOptions o;
+//   o.nproc = 2;
+//   o.command = {"build/bin/p2p_blocking"};
+//   LaunchResult r = launch(o);        // r.exit_code: 0, or the failed rank's status (128+signal)
+//
+// Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
+// MASTER_PORT and TROUPE_RUN_ID; with curve, TROUPE_CURVE_SECRET_FILE too. Without a master,
+// the job is single-node on loopback and a free port is picked.
+#include <chrono>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace troupe::net {
+
+struct LaunchOptions {
+  int nproc = 1;       // ranks on this node
+  int nnodes = 1;      // nodes in the job
+  int node_rank = 0;   // this node's index
+  std::string master;  // HOST:PORT of rank 0's rendezvous; empty: 127.0.0.1 and a free port
+  std::vector<std::string> command;
+  std::chrono::milliseconds grace{5000};  // SIGTERM to SIGKILL
+  bool stop_on_failure = true;            // false: let the others run to their end (tests use it)
+  bool curve = false;                     // generate a job key for this (single-node) job
+  std::string curve_key_file;             // use this key file (created if missing); for multi-node jobs
+  std::vector<std::pair<std::string, std::string>> env;  // extra variables for every rank
+  // Receives every output line: rank R (or -1 for the launcher's own notices), whether it came
+  // from stderr, and the line without its newline. Default: "[rank R] line" to stdout/stderr.
+  std::function<void(int rank, bool is_stderr, const std::string& line)> on_line;
+};
+
+struct RankExit {
+  int rank = -1;
+  int pid = -1;
+  int exit_code = -1;  // when it exited
+  int signal = 0;      // when a signal killed it
+};
+
+struct LaunchResult {
+  int exit_code = 0;    // 0 when every rank succeeded, else the first failed rank's code (128 + signal)
+  std::string failure;  // "rank 1 (pid 4242) was killed by signal 9 (Killed)"; empty on success
+  std::vector<RankExit> ranks;
+};
+
+LaunchResult launch(const LaunchOptions& options);
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int free_tcp_port();
+
+}  // namespace troupe::net

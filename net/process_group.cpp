@@ -1,0 +1,287 @@
+#include "net/process_group.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <numeric>
+#include <set>
+
+#include "devices/error.h"
+#include "net/channel.h"
+#include "net/rendezvous.h"
+#include "net/transport.h"
+
+namespace troupe::net {
+
+namespace {
+
+std::optional<int> env_int(std::initializer_list<const char*> names, std::string* used) {
+  for (const char* name : names) {
+    const char* value = std::getenv(name);
+    if (!value || !*value) continue;
+    try {
+      size_t n = 0;
+      int v = std::stoi(value, &n);
+      if (n != std::strlen(value)) throw std::invalid_argument(value);
+      *used = name;
+      return v;
+    } catch (const std::exception&) {
+      throw ValueError(std::string("init_process_group: ") + name + "='" + value + "' is not an integer");
+    }
+  }
+  return std::nullopt;
+}
+
+std::string env_string(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// The local IPv4 address the kernel would use to reach host (no packet is sent).
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) return "127.0.0.1";
+  std::string out = "127.0.0.1";
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t size = sizeof local;
+    char text[INET_ADDRSTRLEN];
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &size) == 0 &&
+        inet_ntop(AF_INET, &local.sin_addr, text, sizeof text))
+      out = text;
+  }
+  if (fd >= 0) ::close(fd);
+  freeaddrinfo(found);
+  return out;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+class SendWork final : public Work::Impl {
+ public:
+  SendWork(std::shared_ptr<detail::Completion> done, std::string what)
+      : done_(std::move(done)), what_(std::move(what)) {}
+  bool is_completed() override { return done_->is_done(); }
+  void wait(Deadline deadline) override {
+    if (!done_->wait_until(deadline)) throw TimeoutError(what_ + ": the bytes were not sent within the timeout");
+  }
+
+ private:
+  std::shared_ptr<detail::Completion> done_;
+  std::string what_;
+};
+
+class RecvWork final : public Work::Impl {
+ public:
+  RecvWork(std::shared_ptr<ProcessGroup> group, std::shared_ptr<Transport::Slot> slot, Tensor* target, int src,
+           int64_t tag)
+      : group_(std::move(group)), slot_(std::move(slot)), target_(target), src_(src), tag_(tag) {
+    if (target->defined()) expected_ = target->meta();
+  }
+
+  bool is_completed() override {
+    std::lock_guard lock(mutex_);
+    return finished_ || group_->transport().is_ready(*slot_);
+  }
+
+  int source() const override {
+    std::lock_guard lock(mutex_);
+    return source_;
+  }
+
+  void wait(Deadline deadline) override {
+    std::lock_guard lock(mutex_);
+    if (!finished_) {
+      finished_ = true;
+      try {
+        complete(deadline);
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    }
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::string what() const {
+    return "recv from " + (src_ < 0 ? std::string("any rank") : "rank " + std::to_string(src_)) + " (tag " +
+           std::to_string(tag_) + ", group " + std::to_string(group_->id()) + ")";
+  }
+
+  void complete(Deadline deadline) {
+    std::optional<Message> m = group_->transport().wait(slot_, deadline);
+    if (!m) throw TimeoutError(what() + ": nothing arrived within the timeout");
+    const int from = group_->group_rank(m->source);
+    if (expected_) {
+      const TensorMeta got = m->payload.meta();
+      const std::string detail = what() + ": rank " + std::to_string(from) + " sent " + got.str() + ", expected " +
+                                 TensorMeta{expected_->dtype, expected_->shape, Device::cpu()}.str();
+      if (got.dtype != expected_->dtype) throw DTypeError(detail);
+      if (got.shape != expected_->shape) throw ShapeError(detail);
+      *target_ = expected_->device.is_cpu() ? m->payload : m->payload.to(expected_->device);
+    } else {
+      *target_ = m->payload;
+    }
+    source_ = from;
+  }
+
+  mutable std::mutex mutex_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<Transport::Slot> slot_;
+  Tensor* target_;
+  std::optional<TensorMeta> expected_;
+  int src_;
+  int64_t tag_;
+  bool finished_ = false;
+  std::exception_ptr error_;
+  int source_ = -1;
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
+  std::string rank_from = "InitOptions::rank", world_from = "InitOptions::world_size";
+  if (options.rank < 0) {
+    auto r = env_int({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, &rank_from);
+    if (!r)
+      throw ValueError("init_process_group: no rank: pass InitOptions::rank or set RANK (or OMPI_COMM_WORLD_RANK, "
+                       "SLURM_PROCID)");
+    options.rank = *r;
+  }
+  if (options.world_size < 0) {
+    auto w = env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, &world_from);
+    if (!w)
+      throw ValueError("init_process_group: no world size: pass InitOptions::world_size or set WORLD_SIZE (or "
+                       "OMPI_COMM_WORLD_SIZE, SLURM_NTASKS)");
+    options.world_size = *w;
+  }
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size)
+    throw ValueError("init_process_group: rank " + std::to_string(options.rank) + " (" + rank_from +
+                     ") outside a world of " + std::to_string(options.world_size) + " (" + world_from + ")");
+
+  std::string method = options.init_method;
+  if (method == "env://") {
+    const std::string addr = env_string("MASTER_ADDR"), port = env_string("MASTER_PORT");
+    if (addr.empty() || port.empty())
+      throw ValueError("init_process_group: env:// needs MASTER_ADDR and MASTER_PORT (troupe launch sets them)");
+    method = "tcp://" + addr + ":" + port;
+  }
+
+  TransportOptions t;
+  t.rank = options.rank;
+  t.world_size = options.world_size;
+  t.prefer = !options.transport.empty() ? options.transport : env_string("TROUPE_TRANSPORT");
+  if (t.prefer.empty()) t.prefer = "auto";
+  if (t.prefer != "auto" && t.prefer != "tcp" && t.prefer != "ipc")
+    throw ValueError("init_process_group: transport must be auto, tcp or ipc, got '" + t.prefer + "'");
+  t.ipc = t.prefer != "tcp";
+  if (const std::string host = env_string("TROUPE_HOST"); !host.empty()) {
+    t.tcp_host = host;
+  } else if (method.rfind("tcp://", 0) == 0) {
+    auto [host, port] = split_host_port(method.substr(6));
+    t.tcp_host = local_address_towards(host, port);
+  } else {
+    t.tcp_host = local_address_towards("192.0.2.1", 9);  // any off-host address: finds the default route's interface
+  }
+  const std::string key_file =
+      !options.curve_key_file.empty() ? options.curve_key_file : env_string("TROUPE_CURVE_SECRET_FILE");
+  if (!key_file.empty()) t.curve = load_curve_key_file(key_file);
+
+  const Deadline deadline = deadline_after(options.timeout);
+  auto transport = std::make_shared<Transport>(t);
+  std::vector<PeerAddress> table = rendezvous(method, options.rank, options.world_size, *transport, deadline);
+  transport->connect(table, deadline);
+  std::vector<int> ranks(options.world_size);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return std::make_shared<ProcessGroup>(std::move(transport), 0, std::move(ranks), options.timeout);
+}
+
+ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, uint64_t id, std::vector<int> global_ranks,
+                           std::chrono::milliseconds timeout)
+    : transport_(std::move(transport)), id_(id), global_ranks_(std::move(global_ranks)), timeout_ms_(timeout.count()) {
+  rank_ = group_rank(transport_->rank());
+  if (rank_ < 0) throw ValueError("ProcessGroup: this process (global rank " + std::to_string(transport_->rank()) +
+                                  ") is not a member");
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+int ProcessGroup::global_rank(int group_rank) const { return global_ranks_.at(group_rank); }
+
+int ProcessGroup::group_rank(int global) const {
+  for (size_t i = 0; i < global_ranks_.size(); ++i)
+    if (global_ranks_[i] == global) return static_cast<int>(i);
+  return -1;
+}
+
+void ProcessGroup::check_peer_rank(const char* op, int r, bool any_allowed) const {
+  if (any_allowed && r == kAnySource) return;
+  if (r < 0 || r >= size())
+    throw IndexError(std::string(op) + ": rank " + std::to_string(r) + " outside a group of " + std::to_string(size()) +
+                     (any_allowed ? " (kAnySource is -1)" : ""));
+}
+
+Work ProcessGroup::isend(const Tensor& tensor, int dst, int64_t tag) {
+  if (!tensor.defined()) throw ValueError("send: the tensor is undefined");
+  check_peer_rank("send", dst, false);
+  FrameHeader h;
+  h.kind = FrameKind::data;
+  h.group = id_;
+  h.tag = tag;
+  auto done = std::make_shared<detail::Completion>();
+  transport_->send(global_rank(dst), h, tensor, done);
+  auto work = std::make_shared<SendWork>(
+      done, "send of " + tensor.meta().str() + " to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")");
+  work->default_timeout = timeout();
+  return Work(std::move(work));
+}
+
+void ProcessGroup::send(const Tensor& tensor, int dst, int64_t tag, std::optional<std::chrono::milliseconds> timeout) {
+  isend(tensor, dst, tag).wait(timeout.value_or(this->timeout()));
+}
+
+Work ProcessGroup::irecv(Tensor& tensor, int src, int64_t tag) {
+  check_peer_rank("recv", src, true);
+  auto slot = transport_->post(id_, Lane::p2p, tag, src == kAnySource ? -1 : global_rank(src));
+  auto work = std::make_shared<RecvWork>(shared_from_this(), std::move(slot), &tensor, src, tag);
+  work->default_timeout = timeout();
+  return Work(std::move(work));
+}
+
+int ProcessGroup::recv(Tensor& tensor, int src, int64_t tag, std::optional<std::chrono::milliseconds> timeout) {
+  Work work = irecv(tensor, src, tag);
+  work.wait(timeout.value_or(this->timeout()));
+  return work.source();
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks) {
+  if (ranks.empty()) throw ValueError("new_group: no ranks given");
+  std::set<int> seen;
+  for (int r : ranks) {
+    if (r < 0 || r >= size())
+      throw IndexError("new_group: rank " + std::to_string(r) + " outside a group of " + std::to_string(size()));
+    if (!seen.insert(r).second) throw ValueError("new_group: rank " + std::to_string(r) + " listed twice");
+  }
+  // Every rank derives the same id from (parent id, how many groups the parent made so far).
+  const uint64_t id = splitmix64(id_ ^ splitmix64(++child_groups_)) | 1;  // never 0, the world's id
+  if (!seen.count(rank_)) return nullptr;
+  std::vector<int> globals;
+  for (int r : ranks) globals.push_back(global_rank(r));
+  return std::make_shared<ProcessGroup>(transport_, id, std::move(globals), timeout());
+}
+
+Channel ProcessGroup::channel() { return Channel(shared_from_this()); }
+
+}  // namespace troupe::net

@@ -1,0 +1,725 @@
+#include "net/transport.h"
+
+#include <unistd.h>
+#include <zmq.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "devices/error.h"
+
+namespace troupe::net {
+
+namespace {
+
+// Payloads up to this size are copied into the message: cheaper than the free callback.
+constexpr size_t kCopyBelow = 4096;
+constexpr int kLingerMs = 2000;
+constexpr auto kDisconnectGrace = std::chrono::milliseconds(500);
+constexpr auto kGoodbyeWait = std::chrono::milliseconds(200);
+
+[[noreturn]] void zmq_fail(const std::string& what) {
+  throw CommError("transport: " + what + ": " + zmq_strerror(zmq_errno()));
+}
+
+void set_int(void* socket, int option, int value) {
+  if (zmq_setsockopt(socket, option, &value, sizeof value) != 0) zmq_fail("zmq_setsockopt " + std::to_string(option));
+}
+
+void set_string(void* socket, int option, const std::string& value) {
+  if (zmq_setsockopt(socket, option, value.data(), value.size()) != 0)
+    zmq_fail("zmq_setsockopt " + std::to_string(option));
+}
+
+std::string last_endpoint(void* socket) {
+  char buffer[512];
+  size_t size = sizeof buffer;
+  if (zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, buffer, &size) != 0) zmq_fail("ZMQ_LAST_ENDPOINT");
+  return std::string(buffer, strnlen(buffer, size));
+}
+
+// Sends one message part, retrying when a signal interrupts the call.
+bool send_part(zmq_msg_t* msg, void* socket, int flags) {
+  while (zmq_msg_send(msg, socket, flags) < 0) {
+    if (zmq_errno() != EINTR) return false;
+  }
+  return true;
+}
+
+// Identity a rank's DEALER presents to every ROUTER: 'T' then its rank (4 bytes).
+std::string routing_id(int rank) {
+  std::string id(5, 'T');
+  std::memcpy(id.data() + 1, &rank, 4);
+  return id;
+}
+
+int rank_of_routing_id(const zmq_msg_t* msg, int world) {
+  if (zmq_msg_size(msg) != 5) return -1;
+  const auto* data = static_cast<const char*>(zmq_msg_data(const_cast<zmq_msg_t*>(msg)));
+  if (data[0] != 'T') return -1;
+  int rank;
+  std::memcpy(&rank, data + 1, 4);
+  return rank >= 0 && rank < world ? rank : -1;
+}
+
+std::string read_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string host_id() {
+  // Same boot, same mount namespace (the ipc path resolves to the same socket file) and same
+  // network namespace (so a netns test really goes over tcp).
+  std::error_code ec;
+  auto ns = [&](const char* p) { return std::filesystem::read_symlink(p, ec).string(); };
+  return read_line("/proc/sys/kernel/random/boot_id") + "/" + ns("/proc/self/ns/mnt") + "/" + ns("/proc/self/ns/net");
+}
+
+std::string ipc_path(int rank) {
+  static std::atomic<int> counter{0};
+  std::string dir = "/tmp";
+  if (const char* t = std::getenv("TMPDIR"); t && *t && std::strlen(t) < 60) dir = t;
+  return dir + "/troupe-" + std::to_string(::getpid()) + "-" + std::to_string(rank) + "-" +
+         std::to_string(counter++) + ".sock";
+}
+
+Tensor adopt_payload(zmq_msg_t* msg, const FrameHeader& header) {
+  const size_t size = zmq_msg_size(msg);
+  if (size == 0) return Tensor::empty(header.shape, header.dtype);
+  void* data = zmq_msg_data(msg);
+  // ZeroMQ may hand small messages out of a shared receive buffer at any offset: copy those
+  // whose elements would be misaligned, adopt the rest.
+  if (reinterpret_cast<uintptr_t>(data) % 16 != 0) {
+    Tensor t = Tensor::empty(header.shape, header.dtype);
+    std::memcpy(t.mutable_raw_data(), data, size);
+    return t;
+  }
+  auto* owned = new zmq_msg_t;
+  zmq_msg_init(owned);
+  zmq_msg_move(owned, msg);
+  auto storage = std::make_shared<Storage>(data, size, Device::cpu(), [owned](void*) {
+    zmq_msg_close(owned);
+    delete owned;
+  });
+  return Tensor(storage, header.dtype, header.shape, contiguous_strides(header.shape), 0);
+}
+
+// Keeps a sent tensor's bytes alive until ZeroMQ has written them out.
+struct SendHold {
+  std::shared_ptr<Storage> storage;
+  std::shared_ptr<detail::Completion> done;
+};
+
+void release_send_hold(void*, void* hint) {
+  auto* hold = static_cast<SendHold*>(hint);
+  if (hold->done) hold->done->finish();
+  delete hold;
+}
+
+Lane lane_of(FrameKind kind) { return kind == FrameKind::data ? Lane::p2p : Lane::collective; }
+
+}  // namespace
+
+std::string PeerAddress::serialize() const { return tcp + "|" + ipc + "|" + host_id; }
+
+PeerAddress PeerAddress::parse(const std::string& text) {
+  const auto a = text.find('|');
+  const auto b = a == std::string::npos ? a : text.find('|', a + 1);
+  if (b == std::string::npos || text.find('|', b + 1) != std::string::npos)
+    throw CommError("rendezvous: malformed peer address '" + text + "'");
+  PeerAddress p{text.substr(0, a), text.substr(a + 1, b - a - 1), text.substr(b + 1)};
+  if (p.tcp.empty() && p.ipc.empty()) throw CommError("rendezvous: peer address without endpoints");
+  return p;
+}
+
+struct Transport::Peer {
+  std::mutex send_mutex;
+  void* dealer = nullptr;      // set once by connect()
+  uint64_t next_seq = 0;       // under send_mutex
+  void* monitor = nullptr;     // I/O thread after connect()
+  uint64_t expected_seq = 0;   // I/O thread
+  Clock::time_point last_seen; // I/O thread
+  bool suspect = false;        // I/O thread: its connection closed, no goodbye yet
+  Clock::time_point suspect_since;
+  bool hello = false;          // under mutex_
+  std::atomic<bool> departed{false};
+};
+
+struct Transport::Slot {
+  Key key;
+  int source = -1;
+  bool done = false;
+  std::optional<Message> message;
+  std::exception_ptr error;
+  std::condition_variable cv;
+};
+
+Transport::Transport(TransportOptions options) : options_(std::move(options)) {
+  if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size)
+    throw ValueError("transport: rank " + std::to_string(options_.rank) + " outside a world of " +
+                     std::to_string(options_.world_size));
+  for (int r = 0; r < options_.world_size; ++r) peers_.push_back(std::make_unique<Peer>());
+  context_ = zmq_ctx_new();
+  if (!context_) zmq_fail("zmq_ctx_new");
+  zmq_ctx_set(context_, ZMQ_BLOCKY, 0);
+  try {
+    if (options_.curve) {
+      // The ZAP handler must exist before the ROUTER binds, or CURVE admits every client.
+      zap_ = zmq_socket(context_, ZMQ_REP);
+      set_int(zap_, ZMQ_LINGER, 0);
+      if (zmq_bind(zap_, "inproc://zeromq.zap.01") != 0) zmq_fail("bind ZAP handler");
+    }
+    router_ = zmq_socket(context_, ZMQ_ROUTER);
+    set_int(router_, ZMQ_RCVHWM, 0);
+    set_int(router_, ZMQ_LINGER, 0);
+    set_int(router_, ZMQ_ROUTER_HANDOVER, 1);
+    if (options_.curve) {
+      set_int(router_, ZMQ_CURVE_SERVER, 1);
+      set_string(router_, ZMQ_CURVE_SECRETKEY, options_.curve->secret_key);
+      set_string(router_, ZMQ_ZAP_DOMAIN, "troupe");
+    }
+    if (!options_.tcp_host.empty()) {
+      const std::string endpoint = "tcp://" + options_.tcp_host + ":*";
+      if (zmq_bind(router_, endpoint.c_str()) != 0) zmq_fail("bind " + endpoint);
+      address_.tcp = last_endpoint(router_);
+    }
+    if (options_.ipc) {
+      const std::string path = ipc_path(options_.rank);
+      ::unlink(path.c_str());
+      if (zmq_bind(router_, ("ipc://" + path).c_str()) != 0) zmq_fail("bind ipc://" + path);
+      address_.ipc = "ipc://" + path;
+    }
+    if (address_.tcp.empty() && address_.ipc.empty()) throw ValueError("transport: neither tcp nor ipc enabled");
+    address_.host_id = host_id();
+
+    const std::string wake_endpoint = "inproc://troupe-wake";
+    wake_rx_ = zmq_socket(context_, ZMQ_PAIR);
+    set_int(wake_rx_, ZMQ_LINGER, 0);
+    if (zmq_bind(wake_rx_, wake_endpoint.c_str()) != 0) zmq_fail("bind wake socket");
+    wake_tx_ = zmq_socket(context_, ZMQ_PAIR);
+    set_int(wake_tx_, ZMQ_LINGER, 0);
+    if (zmq_connect(wake_tx_, wake_endpoint.c_str()) != 0) zmq_fail("connect wake socket");
+  } catch (...) {
+    for (void* s : {zap_, router_, wake_rx_, wake_tx_})
+      if (s) zmq_close(s);
+    zmq_ctx_term(context_);
+    throw;
+  }
+  io_thread_ = std::thread(&Transport::io_loop, this);
+}
+
+Transport::~Transport() {
+  if (connected_) {
+    for (int r = 0; r < world_size(); ++r) {
+      Peer& peer = *peers_[r];
+      if (r == rank() || peer.departed) continue;
+      std::lock_guard lock(peer.send_mutex);
+      send_control_locked(peer, FrameKind::goodbye);
+    }
+    // Peers ending at the same time say goodbye too; who did need not be waited for on close.
+    std::unique_lock lock(mutex_);
+    hello_cv_.wait_for(lock, kGoodbyeWait, [&] {
+      if (broken_) return true;
+      for (int r = 0; r < world_size(); ++r)
+        if (r != rank() && !peers_[r]->departed) return false;
+      return true;
+    });
+  }
+  stopping_ = true;
+  wake();
+  io_thread_.join();
+  const bool broken = [&] {
+    std::lock_guard lock(mutex_);
+    return broken_ != nullptr;
+  }();
+  for (auto& peer : peers_) {
+    if (!peer->dealer) continue;
+    // Flush what we sent to live peers; drop what is queued for the gone and the never heard from.
+    set_int(peer->dealer, ZMQ_LINGER, broken || peer->departed || !peer->hello ? 0 : kLingerMs);
+    zmq_close(peer->dealer);
+  }
+  zmq_close(wake_tx_);
+  zmq_ctx_term(context_);
+  if (!address_.ipc.empty()) ::unlink(address_.ipc.substr(6).c_str());
+}
+
+void Transport::wake() {
+  std::lock_guard lock(wake_mutex_);
+  zmq_send(wake_tx_, "", 0, ZMQ_DONTWAIT);
+}
+
+void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline) {
+  if (static_cast<int>(table.size()) != world_size())
+    throw CommError("transport: address table has " + std::to_string(table.size()) + " ranks, world has " +
+                    std::to_string(world_size()));
+  for (int r = 0; r < world_size(); ++r) {
+    if (r == rank()) continue;
+    const PeerAddress& a = table[r];
+    const bool same_host = a.host_id == address_.host_id && !a.ipc.empty();
+    std::string endpoint;
+    if (options_.prefer == "ipc") endpoint = a.ipc;
+    else if (options_.prefer == "tcp") endpoint = a.tcp;
+    else endpoint = same_host ? a.ipc : a.tcp;
+    if (endpoint.empty())
+      throw CommError("transport: rank " + std::to_string(r) + " has no " + options_.prefer +
+                      " endpoint (it advertised '" + a.serialize() + "')");
+
+    Peer& peer = *peers_[r];
+    peer.dealer = zmq_socket(context_, ZMQ_DEALER);
+    set_string(peer.dealer, ZMQ_ROUTING_ID, routing_id(rank()));
+    set_int(peer.dealer, ZMQ_SNDHWM, 0);  // sends never block; tensors are queued by reference
+    set_int(peer.dealer, ZMQ_LINGER, kLingerMs);
+    if (options_.curve) {
+      set_string(peer.dealer, ZMQ_CURVE_SERVERKEY, options_.curve->public_key);
+      set_string(peer.dealer, ZMQ_CURVE_PUBLICKEY, options_.curve->public_key);
+      set_string(peer.dealer, ZMQ_CURVE_SECRETKEY, options_.curve->secret_key);
+    }
+    const std::string monitor_endpoint = "inproc://troupe-monitor-" + std::to_string(r);
+    if (zmq_socket_monitor(peer.dealer, monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0)
+      zmq_fail("zmq_socket_monitor");
+    peer.monitor = zmq_socket(context_, ZMQ_PAIR);
+    set_int(peer.monitor, ZMQ_LINGER, 0);
+    if (zmq_connect(peer.monitor, monitor_endpoint.c_str()) != 0) zmq_fail("connect monitor");
+    if (zmq_connect(peer.dealer, endpoint.c_str()) != 0) zmq_fail("connect " + endpoint);
+    std::lock_guard lock(peer.send_mutex);
+    send_control_locked(peer, FrameKind::hello);
+  }
+  connected_ = true;
+  wake();  // the I/O thread starts polling the monitors and sending heartbeats
+
+  std::unique_lock lock(mutex_);
+  auto all_heard = [&] {
+    for (int r = 0; r < world_size(); ++r)
+      if (r != rank() && !peers_[r]->hello) return false;
+    return true;
+  };
+  hello_cv_.wait_until(lock, deadline, [&] { return broken_ || all_heard(); });
+  if (broken_) std::rethrow_exception(broken_);
+  if (!all_heard()) {
+    std::string missing;
+    for (int r = 0; r < world_size(); ++r)
+      if (r != rank() && !peers_[r]->hello) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    throw TimeoutError("init_process_group: rank " + std::to_string(rank()) + " heard no hello from rank(s) " +
+                       missing + " (not started, unreachable, or holding a different CURVE key)");
+  }
+}
+
+void Transport::send_control_locked(Peer& peer, FrameKind kind) {
+  FrameHeader h;
+  h.kind = kind;
+  h.source = rank();
+  h.dtype = DType::u8;
+  h.shape = {0};
+  h.seq = peer.next_seq++;
+  uint8_t buffer[128];
+  encode_header_into(h, buffer);
+  zmq_send(peer.dealer, buffer, header_size(1), ZMQ_DONTWAIT);
+}
+
+void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::shared_ptr<detail::Completion>& done) {
+  if (dst < 0 || dst >= world_size())
+    throw IndexError("send: destination rank " + std::to_string(dst) + " outside a world of " +
+                     std::to_string(world_size()));
+  check_healthy();
+  Tensor host;
+  if (payload.defined()) {
+    host = (payload.device().is_cpu() ? payload : payload.to(Device::cpu())).contiguous();
+    h.dtype = host.dtype();
+    h.shape = host.shape();
+    h.payload_bytes = host.nbytes();
+  } else {
+    h.dtype = DType::u8;
+    h.shape = {0};
+    h.payload_bytes = 0;
+  }
+  if (h.shape.size() > kMaxFrameDims)
+    throw ShapeError("send: cannot send " + host.meta().str() + ": at most " + std::to_string(kMaxFrameDims) +
+                     " dims");
+  h.source = rank();
+  if (dst == rank()) {
+    {
+      std::lock_guard lock(mutex_);
+      deliver(Message{rank(), std::move(h), host});
+    }
+    if (done) done->finish();
+    return;
+  }
+  check_peer(dst);
+  Peer& peer = *peers_[dst];
+  if (!peer.dealer) throw CommError("send: the transport is not connected yet");
+  const bool zero_copy = h.payload_bytes > kCopyBelow;
+  if (zero_copy && done) {
+    std::lock_guard lock(mutex_);
+    if (pending_sends_.size() > 64)
+      std::erase_if(pending_sends_, [](const auto& w) {
+        auto c = w.lock();
+        return !c || c->is_done();
+      });
+    pending_sends_.push_back(done);
+  }
+
+  std::lock_guard lock(peer.send_mutex);
+  h.seq = peer.next_seq++;
+  zmq_msg_t header_msg;
+  zmq_msg_init_size(&header_msg, header_size(h.shape.size()));
+  encode_header_into(h, static_cast<uint8_t*>(zmq_msg_data(&header_msg)));
+  const bool has_payload = h.payload_bytes > 0;
+  if (!send_part(&header_msg, peer.dealer, has_payload ? ZMQ_SNDMORE : 0)) {
+    zmq_msg_close(&header_msg);
+    zmq_fail("send to rank " + std::to_string(dst));
+  }
+  if (has_payload) {
+    zmq_msg_t body;
+    if (zero_copy) {
+      auto* hold = new SendHold{host.storage(), done};
+      if (zmq_msg_init_data(&body, const_cast<void*>(host.raw_data()), h.payload_bytes, release_send_hold, hold) != 0) {
+        delete hold;
+        zmq_fail("zmq_msg_init_data");
+      }
+    } else {
+      zmq_msg_init_size(&body, h.payload_bytes);
+      std::memcpy(zmq_msg_data(&body), host.raw_data(), h.payload_bytes);
+    }
+    if (!send_part(&body, peer.dealer, 0)) {
+      zmq_msg_close(&body);
+      zmq_fail("send to rank " + std::to_string(dst));
+    }
+  }
+  if (done && !zero_copy) done->finish();
+}
+
+std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Lane lane, int64_t tag, int source) {
+  auto slot = std::make_shared<Slot>();
+  slot->key = {group, lane, tag};
+  slot->source = source;
+  std::lock_guard lock(mutex_);
+  // Messages that already arrived are delivered even after a failure: they are complete.
+  if (auto it = unexpected_.find(slot->key); it != unexpected_.end()) {
+    auto& queue = it->second;
+    for (auto m = queue.begin(); m != queue.end(); ++m) {
+      if (source >= 0 && m->source != source && m->header.kind != FrameKind::control) continue;
+      slot->message = std::move(*m);
+      queue.erase(m);
+      if (queue.empty()) unexpected_.erase(it);
+      slot->done = true;
+      return slot;
+    }
+  }
+  if (broken_) {
+    slot->error = broken_;
+    slot->done = true;
+  } else if (source >= 0 && source != rank() && peers_[source]->departed) {
+    slot->error = std::make_exception_ptr(
+        PeerLostError("recv: rank " + std::to_string(source) + " has shut down (it said goodbye)"));
+    slot->done = true;
+  } else {
+    posted_[slot->key].push_back(slot);
+  }
+  return slot;
+}
+
+std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadline deadline) {
+  std::unique_lock lock(mutex_);
+  if (!slot->cv.wait_until(lock, deadline, [&] { return slot->done; })) {
+    if (auto it = posted_.find(slot->key); it != posted_.end()) {
+      std::erase(it->second, slot);
+      if (it->second.empty()) posted_.erase(it);
+    }
+    return std::nullopt;
+  }
+  if (slot->error) std::rethrow_exception(slot->error);
+  std::optional<Message> message = std::move(slot->message);
+  slot->message.reset();
+  return message;
+}
+
+bool Transport::is_ready(const Slot& slot) {
+  std::lock_guard lock(mutex_);
+  return slot.done;
+}
+
+void Transport::check_healthy() {
+  std::lock_guard lock(mutex_);
+  if (broken_) std::rethrow_exception(broken_);
+}
+
+void Transport::check_peer(int r) {
+  if (r != rank() && peers_[r]->departed)
+    throw PeerLostError("rank " + std::to_string(r) + " has shut down (it said goodbye)");
+}
+
+void Transport::deliver(Message message) {
+  const Key key{message.header.group, lane_of(message.header.kind), message.header.tag};
+  if (auto it = posted_.find(key); it != posted_.end()) {
+    auto& queue = it->second;
+    // A collective's abort notice goes to whichever receive of that collective is waiting.
+    const bool any_receiver = message.header.kind == FrameKind::control;
+    for (auto s = queue.begin(); s != queue.end(); ++s) {
+      if (!any_receiver && (*s)->source >= 0 && (*s)->source != message.source) continue;
+      std::shared_ptr<Slot> slot = *s;
+      queue.erase(s);
+      if (queue.empty()) posted_.erase(it);
+      slot->message = std::move(message);
+      slot->done = true;
+      slot->cv.notify_all();
+      return;
+    }
+  }
+  unexpected_[key].push_back(std::move(message));
+}
+
+void Transport::break_transport(std::exception_ptr error) {
+  std::vector<std::weak_ptr<detail::Completion>> sends;
+  {
+    std::lock_guard lock(mutex_);
+    if (broken_) return;
+    broken_ = error;
+    for (auto& [key, queue] : posted_)
+      for (auto& slot : queue) {
+        slot->error = error;
+        slot->done = true;
+        slot->cv.notify_all();
+      }
+    posted_.clear();
+    sends.swap(pending_sends_);
+  }
+  hello_cv_.notify_all();
+  for (auto& weak : sends)
+    if (auto done = weak.lock()) done->finish(error);
+}
+
+void Transport::peer_departed(int r) {
+  peers_[r]->departed = true;
+  auto error = std::make_exception_ptr(
+      PeerLostError("rank " + std::to_string(r) + " has shut down (it said goodbye)"));
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = posted_.begin(); it != posted_.end();) {
+      std::erase_if(it->second, [&](const std::shared_ptr<Slot>& slot) {
+        if (slot->source != r) return false;
+        slot->error = error;
+        slot->done = true;
+        slot->cv.notify_all();
+        return true;
+      });
+      it = it->second.empty() ? posted_.erase(it) : std::next(it);
+    }
+  }
+  hello_cv_.notify_all();
+}
+
+void Transport::io_loop() {
+  std::vector<zmq_pollitem_t> items;
+  std::vector<int> monitor_peer;  // items[first_monitor + i] watches peer monitor_peer[i]
+  const size_t first_monitor = zap_ ? 3 : 2;
+  bool monitoring = false;
+  auto rebuild = [&] {
+    items = {{router_, 0, ZMQ_POLLIN, 0}, {wake_rx_, 0, ZMQ_POLLIN, 0}};
+    if (zap_) items.push_back({zap_, 0, ZMQ_POLLIN, 0});
+    monitor_peer.clear();
+    for (int r = 0; r < world_size(); ++r)
+      if (monitoring && peers_[r]->monitor) {
+        items.push_back({peers_[r]->monitor, 0, ZMQ_POLLIN, 0});
+        monitor_peer.push_back(r);
+      }
+  };
+  rebuild();
+  auto next_tick = Clock::now() + options_.heartbeat_interval;
+  while (true) {
+    if (!monitoring && connected_) {
+      monitoring = true;
+      const auto now = Clock::now();
+      for (auto& peer : peers_) peer->last_seen = now;
+      rebuild();
+    }
+    const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - Clock::now()).count();
+    const int rc = zmq_poll(items.data(), static_cast<int>(items.size()), std::max<long>(0, wait_ms));
+    if (rc < 0 && zmq_errno() != EINTR) break;
+    if (rc > 0) {
+      if (items[0].revents & ZMQ_POLLIN) handle_router();
+      if (items[1].revents & ZMQ_POLLIN) {
+        char byte;
+        while (zmq_recv(wake_rx_, &byte, 1, ZMQ_DONTWAIT) >= 0) {
+        }
+      }
+      if (zap_ && (items[2].revents & ZMQ_POLLIN)) handle_zap();
+      for (size_t i = 0; i < monitor_peer.size(); ++i)
+        if (items[first_monitor + i].revents & ZMQ_POLLIN) handle_monitor(monitor_peer[i]);
+    }
+    if (stopping_) break;
+    const auto now = Clock::now();
+    if (now >= next_tick) {
+      tick(now);
+      next_tick = now + options_.heartbeat_interval;
+    }
+  }
+  zmq_close(router_);
+  for (auto& peer : peers_)
+    if (peer->monitor) zmq_close(peer->monitor);
+  if (zap_) zmq_close(zap_);
+  zmq_close(wake_rx_);
+}
+
+void Transport::handle_router() {
+  while (true) {
+    // A frame is [routing id, header] or [routing id, header, payload]; multipart messages arrive
+    // whole, so once the first part is here the rest are too.
+    zmq_msg_t parts[3];
+    for (auto& p : parts) zmq_msg_init(&p);
+    auto close_all = [&] {
+      for (auto& p : parts) zmq_msg_close(&p);
+    };
+    int count = 0;
+    bool too_many = false, more = true;
+    while (more) {
+      zmq_msg_t extra;
+      zmq_msg_init(&extra);
+      zmq_msg_t* target = count < 3 ? &parts[count] : &extra;
+      if (zmq_msg_recv(target, router_, count == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+        zmq_msg_close(&extra);
+        if (count == 0) {
+          close_all();
+          return;
+        }
+        break;
+      }
+      more = zmq_msg_more(target);
+      if (count < 3) ++count;
+      else too_many = true;
+      zmq_msg_close(&extra);
+    }
+    const int peer = rank_of_routing_id(&parts[0], world_size());
+    if (peer < 0 || peer == rank()) {
+      ++dropped_frames_;  // not one of our ranks (with CURVE, nobody unauthenticated gets here)
+      close_all();
+      continue;
+    }
+    try {
+      if (count < 2 || too_many) throw CommError("frame: malformed: wrong number of message parts");
+      const size_t payload_size = count == 3 ? zmq_msg_size(&parts[2]) : 0;
+      FrameHeader h = decode_header(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), payload_size, world_size());
+      if (h.source != peer)
+        throw CommError("frame: malformed: claims source rank " + std::to_string(h.source));
+      handle_frame(peer, std::move(h), &parts[2]);
+    } catch (const CommError& e) {
+      break_transport(std::make_exception_ptr(
+          CommError("transport: rank " + std::to_string(peer) + " sent a bad frame: " + e.what())));
+    }
+    close_all();
+  }
+}
+
+void Transport::handle_frame(int r, FrameHeader h, zmq_msg_t* payload) {
+  Peer& peer = *peers_[r];
+  if (h.seq != peer.expected_seq)
+    throw CommError("frame: sequence number " + std::to_string(h.seq) + ", expected " +
+                    std::to_string(peer.expected_seq) + " (a frame was lost)");
+  ++peer.expected_seq;
+  peer.last_seen = Clock::now();
+  switch (h.kind) {
+    case FrameKind::heartbeat:
+      return;
+    case FrameKind::hello: {
+      std::lock_guard lock(mutex_);
+      peer.hello = true;
+      peer.suspect = false;
+      hello_cv_.notify_all();
+      return;
+    }
+    case FrameKind::goodbye:
+      peer_departed(r);
+      return;
+    case FrameKind::data:
+    case FrameKind::collective:
+    case FrameKind::control: {
+      Tensor tensor = adopt_payload(payload, h);
+      std::lock_guard lock(mutex_);
+      deliver(Message{r, std::move(h), std::move(tensor)});
+      return;
+    }
+  }
+}
+
+void Transport::handle_monitor(int r) {
+  zmq_msg_t event, endpoint;
+  zmq_msg_init(&event);
+  zmq_msg_init(&endpoint);
+  if (zmq_msg_recv(&event, peers_[r]->monitor, ZMQ_DONTWAIT) >= 0) {
+    if (zmq_msg_more(&event)) zmq_msg_recv(&endpoint, peers_[r]->monitor, 0);
+    uint16_t id = 0;
+    if (zmq_msg_size(&event) >= 2) std::memcpy(&id, zmq_msg_data(&event), 2);
+    Peer& peer = *peers_[r];
+    bool hello;
+    {
+      std::lock_guard lock(mutex_);
+      hello = peer.hello;
+    }
+    if (id == ZMQ_EVENT_DISCONNECTED && hello && !peer.departed && !peer.suspect) {
+      peer.suspect = true;
+      peer.suspect_since = Clock::now();
+    }
+  }
+  zmq_msg_close(&event);
+  zmq_msg_close(&endpoint);
+}
+
+void Transport::handle_zap() {
+  // ZAP request: version, request id, domain, address, identity, mechanism, credentials...
+  std::vector<std::string> parts;
+  while (true) {
+    zmq_msg_t part;
+    zmq_msg_init(&part);
+    if (zmq_msg_recv(&part, zap_, parts.empty() ? ZMQ_DONTWAIT : 0) < 0) {
+      zmq_msg_close(&part);
+      if (parts.empty()) return;
+      break;
+    }
+    parts.emplace_back(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
+    const bool more = zmq_msg_more(&part);
+    zmq_msg_close(&part);
+    if (!more) break;
+  }
+  bool allowed = false;
+  if (parts.size() >= 7 && parts[5] == "CURVE" && parts[6].size() == 32) {
+    uint8_t expected[32];
+    zmq_z85_decode(expected, options_.curve->public_key.c_str());
+    allowed = std::memcmp(expected, parts[6].data(), 32) == 0;
+  }
+  const std::string request_id = parts.size() > 1 ? parts[1] : "";
+  const std::string reply[] = {"1.0", request_id, allowed ? "200" : "400", allowed ? "OK" : "not this job's key", "", ""};
+  for (size_t i = 0; i < 6; ++i) zmq_send(zap_, reply[i].data(), reply[i].size(), i < 5 ? ZMQ_SNDMORE : 0);
+}
+
+void Transport::tick(Clock::time_point now) {
+  if (!connected_) return;
+  for (int r = 0; r < world_size(); ++r) {
+    Peer& peer = *peers_[r];
+    if (r == rank() || peer.departed) continue;
+    {
+      std::lock_guard lock(peer.send_mutex);
+      send_control_locked(peer, FrameKind::heartbeat);
+    }
+    bool hello;
+    {
+      std::lock_guard lock(mutex_);
+      hello = peer.hello;
+      if (broken_) continue;
+    }
+    if (!hello) continue;
+    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - peer.last_seen);
+    if (silent > options_.peer_timeout)
+      break_transport(std::make_exception_ptr(PeerLostError(
+          "rank " + std::to_string(r) + " was lost: no message or heartbeat for " + std::to_string(silent.count()) +
+          " ms")));
+    else if (peer.suspect && now - peer.suspect_since > kDisconnectGrace)
+      break_transport(std::make_exception_ptr(
+          PeerLostError("rank " + std::to_string(r) + " was lost: its connection closed (process died or network broke)")));
+  }
+}
+
+}  // namespace troupe::net

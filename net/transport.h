@@ -1,0 +1,162 @@
+#pragma once
+// Transport: one rank's ZeroMQ endpoint. Frames to a rank go out on a DEALER connected to that
+// rank; every frame to this rank arrives on one ROUTER (bound to tcp:// and ipc://), whose I/O
+// thread files it into per-(group, lane, tag) inboxes that receivers wait on.
+//
+//   Transport t({.rank = 0, .world_size = 2});
+//   std::vector<PeerAddress> table = /* everyone's t.address(), from a rendezvous */;
+//   t.connect(table, deadline_after(10s));
+//   t.send(1, header, tensor);                                   // never blocks; zero-copy
+//   auto slot = t.post(/*group=*/0, Lane::p2p, /*tag=*/0, /*source=*/1);
+//   std::optional<Message> m = t.wait(slot, deadline_after(1s));  // nullopt: timed out
+//
+// Why a thread and not a CAF actor per rank: the rank *is* an actor in the model's sense (one
+// mailbox, messages handled one at a time, in order), but it must answer heartbeats while every
+// CAF worker runs kernels, and a hop through the CAF scheduler would add microseconds to every
+// message. So the ROUTER's own thread is the rank's mailbox, and waiting actors or threads block
+// on their inbox with a deadline.
+//
+// Design choices:
+// - Sends go straight from the caller's thread onto the peer's DEALER under a per-peer mutex
+//   (ZeroMQ sockets may change threads behind a full memory barrier): no hand-off, lower latency.
+// - Receives are matched in posting order, MPI style: an arriving frame completes the oldest
+//   posted receive that accepts it, or waits in the unexpected queue for a later post.
+// - Payloads are zero-copy both ways: zmq_msg_init_data references the tensor's Storage (kept alive
+//   until ZeroMQ lets go), and a received payload becomes a Storage adopting the zmq_msg_t.
+// - Failure: every 200 ms each rank sends every peer a heartbeat; a peer silent for 3 s, or whose
+//   connection closes (ZeroMQ monitor events) without a goodbye, breaks the transport: every
+//   pending and later operation throws PeerLostError naming it. A peer that said goodbye only
+//   fails operations that need it.
+// - CURVE: with keys, the ROUTER is a CURVE server and a ZAP handler admits only clients holding
+//   the job's key pair (one pair per job; see curve.h), so a process without the secret key can
+//   neither connect nor inject frames.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "devices/tensor.h"
+#include "net/curve.h"
+#include "net/frame.h"
+#include "net/work.h"
+
+struct zmq_msg_t;
+
+namespace troupe::net {
+
+// Where a rank can be reached: its tcp:// endpoint, its ipc:// endpoint, and a host id (boot id
+// plus mount and network namespaces) telling whether an ipc:// path is reachable from a peer.
+struct PeerAddress {
+  std::string tcp;
+  std::string ipc;
+  std::string host_id;
+  std::string serialize() const;                      // "tcp|ipc|host_id"
+  static PeerAddress parse(const std::string& text);  // CommError when malformed
+};
+
+enum class Lane : uint8_t { p2p, collective };
+
+// A received frame: the sender's global rank, its validated header and the adopted payload.
+struct Message {
+  int source = -1;
+  FrameHeader header;
+  Tensor payload;
+};
+
+struct TransportOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string tcp_host = "127.0.0.1";  // interface address to bind tcp:// on; empty: no tcp
+  bool ipc = true;                     // also bind an ipc:// endpoint
+  std::string prefer = "auto";         // auto (ipc to same-host peers) | tcp | ipc
+  std::optional<CurveKeys> curve;
+  std::chrono::milliseconds heartbeat_interval{200};
+  std::chrono::milliseconds peer_timeout{3000};
+};
+
+class Transport {
+ public:
+  explicit Transport(TransportOptions options);  // binds and starts the I/O thread
+  ~Transport();                                  // goodbye to peers, flushes, closes
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  int rank() const { return options_.rank; }
+  int world_size() const { return options_.world_size; }
+  const PeerAddress& address() const { return address_; }
+  const std::optional<CurveKeys>& curve() const { return options_.curve; }
+  void* context() const { return context_; }  // for rendezvous sockets: same ZAP handler
+
+  // Connects to every rank of the table (indexed by rank) and waits for each one's hello.
+  // TimeoutError naming the ranks not heard from by the deadline.
+  void connect(const std::vector<PeerAddress>& table, Deadline deadline);
+
+  // Queues one frame to global rank dst (itself included). The header's source, seq, dtype,
+  // shape and payload size are filled in here from the payload (undefined: no payload). Never
+  // blocks. done, if given, finishes once ZeroMQ released the payload (its bytes are on the wire).
+  void send(int dst, FrameHeader header, const Tensor& payload,
+            const std::shared_ptr<detail::Completion>& done = nullptr);
+
+  struct Slot;  // a posted receive
+  // Posts a receive for (group, lane, tag) from global rank source (-1: any). Matching is in post order.
+  std::shared_ptr<Slot> post(uint64_t group, Lane lane, int64_t tag, int source);
+  // The message, or nullopt when the deadline passed first (the receive is then cancelled and
+  // consumes nothing). Rethrows PeerLostError / CommError when the transport broke.
+  std::optional<Message> wait(const std::shared_ptr<Slot>& slot, Deadline deadline);
+  bool is_ready(const Slot& slot);
+
+  // Throws the failure that broke the transport, if any.
+  void check_healthy();
+  // Throws PeerLostError when global rank r has gone (crashed or said goodbye).
+  void check_peer(int r);
+
+  // Frames dropped for carrying an unknown identity (not a rank of this job).
+  uint64_t dropped_frames() const { return dropped_frames_.load(); }
+
+ private:
+  struct Peer;
+  using Key = std::tuple<uint64_t, Lane, int64_t>;
+
+  void io_loop();
+  void handle_router();
+  void handle_frame(int peer, FrameHeader header, zmq_msg_t* payload);
+  void handle_monitor(int peer);
+  void handle_zap();
+  void tick(Clock::time_point now);
+  void deliver(Message message);  // with mutex_ held
+  void send_control_locked(Peer& peer, FrameKind kind);
+  void break_transport(std::exception_ptr error);
+  void peer_departed(int r);
+  void wake();
+
+  TransportOptions options_;
+  PeerAddress address_;
+  void* context_ = nullptr;
+  void* router_ = nullptr;
+  void* zap_ = nullptr;
+  void* wake_rx_ = nullptr;  // the I/O thread's end
+  void* wake_tx_ = nullptr;  // everyone else's end, under wake_mutex_
+  std::mutex wake_mutex_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::atomic<bool> connected_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> dropped_frames_{0};
+  std::thread io_thread_;
+
+  std::mutex mutex_;  // guards everything below, and every Slot
+  std::condition_variable hello_cv_;
+  std::map<Key, std::deque<Message>> unexpected_;
+  std::map<Key, std::deque<std::shared_ptr<Slot>>> posted_;
+  std::vector<std::weak_ptr<detail::Completion>> pending_sends_;
+  std::exception_ptr broken_;
+};
+
+}  // namespace troupe::net

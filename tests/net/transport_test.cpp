@@ -1,0 +1,191 @@
+// Two transports in one process (no fork): p2p both ways over tcp:// and ipc://, CURVE admission,
+// bad frames from a peer, strangers' frames, init_process_group's argument errors.
+#include <zmq.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "devices/error.h"
+#include "net/process_group.h"
+#include "net/transport.h"
+
+using namespace troupe;
+using namespace troupe::net;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Pair {
+  std::unique_ptr<Transport> a, b;
+};
+
+// Two connected transports (ranks 0 and 1); keys_b lets rank 1 hold a different CURVE key.
+Pair connect_pair(const std::string& prefer, std::optional<CurveKeys> keys_a = std::nullopt,
+               std::optional<CurveKeys> keys_b = std::nullopt, std::chrono::milliseconds timeout = 5s) {
+  TransportOptions oa, ob;
+  oa.world_size = ob.world_size = 2;
+  ob.rank = 1;
+  oa.prefer = ob.prefer = prefer;
+  oa.curve = keys_a;
+  ob.curve = keys_b;
+  Pair p{std::make_unique<Transport>(oa), std::make_unique<Transport>(ob)};
+  const std::vector<PeerAddress> table = {p.a->address(), p.b->address()};
+  auto other = std::async(std::launch::async, [&] { p.b->connect(table, deadline_after(timeout)); });
+  std::exception_ptr first;
+  try {
+    p.a->connect(table, deadline_after(timeout));
+  } catch (...) {
+    first = std::current_exception();
+  }
+  std::exception_ptr second;
+  try {
+    other.get();
+  } catch (...) {
+    second = std::current_exception();
+  }
+  if (first || second) std::rethrow_exception(first ? first : second);  // rank 0's view first
+  return p;
+}
+
+FrameHeader data_header(int64_t tag) {
+  FrameHeader h;
+  h.kind = FrameKind::data;
+  h.tag = tag;
+  return h;
+}
+
+Tensor receive(Transport& t, int64_t tag, int source, std::chrono::milliseconds timeout = 5s) {
+  auto m = t.wait(t.post(0, Lane::p2p, tag, source), deadline_after(timeout));
+  if (!m) throw TimeoutError("test: nothing arrived");
+  return m->payload;
+}
+
+}  // namespace
+
+TEST_CASE("transport: p2p both ways over tcp and ipc, small and zero-copy", "[net][transport]") {
+  for (const char* prefer : {"tcp", "ipc", "auto"}) {
+    Pair p = connect_pair(prefer);
+    CHECK(p.a->address().tcp.rfind("tcp://127.0.0.1:", 0) == 0);
+    CHECK(p.a->address().ipc.rfind("ipc://", 0) == 0);
+    Tensor small = Tensor::from_vector<int32_t>({1, 2, 3}, {3});
+    Tensor big = Tensor::arange(1 << 16, DType::f32);  // 256 KB: sent by reference
+    auto sent = std::make_shared<detail::Completion>();
+    p.a->send(1, data_header(1), small);
+    p.a->send(1, data_header(2), big, sent);
+    p.b->send(0, data_header(3), small.to(DType::f64));
+    CHECK(receive(*p.b, 1, 0).to_vector<int32_t>() == std::vector<int32_t>({1, 2, 3}));
+    Tensor got = receive(*p.b, 2, 0);
+    CHECK(got.shape() == Shape{1 << 16});
+    CHECK(got.to_vector<float>() == big.to_vector<float>());
+    CHECK(sent->wait_until(deadline_after(5s)));
+    CHECK(receive(*p.a, 3, 1).to_vector<double>() == std::vector<double>({1, 2, 3}));
+    // The received tensor adopted the message's bytes and is writable (copy-on-write semantics hold).
+    got.mutable_data<float>()[0] = 5;
+    CHECK(got.to_vector<float>()[0] == 5);
+  }
+}
+
+TEST_CASE("transport: a receive that times out is cancelled and consumes nothing", "[net][transport]") {
+  Pair p = connect_pair("ipc");
+  auto slot = p.b->post(0, Lane::p2p, 9, 0);
+  CHECK_FALSE(p.b->wait(slot, deadline_after(50ms)).has_value());
+  p.a->send(1, data_header(9), Tensor::scalar<float>(4));
+  CHECK(receive(*p.b, 9, 0).item<float>() == 4);
+  // Lanes and groups keep messages apart.
+  FrameHeader other_group = data_header(9);
+  other_group.group = 77;
+  p.a->send(1, other_group, Tensor::scalar<float>(1));
+  CHECK_FALSE(p.b->wait(p.b->post(0, Lane::p2p, 9, 0), deadline_after(100ms)).has_value());
+  CHECK_FALSE(p.b->wait(p.b->post(77, Lane::collective, 9, 0), deadline_after(50ms)).has_value());
+  auto m = p.b->wait(p.b->post(77, Lane::p2p, 9, -1), deadline_after(5s));
+  REQUIRE(m.has_value());
+  CHECK(m->source == 0);
+}
+
+TEST_CASE("transport: CURVE admits the job's key and nothing else", "[net][transport][curve]") {
+  const CurveKeys job = generate_curve_keys();
+  CHECK(job.public_key.size() == 40);
+  {
+    Pair p = connect_pair("tcp", job, job);
+    p.a->send(1, data_header(1), Tensor::scalar<int64_t>(42));
+    CHECK(receive(*p.b, 1, 0).item<int64_t>() == 42);
+  }
+  // A rank holding another key is never admitted: init times out naming it.
+  CHECK_THROWS_AS(connect_pair("tcp", job, generate_curve_keys(), 1s), TimeoutError);
+  CHECK_THROWS_WITH(connect_pair("tcp", job, generate_curve_keys(), 1s), Catch::Contains("rank(s) 1"));
+  // And a rank without CURVE cannot talk to one with it.
+  CHECK_THROWS_AS(connect_pair("tcp", job, std::nullopt, 1s), TimeoutError);
+}
+
+TEST_CASE("transport: a peer's malformed frame breaks it with CommError; strangers are dropped", "[net][transport]") {
+  TransportOptions o;
+  o.world_size = 2;
+  o.prefer = "tcp";
+  Transport t(o);
+  auto slot = t.post(0, Lane::p2p, 1, -1);
+  void* context = zmq_ctx_new();
+  auto send_as = [&](const std::string& identity, const std::vector<std::string>& parts) {
+    void* s = zmq_socket(context, ZMQ_DEALER);
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, identity.data(), identity.size());
+    zmq_connect(s, t.address().tcp.c_str());
+    for (size_t i = 0; i < parts.size(); ++i)
+      zmq_send(s, parts[i].data(), parts[i].size(), i + 1 < parts.size() ? ZMQ_SNDMORE : 0);
+    int linger = 1000;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(s);
+  };
+  send_as("stranger", {"garbage"});
+  for (int i = 0; i < 100 && t.dropped_frames() == 0; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(t.dropped_frames() == 1);
+  CHECK_FALSE(t.is_ready(*slot));
+
+  std::string rank1 = "T";
+  const int one = 1;
+  rank1.append(reinterpret_cast<const char*>(&one), 4);
+  send_as(rank1, {"not a frame"});
+  CHECK_THROWS_AS(t.wait(slot, deadline_after(5s)), CommError);
+  CHECK_THROWS_WITH(t.check_healthy(), Catch::Contains("rank 1 sent a bad frame") && Catch::Contains("malformed"));
+  zmq_ctx_term(context);
+}
+
+TEST_CASE("init_process_group: missing or bad settings are typed errors", "[net][init]") {
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  unsetenv("SLURM_PROCID");
+  auto opts = [](std::string method, int rank, int world, std::string transport = "", std::string key = "") {
+    InitOptions o;
+    o.init_method = std::move(method);
+    o.rank = rank;
+    o.world_size = world;
+    o.timeout = 1s;
+    o.transport = std::move(transport);
+    o.curve_key_file = std::move(key);
+    return o;
+  };
+  CHECK_THROWS_AS(init_process_group({}), ValueError);
+  CHECK_THROWS_WITH(init_process_group({}), Catch::Contains("RANK"));
+  CHECK_THROWS_WITH(init_process_group(opts("env://", 0, -1)), Catch::Contains("WORLD_SIZE"));
+  CHECK_THROWS_WITH(init_process_group(opts("env://", 3, 2)), Catch::Contains("rank 3 (InitOptions::rank)"));
+  CHECK_THROWS_WITH(init_process_group(opts("env://", 0, 1)), Catch::Contains("MASTER_ADDR"));
+  CHECK_THROWS_WITH(init_process_group(opts("udp://x", 0, 2)), Catch::Contains("unknown init method"));
+  CHECK_THROWS_WITH(init_process_group(opts("tcp://127.0.0.1:1", 0, 1, "carrier-pigeon")),
+                    Catch::Contains("auto, tcp or ipc"));
+  CHECK_THROWS_WITH(init_process_group(opts("tcp://nohost", 0, 2)), Catch::Contains("HOST:PORT"));
+  // A world of one needs no peers; its p2p is self-sends.
+  auto solo = init_process_group(opts("tcp://127.0.0.1:1", 0, 1));
+  solo->send(Tensor::scalar<float>(2), 0, 0);
+  Tensor x;
+  CHECK(solo->recv(x, 0, 0) == 0);
+  CHECK(x.item<float>() == 2);
+  // A key file others can read is refused.
+  const std::string key = (std::filesystem::temp_directory_path() / "troupe-test-open.key").string();
+  write_curve_key_file(key, generate_curve_keys());
+  std::filesystem::permissions(key, std::filesystem::perms::group_read, std::filesystem::perm_options::add);
+  CHECK_THROWS_WITH(init_process_group(opts("tcp://127.0.0.1:1", 0, 1, "", key)),
+                    Catch::Contains("readable by group or others"));
+  std::filesystem::remove(key);
+}
