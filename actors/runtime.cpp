@@ -57,6 +57,7 @@ std::atomic<int> running_tasks{0};
 std::atomic<uint64_t> next_task_id{1};
 
 Runtime* current_runtime = nullptr;
+Runtime* fallback_runtime = nullptr;  // the default one, once built
 std::mutex current_mutex;
 
 }  // namespace
@@ -93,7 +94,7 @@ struct Runtime::Impl {
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)) {
   std::lock_guard lock(current_mutex);
-  if (current_runtime && current_runtime != &current())
+  if (current_runtime && current_runtime != fallback_runtime)
     throw ValueError("Runtime: another explicit Runtime is alive; one at a time");
   current_runtime = this;
 }
@@ -104,14 +105,20 @@ Runtime::~Runtime() {
 }
 
 Runtime& Runtime::current() {
-  static Runtime* fallback = nullptr;
-  std::lock_guard lock(current_mutex);
-  if (current_runtime) return *current_runtime;
-  if (!fallback) {
-    // Built on first use and never destroyed: forks may happen during static destruction.
-    current_runtime = fallback = new Runtime();
+  {
+    std::lock_guard lock(current_mutex);
+    if (current_runtime) return *current_runtime;
   }
-  return *fallback;
+  // Built on first use and never destroyed: forks may happen during static destruction. Built
+  // without current_mutex held: the constructor takes it (and makes the new runtime current).
+  static Runtime* fallback = [] {
+    auto* runtime = new Runtime();
+    std::lock_guard lock(current_mutex);
+    fallback_runtime = runtime;
+    return runtime;
+  }();
+  std::lock_guard lock(current_mutex);
+  return current_runtime ? *current_runtime : *fallback;
 }
 
 caf::actor_system& Runtime::system() { return *impl_->system; }

@@ -4,9 +4,11 @@
 #include <atomic>
 #include <caf/all.hpp>
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -16,6 +18,7 @@
 #include "actors/task.h"
 #include "dataflow/plan.h"
 #include "devices/threads.h"
+#include "net/process_group.h"
 
 namespace troupe::detail {
 
@@ -25,6 +28,8 @@ struct InvocationState {
   std::atomic<int> remaining{0};     // plan nodes not yet done with it, plus one while starting
   std::atomic<bool> stopped{false};  // failed or cancelled: nodes that have not fired skip
   std::atomic<bool> finished{false};
+  std::atomic<bool> completed{false};  // complete() ran (once, even when a lost peer forces it)
+  bool counted = false;                // holds an in-flight slot of this rank's executor
   std::mutex mutex;
   std::exception_ptr error;
   std::vector<Value> outputs;
@@ -110,6 +115,69 @@ std::exception_ptr with_context(const std::string& where, std::exception_ptr e) 
   }
 }
 
+// Errors travel between ranks as a code and a message, and come back as the same type.
+enum ErrorCode : int64_t { no_error, shape, dtype, device, index, value, io, peer_lost, comm, timeout, cancelled, other };
+
+std::pair<ErrorCode, std::string> encode_error(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const CancelledError& x) {
+    return {cancelled, x.what()};
+  } catch (const ShapeError& x) {
+    return {shape, x.what()};
+  } catch (const DTypeError& x) {
+    return {dtype, x.what()};
+  } catch (const DeviceError& x) {
+    return {device, x.what()};
+  } catch (const IndexError& x) {
+    return {index, x.what()};
+  } catch (const ValueError& x) {
+    return {value, x.what()};
+  } catch (const IOError& x) {
+    return {io, x.what()};
+  } catch (const PeerLostError& x) {
+    return {peer_lost, x.what()};
+  } catch (const CommError& x) {
+    return {comm, x.what()};
+  } catch (const TimeoutError& x) {
+    return {timeout, x.what()};
+  } catch (const std::exception& x) {
+    return {other, x.what()};
+  } catch (...) {
+    return {other, "unknown exception"};
+  }
+}
+
+std::exception_ptr decode_error(int64_t code, const std::string& m) {
+  switch (code) {
+    case shape: return std::make_exception_ptr(ShapeError(m));
+    case dtype: return std::make_exception_ptr(DTypeError(m));
+    case device: return std::make_exception_ptr(DeviceError(m));
+    case index: return std::make_exception_ptr(IndexError(m));
+    case value: return std::make_exception_ptr(ValueError(m));
+    case io: return std::make_exception_ptr(IOError(m));
+    case peer_lost: return std::make_exception_ptr(PeerLostError(m));
+    case comm: return std::make_exception_ptr(CommError(m));
+    case timeout: return std::make_exception_ptr(TimeoutError(m));
+    case cancelled: return std::make_exception_ptr(CancelledError(m));
+    default: return std::make_exception_ptr(Error(m));
+  }
+}
+
+// What travels between ranks, on one ordered stream per pair: a header, i64 [kind, invocation,
+// node, slot, live, payload mode, then dtype, ndim, shape and, for small payloads, their bytes];
+// a large payload follows as a tensor message of its own. Payloads are live data, and the text
+// of a failed ack (u8). Small payloads ride in the header because the transport mishandles
+// messages of up to 33 bytes (ZeroMQ keeps those inside the message object; net issue, reported).
+enum MessageKind : int64_t { start_message = 1, data_message, ack_message, stop_message };
+enum PayloadMode : int64_t { no_payload, inline_payload, separate_payload };
+constexpr size_t inline_bytes = 256;
+
+// Executors on a group take tags in construction order, the same on every rank.
+std::atomic<int64_t> next_group_tag{0x7df00000};
+
+const auto forever = std::chrono::hours(24 * 365);
+
 bool truth(const Value& v, const std::string& what) {
   if (v.is<bool>()) return v.get<bool>();
   if (v.is_tensor() && v.tensor().defined() && v.tensor().numel() == 1) return v.tensor().item<double>() != 0;
@@ -135,12 +203,24 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     if (options.max_in_flight < 1)
       throw ValueError("Executor: max_in_flight must be >= 1, got " + std::to_string(options.max_in_flight));
     plan = make_plan(*graph);
+    if (options.group) {
+      rank = options.group->rank();
+      world = options.group->size();
+      tag = next_group_tag.fetch_add(1);
+    }
+    for (const PlanNode& pn : plan.nodes)
+      if (pn.rank >= world)
+        plan.problems.push_back("node '" + pn.path + "' is placed on rank " + std::to_string(pn.rank) +
+                                (options.group ? ", but the process group has " + std::to_string(world) + " ranks"
+                                               : ", but the executor has no process group"));
     if (!plan.problems.empty()) throw GraphError(graph->name(), plan.problems);
     output_names = std::make_shared<const std::vector<std::string>>(plan.output_names);
     fixed_intra_op = Runtime::current().options().intra_op_threads;
     cores = hardware_cores();
     nodes.resize(plan.nodes.size());
     for (size_t i = 0; i < plan.nodes.size(); ++i) {
+      if (!local(static_cast<int>(i))) continue;
+      ++local_nodes;
       if (plan.nodes[i].inputs.empty()) sources.push_back(static_cast<int>(i));
       if (plan.nodes[i].node->kind == NodeKind::loop)
         nodes[i].body = create(*plan.nodes[i].node->body, {.max_in_flight = options.max_in_flight});
@@ -155,12 +235,19 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   static std::shared_ptr<ExecutorCore> create(const Graph& g, ExecutorOptions opts) {
     auto core = std::make_shared<ExecutorCore>(g, opts);
     core->spawn_actors();
+    for (int peer = 0; peer < core->world; ++peer) {
+      core->send_mutex.push_back(std::make_unique<std::mutex>());
+      if (peer != core->rank) core->receivers.emplace_back([c = core.get(), peer] { c->receive_from(peer); });
+    }
     return core;
   }
+
+  bool local(int node) const { return plan.nodes[node].rank == rank; }
 
   void spawn_actors() {
     auto& system = Runtime::current().system();
     for (size_t i = 0; i < nodes.size(); ++i) {
+      if (!local(static_cast<int>(i))) continue;
       // The actor holds the core until stop() sends it the exit: no node outlives its data.
       nodes[i].actor = system.spawn([core = shared_from_this(), id = static_cast<int>(i)]() -> caf::behavior {
         return {[core, id](Deliver& d) { core->receive(id, d); }};
@@ -182,9 +269,20 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
       ++in_flight;
       peak = std::max(peak, in_flight);
     }
+    auto inv = make_invocation(next_id.fetch_add(1, std::memory_order_relaxed), world - 1);
+    inv->counted = true;
+    if (world > 1) {
+      std::lock_guard lock(remote_mutex);
+      by_id[inv->id] = inv;
+    }
+    return inv;
+  }
+
+  // `acks`: the other ranks that report when they are done with it (rank 0 waits for them).
+  InvocationPtr make_invocation(uint64_t id, int acks) {
     auto inv = std::make_shared<InvocationState>();
-    inv->id = next_id.fetch_add(1, std::memory_order_relaxed);
-    inv->remaining.store(static_cast<int>(nodes.size()) + 1, std::memory_order_relaxed);
+    inv->id = id;
+    inv->remaining.store(local_nodes + 1 + acks, std::memory_order_relaxed);
     inv->outputs.resize(plan.output_names.size());
     inv->live.assign(plan.output_names.size(), 0);
     return inv;
@@ -192,19 +290,36 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
 
   // Sends the inputs and constants on their way and starts the nodes without inputs.
   void launch(const InvocationPtr& inv, std::vector<Value> inputs) {
+    for (int peer = 0; peer < world; ++peer)
+      if (peer != rank) send(peer, {start_message, static_cast<int64_t>(inv->id), 0, 0, 0}, {});
     for (size_t k = 0; k < inputs.size(); ++k) deliver(plan.input_consumers[k], inv, true, std::move(inputs[k]));
-    for (size_t c = 0; c < plan.constants.size(); ++c) deliver(plan.constant_consumers[c], inv, true, plan.constants[c]);
+    launch_local(inv);
+  }
+
+  // Every rank gives its own nodes the constants and starts its nodes without inputs.
+  void launch_local(const InvocationPtr& inv) {
+    for (size_t c = 0; c < plan.constants.size(); ++c)
+      for (const Target& t : plan.constant_consumers[c])
+        if (t.node >= 0 && local(t.node)) caf::anon_send(nodes[t.node].actor, Deliver{inv, t.slot, true, plan.constants[c]});
+        else if (t.node < 0 && rank == 0) set_output(*inv, t.slot, true, plan.constants[c]);
     for (int s : sources) caf::anon_send(nodes[s].actor, Deliver{inv, -1, true, {}});
     node_done(inv);  // the starter's share of `remaining`
+  }
+
+  void set_output(InvocationState& inv, int k, bool live, Value v) {
+    inv.outputs[k] = std::move(v);
+    inv.live[k] = live;
   }
 
   void deliver(const std::vector<Target>& targets, const InvocationPtr& inv, bool live, Value value) {
     for (size_t i = 0; i < targets.size(); ++i) {
       const Target& t = targets[i];
       Value v = i + 1 == targets.size() ? std::move(value) : value;
-      if (t.node < 0) {
-        inv->outputs[t.slot] = std::move(v);
-        inv->live[t.slot] = live;
+      const int owner = t.node < 0 ? 0 : plan.nodes[t.node].rank;
+      if (owner != rank) {
+        send(owner, {data_message, static_cast<int64_t>(inv->id), t.node, t.slot, live}, live ? v.tensor() : Tensor());
+      } else if (t.node < 0) {
+        set_output(*inv, t.slot, live, std::move(v));
       } else {
         caf::anon_send(nodes[t.node].actor, Deliver{inv, t.slot, live, std::move(v)});
       }
@@ -216,6 +331,11 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   }
 
   void complete(const InvocationPtr& inv) {
+    if (inv->completed.exchange(true)) return;
+    if (world > 1) {
+      std::lock_guard lock(remote_mutex);
+      by_id.erase(inv->id);
+    }
     if (inv->on_done) {
       inv->on_done(*inv);
     } else {
@@ -232,11 +352,142 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
       }
     }
     inv->finished.store(true, std::memory_order_release);
+    if (!inv->counted) return;
     {
       std::lock_guard lock(mutex);
       --in_flight;
     }
     idle.notify_all();
+  }
+
+  // ---- ranks ----
+
+  void send(int peer, std::vector<int64_t> header, const Tensor& payload) {
+    Tensor host;
+    PayloadMode mode = no_payload;
+    if (payload.defined()) {
+      host = (payload.device().is_cpu() ? payload : payload.to(Device::cpu())).contiguous();
+      mode = host.nbytes() <= inline_bytes ? inline_payload : separate_payload;
+      header.push_back(mode);
+      header.push_back(static_cast<int64_t>(host.dtype()));
+      header.push_back(host.dim());
+      header.insert(header.end(), host.shape().begin(), host.shape().end());
+      if (mode == inline_payload) {
+        const size_t at = header.size();
+        header.resize(at + (host.nbytes() + 7) / 8);
+        std::memcpy(header.data() + at, host.raw_data(), host.nbytes());
+      }
+    } else {
+      header.push_back(no_payload);
+    }
+    std::lock_guard lock(*send_mutex[peer]);
+    options.group->send(Tensor::from_vector(header, {static_cast<int64_t>(header.size())}), peer, tag);
+    if (mode == separate_payload) options.group->send(host, peer, tag);
+  }
+
+  // The payload a header announces: from the header itself, or the next message from peer.
+  Tensor receive_payload(const std::vector<int64_t>& h, int peer) {
+    if (h[5] == no_payload) return {};
+    const auto dtype = static_cast<DType>(h[6]);
+    const Shape shape(h.begin() + 8, h.begin() + 8 + h[7]);
+    if (h[5] == separate_payload) {
+      Tensor t = Tensor::empty(shape, dtype);  // fixes what the message must be
+      options.group->recv(t, peer, tag, forever);
+      return t;
+    }
+    Tensor t = Tensor::empty(shape, dtype);
+    std::memcpy(t.mutable_raw_data(), h.data() + 8 + h[7], t.nbytes());
+    return t;
+  }
+
+  // This rank's state of invocation `id`: rank 0 made it in run(); another rank makes it when the
+  // first message about it arrives, and reports to rank 0 when its nodes are done with it.
+  InvocationPtr invocation(uint64_t id) {
+    std::lock_guard lock(remote_mutex);
+    auto it = by_id.find(id);
+    if (it != by_id.end()) return it->second;
+    if (rank == 0) return nullptr;
+    auto inv = make_invocation(id, 0);
+    inv->on_done = [this](InvocationState& done) {
+      auto [code, text] = done.error ? encode_error(done.error) : std::pair<ErrorCode, std::string>{no_error, ""};
+      Tensor message;
+      if (code != no_error) message = Tensor::from_vector(std::vector<uint8_t>(text.begin(), text.end()),
+                                                          {static_cast<int64_t>(text.size())});
+      try {
+        send(0, {ack_message, static_cast<int64_t>(done.id), code, 0, 0}, message);
+      } catch (...) {
+        lose_peer(std::current_exception());
+      }
+    };
+    by_id[id] = inv;
+    return inv;
+  }
+
+  void receive_from(int peer) {
+    try {
+      for (;;) {
+        Tensor header_tensor;
+        options.group->recv(header_tensor, peer, tag, forever);
+        const auto h = header_tensor.to_vector<int64_t>();
+        Tensor payload = receive_payload(h, peer);
+        if (h[0] == stop_message) break;
+        InvocationPtr inv = invocation(static_cast<uint64_t>(h[1]));
+        if (!inv) continue;
+        if (h[0] == start_message) {
+          launch_local(inv);
+        } else if (h[0] == data_message) {
+          const int node = static_cast<int>(h[2]), slot = static_cast<int>(h[3]);
+          if (node < 0) set_output(*inv, slot, h[4] != 0, payload);
+          else caf::anon_send(nodes[node].actor, Deliver{inv, slot, h[4] != 0, payload});
+        } else if (h[0] == ack_message) {
+          if (h[2] != no_error) {
+            auto bytes = payload.to_vector<uint8_t>();
+            inv->fail(decode_error(h[2], std::string(bytes.begin(), bytes.end())));
+          }
+          node_done(inv);
+        }
+      }
+      if (peer == 0) {
+        std::lock_guard lock(mutex);
+        driver_gone = true;
+      }
+      idle.notify_all();
+    } catch (...) {
+      lose_peer(std::current_exception());
+    }
+  }
+
+  // A rank died or a message failed: every invocation this rank knows fails with that error
+  // now (their other messages will never come), and later runs throw it.
+  void lose_peer(std::exception_ptr e) {
+    std::vector<InvocationPtr> lost;
+    {
+      std::lock_guard lock(remote_mutex);
+      if (!broken) broken = e;
+      for (auto& [id, inv] : by_id) lost.push_back(inv);
+    }
+    for (auto& inv : lost) {
+      inv->fail(e);
+      complete(inv);
+    }
+    {
+      std::lock_guard lock(mutex);
+      driver_gone = true;
+    }
+    idle.notify_all();
+  }
+
+  void stop_ranks() {
+    for (int peer = 0; peer < world; ++peer) {
+      if (peer == rank) continue;
+      try {
+        send(peer, {stop_message, 0, 0, 0, 0}, {});
+      } catch (...) {
+        // The peer is gone already; its receiver here has ended with the error.
+      }
+    }
+    for (auto& r : receivers) r.join();
+    receivers.clear();
   }
 
   // ---- node actors ----
@@ -289,7 +540,19 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     if (outs.size() < pn.consumers.size())
       throw ValueError("gave " + std::to_string(outs.size()) + " outputs, but output " +
                        std::to_string(pn.consumers.size() - 1) + " is used");
+    for (size_t port = 0; port < pn.consumers.size(); ++port) check_sendable(pn.consumers[port], outs[port], "output " + std::to_string(port));
     for (size_t port = 0; port < pn.consumers.size(); ++port) deliver(pn.consumers[port], inv, true, std::move(outs[port]));
+  }
+
+  // Only tensors cross ranks: checked before anything is sent.
+  void check_sendable(const std::vector<Target>& targets, const Value& v, const std::string& what) const {
+    if (world == 1 || (v.is_tensor() && v.tensor().defined())) return;
+    for (const Target& t : targets) {
+      const int owner = t.node < 0 ? 0 : plan.nodes[t.node].rank;
+      if (owner != rank)
+        throw ValueError(what + " goes to rank " + std::to_string(owner) +
+                         ": only tensors travel between ranks, got " + v.type_name());
+    }
   }
 
   std::vector<Value> placed(const Node& n, std::vector<Value> values) const {
@@ -339,6 +602,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
         case NodeKind::switch_: {
           const bool taken = truth(values[0], "the predicate");
           const int k = n.width;
+          for (int i = 0; i < k; ++i) check_sendable(pn.consumers[taken ? i : k + i], values[1 + i], "value " + std::to_string(i));
           for (int i = 0; i < k; ++i) {
             deliver(pn.consumers[i], inv, taken, taken ? values[1 + i] : Value());
             deliver(pn.consumers[k + i], inv, !taken, taken ? Value() : values[1 + i]);
@@ -436,13 +700,23 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   ExecutorOptions options;
   Plan plan;
   std::shared_ptr<const std::vector<std::string>> output_names;  // shared with each Invocation
-  std::vector<NodeState> nodes;
-  std::vector<int> sources;  // nodes without inputs: started by each invocation
+  std::vector<NodeState> nodes;  // actors for this rank's nodes only
+  int local_nodes = 0;
+  std::vector<int> sources;  // this rank's nodes without inputs: started by each invocation
   int fixed_intra_op = 0, cores = 1;
   std::atomic<uint64_t> next_id{1};
   mutable std::mutex mutex;
   std::condition_variable idle;  // in_flight went down
   int in_flight = 0, peak = 0;
+  bool driver_gone = false;  // rank 0 said stop (or a peer was lost): serve() returns
+
+  int rank = 0, world = 1;
+  int64_t tag = 0;
+  std::vector<std::unique_ptr<std::mutex>> send_mutex;  // per peer: a header and its payload stay together
+  std::vector<std::thread> receivers;                   // one per peer
+  std::mutex remote_mutex;
+  std::unordered_map<uint64_t, InvocationPtr> by_id;  // invocations messages may name
+  std::exception_ptr broken;                          // the error that lost a peer
 };
 
 }  // namespace troupe::detail
@@ -477,11 +751,19 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
 
 Executor::~Executor() {
   wait_idle();
+  core_->stop_ranks();
   core_->stop();
 }
 
 Invocation Executor::run(std::map<std::string, Value> inputs) {
   const auto& plan = core_->plan;
+  if (core_->rank != 0)
+    throw ValueError("run: this is rank " + std::to_string(core_->rank) + "; rank 0 runs graph '" + plan.graph +
+                     "', the other ranks call serve()");
+  {
+    std::lock_guard lock(core_->remote_mutex);
+    if (core_->broken) std::rethrow_exception(core_->broken);
+  }
   std::vector<Value> ordered;
   for (size_t k = 0; k < plan.input_names.size(); ++k) {
     const std::string& name = plan.input_names[k];
@@ -498,6 +780,7 @@ Invocation Executor::run(std::map<std::string, Value> inputs) {
         throw ShapeError("run: graph '" + plan.graph + "' input '" + name + "' must be " + meta->str() + ", got " +
                          given->str());
     }
+    core_->check_sendable(plan.input_consumers[k], it->second, "run: input '" + name + "'");
     ordered.push_back(std::move(it->second));
     inputs.erase(it);
   }
@@ -515,6 +798,16 @@ Invocation Executor::run(std::map<std::string, Value> inputs) {
   return result;
 }
 
+void Executor::serve() {
+  if (core_->rank == 0) throw ValueError("serve: rank 0 runs the graph with run(); the other ranks serve");
+  {
+    std::unique_lock lock(core_->mutex);
+    core_->idle.wait(lock, [&] { return core_->driver_gone; });
+  }
+  std::lock_guard lock(core_->remote_mutex);
+  if (core_->broken) std::rethrow_exception(core_->broken);
+}
+
 void Executor::wait_idle() {
   std::unique_lock lock(core_->mutex);
   core_->idle.wait(lock, [&] { return core_->in_flight == 0; });
@@ -530,7 +823,7 @@ int Executor::peak_in_flight() const {
   return core_->peak;
 }
 
-int Executor::node_actors() const { return static_cast<int>(core_->nodes.size()); }
+int Executor::node_actors() const { return core_->local_nodes; }
 const std::vector<std::string>& Executor::input_names() const { return core_->plan.input_names; }
 const std::vector<std::string>& Executor::output_names() const { return core_->plan.output_names; }
 

@@ -15,6 +15,19 @@
 // prefixed with the node's path); its other nodes are skipped; other invocations continue.
 // Invocation::cancel() skips every node of the invocation that has not fired yet and fails its
 // futures with CancelledError. Destroy executors before the Runtime whose actors they use.
+//
+// Ranks: with a process group, every rank builds the same graph and an Executor on the group
+// (in the same order). Nodes run on the rank given by NodeRef::on_rank (default 0, the driver);
+// only that rank spawns their actors. Rank 0 calls run(); the others call serve(), which
+// returns when rank 0's executor is destroyed. Values crossing ranks must be tensors; they
+// travel as tensor messages, tagged by invocation, and every rank reports to rank 0 when it is
+// done with an invocation (with its error, if a node failed), so rank 0's futures and in-flight
+// bound cover the whole job. Cancelling skips the pending nodes of rank 0 only.
+//
+//   auto world = net::init_process_group();             // under `troupe launch --nproc 2`
+//   Graph g = build();                                   // e.g. g.op(...).on_rank(1)
+//   Executor exec(g, {.group = world});
+//   if (world->rank() == 0) y = exec({{"x", x}}).at("y"); else exec.serve();
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -32,8 +45,13 @@ class CancelledError : public Error {
   using Error::Error;
 };
 
+namespace net {
+class ProcessGroup;
+}
+
 struct ExecutorOptions {
-  int max_in_flight = 4;  // invocations in flight before run() blocks; >= 1
+  int max_in_flight = 4;                    // invocations in flight before run() blocks; >= 1
+  std::shared_ptr<net::ProcessGroup> group = nullptr;  // ranks the nodes are placed on; none: this process
 };
 
 namespace detail {
@@ -74,10 +92,12 @@ class Executor {
   Invocation run(std::map<std::string, Value> inputs);
   std::map<std::string, Value> operator()(std::map<std::string, Value> inputs) { return run(std::move(inputs)).get_all(); }
   void wait_idle();  // returns when nothing is in flight
+  // Ranks other than 0: runs this rank's nodes until rank 0's executor goes away.
+  void serve();
 
   int in_flight() const;
   int peak_in_flight() const;  // the most invocations ever in flight at once
-  int node_actors() const;     // actors spawned for this graph (loop bodies excluded)
+  int node_actors() const;     // actors spawned for this graph on this rank (loop bodies excluded)
   const std::vector<std::string>& input_names() const;
   const std::vector<std::string>& output_names() const;
 

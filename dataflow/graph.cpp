@@ -68,6 +68,11 @@ NodeRef& NodeRef::on(Device device) {
   return *this;
 }
 
+NodeRef& NodeRef::on_rank(int rank) {
+  graph_->node(node_).rank = rank;
+  return *this;
+}
+
 NodeRef& NodeRef::infer_with(MetaFn infer) {
   Node& n = graph_->node(node_);
   if (n.kind != NodeKind::call) throw ValueError("infer_with: node '" + n.name + "' is not a call node");
@@ -310,6 +315,7 @@ void write_dot(std::ostringstream& out, const Graph& g, const std::string& prefi
     else if (n.kind != NodeKind::input && n.kind != NodeKind::output) label += std::string("\\n") + name(n.kind);
     if (n.kind == NodeKind::input && n.meta) label += "\\n" + n.meta->str();
     if (n.device) label += "\\n@" + n.device->str();
+    if (n.rank != 0) label += "\\n@rank " + std::to_string(n.rank);
     out << indent << id(static_cast<int>(i)) << " [label=\"" << label << "\" shape=\"" << dot_shape(n.kind) << "\"];\n";
   }
   for (size_t i = 0; i < nodes.size(); ++i) {

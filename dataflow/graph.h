@@ -79,6 +79,7 @@ struct Node {
   int64_t max_iterations = 0;                // loop nodes
   int width = 0;                             // switch/merge: values per branch
   std::optional<Device> device;              // placement; none: where the inputs are
+  int rank = 0;                              // the process-group rank it runs on (see Executor)
   std::string build_error;                   // a problem seen while building, reported by validate()
 };
 
@@ -90,6 +91,7 @@ class NodeRef {
   Port out(std::string_view name) const;  // a named output port; ValueError when there is none
   NodeRef& named(std::string name);
   NodeRef& on(Device device);            // run here: tensor inputs are moved with Tensor::to
+  NodeRef& on_rank(int rank);            // run in that rank of the executor's process group
   NodeRef& infer_with(MetaFn infer);     // call nodes: output metas from input metas
   const std::string& name() const;
   int id() const { return node_; }

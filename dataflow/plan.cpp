@@ -30,6 +30,7 @@ struct Scope {
   std::vector<int> plan_node;  // per graph node: plan node, or -1
   std::vector<int> child;      // per graph node: scope of a sub-graph node, or -1
   std::vector<int> ordinal;    // per graph node: position among inputs / outputs / constants id
+  int rank = 0;                // where its nodes run unless placed themselves
 };
 
 class Planner {
@@ -55,7 +56,12 @@ class Planner {
   // checked one node at a time.
   void add_scope(const Graph& graph, std::string prefix, int parent, int owner) {
     const int id = static_cast<int>(scopes_.size());
-    scopes_.push_back({&graph, prefix, parent, owner, {}, {}, {}});
+    int rank = 0;
+    if (parent >= 0) {
+      const Node& sub = scopes_[parent].graph->node(owner);
+      rank = sub.rank != 0 ? sub.rank : scopes_[parent].rank;
+    }
+    scopes_.push_back({&graph, prefix, parent, owner, {}, {}, {}, rank});
     const auto& nodes = graph.nodes();
     std::vector<int> plan_node(nodes.size(), -1), child(nodes.size(), -1), ordinal(nodes.size(), -1);
     std::map<std::string, int> names, output_names;
@@ -98,7 +104,9 @@ class Planner {
           break;
         default:
           plan_node[i] = add_plan_node(n, path);
+          plan_.nodes[plan_node[i]].rank = n.rank != 0 ? n.rank : rank;
       }
+      if (n.rank < 0) problem("node " + quoted(path) + " is placed on rank " + std::to_string(n.rank));
     }
     if (outputs == 0) problem("graph " + quoted(prefix + graph.name()) + " has no outputs");
     scopes_[id].plan_node = std::move(plan_node);

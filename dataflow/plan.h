@@ -40,6 +40,7 @@ struct PlanNode {
   Attrs attrs;                                 // op nodes: completed with defaults
   int state_outputs = 0;                       // loop nodes: body outputs that are state
   int continue_output = -1;                    // loop nodes: the body's "continue" output, if any
+  int rank = 0;                                // its own, else its sub-graph's
 };
 
 struct Plan {
