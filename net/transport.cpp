@@ -1,5 +1,6 @@
 #include "net/transport.h"
 
+#include <poll.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -20,6 +21,7 @@ constexpr size_t kCopyBelow = 4096;
 constexpr int kLingerMs = 2000;
 constexpr auto kDisconnectGrace = std::chrono::milliseconds(500);
 constexpr auto kGoodbyeWait = std::chrono::milliseconds(200);
+constexpr auto kLeadSlice = std::chrono::milliseconds(2);  // then the I/O thread gets a turn
 
 [[noreturn]] void zmq_fail(const std::string& what) {
   throw CommError("transport: " + what + ": " + zmq_strerror(zmq_errno()));
@@ -91,17 +93,20 @@ std::string ipc_path(int rank) {
 Tensor adopt_payload(zmq_msg_t* msg, const FrameHeader& header) {
   const size_t size = zmq_msg_size(msg);
   if (size == 0) return Tensor::empty(header.shape, header.dtype);
-  void* data = zmq_msg_data(msg);
-  // ZeroMQ may hand small messages out of a shared receive buffer at any offset: copy those
-  // whose elements would be misaligned, adopt the rest.
-  if (reinterpret_cast<uintptr_t>(data) % 16 != 0) {
-    Tensor t = Tensor::empty(header.shape, header.dtype);
-    std::memcpy(t.mutable_raw_data(), data, size);
-    return t;
-  }
+  // Move first: a small message keeps its bytes inside the zmq_msg_t itself.
   auto* owned = new zmq_msg_t;
   zmq_msg_init(owned);
   zmq_msg_move(owned, msg);
+  void* data = zmq_msg_data(owned);
+  // ZeroMQ may hand small messages out of a shared receive buffer at any offset: copy those
+  // whose elements would be misaligned, adopt the rest (large ones are 8-byte aligned mallocs).
+  if (reinterpret_cast<uintptr_t>(data) % itemsize(header.dtype) != 0) {
+    Tensor t = Tensor::empty(header.shape, header.dtype);
+    std::memcpy(t.mutable_raw_data(), data, size);
+    zmq_msg_close(owned);
+    delete owned;
+    return t;
+  }
   auto storage = std::make_shared<Storage>(data, size, Device::cpu(), [owned](void*) {
     zmq_msg_close(owned);
     delete owned;
@@ -142,9 +147,9 @@ struct Transport::Peer {
   void* dealer = nullptr;      // set once by connect()
   uint64_t next_seq = 0;       // under send_mutex
   void* monitor = nullptr;     // I/O thread after connect()
-  uint64_t expected_seq = 0;   // I/O thread
-  Clock::time_point last_seen; // I/O thread
-  bool suspect = false;        // I/O thread: its connection closed, no goodbye yet
+  uint64_t expected_seq = 0;   // under router_mutex_
+  std::atomic<Clock::rep> last_seen{0};  // when a frame last came (time_since_epoch ticks)
+  bool suspect = false;        // under mutex_: its connection closed, no goodbye yet
   Clock::time_point suspect_since;
   bool hello = false;          // under mutex_
   std::atomic<bool> departed{false};
@@ -153,7 +158,12 @@ struct Transport::Peer {
 struct Transport::Slot {
   Key key;
   int source = -1;
-  bool done = false;
+  bool done = false;              // under mutex_
+  std::atomic<bool> ready{false};  // mirrors done, for the lock-free checks in wait()
+  void finish() {
+    done = true;
+    ready.store(true, std::memory_order_release);
+  }
   std::optional<Message> message;
   std::exception_ptr error;
   std::condition_variable cv;
@@ -195,6 +205,8 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
       address_.ipc = "ipc://" + path;
     }
     if (address_.tcp.empty() && address_.ipc.empty()) throw ValueError("transport: neither tcp nor ipc enabled");
+    size_t fd_size = sizeof router_fd_;
+    if (zmq_getsockopt(router_, ZMQ_FD, &router_fd_, &fd_size) != 0) zmq_fail("ZMQ_FD");
     address_.host_id = host_id();
 
     const std::string wake_endpoint = "inproc://troupe-wake";
@@ -406,17 +418,17 @@ std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Lane lane, int6
       slot->message = std::move(*m);
       queue.erase(m);
       if (queue.empty()) unexpected_.erase(it);
-      slot->done = true;
+      slot->finish();
       return slot;
     }
   }
   if (broken_) {
     slot->error = broken_;
-    slot->done = true;
+    slot->finish();
   } else if (source >= 0 && source != rank() && peers_[source]->departed) {
     slot->error = std::make_exception_ptr(
         PeerLostError("recv: rank " + std::to_string(source) + " has shut down (it said goodbye)"));
-    slot->done = true;
+    slot->finish();
   } else {
     posted_[slot->key].push_back(slot);
   }
@@ -424,6 +436,27 @@ std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Lane lane, int6
 }
 
 std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadline deadline) {
+  // Leader/followers: the first waiter takes the ROUTER and receives for everyone, woken by
+  // ZeroMQ's own descriptor, so a small message costs no hand-off through the I/O thread. The
+  // others sleep on their slot; the leader (or the I/O thread) completes it.
+  while (!slot->ready.load(std::memory_order_acquire) && Clock::now() < deadline) {
+    std::unique_lock router(router_mutex_, std::try_to_lock);
+    if (router.owns_lock()) {
+      const Deadline slice = std::min(deadline, Clock::now() + kLeadSlice);
+      while (true) {
+        handle_router();
+        if (slot->ready.load(std::memory_order_acquire)) break;
+        const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(slice - Clock::now()).count();
+        if (left <= 0) break;
+        pollfd p{router_fd_, POLLIN, 0};
+        const timespec ts{left / 1000000000, left % 1000000000};
+        ::ppoll(&p, 1, &ts, nullptr);
+      }
+    } else {
+      std::unique_lock lock(mutex_);
+      slot->cv.wait_until(lock, std::min(deadline, Clock::now() + kLeadSlice), [&] { return slot->done; });
+    }
+  }
   std::unique_lock lock(mutex_);
   if (!slot->cv.wait_until(lock, deadline, [&] { return slot->done; })) {
     if (auto it = posted_.find(slot->key); it != posted_.end()) {
@@ -465,7 +498,7 @@ void Transport::deliver(Message message) {
       queue.erase(s);
       if (queue.empty()) posted_.erase(it);
       slot->message = std::move(message);
-      slot->done = true;
+      slot->finish();
       slot->cv.notify_all();
       return;
     }
@@ -482,7 +515,7 @@ void Transport::break_transport(std::exception_ptr error) {
     for (auto& [key, queue] : posted_)
       for (auto& slot : queue) {
         slot->error = error;
-        slot->done = true;
+        slot->finish();
         slot->cv.notify_all();
       }
     posted_.clear();
@@ -503,7 +536,7 @@ void Transport::peer_departed(int r) {
       std::erase_if(it->second, [&](const std::shared_ptr<Slot>& slot) {
         if (slot->source != r) return false;
         slot->error = error;
-        slot->done = true;
+        slot->finish();
         slot->cv.notify_all();
         return true;
       });
@@ -519,7 +552,7 @@ void Transport::io_loop() {
   const size_t first_monitor = zap_ ? 3 : 2;
   bool monitoring = false;
   auto rebuild = [&] {
-    items = {{router_, 0, ZMQ_POLLIN, 0}, {wake_rx_, 0, ZMQ_POLLIN, 0}};
+    items = {{nullptr, router_fd_, ZMQ_POLLIN, 0}, {wake_rx_, 0, ZMQ_POLLIN, 0}};
     if (zap_) items.push_back({zap_, 0, ZMQ_POLLIN, 0});
     monitor_peer.clear();
     for (int r = 0; r < world_size(); ++r)
@@ -529,19 +562,28 @@ void Transport::io_loop() {
       }
   };
   rebuild();
+  bool router_led = false;
   auto next_tick = Clock::now() + options_.heartbeat_interval;
   while (true) {
     if (!monitoring && connected_) {
       monitoring = true;
       const auto now = Clock::now();
-      for (auto& peer : peers_) peer->last_seen = now;
+      for (auto& peer : peers_) peer->last_seen = now.time_since_epoch().count();
       rebuild();
     }
-    const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - Clock::now()).count();
+    // While a waiting thread leads (holds the ROUTER), leave the ROUTER to it and look back soon.
+    items[0].events = router_led ? 0 : ZMQ_POLLIN;
+    auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - Clock::now()).count();
+    if (router_led) wait_ms = std::min<long>(wait_ms, 1);
     const int rc = zmq_poll(items.data(), static_cast<int>(items.size()), std::max<long>(0, wait_ms));
     if (rc < 0 && zmq_errno() != EINTR) break;
+    // The ROUTER's descriptor is edge-like: drain on every turn, not only when it fired.
+    {
+      std::unique_lock router(router_mutex_, std::try_to_lock);
+      router_led = !router.owns_lock();
+      if (router.owns_lock()) handle_router();
+    }
     if (rc > 0) {
-      if (items[0].revents & ZMQ_POLLIN) handle_router();
       if (items[1].revents & ZMQ_POLLIN) {
         char byte;
         while (zmq_recv(wake_rx_, &byte, 1, ZMQ_DONTWAIT) >= 0) {
@@ -620,7 +662,7 @@ void Transport::handle_frame(int r, FrameHeader h, zmq_msg_t* payload) {
     throw CommError("frame: sequence number " + std::to_string(h.seq) + ", expected " +
                     std::to_string(peer.expected_seq) + " (a frame was lost)");
   ++peer.expected_seq;
-  peer.last_seen = Clock::now();
+  peer.last_seen = Clock::now().time_since_epoch().count();
   switch (h.kind) {
     case FrameKind::heartbeat:
       return;
@@ -654,12 +696,8 @@ void Transport::handle_monitor(int r) {
     uint16_t id = 0;
     if (zmq_msg_size(&event) >= 2) std::memcpy(&id, zmq_msg_data(&event), 2);
     Peer& peer = *peers_[r];
-    bool hello;
-    {
-      std::lock_guard lock(mutex_);
-      hello = peer.hello;
-    }
-    if (id == ZMQ_EVENT_DISCONNECTED && hello && !peer.departed && !peer.suspect) {
+    std::lock_guard lock(mutex_);
+    if (id == ZMQ_EVENT_DISCONNECTED && peer.hello && !peer.departed && !peer.suspect) {
       peer.suspect = true;
       peer.suspect_since = Clock::now();
     }
@@ -704,19 +742,23 @@ void Transport::tick(Clock::time_point now) {
       std::lock_guard lock(peer.send_mutex);
       send_control_locked(peer, FrameKind::heartbeat);
     }
-    bool hello;
+    bool hello, suspect;
+    Clock::time_point suspect_since;
     {
       std::lock_guard lock(mutex_);
-      hello = peer.hello;
       if (broken_) continue;
+      hello = peer.hello;
+      suspect = peer.suspect;
+      suspect_since = peer.suspect_since;
     }
     if (!hello) continue;
-    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - peer.last_seen);
+    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(
+        now - Clock::time_point(Clock::duration(peer.last_seen.load())));
     if (silent > options_.peer_timeout)
       break_transport(std::make_exception_ptr(PeerLostError(
           "rank " + std::to_string(r) + " was lost: no message or heartbeat for " + std::to_string(silent.count()) +
           " ms")));
-    else if (peer.suspect && now - peer.suspect_since > kDisconnectGrace)
+    else if (suspect && now - suspect_since > kDisconnectGrace)
       break_transport(std::make_exception_ptr(
           PeerLostError("rank " + std::to_string(r) + " was lost: its connection closed (process died or network broke)")));
   }

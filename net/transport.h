@@ -13,8 +13,9 @@
 // Why a thread and not a CAF actor per rank: the rank *is* an actor in the model's sense (one
 // mailbox, messages handled one at a time, in order), but it must answer heartbeats while every
 // CAF worker runs kernels, and a hop through the CAF scheduler would add microseconds to every
-// message. So the ROUTER's own thread is the rank's mailbox, and waiting actors or threads block
-// on their inbox with a deadline.
+// message. So the rank's mailbox is its ROUTER, drained by whoever holds it: a thread waiting for
+// a message (it "leads" and is woken by ZeroMQ directly: no extra hand-off on the hot path), or,
+// when nobody waits, the transport's I/O thread. Followers sleep on their inbox with a deadline.
 //
 // Design choices:
 // - Sends go straight from the caller's thread onto the peer's DEALER under a per-peer mutex
@@ -141,6 +142,8 @@ class Transport {
   PeerAddress address_;
   void* context_ = nullptr;
   void* router_ = nullptr;
+  int router_fd_ = -1;       // ZeroMQ's descriptor that fires when frames may be waiting
+  std::mutex router_mutex_;  // whoever holds it receives on router_ (I/O thread or a waiter)
   void* zap_ = nullptr;
   void* wake_rx_ = nullptr;  // the I/O thread's end
   void* wake_tx_ = nullptr;  // everyone else's end, under wake_mutex_
