@@ -166,9 +166,8 @@ std::exception_ptr decode_error(int64_t code, const std::string& m) {
 
 // What travels between ranks, on one ordered stream per pair: a header, i64 [kind, invocation,
 // node, slot, live, payload mode, then dtype, ndim, shape and, for small payloads, their bytes];
-// a large payload follows as a tensor message of its own. Payloads are live data, and the text
-// of a failed ack (u8). Small payloads ride in the header because the transport mishandles
-// messages of up to 33 bytes (ZeroMQ keeps those inside the message object; net issue, reported).
+// a large payload follows as a tensor message of its own (zero-copy). Payloads are live data,
+// and the text of a failed ack (u8). Small ones ride in the header: one message, not two.
 enum MessageKind : int64_t { start_message = 1, data_message, ack_message, stop_message };
 enum PayloadMode : int64_t { no_payload, inline_payload, separate_payload };
 constexpr size_t inline_bytes = 256;
