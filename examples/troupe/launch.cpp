@@ -1,0 +1,32 @@
+// `troupe launch`: start this node's ranks of a distributed program, like torchrun.
+//
+//   troupe launch --nproc 2 -- build/bin/p2p_blocking
+//   troupe launch --nproc 4 --nnodes 2 --node-rank 0 --master 10.0.0.1:29500 --curve-key job.key -- prog
+#include <memory>
+
+#include "examples/troupe/commands.h"
+#include "net/launcher.h"
+
+namespace troupe::cli {
+
+Command add_launch_command(CLI::App& parent) {
+  CLI::App* app = parent.add_subcommand(
+      "launch", "Start local ranks of a distributed program with env:// set (RANK, WORLD_SIZE, MASTER_ADDR, ...)");
+  auto o = std::make_shared<net::LaunchOptions>();
+  auto grace_s = std::make_shared<double>(5.0);
+  app->add_option("--nproc", o->nproc, "Ranks to start on this node")->required()->check(CLI::PositiveNumber);
+  app->add_option("--nnodes", o->nnodes, "Nodes in the job")->check(CLI::PositiveNumber);
+  app->add_option("--node-rank", o->node_rank, "This node's index (0..nnodes-1)")->check(CLI::NonNegativeNumber);
+  app->add_option("--master", o->master, "HOST:PORT of rank 0's rendezvous (default: 127.0.0.1 and a free port)");
+  app->add_option("--grace", *grace_s, "Seconds between SIGTERM and SIGKILL when a rank fails")
+      ->check(CLI::NonNegativeNumber);
+  app->add_flag("--curve", o->curve, "Authenticate and encrypt with a fresh CURVE key (single node)");
+  app->add_option("--curve-key", o->curve_key_file, "CURVE key file shared by every node (created if missing)");
+  app->add_option("command", o->command, "-- PROGRAM ARGS...")->required();
+  return {app, [o, grace_s] {
+            o->grace = std::chrono::milliseconds(static_cast<int64_t>(*grace_s * 1000));
+            return net::launch(*o).exit_code;
+          }};
+}
+
+}  // namespace troupe::cli
