@@ -1,0 +1,83 @@
+// Two ranks in two network namespaces joined by a veth pair: p2p over tcp:// with CURVE, as
+// across two hosts. Needs root and `ip netns`; skipped with a message otherwise.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+
+#include "net/curve.h"
+#include "net/launcher.h"
+
+using namespace troupe::net;
+
+namespace {
+
+bool sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
+
+// Namespaces trp<pid>a (10.231.0.1) and trp<pid>b (10.231.0.2); deleted again on scope exit.
+struct Namespaces {
+  std::string a, b;
+  bool ok = false;
+  Namespaces() {
+    const std::string id = std::to_string(::getpid() % 100000);
+    a = "trp" + id + "a";
+    b = "trp" + id + "b";
+    const std::string va = "tv" + id + "a", vb = "tv" + id + "b";
+    ok = sh("ip netns add " + a) && sh("ip netns add " + b) &&
+         sh("ip link add " + va + " type veth peer name " + vb) && sh("ip link set " + va + " netns " + a) &&
+         sh("ip link set " + vb + " netns " + b) && sh("ip -n " + a + " addr add 10.231.0.1/24 dev " + va) &&
+         sh("ip -n " + b + " addr add 10.231.0.2/24 dev " + vb) && sh("ip -n " + a + " link set " + va + " up") &&
+         sh("ip -n " + b + " link set " + vb + " up") && sh("ip -n " + a + " link set lo up") &&
+         sh("ip -n " + b + " link set lo up");
+  }
+  ~Namespaces() {
+    sh("ip netns del " + a);  // the veth pair goes with its namespaces
+    sh("ip netns del " + b);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("netns: two namespaces over a veth pair, tcp:// with CURVE", "[net][netns]") {
+  if (::geteuid() != 0 || !sh("ip netns list")) {
+    WARN("skipped: needs root and `ip netns` (iproute2)");
+    return;
+  }
+  Namespaces ns;
+  if (!ns.ok) {
+    WARN("skipped: could not create network namespaces and a veth pair here");
+    return;
+  }
+  const std::string key =
+      (std::filesystem::temp_directory_path() / ("troupe-netns-" + std::to_string(::getpid()) + ".key")).string();
+  write_curve_key_file(key, generate_curve_keys());
+  for (const char* scenario : {"p2p", "curve"}) {
+    LaunchOptions o;
+    o.nproc = 2;
+    o.master = "10.231.0.1:29500";
+    o.curve_key_file = key;
+    o.grace = std::chrono::seconds(2);
+    o.env = {{"TROUPE_TRANSPORT", "tcp"}};
+    // Rank 0 runs in the first namespace, rank 1 in the second.
+    o.command = {"sh", "-c",
+                 "if [ $RANK = 0 ]; then ns=" + ns.a + "; else ns=" + ns.b + "; fi; exec ip netns exec $ns " +
+                     std::string(TROUPE_BIN_DIR) + "/net_worker " + scenario};
+    std::vector<std::string> lines;
+    std::mutex mutex;
+    o.on_line = [&](int rank, bool, const std::string& line) {
+      std::lock_guard lock(mutex);
+      lines.push_back("[rank " + std::to_string(rank) + "] " + line);
+    };
+    LaunchResult r = launch(o);
+    std::string text;
+    for (const auto& l : lines) text += l + "\n";
+    INFO(scenario << "\n" << text);
+    CHECK(r.exit_code == 0);
+    CHECK(std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+            return l.find(std::string("ok ") + scenario + " rank") != std::string::npos;
+          }) == 2);
+  }
+  std::filesystem::remove(key);
+}
