@@ -120,7 +120,7 @@ TEST_CASE("transport: CURVE admits the job's key and nothing else", "[net][trans
   CHECK_THROWS_AS(connect_pair("tcp", job, std::nullopt, 1s), TimeoutError);
 }
 
-TEST_CASE("transport: a peer's malformed frame breaks it with CommError; strangers are dropped", "[net][transport]") {
+TEST_CASE("transport: a peer's malformed frame breaks it with CommError, strangers are dropped", "[net][transport]") {
   TransportOptions o;
   o.world_size = 2;
   o.prefer = "tcp";
