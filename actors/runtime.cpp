@@ -56,6 +56,14 @@ class HelpQueue {
 std::atomic<int> running_tasks{0};
 std::atomic<uint64_t> next_task_id{1};
 
+// CAF's actor_system reads the destroying thread's thread_locals; at exit the main thread's are
+// destroyed before static objects, so a `static Runtime` must not tear CAF down then.
+thread_local bool thread_locals_gone = false;
+struct ThreadLocalsSentinel {
+  ~ThreadLocalsSentinel() { thread_locals_gone = true; }
+};
+thread_local ThreadLocalsSentinel thread_locals_sentinel;
+
 Runtime* current_runtime = nullptr;
 Runtime* fallback_runtime = nullptr;  // the default one, once built
 std::mutex current_mutex;
@@ -93,6 +101,7 @@ struct Runtime::Impl {
 };
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)) {
+  (void)&thread_locals_sentinel;  // constructed now, so its destructor marks this thread's exit
   std::lock_guard lock(current_mutex);
   if (current_runtime && current_runtime != fallback_runtime)
     throw ValueError("Runtime: another explicit Runtime is alive; one at a time");
@@ -100,8 +109,12 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)
 }
 
 Runtime::~Runtime() {
-  std::lock_guard lock(current_mutex);
-  if (current_runtime == this) current_runtime = nullptr;
+  {
+    std::lock_guard lock(current_mutex);
+    if (current_runtime == this) current_runtime = nullptr;
+  }
+  // During static destruction the process is ending: leave the workers to the exit.
+  if (thread_locals_gone) (void)impl_.release();
 }
 
 Runtime& Runtime::current() {
