@@ -9,16 +9,12 @@
 #include "actors/fork.h"
 #include "actors/promise.h"
 #include "actors/runtime.h"
+#include "two_workers.h"
 #include "devices/ops.h"
 
 using namespace troupe;
 
 namespace {
-
-Runtime& two_workers() {
-  static Runtime runtime({.workers = 2});
-  return runtime;
-}
 
 int64_t tree(int depth, int fanout) {
   if (depth == 0) return 1;

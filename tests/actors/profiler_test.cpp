@@ -6,12 +6,13 @@
 #include "actors/fork.h"
 #include "actors/profiler.h"
 #include "actors/runtime.h"
+#include "two_workers.h"
 #include "devices/ops.h"
 
 using namespace troupe;
 
 TEST_CASE("the profiler records ops, forks and tasks, and exports a Chrome trace", "[profiler]") {
-  static Runtime runtime({.workers = 2});
+  two_workers();
   Profiler& p = Profiler::global();
   p.start();
   Tensor x = Tensor::ones({4, 8});

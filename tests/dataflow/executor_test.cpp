@@ -11,18 +11,12 @@
 #include "dataflow/executor.h"
 #include "devices/backend.h"
 #include "devices/ops.h"
+#include "two_workers.h"
 
 using namespace troupe;
 using namespace std::chrono_literals;
 
 namespace {
-
-// Never destroyed, like the default runtime: a Runtime destroyed by exit handlers can find
-// statics its worker threads use already gone.
-Runtime& two_workers() {
-  static Runtime* runtime = new Runtime({.workers = 2});
-  return *runtime;
-}
 
 Tensor vec(std::vector<float> v) {
   const auto n = static_cast<int64_t>(v.size());

@@ -51,10 +51,10 @@ std::vector<uint8_t> npy_bytes(const std::string& dict, size_t data_bytes, uint8
 
 // A safetensors file from a header text and a data buffer.
 std::vector<uint8_t> safetensors_bytes(const std::string& header, const std::vector<uint8_t>& data) {
-  std::vector<uint8_t> out(8);
+  std::vector<uint8_t> out(8 + header.size() + data.size());
   for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), data.begin(), data.end());
+  std::copy(header.begin(), header.end(), out.begin() + 8);
+  std::copy(data.begin(), data.end(), out.begin() + 8 + static_cast<std::ptrdiff_t>(header.size()));
   return out;
 }
 

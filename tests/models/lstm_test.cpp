@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "actors/runtime.h"
+#include "two_workers.h"
 #include "devices/io/safetensors.h"
 #include "devices/ops.h"
 #include "models/lstm.h"
@@ -43,7 +44,7 @@ TEST_CASE("LSTM matches PyTorch's nn.LSTM on the same weights", "[lstm]") {
 }
 
 TEST_CASE("BidirectionalLSTM matches the seed's BiSerial, serial and forked", "[lstm]") {
-  static Runtime runtime({.workers = 2});
+  two_workers();
   auto& f = fixture();
   models::BidirectionalLSTM bi(6, 4);
   bi.load(f);
@@ -55,7 +56,7 @@ TEST_CASE("BidirectionalLSTM matches the seed's BiSerial, serial and forked", "[
 }
 
 TEST_CASE("the ensemble's three variants agree", "[lstm]") {
-  static Runtime runtime({.workers = 2});
+  two_workers();
   models::LSTMEnsemble ensemble(3, 8, 6, /*seed=*/3);
   Tensor x = models::LSTM(8, 8, 99).state_dict().at("weight_ih_l0").reshape({4, 8, 8});  // any data
   Tensor a = ensemble.serial(x), b = ensemble.fork_directions(x), c = ensemble.fork_members(x);
