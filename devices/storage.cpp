@@ -7,26 +7,21 @@
 
 #include "devices/backend.h"
 #include "devices/error.h"
+#include "devices/host_allocator.h"
 
 namespace troupe {
 
 namespace {
 
-// Host memory, 64-byte aligned so every kernel can use full AVX-512 loads.
 class CpuBackend final : public DeviceBackend {
  public:
-  void* allocate(size_t nbytes, int) override {
-    const size_t rounded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (!p) throw std::bad_alloc();
-    return p;
-  }
-  void deallocate(void* ptr, size_t, int) override { std::free(ptr); }
+  void* allocate(size_t nbytes, int) override { return host_allocate(nbytes); }
+  void deallocate(void* ptr, size_t nbytes, int) override { host_deallocate(ptr, nbytes); }
   void copy(void* dst, Device, const void* src, Device, size_t nbytes) override {
     if (nbytes) std::memcpy(dst, src, nbytes);
   }
   int device_count() override { return 1; }
-  std::string describe() override { return "host memory, 64-byte aligned"; }
+  std::string describe() override { return "host memory: 64-byte aligned, huge pages and a reuse cache for blocks >= 1 MiB"; }
 };
 
 struct Backends {

@@ -1,0 +1,104 @@
+#include "devices/host_allocator.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+#include <string>
+
+namespace troupe {
+
+namespace {
+
+constexpr size_t kLargeBlock = size_t{1} << 20;
+constexpr size_t kHugePage = size_t{2} << 20;
+
+size_t large_size(size_t nbytes) { return (nbytes + kHugePage - 1) / kHugePage * kHugePage; }
+
+void* map_huge(size_t bytes) {
+  // Over-map by one huge page so the block can start on a 2 MiB boundary (THP needs it).
+  const size_t span = bytes + kHugePage;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  const auto base = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (base + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > base) munmap(raw, aligned - base);
+  const uintptr_t end = base + span, used_end = aligned + bytes;
+  if (end > used_end) munmap(reinterpret_cast<void*>(used_end), end - used_end);
+  madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);
+  return reinterpret_cast<void*>(aligned);
+}
+
+class LargeBlockCache {
+ public:
+  LargeBlockCache() {
+    const char* env = std::getenv("TROUPE_HOST_CACHE_MB");
+    limit_ = (env ? std::stoull(env) : 2048) << 20;
+  }
+
+  void* take(size_t bytes) {
+    std::lock_guard lock(mutex_);
+    auto it = free_.find(bytes);
+    if (it == free_.end()) return nullptr;
+    void* p = it->second;
+    free_.erase(it);
+    cached_ -= bytes;
+    return p;
+  }
+  bool keep(void* p, size_t bytes) {
+    std::lock_guard lock(mutex_);
+    if (cached_ + bytes > limit_) return false;
+    free_.emplace(bytes, p);
+    cached_ += bytes;
+    return true;
+  }
+  void release() {
+    std::lock_guard lock(mutex_);
+    for (auto& [bytes, p] : free_) munmap(p, bytes);
+    free_.clear();
+    cached_ = 0;
+  }
+  size_t cached() {
+    std::lock_guard lock(mutex_);
+    return cached_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::multimap<size_t, void*> free_;
+  size_t cached_ = 0, limit_ = 0;
+};
+
+LargeBlockCache& cache() {
+  static auto* c = new LargeBlockCache;  // never destroyed: tensors may die during static destruction
+  return *c;
+}
+
+}  // namespace
+
+void* host_allocate(size_t nbytes) {
+  if (nbytes < kLargeBlock) {
+    void* p = std::aligned_alloc(64, (std::max<size_t>(nbytes, 1) + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  const size_t bytes = large_size(nbytes);
+  if (void* p = cache().take(bytes)) return p;
+  return map_huge(bytes);
+}
+
+void host_deallocate(void* ptr, size_t nbytes) {
+  if (nbytes < kLargeBlock) {
+    std::free(ptr);
+    return;
+  }
+  const size_t bytes = large_size(nbytes);
+  if (!cache().keep(ptr, bytes)) munmap(ptr, bytes);
+}
+
+void release_cached_host_memory() { cache().release(); }
+size_t cached_host_bytes() { return cache().cached(); }
+
+}  // namespace troupe

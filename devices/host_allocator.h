@@ -1,0 +1,21 @@
+#pragma once
+// Host memory for tensors. Small blocks come from malloc, 64-byte aligned for AVX-512. Blocks of
+// 1 MiB and more are whole 2 MiB-aligned mappings backed by transparent huge pages, and freed ones
+// are kept for reuse: a fresh large buffer costs one page fault per 4 KiB (tens of microseconds
+// each on a VM), which made per-step temporaries of the models cost more than their GEMMs.
+//
+//   void* p = host_allocate(64 << 20);   // huge pages, or a cached block of the same size
+//   host_deallocate(p, 64 << 20);        // back to the cache (bounded), else unmapped
+//   release_cached_host_memory();        // give every cached block back to the system
+//
+// The cache holds at most TROUPE_HOST_CACHE_MB megabytes (default 2048; 0 disables it).
+#include <cstddef>
+
+namespace troupe {
+
+void* host_allocate(size_t nbytes);
+void host_deallocate(void* ptr, size_t nbytes);
+void release_cached_host_memory();
+size_t cached_host_bytes();
+
+}  // namespace troupe
