@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(build-essential cmake ccache pkg-config libcaf-dev libzmq3-dev cppzmq-dev catch2 libdnnl-dev
-          libopenblas-dev nlohmann-json3-dev libcli11-dev zlib1g-dev dataset-fashion-mnist)
+          libopenblas-dev nlohmann-json3-dev libcli11-dev zlib1g-dev dataset-fashion-mnist
+          libsentencepiece-dev sentencepiece)
 
 install_missing() {
   local missing=()
