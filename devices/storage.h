@@ -4,7 +4,9 @@
 // (a received message, a mapped file) together with the deleter that releases it.
 //
 //   auto s = std::make_shared<Storage>(1024, Device::cpu());
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -24,12 +26,18 @@ class Storage {
   const void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  // Counts Tensor::mutable_data() calls on views of these bytes, so that what is derived from them
+  // (packed GEMM weights) can tell it is stale. Writes through a pointer obtained before the last
+  // such derivation are not counted: write through a fresh mutable_data().
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_acq_rel); }
 
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
   std::function<void(void*)> deleter_;  // empty: the backend allocated it
+  std::atomic<uint64_t> version_{0};
 };
 
 }  // namespace troupe

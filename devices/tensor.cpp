@@ -101,6 +101,7 @@ void Tensor::make_unique_contiguous() {
 void* Tensor::mutable_raw_data() {
   if (!defined()) throw ValueError("mutable_data: the tensor is undefined");
   make_unique_contiguous();
+  storage_->bump_version();  // before the caller writes: caches of these bytes go stale
   return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(itemsize(dtype_));
 }
 
