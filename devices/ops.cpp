@@ -166,4 +166,110 @@ Tensor gather_nd(const Tensor& data, const Tensor& indices, int64_t batch_dims) 
   return run({data, indices}, {{"batch_dims", batch_dims}})[0];
 }
 
+namespace {
+
+Attrs conv_attrs(const Conv2dOptions& o) {
+  return {{"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation}, {"groups", o.groups}};
+}
+
+Attrs loss_attrs(const std::string& reduction, int64_t ignore_index) {
+  return {{"reduction", reduction}, {"ignore_index", ignore_index}};
+}
+
+std::vector<Tensor> with_optional(std::vector<Tensor> inputs, const Tensor& optional) {
+  if (optional.defined()) inputs.push_back(optional);
+  return inputs;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
+  TROUPE_OP("conv2d");
+  return run(with_optional({x, weight}, bias), conv_attrs(options))[0];
+}
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const std::vector<int64_t>& kernel_size,
+                                                  const std::vector<int64_t>& stride,
+                                                  const std::vector<int64_t>& padding) {
+  TROUPE_OP("max_pool2d");
+  auto out = run({x}, {{"kernel_size", kernel_size}, {"stride", stride}, {"padding", padding}});
+  return {out[0], out[1]};
+}
+
+Tensor max_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride,
+                  const std::vector<int64_t>& padding) {
+  return max_pool2d_with_indices(x, kernel_size, stride, padding).first;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training) {
+  TROUPE_OP("dropout");
+  return run({x}, {{"p", p}, {"training", training}})[0];
+}
+
+Tensor dropout2d(const Tensor& x, double p, bool training) {
+  TROUPE_OP("dropout2d");
+  return run({x}, {{"p", p}, {"training", training}})[0];
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight, const std::string& reduction,
+                int64_t ignore_index) {
+  TROUPE_OP("nll_loss");
+  return run(with_optional({log_probs, target}, weight), loss_attrs(reduction, ignore_index))[0];
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, const std::string& reduction,
+                     int64_t ignore_index) {
+  TROUPE_OP("cross_entropy");
+  return run(with_optional({logits, target}, weight), loss_attrs(reduction, ignore_index))[0];
+}
+
+#define TROUPE_ACTIVATION_BACKWARD(fn)                        \
+  Tensor fn(const Tensor& grad, const Tensor& saved) {        \
+    TROUPE_OP(#fn);                                           \
+    return run({grad, saved})[0];                             \
+  }
+TROUPE_ACTIVATION_BACKWARD(relu_backward)
+TROUPE_ACTIVATION_BACKWARD(tanh_backward)
+TROUPE_ACTIVATION_BACKWARD(sigmoid_backward)
+#undef TROUPE_ACTIVATION_BACKWARD
+
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, bool tanh_approximation) {
+  TROUPE_OP("gelu_backward");
+  return run({grad, x}, {{"approximate", std::string(tanh_approximation ? "tanh" : "none")}})[0];
+}
+
+Tensor conv2d_backward_input(const Tensor& grad, const Tensor& weight, const Shape& input_shape,
+                             const Conv2dOptions& options) {
+  TROUPE_OP("conv2d_backward_input");
+  return run({grad, weight}, conv_attrs(options).set("input_shape", input_shape))[0];
+}
+
+std::vector<Tensor> conv2d_backward_weight(const Tensor& grad, const Tensor& x, const Shape& weight_shape, bool bias,
+                                           const Conv2dOptions& options) {
+  TROUPE_OP("conv2d_backward_weight");
+  return run({grad, x}, conv_attrs(options).set("weight_shape", weight_shape).set("bias", bias));
+}
+
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Shape& input_shape) {
+  TROUPE_OP("max_pool2d_backward");
+  return run({grad, indices}, {{"input_shape", input_shape}})[0];
+}
+
+Tensor dropout_backward(const Tensor& grad, const Tensor& mask, double p) {
+  TROUPE_OP("dropout_backward");
+  return run({grad, mask}, {{"p", p}})[0];
+}
+
+Tensor nll_loss_backward(const Tensor& grad, const Tensor& log_probs, const Tensor& target, const Tensor& weight,
+                         const std::string& reduction, int64_t ignore_index) {
+  TROUPE_OP("nll_loss_backward");
+  return run(with_optional({grad, log_probs, target}, weight), loss_attrs(reduction, ignore_index))[0];
+}
+
+Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, const Tensor& weight,
+                              const std::string& reduction, int64_t ignore_index) {
+  TROUPE_OP("cross_entropy_backward");
+  return run(with_optional({grad, logits, target}, weight), loss_attrs(reduction, ignore_index))[0];
+}
+
 }  // namespace troupe

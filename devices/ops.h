@@ -5,6 +5,8 @@
 //   Tensor y = relu(add(matmul(x, w, false, true), b));   // x @ w^T + b, then relu
 //   Tensor p = softmax(y, -1);
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "devices/tensor.h"
@@ -70,5 +72,45 @@ Tensor where(const Tensor& condition, const Tensor& x, const Tensor& y);
 // ONNX GatherND: indices[..., m] address the leading m dims of data after batch_dims shared dims;
 // negative indices wrap; an index out of range is an IndexError naming it.
 Tensor gather_nd(const Tensor& data, const Tensor& indices, int64_t batch_dims = 0);
+
+// Training: convolution, pooling, dropout and losses (PyTorch's F.* semantics). Gradients of every
+// op flow through the tape (devices/autograd/autograd.h).
+struct Conv2dOptions {
+  std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};  // one value or (height, width)
+  int64_t groups = 1;
+};
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Conv2dOptions& options = {});
+// stride empty: the kernel size. Indices: each maximum's h * W + w in its input plane (i64).
+Tensor max_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size, const std::vector<int64_t>& stride = {},
+                  const std::vector<int64_t>& padding = {0, 0});
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const std::vector<int64_t>& kernel_size,
+                                                  const std::vector<int64_t>& stride = {},
+                                                  const std::vector<int64_t>& padding = {0, 0});
+// Random from the calling thread's generator (troupe::manual_seed); the identity unless training.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+Tensor dropout2d(const Tensor& x, double p = 0.5, bool training = true);  // whole channels
+// input [N, C], target [N] (i64 or i32 class indices); reduction "mean", "sum" or "none".
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight = {},
+                const std::string& reduction = "mean", int64_t ignore_index = -100);
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight = {},
+                     const std::string& reduction = "mean", int64_t ignore_index = -100);
+
+// Backward kernels: what the tape runs, callable directly.
+Tensor relu_backward(const Tensor& grad, const Tensor& y);     // y = relu(x)
+Tensor tanh_backward(const Tensor& grad, const Tensor& y);     // y = tanh(x)
+Tensor sigmoid_backward(const Tensor& grad, const Tensor& y);  // y = sigmoid(x)
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, bool tanh_approximation = false);
+Tensor conv2d_backward_input(const Tensor& grad, const Tensor& weight, const Shape& input_shape,
+                             const Conv2dOptions& options = {});
+// {d weight} or {d weight, d bias}.
+std::vector<Tensor> conv2d_backward_weight(const Tensor& grad, const Tensor& x, const Shape& weight_shape, bool bias,
+                                           const Conv2dOptions& options = {});
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Shape& input_shape);
+Tensor dropout_backward(const Tensor& grad, const Tensor& mask, double p);
+Tensor nll_loss_backward(const Tensor& grad, const Tensor& log_probs, const Tensor& target, const Tensor& weight = {},
+                         const std::string& reduction = "mean", int64_t ignore_index = -100);
+Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
+                              const Tensor& weight = {}, const std::string& reduction = "mean",
+                              int64_t ignore_index = -100);
 
 }  // namespace troupe

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <mutex>
 
+#include "devices/autograd/grad_mode.h"
+#include "devices/autograd/tape.h"
+
 namespace troupe {
 
 OpRegistry& OpRegistry::global() {
@@ -155,17 +158,24 @@ std::vector<Tensor> OpRegistry::call(const OpDef& def, const std::vector<Tensor>
   auto kernel = def.kernels.find(device.type);
   if (kernel == def.kernels.end())
     throw DeviceError(def.name + ": no " + name(device.type) + " kernel (inputs are on " + device.str() + ")");
-  OpObserver* observer = observer_.load(std::memory_order_acquire);
-  if (!observer) return kernel->second(OpCall{def.name, inputs, full, outputs});
-  void* token = observer->begin(def.name, inputs);
-  try {
-    auto result = kernel->second(OpCall{def.name, inputs, full, outputs});
-    observer->end(token);
-    return result;
-  } catch (...) {
-    observer->end(token);
-    throw;
-  }
+  auto run = [&] {
+    OpObserver* observer = observer_.load(std::memory_order_acquire);
+    if (!observer) return kernel->second(OpCall{def.name, inputs, full, outputs});
+    void* token = observer->begin(def.name, inputs);
+    try {
+      auto result = kernel->second(OpCall{def.name, inputs, full, outputs});
+      observer->end(token);
+      return result;
+    } catch (...) {
+      observer->end(token);
+      throw;
+    }
+  };
+  // The tape costs inference one thread-local check (and a scan of the inputs when grad mode is on).
+  if (grad_enabled() && any_requires_grad(inputs)) return record_call(def.name, inputs, full, run);
+  std::vector<Tensor> result = run();
+  drop_autograd(result);
+  return result;
 }
 
 std::vector<Tensor> OpRegistry::call(std::string_view op, const std::vector<Tensor>& inputs,

@@ -4,6 +4,9 @@
 #include <cstring>
 #include <sstream>
 
+#include "devices/autograd/grad_mode.h"
+#include "devices/autograd/node.h"
+#include "devices/autograd/tape.h"
 #include "devices/backend.h"
 
 namespace troupe {
@@ -95,17 +98,25 @@ const void* Tensor::raw_data() const {
 void Tensor::make_unique_contiguous() {
   // use_count() == 1 means no other handle (in this or any thread) can see these bytes.
   if (storage_.use_count() == 1 && is_contiguous()) return;
-  *this = clone();
+  std::shared_ptr<AutogradMeta> meta = std::move(autograd_);  // the handle keeps its place on the tape
+  *this = detach().clone();
+  autograd_ = std::move(meta);
 }
 
 void* Tensor::mutable_raw_data() {
   if (!defined()) throw ValueError("mutable_data: the tensor is undefined");
   make_unique_contiguous();
   storage_->bump_version();  // before the caller writes: caches of these bytes go stale
+  if (autograd_) ++autograd_->version;  // backward refuses tensors it saved at an older version
   return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(itemsize(dtype_));
 }
 
+bool Tensor::on_tape() const { return autograd_ && grad_enabled(); }
+
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  if (on_tape())
+    return record_method("slice", *this, {{"dim", d}, {"start", start}, {"end", end}, {"step", step}},
+                         [&](const Tensor& x) { return x.slice(d, start, end, step); });
   d = wrap_dim("slice", d, dim());
   if (dim() == 0) throw ShapeError("slice: cannot slice a 0-d tensor " + meta().str());
   if (step <= 0) throw ValueError("slice: step must be positive, got " + std::to_string(step));
@@ -121,6 +132,9 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
+  if (on_tape())
+    return record_method("select", *this, {{"dim", d}, {"index", index}},
+                         [&](const Tensor& x) { return x.select(d, index); });
   if (dim() == 0) throw ShapeError("select: cannot select from a 0-d tensor " + meta().str());
   d = wrap_dim("select", d, dim());
   const int64_t n = shape_[d];
@@ -192,6 +206,7 @@ bool view_strides(const Shape& from, const Strides& strides, const Shape& to, St
 }  // namespace
 
 Tensor Tensor::view(const Shape& shape) const {
+  if (on_tape()) return record_method("reshape", *this, {}, [&](const Tensor& x) { return x.view(shape); });
   Shape target = infer_reshape("view", shape_, shape);
   Strides strides;
   if (!view_strides(shape_, strides_, target, strides))
@@ -201,6 +216,7 @@ Tensor Tensor::view(const Shape& shape) const {
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
+  if (on_tape()) return record_method("reshape", *this, {}, [&](const Tensor& x) { return x.reshape(shape); });
   Shape target = infer_reshape("reshape", shape_, shape);
   Strides strides;
   if (view_strides(shape_, strides_, target, strides)) return Tensor(storage_, dtype_, target, strides, offset_);
@@ -209,6 +225,9 @@ Tensor Tensor::reshape(const Shape& shape) const {
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  if (on_tape())
+    return record_method("transpose", *this, {{"dim0", d0}, {"dim1", d1}},
+                         [&](const Tensor& x) { return x.transpose(d0, d1); });
   if (dim() == 0) return *this;
   d0 = wrap_dim("transpose", d0, dim());
   d1 = wrap_dim("transpose", d1, dim());
@@ -220,6 +239,8 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  if (on_tape())
+    return record_method("permute", *this, {{"dims", dims}}, [&](const Tensor& x) { return x.permute(dims); });
   if (static_cast<int64_t>(dims.size()) != dim())
     throw ShapeError("permute: " + std::to_string(dims.size()) + " dims given for a tensor of rank " +
                      std::to_string(dim()) + " (" + meta().str() + ")");
@@ -237,6 +258,7 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
 }
 
 Tensor Tensor::expand(const Shape& shape) const {
+  if (on_tape()) return record_method("expand", *this, {}, [&](const Tensor& x) { return x.expand(shape); });
   if (shape.size() < shape_.size())
     throw ShapeError("expand: cannot expand " + meta().str() + " to fewer dims " + to_string(shape));
   const size_t lead = shape.size() - shape_.size();
@@ -264,6 +286,7 @@ Tensor Tensor::expand(const Shape& shape) const {
 }
 
 Tensor Tensor::squeeze() const {
+  if (on_tape()) return record_method("reshape", *this, {}, [&](const Tensor& x) { return x.squeeze(); });
   Shape shape;
   Strides strides;
   for (size_t i = 0; i < shape_.size(); ++i)
@@ -275,6 +298,7 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  if (on_tape()) return record_method("reshape", *this, {}, [&](const Tensor& x) { return x.squeeze(d); });
   if (dim() == 0) return *this;
   d = wrap_dim("squeeze", d, dim());
   if (shape_[d] != 1) return *this;  // PyTorch: squeezing a dim that is not 1 is a no-op
@@ -286,6 +310,7 @@ Tensor Tensor::squeeze(int64_t d) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
+  if (on_tape()) return record_method("reshape", *this, {}, [&](const Tensor& x) { return x.unsqueeze(d); });
   d = wrap_dim("unsqueeze", d, dim() + 1);
   Shape shape = shape_;
   Strides strides = strides_;
@@ -352,16 +377,21 @@ Tensor materialize(const Tensor& src, DType dtype) {
 
 Tensor Tensor::contiguous() const {
   if (!defined()) throw ValueError("contiguous: the tensor is undefined");
+  if (on_tape() && !is_contiguous())
+    return record_method("contiguous", *this, {}, [](const Tensor& x) { return x.contiguous(); });
   return is_contiguous() ? *this : materialize(*this, dtype_);
 }
 
 Tensor Tensor::clone() const {
   if (!defined()) throw ValueError("clone: the tensor is undefined");
+  if (on_tape()) return record_method("clone", *this, {}, [](const Tensor& x) { return x.clone(); });
   return materialize(*this, dtype_);
 }
 
 Tensor Tensor::to(DType dtype) const {
   if (!defined()) throw ValueError("to: the tensor is undefined");
+  if (on_tape() && dtype != dtype_)
+    return record_method("cast", *this, {}, [dtype](const Tensor& x) { return x.to(dtype); });
   return dtype == dtype_ ? *this : materialize(*this, dtype);
 }
 

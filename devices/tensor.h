@@ -24,6 +24,8 @@
 
 namespace troupe {
 
+struct AutogradMeta;
+
 // What shape inference and validation see of a tensor: no bytes.
 struct TensorMeta {
   DType dtype = DType::f32;
@@ -107,15 +109,32 @@ class Tensor {
 
   std::string str() const;  // meta and, for small tensors, values
 
+  // Autograd: devices/autograd/autograd.h explains the rules, with an example.
+  bool requires_grad() const { return autograd_ != nullptr; }  // a leaf asked for, or an op's output on the tape
+  Tensor& set_requires_grad(bool enabled = true);  // leaves only; floating dtypes only
+  bool is_leaf() const;
+  Tensor grad() const;                 // accumulated by backward(); undefined when none
+  void set_grad(const Tensor& grad);   // undefined: none (zero_grad); ValueError unless requires_grad()
+  // Fills grad() of the leaves this tensor depends on. gradient: d(something)/d(this), implied 1 for
+  // a one-element tensor. The graph's saved tensors are freed unless retain_graph.
+  void backward() const { backward(Tensor(), false); }
+  void backward(const Tensor& gradient, bool retain_graph = false) const;
+  Tensor detach() const;               // the same bytes, off the tape
+  uint64_t version() const;            // writes through mutable_data() since requires_grad was set
+  const std::shared_ptr<AutogradMeta>& autograd_meta() const { return autograd_; }
+  void set_autograd_meta(std::shared_ptr<AutogradMeta> meta) { autograd_ = std::move(meta); }
+
  private:
   void check_access(DType requested, const char* what) const;
   void make_unique_contiguous();
+  bool on_tape() const;  // a view method of this tensor must be recorded
 
   std::shared_ptr<Storage> storage_;
   DType dtype_ = DType::f32;
   Shape shape_;
   Strides strides_;
   int64_t offset_ = 0;
+  std::shared_ptr<AutogradMeta> autograd_;  // shared by copies of this handle; null: not on the tape
 };
 
 // Every element of src (any strides, any device cpu) converted into dst's dtype, in

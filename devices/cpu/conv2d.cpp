@@ -1,0 +1,363 @@
+// conv2d (PyTorch's F.conv2d: x [N, C, H, W], weight [O, C/groups, kh, kw], optional bias [O];
+// stride, padding, dilation, groups) and its two backward kernels, conv2d_backward_input and
+// conv2d_backward_weight (which also gives the bias gradient).
+//
+// f32 runs oneDNN primitives on plain NCHW/OIHW buffers. Creating a primitive costs far more than
+// running a small one, so each thread caches them by geometry: a training loop creates three per
+// layer once. f64 runs direct loops, there for gradient checks.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "devices/registry.h"
+#include "devices/threads.h"
+
+namespace troupe {
+namespace {
+
+struct Geometry {
+  int64_t n, c, h, w;       // input
+  int64_t o, kh, kw;        // weight [o, c / groups, kh, kw]
+  int64_t oh, ow;           // output
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+  auto key() const { return std::tuple(n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups); }
+};
+
+std::vector<AttrSpec> conv_attrs() {
+  return {{"stride", AttrType::int_list, std::vector<int64_t>{1, 1}, "one value or (height, width)"},
+          {"padding", AttrType::int_list, std::vector<int64_t>{0, 0}, "zeros added on each side; one value or two"},
+          {"dilation", AttrType::int_list, std::vector<int64_t>{1, 1}, "spacing of kernel taps; one value or two"},
+          {"groups", AttrType::integer, int64_t{1}, "channels split into this many independent groups"}};
+}
+
+std::pair<int64_t, int64_t> pair_attr(std::string_view op, const Attrs& attrs, const char* name, int64_t min) {
+  const auto& v = attrs.get<std::vector<int64_t>>(name);
+  if (v.size() != 1 && v.size() != 2)
+    throw ValueError(std::string(op) + ": " + name + " takes one or two values, got " + to_string(AttrValue(v)));
+  const int64_t a = v[0], b = v.size() == 2 ? v[1] : v[0];
+  if (a < min || b < min)
+    throw ValueError(std::string(op) + ": " + name + " must be >= " + std::to_string(min) + ", got " +
+                     to_string(AttrValue(v)));
+  return {a, b};
+}
+
+// Validates x and weight for a convolution and works out the output size.
+Geometry geometry(std::string_view op, const TensorMeta& x, const TensorMeta& weight, const Attrs& attrs) {
+  const std::string pair = x.str() + " with weight " + weight.str();
+  if (!(x.dtype == DType::f32 || x.dtype == DType::f64) || weight.dtype != x.dtype)
+    throw DTypeError(std::string(op) + ": expects f32 or f64 tensors of one dtype, got " + pair);
+  if (x.shape.size() != 4) throw ShapeError(std::string(op) + ": the input must be [N, C, H, W], got " + x.str());
+  if (weight.shape.size() != 4)
+    throw ShapeError(std::string(op) + ": the weight must be [O, C/groups, kh, kw], got " + weight.str());
+  Geometry g{};
+  g.n = x.shape[0], g.c = x.shape[1], g.h = x.shape[2], g.w = x.shape[3];
+  g.o = weight.shape[0], g.kh = weight.shape[2], g.kw = weight.shape[3];
+  std::tie(g.sh, g.sw) = pair_attr(op, attrs, "stride", 1);
+  std::tie(g.ph, g.pw) = pair_attr(op, attrs, "padding", 0);
+  std::tie(g.dh, g.dw) = pair_attr(op, attrs, "dilation", 1);
+  g.groups = attrs.get<int64_t>("groups");
+  if (g.groups < 1) throw ValueError(std::string(op) + ": groups must be >= 1, got " + std::to_string(g.groups));
+  if (g.c % g.groups || g.o % g.groups)
+    throw ShapeError(std::string(op) + ": " + pair + ": input channels " + std::to_string(g.c) +
+                     " and output channels " + std::to_string(g.o) + " must both divide by groups " +
+                     std::to_string(g.groups));
+  if (weight.shape[1] != g.c / g.groups)
+    throw ShapeError(std::string(op) + ": " + pair + ": the weight expects " + std::to_string(weight.shape[1] * g.groups) +
+                     " input channels, the input has " + std::to_string(g.c));
+  if (g.kh < 1 || g.kw < 1 || g.o < 1) throw ShapeError(std::string(op) + ": empty kernel in weight " + weight.str());
+  const int64_t eh = g.dh * (g.kh - 1) + 1, ew = g.dw * (g.kw - 1) + 1;  // effective kernel extent
+  if (g.h + 2 * g.ph < eh || g.w + 2 * g.pw < ew)
+    throw ShapeError(std::string(op) + ": " + pair + ": the (dilated) kernel " + std::to_string(eh) + "x" +
+                     std::to_string(ew) + " is larger than the padded input " + std::to_string(g.h + 2 * g.ph) + "x" +
+                     std::to_string(g.w + 2 * g.pw));
+  g.oh = (g.h + 2 * g.ph - eh) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - ew) / g.sw + 1;
+  return g;
+}
+
+void check_bias(std::string_view op, const TensorMeta& bias, const TensorMeta& x, const Geometry& g) {
+  if (bias.dtype != x.dtype) throw DTypeError(std::string(op) + ": the bias " + bias.str() + " does not match the input " + x.str());
+  if (bias.shape != Shape{g.o})
+    throw ShapeError(std::string(op) + ": the bias must be [" + std::to_string(g.o) + "], got " + bias.str());
+}
+
+TensorMeta meta_of(DType dtype, Shape shape, Device device) { return TensorMeta{dtype, std::move(shape), device}; }
+
+// ---- oneDNN (f32) ----
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& cpu_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+using dnnl::memory;
+
+struct OneDnnConv {
+  memory::desc src, weights, bias, dst;
+  dnnl::convolution_forward::primitive_desc forward_pd;
+  dnnl::convolution_forward forward, forward_no_bias;
+  dnnl::convolution_backward_data backward_data;
+  dnnl::convolution_backward_weights backward_weights, backward_weights_no_bias;
+  bool has_backward_data = false, has_backward_weights = false, has_backward_weights_no_bias = false;
+  bool has_forward_no_bias = false;
+  memory::dims strides, dilates, padding;
+};
+
+OneDnnConv& onednn_conv(const Geometry& g) {
+  thread_local std::map<decltype(g.key()), OneDnnConv> cache;
+  auto [it, fresh] = cache.try_emplace(g.key());
+  OneDnnConv& p = it->second;
+  if (!fresh) return p;
+  try {
+    const auto f32 = memory::data_type::f32;
+    p.src = memory::desc({g.n, g.c, g.h, g.w}, f32, memory::format_tag::nchw);
+    p.dst = memory::desc({g.n, g.o, g.oh, g.ow}, f32, memory::format_tag::nchw);
+    p.weights = g.groups == 1 ? memory::desc({g.o, g.c, g.kh, g.kw}, f32, memory::format_tag::oihw)
+                              : memory::desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, f32,
+                                             memory::format_tag::goihw);
+    p.bias = memory::desc({g.o}, f32, memory::format_tag::x);
+    p.strides = {g.sh, g.sw};
+    p.dilates = {g.dh - 1, g.dw - 1};
+    p.padding = {g.ph, g.pw};
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, p.src,
+                                      p.weights, p.bias, p.dst, p.strides, p.dilates, p.padding, p.padding);
+    p.forward_pd = dnnl::convolution_forward::primitive_desc(d, cpu_engine());
+    p.forward = dnnl::convolution_forward(p.forward_pd);
+  } catch (const dnnl::error& e) {
+    cache.erase(it);
+    throw ValueError(std::string("conv2d: oneDNN could not create the primitive: ") + e.what());
+  }
+  return p;
+}
+
+dnnl::convolution_forward& forward_no_bias(const Geometry& g, OneDnnConv& p) {
+  if (!p.has_forward_no_bias) {
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, p.src,
+                                      p.weights, memory::desc(), p.dst, p.strides, p.dilates, p.padding, p.padding);
+    p.forward_no_bias = dnnl::convolution_forward(dnnl::convolution_forward::primitive_desc(d, cpu_engine()));
+    p.has_forward_no_bias = true;
+  }
+  (void)g;
+  return p.forward_no_bias;
+}
+
+memory wrap(const memory::desc& md, const Tensor& t) {
+  return memory(md, cpu_engine(), const_cast<void*>(t.raw_data()));
+}
+
+void run(dnnl::primitive& prim, std::unordered_map<int, memory> args) {
+  apply_intra_op_threads();
+  prim.execute(cpu_stream(), args);
+  cpu_stream().wait();
+}
+
+// ---- direct loops (f64) ----
+
+// Calls f(n, o, y, x_, c, i, j, in_y, in_x) for every tap that lands inside the input.
+template <class F>
+void for_each_tap(const Geometry& g, F f) {
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t o = 0; o < g.o; ++o) {
+      const int64_t group = o / og;
+      for (int64_t y = 0; y < g.oh; ++y)
+        for (int64_t x = 0; x < g.ow; ++x)
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t i = 0; i < g.kh; ++i) {
+              const int64_t iy = y * g.sh - g.ph + i * g.dh;
+              if (iy < 0 || iy >= g.h) continue;
+              for (int64_t j = 0; j < g.kw; ++j) {
+                const int64_t ix = x * g.sw - g.pw + j * g.dw;
+                if (ix < 0 || ix >= g.w) continue;
+                f(((n * g.c + group * cg + ci) * g.h + iy) * g.w + ix,   // input element
+                  ((o * cg + ci) * g.kh + i) * g.kw + j,                  // weight element
+                  ((n * g.o + o) * g.oh + y) * g.ow + x);                 // output element
+              }
+            }
+    }
+}
+
+// ---- kernels ----
+
+std::vector<Tensor> conv2d_cpu(const OpCall& call) {
+  const Tensor x = call.inputs[0].contiguous(), weight = call.inputs[1].contiguous();
+  const bool has_bias = call.inputs.size() > 2;
+  const Geometry g = geometry(call.op, x.meta(), weight.meta(), call.attrs);
+  Tensor out = Tensor::empty(call.outputs[0].shape, x.dtype());
+  if (x.dtype() == DType::f32) {
+    OneDnnConv& p = onednn_conv(g);
+    float* dst = out.mutable_data<float>();
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(p.src, x)},
+                                         {DNNL_ARG_WEIGHTS, wrap(p.weights, weight)},
+                                         {DNNL_ARG_DST, memory(p.dst, cpu_engine(), dst)}};
+    if (has_bias) {
+      const Tensor bias = call.inputs[2].contiguous();
+      args.emplace(DNNL_ARG_BIAS, wrap(p.bias, bias));
+      run(p.forward, std::move(args));
+    } else {
+      run(forward_no_bias(g, p), std::move(args));
+    }
+    return {out};
+  }
+  const double* px = x.data<double>();
+  const double* pw = weight.data<double>();
+  double* po = out.mutable_data<double>();
+  if (has_bias) {
+    const std::vector<double> b = call.inputs[2].to_vector<double>();
+    for (int64_t i = 0; i < out.numel(); ++i) po[i] = b[(i / (g.oh * g.ow)) % g.o];
+  } else {
+    std::fill(po, po + out.numel(), 0.0);
+  }
+  for_each_tap(g, [&](int64_t xi, int64_t wi, int64_t oi) { po[oi] += px[xi] * pw[wi]; });
+  return {out};
+}
+
+std::vector<int64_t> shape_attr(const Attrs& attrs, const char* name) { return attrs.get<std::vector<int64_t>>(name); }
+
+// grad [N, O, OH, OW] must be the output of convolving input_shape with weight.
+Geometry backward_geometry(std::string_view op, const TensorMeta& grad, const TensorMeta& input,
+                           const TensorMeta& weight, const Attrs& attrs) {
+  const Geometry g = geometry(op, input, weight, attrs);
+  const Shape expected{g.n, g.o, g.oh, g.ow};
+  if (grad.dtype != input.dtype)
+    throw DTypeError(std::string(op) + ": the gradient " + grad.str() + " does not match " + input.str());
+  if (grad.shape != expected)
+    throw ShapeError(std::string(op) + ": the gradient " + grad.str() + " is not the output shape " +
+                     to_string(expected) + " of input " + input.str() + " with weight " + weight.str());
+  return g;
+}
+
+TensorMeta input_meta_from_attr(std::string_view op, const TensorMeta& like, const Attrs& attrs, const char* name) {
+  const Shape shape = shape_attr(attrs, name);
+  if (shape.size() != 4)
+    throw ShapeError(std::string(op) + ": " + name + " must have 4 dims, got " + to_string(shape));
+  return meta_of(like.dtype, shape, like.device);
+}
+
+std::vector<Tensor> conv2d_backward_input_cpu(const OpCall& call) {
+  const Tensor grad = call.inputs[0].contiguous(), weight = call.inputs[1].contiguous();
+  const TensorMeta input = call.outputs[0];
+  const Geometry g = geometry(call.op, input, weight.meta(), call.attrs);
+  Tensor dx = Tensor::empty(input.shape, input.dtype);
+  if (input.dtype == DType::f32) {
+    OneDnnConv& p = onednn_conv(g);
+    if (!p.has_backward_data) {
+      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, p.src, p.weights, p.dst,
+                                              p.strides, p.dilates, p.padding, p.padding);
+      p.backward_data = dnnl::convolution_backward_data(
+          dnnl::convolution_backward_data::primitive_desc(d, cpu_engine(), p.forward_pd));
+      p.has_backward_data = true;
+    }
+    float* out = dx.mutable_data<float>();
+    run(p.backward_data, {{DNNL_ARG_DIFF_DST, wrap(p.dst, grad)},
+                          {DNNL_ARG_WEIGHTS, wrap(p.weights, weight)},
+                          {DNNL_ARG_DIFF_SRC, memory(p.src, cpu_engine(), out)}});
+    return {dx};
+  }
+  const double* pg = grad.data<double>();
+  const double* pw = weight.data<double>();
+  double* out = dx.mutable_data<double>();
+  std::fill(out, out + dx.numel(), 0.0);
+  for_each_tap(g, [&](int64_t xi, int64_t wi, int64_t oi) { out[xi] += pg[oi] * pw[wi]; });
+  return {dx};
+}
+
+std::vector<Tensor> conv2d_backward_weight_cpu(const OpCall& call) {
+  const Tensor grad = call.inputs[0].contiguous(), x = call.inputs[1].contiguous();
+  const TensorMeta weight = call.outputs[0];
+  const bool bias = call.attrs.get<bool>("bias");
+  const Geometry g = geometry(call.op, x.meta(), weight, call.attrs);
+  Tensor dw = Tensor::empty(weight.shape, weight.dtype);
+  Tensor db = bias ? Tensor::empty({g.o}, weight.dtype) : Tensor();
+  if (weight.dtype == DType::f32) {
+    OneDnnConv& p = onednn_conv(g);
+    dnnl::convolution_backward_weights& prim = bias ? p.backward_weights : p.backward_weights_no_bias;
+    bool& made = bias ? p.has_backward_weights : p.has_backward_weights_no_bias;
+    if (!made) {
+      dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, p.src, p.weights,
+                                                 bias ? p.bias : memory::desc(), p.dst, p.strides, p.dilates,
+                                                 p.padding, p.padding);
+      prim = dnnl::convolution_backward_weights(
+          dnnl::convolution_backward_weights::primitive_desc(d, cpu_engine(), p.forward_pd));
+      made = true;
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, wrap(p.dst, grad)},
+                                         {DNNL_ARG_SRC, wrap(p.src, x)},
+                                         {DNNL_ARG_DIFF_WEIGHTS, memory(p.weights, cpu_engine(), dw.mutable_data<float>())}};
+    if (bias) args.emplace(DNNL_ARG_DIFF_BIAS, memory(p.bias, cpu_engine(), db.mutable_data<float>()));
+    run(prim, std::move(args));
+  } else {
+    const double* pg = grad.data<double>();
+    const double* px = x.data<double>();
+    double* pw = dw.mutable_data<double>();
+    std::fill(pw, pw + dw.numel(), 0.0);
+    for_each_tap(g, [&](int64_t xi, int64_t wi, int64_t oi) { pw[wi] += pg[oi] * px[xi]; });
+    if (bias) {
+      double* pb = db.mutable_data<double>();
+      std::fill(pb, pb + g.o, 0.0);
+      for (int64_t i = 0; i < grad.numel(); ++i) pb[(i / (g.oh * g.ow)) % g.o] += pg[i];
+    }
+  }
+  if (bias) return {dw, db};
+  return {dw};
+}
+
+const OpRegistrar conv2d_op{OpDef{
+    .name = "conv2d",
+    .doc = "2-d convolution (cross-correlation) of x [N,C,H,W] with weight [O,C/groups,kh,kw] (+ bias [O])",
+    .min_inputs = 2,
+    .max_inputs = 3,
+    .attrs = conv_attrs(),
+    .infer =
+        [](const OpInfer& c) {
+          const Geometry g = geometry(c.op, c.inputs[0], c.inputs[1], c.attrs);
+          if (c.inputs.size() > 2) check_bias(c.op, c.inputs[2], c.inputs[0], g);
+          return std::vector<TensorMeta>{meta_of(c.inputs[0].dtype, {g.n, g.o, g.oh, g.ow}, c.inputs[0].device)};
+        },
+    .kernels = {{DeviceType::cpu, conv2d_cpu}}}};
+
+std::vector<AttrSpec> with(std::vector<AttrSpec> attrs, AttrSpec extra) {
+  attrs.push_back(std::move(extra));
+  return attrs;
+}
+
+const OpRegistrar conv2d_backward_input_op{OpDef{
+    .name = "conv2d_backward_input",
+    .doc = "gradient of conv2d with respect to its input: (grad [N,O,OH,OW], weight) -> [input_shape]",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .attrs = with(conv_attrs(), {"input_shape", AttrType::int_list, std::nullopt, "the forward input's shape"}),
+    .infer =
+        [](const OpInfer& c) {
+          const TensorMeta input = input_meta_from_attr(c.op, c.inputs[0], c.attrs, "input_shape");
+          backward_geometry(c.op, c.inputs[0], input, c.inputs[1], c.attrs);
+          return std::vector<TensorMeta>{input};
+        },
+    .kernels = {{DeviceType::cpu, conv2d_backward_input_cpu}}}};
+
+const OpRegistrar conv2d_backward_weight_op{OpDef{
+    .name = "conv2d_backward_weight",
+    .doc = "gradients of conv2d with respect to weight (and bias): (grad [N,O,OH,OW], x) -> [weight_shape] (, [O])",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .attrs = with(with(conv_attrs(), {"weight_shape", AttrType::int_list, std::nullopt, "the forward weight's shape"}),
+                  {"bias", AttrType::boolean, false, "also return the bias gradient"}),
+    .infer =
+        [](const OpInfer& c) {
+          const TensorMeta weight = input_meta_from_attr(c.op, c.inputs[0], c.attrs, "weight_shape");
+          const Geometry g = backward_geometry(c.op, c.inputs[0], c.inputs[1], weight, c.attrs);
+          std::vector<TensorMeta> out{weight};
+          if (c.attrs.get<bool>("bias")) out.push_back(meta_of(weight.dtype, {g.o}, weight.device));
+          return out;
+        },
+    .kernels = {{DeviceType::cpu, conv2d_backward_weight_cpu}}}};
+
+}  // namespace
+}  // namespace troupe

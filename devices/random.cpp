@@ -1,0 +1,86 @@
+#include "devices/random.h"
+
+#include <atomic>
+
+namespace troupe {
+
+namespace {
+
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+std::atomic<uint64_t> global_seed{0};
+std::atomic<uint64_t> seed_epoch{1};  // bumped by manual_seed; threads reseed when theirs is older
+std::atomic<uint64_t> thread_count{0};
+
+struct ThreadState {
+  Generator generator;
+  uint64_t epoch = 0;
+  uint64_t ordinal = thread_count.fetch_add(1, std::memory_order_relaxed);
+};
+
+ThreadState& state() {
+  thread_local ThreadState s;
+  return s;
+}
+
+}  // namespace
+
+Generator::Generator(uint64_t seed) {
+  for (uint64_t& word : s_) word = splitmix64(seed);
+}
+
+uint64_t Generator::next() {
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+void manual_seed(uint64_t seed) {
+  global_seed.store(seed, std::memory_order_relaxed);
+  ThreadState& s = state();
+  s.epoch = seed_epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
+  s.generator = Generator(seed);
+}
+
+Generator& thread_generator() {
+  ThreadState& s = state();
+  const uint64_t epoch = seed_epoch.load(std::memory_order_acquire);
+  if (s.epoch != epoch) {
+    s.epoch = epoch;
+    uint64_t mix = global_seed.load(std::memory_order_relaxed) ^ (0xD1B54A32D192ED03ull * (s.ordinal + 1));
+    s.generator = Generator(splitmix64(mix));
+  }
+  return s.generator;
+}
+
+Tensor rand_uniform(const Shape& shape, double low, double high, DType dtype) {
+  if (!is_floating(dtype)) throw DTypeError(std::string("rand_uniform: expects a floating dtype, got ") + name(dtype));
+  if (!(low <= high))
+    throw ValueError("rand_uniform: low " + std::to_string(low) + " must not exceed high " + std::to_string(high));
+  Tensor out = Tensor::empty(shape, dtype);
+  Generator& g = thread_generator();
+  dispatch(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> ||
+                  std::is_same_v<T, BFloat16>) {
+      T* p = out.mutable_data<T>();
+      for (int64_t i = 0; i < out.numel(); ++i) p[i] = convert<T>(low + (high - low) * g.uniform());
+    }
+  });
+  return out;
+}
+
+}  // namespace troupe

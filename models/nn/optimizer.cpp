@@ -1,0 +1,156 @@
+#include "models/nn/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "devices/autograd/grad_mode.h"
+
+namespace troupe::models {
+
+namespace {
+
+// Calls fn(T*) typed by the parameter's dtype (f32 or f64).
+template <class Fn>
+void typed(const char* who, const Tensor& p, Fn&& fn) {
+  if (p.dtype() == DType::f32) fn(float{});
+  else if (p.dtype() == DType::f64) fn(double{});
+  else throw DTypeError(std::string(who) + ": parameters must be f32 or f64, got " + p.meta().str());
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor*> params) : params_(std::move(params)) {
+  for (Tensor* p : params_)
+    if (!p || !p->defined()) throw ValueError("optimizer: a parameter is missing or undefined");
+}
+
+void Optimizer::zero_grad() {
+  for (Tensor* p : params_)
+    if (p->requires_grad()) p->set_grad(Tensor());
+}
+
+SGD::SGD(std::vector<Tensor*> params, SGDOptions opts)
+    : Optimizer(std::move(params)), options(opts), momentum_(params_.size()) {
+  if (options.lr < 0 || options.momentum < 0 || options.weight_decay < 0)
+    throw ValueError("SGD: lr, momentum and weight_decay must be >= 0");
+  if (options.nesterov && (options.momentum <= 0 || options.dampening != 0))
+    throw ValueError("SGD: nesterov needs a positive momentum and zero dampening");
+}
+
+// d = g + wd * p; buf = momentum * buf + (1 - dampening) * d (buf = d on the first step);
+// d = nesterov ? d + momentum * buf : buf; p -= lr * d.
+void SGD::step() {
+  NoGradGuard no_grad;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    Tensor& p = *params_[k];
+    const Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    typed("SGD", p, [&](auto zero) {
+      using T = decltype(zero);
+      const Tensor g = grad.to(p.dtype()).contiguous();
+      const T* pg = g.data<T>();
+      T* pp = p.mutable_data<T>();
+      const int64_t n = p.numel();
+      const T lr = T(options.lr), wd = T(options.weight_decay), mom = T(options.momentum),
+              damp = T(1 - options.dampening);
+      if (options.momentum == 0) {
+        for (int64_t i = 0; i < n; ++i) pp[i] -= lr * (pg[i] + wd * pp[i]);
+        return;
+      }
+      Tensor& buffer = momentum_[k];
+      const bool first = !buffer.defined();
+      if (first) buffer = Tensor::empty(p.shape(), p.dtype());
+      T* pb = buffer.mutable_data<T>();
+      for (int64_t i = 0; i < n; ++i) {
+        const T d = pg[i] + wd * pp[i];
+        pb[i] = first ? d : mom * pb[i] + damp * d;
+        pp[i] -= lr * (options.nesterov ? d + mom * pb[i] : pb[i]);
+      }
+    });
+  }
+}
+
+Adam::Adam(std::vector<Tensor*> params, AdamOptions opts)
+    : Optimizer(std::move(params)), options(opts), state_(params_.size()) {
+  if (options.lr < 0 || options.eps < 0 || options.weight_decay < 0)
+    throw ValueError("Adam: lr, eps and weight_decay must be >= 0");
+  if (!(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1))
+    throw ValueError("Adam: betas must be in [0, 1), got " + std::to_string(options.beta1) + ", " +
+                     std::to_string(options.beta2));
+}
+
+// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2 (g with weight decay added);
+// p -= lr / (1 - b1^t) * m / (sqrt(v or max v so far) / sqrt(1 - b2^t) + eps).
+void Adam::step() {
+  NoGradGuard no_grad;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    Tensor& p = *params_[k];
+    const Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    State& s = state_[k];
+    if (s.steps++ == 0) {
+      s.m = Tensor::zeros(p.shape(), p.dtype());
+      s.v = Tensor::zeros(p.shape(), p.dtype());
+      if (options.amsgrad) s.v_max = Tensor::zeros(p.shape(), p.dtype());
+    }
+    typed("Adam", p, [&](auto zero) {
+      using T = decltype(zero);
+      const Tensor g = grad.to(p.dtype()).contiguous();
+      const T* pg = g.data<T>();
+      T* pp = p.mutable_data<T>();
+      T* pm = s.m.mutable_data<T>();
+      T* pv = s.v.mutable_data<T>();
+      T* pmax = options.amsgrad ? s.v_max.mutable_data<T>() : nullptr;
+      const double t = static_cast<double>(s.steps);
+      const T b1 = T(options.beta1), b2 = T(options.beta2), wd = T(options.weight_decay), eps = T(options.eps);
+      const T step_size = T(options.lr / (1 - std::pow(options.beta1, t)));
+      const T root_c2 = T(std::sqrt(1 - std::pow(options.beta2, t)));
+      for (int64_t i = 0, n = p.numel(); i < n; ++i) {
+        const T gi = pg[i] + wd * pp[i];
+        pm[i] = b1 * pm[i] + (T(1) - b1) * gi;
+        pv[i] = b2 * pv[i] + (T(1) - b2) * gi * gi;
+        T v = pv[i];
+        if (pmax) v = pmax[i] = std::max(pmax[i], v);
+        pp[i] -= step_size * pm[i] / (std::sqrt(v) / root_c2 + eps);
+      }
+    });
+  }
+}
+
+Tensor flatten_grads(const std::vector<Tensor*>& params) {
+  if (params.empty()) throw ValueError("flatten_grads: no parameters");
+  const DType dtype = params[0]->dtype();
+  int64_t total = 0;
+  for (Tensor* p : params) {
+    if (p->dtype() != dtype)
+      throw DTypeError("flatten_grads: parameters of mixed dtypes (" + params[0]->meta().str() + ", " +
+                       p->meta().str() + ")");
+    total += p->numel();
+  }
+  Tensor flat = Tensor::zeros({total}, dtype);
+  char* out = static_cast<char*>(flat.mutable_raw_data());
+  for (Tensor* p : params) {
+    const Tensor g = p->grad();
+    if (g.defined()) copy_elements(g, dtype, out);
+    out += p->nbytes();
+  }
+  return flat;
+}
+
+void assign_flat_grads(const std::vector<Tensor*>& params, const Tensor& flat) {
+  int64_t total = 0;
+  for (Tensor* p : params) total += p->numel();
+  if (flat.dim() != 1 || flat.numel() != total)
+    throw ShapeError("assign_flat_grads: expected [" + std::to_string(total) + "] for the parameters, got " +
+                     flat.meta().str());
+  const Tensor values = flat.detach();
+  int64_t at = 0;
+  for (Tensor* p : params) {
+    Tensor piece = values.slice(0, at, at + p->numel()).to(p->dtype()).view(p->shape());
+    p->set_grad(piece);  // a view of flat: no copy; copy-on-write keeps it apart from later writes
+    at += p->numel();
+  }
+}
+
+}  // namespace troupe::models
