@@ -110,9 +110,12 @@ struct OneDnnConv {
   memory::dims strides, dilates, padding;
 };
 
+// oneDNN sizes a primitive's threading when it creates it (and then runs that many threads
+// whatever the OpenMP setting), so the thread count is applied first and is part of the key.
 OneDnnConv& onednn_conv(const Geometry& g) {
-  thread_local std::map<decltype(g.key()), OneDnnConv> cache;
-  auto [it, fresh] = cache.try_emplace(g.key());
+  thread_local std::map<std::pair<decltype(g.key()), int>, OneDnnConv> cache;
+  apply_intra_op_threads();
+  auto [it, fresh] = cache.try_emplace(std::pair(g.key(), intra_op_threads()));
   OneDnnConv& p = it->second;
   if (!fresh) return p;
   try {
