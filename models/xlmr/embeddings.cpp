@@ -77,7 +77,7 @@ Tensor XLMRobertaEmbeddings::operator()(const Tensor& tokens) const {
                      std::to_string(max_positions_ - padding_idx_ - 1) + " tokens per sequence)");
   Tensor x = add(embedding(tokens, token_embedding_), embedding(pos, position_embedding_));
   x = layer_norm(x, {d_model_}, norm_weight_, norm_bias_, eps_);
-  return x;
+  return dropout(x, dropout_, training_);
 }
 
 void XLMRobertaEmbeddings::load(const std::map<std::string, Tensor>& state, const std::string& prefix) {
