@@ -272,4 +272,18 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
   return run(with_optional({grad, logits, target}, weight), loss_attrs(reduction, ignore_index))[0];
 }
 
+std::vector<Tensor> layer_norm_backward(const Tensor& grad, const Tensor& x, const Shape& normalized_shape,
+                                        const Tensor& weight, double eps) {
+  TROUPE_OP("layer_norm_backward");
+  return run(with_optional({grad, x}, weight), {{"normalized_shape", normalized_shape}, {"eps", eps}});
+}
+
+std::vector<Tensor> lstm_backward(const std::vector<Tensor>& lstm_inputs_with_states, const Tensor& grad_output,
+                                  const Tensor& grad_h_n, const Tensor& grad_c_n) {
+  TROUPE_OP("lstm_backward");
+  std::vector<Tensor> in = lstm_inputs_with_states;
+  in.insert(in.end(), {grad_output, grad_h_n, grad_c_n});
+  return run(in);
+}
+
 }  // namespace troupe

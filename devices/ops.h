@@ -112,5 +112,11 @@ Tensor nll_loss_backward(const Tensor& grad, const Tensor& log_probs, const Tens
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
                               const Tensor& weight = {}, const std::string& reduction = "mean",
                               int64_t ignore_index = -100);
+// {dx} or, with a weight, {dx, d weight, d bias}.
+std::vector<Tensor> layer_norm_backward(const Tensor& grad, const Tensor& x, const Shape& normalized_shape,
+                                        const Tensor& weight = {}, double eps = 1e-5);
+// BPTT for the lstm op: {dx, d weight_ih, d weight_hh, d bias_ih, d bias_hh, dh0, dc0}.
+std::vector<Tensor> lstm_backward(const std::vector<Tensor>& lstm_inputs_with_states, const Tensor& grad_output,
+                                  const Tensor& grad_h_n, const Tensor& grad_c_n);
 
 }  // namespace troupe

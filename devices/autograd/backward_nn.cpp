@@ -1,5 +1,5 @@
-// Backward of the neural-network ops: softmax, log_softmax, conv2d, max_pool2d, dropout,
-// dropout2d, nll_loss and cross_entropy. The heavy ones run the backward kernels registered
+// Backward of the neural-network ops: softmax, log_softmax, layer_norm, lstm, conv2d, max_pool2d,
+// dropout, dropout2d, nll_loss and cross_entropy. The heavy ones run the backward kernels registered
 // beside their forward (conv2d_backward_*, max_pool2d_backward, ...).
 #include "devices/autograd/backward_registry.h"
 #include "devices/autograd/grad_utils.h"
@@ -63,7 +63,28 @@ Grads loss_grad(const BackwardCall& c, bool from_logits) {
   return grads;
 }
 
+Grads layer_norm_grad(const BackwardCall& c) {
+  const Tensor weight = c.inputs.size() > 1 ? c.inputs[1] : Tensor();
+  const Grads g = layer_norm_backward(c.grads[0], c.inputs[0], c.attrs.get<std::vector<int64_t>>("normalized_shape"),
+                                      weight, c.attrs.get<double>("eps"));
+  Grads grads(c.inputs.size());
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = g[i];
+  return grads;
+}
+
+// The forward's optional h0 and c0 are zeros when absent; the kernel recomputes the gates.
+Grads lstm_grad(const BackwardCall& c) {
+  std::vector<Tensor> in = c.inputs;
+  const int64_t B = in[0].size(1), H = in[2].size(1);
+  while (in.size() < 7) in.push_back(Tensor::zeros({B, H}));
+  Grads g = lstm_backward(in, c.grads[0], c.grads[1], c.grads[2]);
+  g.resize(c.inputs.size());
+  return g;
+}
+
 const BackwardRegistrar registrars[] = {
+    BackwardRegistrar({"layer_norm", layer_norm_grad}),
+    BackwardRegistrar({"lstm", lstm_grad}),
     BackwardRegistrar({"softmax", softmax_backward, false, true}),
     BackwardRegistrar({"log_softmax", log_softmax_backward, false, true}),
     BackwardRegistrar({"conv2d", conv2d_backward}),
