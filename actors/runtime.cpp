@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <caf/all.hpp>
@@ -56,6 +57,37 @@ class HelpQueue {
 std::atomic<int> running_tasks{0};
 std::atomic<uint64_t> next_task_id{1};
 
+// The thread budget counts, besides running tasks, threads outside the runtime that forked and
+// have not waited since: they presumably compute alongside their forks (the seed's BiFork runs
+// one direction itself while the other is forked). Without them two 2-thread kernels shared 2
+// cores and every OpenMP barrier waited for a descheduled thread.
+std::atomic<int> forking_externals{0};
+thread_local bool in_task = false;
+struct ForkingExternal {
+  bool active = false;
+  void start() {
+    if (active || in_task) return;
+    active = true;
+    forking_externals.fetch_add(1, std::memory_order_relaxed);
+  }
+  void stop() {
+    if (!active) return;
+    active = false;
+    forking_externals.fetch_sub(1, std::memory_order_relaxed);
+  }
+  ~ForkingExternal() { stop(); }
+};
+thread_local ForkingExternal forking_external;
+
+// Installed as the intra-op share (devices/threads.h): asked on every kernel call, so a task's
+// kernels follow the tasks running now, not those running when it started.
+int adaptive_share() {
+  const int runners = running_tasks.load(std::memory_order_relaxed) +
+                      forking_externals.load(std::memory_order_relaxed) +
+                      (in_task || forking_external.active ? 0 : 1);
+  return std::max(1, hardware_cores() / std::max(1, runners));
+}
+
 // CAF's actor_system reads the destroying thread's thread_locals; at exit the main thread's are
 // destroyed before static objects, so a `static Runtime` must not tear CAF down then.
 thread_local bool thread_locals_gone = false;
@@ -102,6 +134,7 @@ struct Runtime::Impl {
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)) {
   (void)&thread_locals_sentinel;  // constructed now, so its destructor marks this thread's exit
+  set_intra_op_share(adaptive_share);  // cores / 1 while nothing runs: as without it
   std::lock_guard lock(current_mutex);
   if (current_runtime && current_runtime != fallback_runtime)
     throw ValueError("Runtime: another explicit Runtime is alive; one at a time");
@@ -168,10 +201,12 @@ bool TaskBase::try_run() {
 
 void TaskBase::run_claimed() {
   Runtime& rt = Runtime::current();
-  const int running_now = running_tasks.fetch_add(1, std::memory_order_relaxed) + 1;
-  const int fixed = rt.options().intra_op_threads;
+  running_tasks.fetch_add(1, std::memory_order_relaxed);
+  const bool was_in_task = in_task;
+  in_task = true;
+  // Fixed: every kernel gets that many threads. Adaptive (0): adaptive_share() decides per kernel.
   const int previous = thread_intra_op_threads();
-  set_thread_intra_op_threads(fixed > 0 ? fixed : std::max(1, hardware_cores() / running_now));
+  set_thread_intra_op_threads(rt.options().intra_op_threads);
   {
     TaskSpan span(id_);
     try {
@@ -181,12 +216,14 @@ void TaskBase::run_claimed() {
     }
   }
   set_thread_intra_op_threads(previous);
+  in_task = was_in_task;
   running_tasks.fetch_sub(1, std::memory_order_relaxed);
   state_.store(done, std::memory_order_release);
   state_.notify_all();
 }
 
 void TaskBase::wait() {
+  forking_external.stop();
   if (is_done()) return;
   if (queue_) {
     queue_->run_until(this);
@@ -194,7 +231,10 @@ void TaskBase::wait() {
   } else if (try_run()) {
     return;
   }
-  // Running on another thread: help with other pending work, then block.
+  // Running on another thread: help with other pending work, then block. A task waiting here
+  // computes nothing, so it leaves the thread budget meanwhile; what it helps with counts.
+  const bool counted = in_task;
+  if (counted) running_tasks.fetch_sub(1, std::memory_order_relaxed);
   auto& help = Runtime::current().impl().help;
   int idle_spins = 0;
   while (!is_done()) {
@@ -207,10 +247,12 @@ void TaskBase::wait() {
       state_.wait(running, std::memory_order_acquire);
     }
   }
+  if (counted) running_tasks.fetch_add(1, std::memory_order_relaxed);
 }
 
 void submit(const TaskPtr& task) {
   Runtime& rt = Runtime::current();
+  forking_external.start();
   Profiler::record_fork(task->id());
   if (ModuleQueue* queue = task->queue()) {
     queue->submit(task);

@@ -7,8 +7,9 @@
 //   int y = troupe::wait(f);                   // 42
 //
 // Thread budget: with intra_op_threads = 0 (the default) a kernel gets cores / (tasks running
-// now), at least 1: serial code uses every core inside its GEMMs, and N parallel tasks on N
-// cores run single-threaded kernels, so actors and kernels never oversubscribe the machine.
+// now, plus threads outside the runtime that forked and have not waited since), at least 1,
+// decided at each kernel call: serial code uses every core inside its GEMMs, N parallel tasks
+// on N cores run single-threaded kernels, and a task left alone takes the cores back.
 #include <memory>
 #include <string>
 

@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -34,7 +35,8 @@ int default_threads() {
 }
 
 std::atomic<int> global_threads{0};  // 0: not chosen yet (default on first read)
-thread_local int thread_threads = 0;  // 0: follow the global setting
+thread_local int thread_threads = 0;  // 0: follow the share, else the global setting
+std::atomic<int (*)()> share_hook{nullptr};
 
 // OpenMP's count lives in each calling thread; OpenBLAS (pthread build) has one count per process.
 thread_local int applied_omp_threads = 0;
@@ -50,11 +52,16 @@ int hardware_cores() {
 int intra_op_threads() {
   if (thread_threads > 0) return thread_threads;
   int n = global_threads.load(std::memory_order_relaxed);
-  if (n > 0) return n;
-  int expected = 0;
-  global_threads.compare_exchange_strong(expected, default_threads(), std::memory_order_relaxed);
-  return global_threads.load(std::memory_order_relaxed);
+  if (n <= 0) {
+    int expected = 0;
+    global_threads.compare_exchange_strong(expected, default_threads(), std::memory_order_relaxed);
+    n = global_threads.load(std::memory_order_relaxed);
+  }
+  if (auto share = share_hook.load(std::memory_order_acquire)) n = std::min(n, std::max(1, share()));
+  return n;
 }
+
+void set_intra_op_share(int (*share)()) { share_hook.store(share, std::memory_order_release); }
 
 void set_intra_op_threads(int n) {
   if (n < 1) throw ValueError("set_intra_op_threads: expected n >= 1, got " + std::to_string(n));

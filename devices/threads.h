@@ -17,5 +17,10 @@ void apply_intra_op_threads();
 // sets it around each task to its share of the cores.
 int thread_intra_op_threads();
 void set_thread_intra_op_threads(int n);
+// A share of the cores asked on every intra_op_threads() call of a thread without its own
+// setting (capped by the global setting); the actor runtime installs one that follows how many
+// tasks are running now, so a long task gives up threads when others start and takes them back
+// when they end. nullptr removes it.
+void set_intra_op_share(int (*share)());
 
 }  // namespace troupe

@@ -1,4 +1,6 @@
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
 
 #include "actors/runtime.h"
 #include "two_workers.h"
@@ -41,6 +43,66 @@ TEST_CASE("LSTM matches PyTorch's nn.LSTM on the same weights", "[lstm]") {
   CHECK(relative_error(with_state.output, f.at("out_f_with_state")) < 1e-4);
   CHECK(relative_error(with_state.h_n, f.at("h_n_with_state")) < 1e-4);
   CHECK(relative_error(with_state.c_n, f.at("c_n_with_state")) < 1e-4);
+}
+
+// One LSTM layer in double, straight from the equations (PyTorch's gate order i, f, g, o).
+static std::vector<Tensor> naive_lstm(const Tensor& x, const std::map<std::string, Tensor>& w, const Tensor& h0,
+                               const Tensor& c0) {
+  const int64_t T = x.size(0), B = x.size(1), C = x.size(2), H = h0.size(1);
+  const auto xs = x.to_vector<double>(), wi = w.at("weight_ih_l0").to_vector<double>();
+  const auto wh = w.at("weight_hh_l0").to_vector<double>(), bi = w.at("bias_ih_l0").to_vector<double>();
+  const auto bh = w.at("bias_hh_l0").to_vector<double>();
+  auto h = h0.to_vector<double>(), c = c0.to_vector<double>();
+  std::vector<double> out;
+  auto sigmoid = [](double v) { return 1 / (1 + std::exp(-v)); };
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> next(h.size());
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < H; ++j) {
+        double gate[4];
+        for (int q = 0; q < 4; ++q) {
+          const int64_t row = q * H + j;
+          double sum = bi[row] + bh[row];
+          for (int64_t i = 0; i < C; ++i) sum += wi[row * C + i] * xs[(t * B + b) * C + i];
+          for (int64_t i = 0; i < H; ++i) sum += wh[row * H + i] * h[b * H + i];
+          gate[q] = sum;
+        }
+        double& cell = c[b * H + j];
+        cell = sigmoid(gate[1]) * cell + sigmoid(gate[0]) * std::tanh(gate[2]);
+        next[b * H + j] = sigmoid(gate[3]) * std::tanh(cell);
+      }
+    h = next;
+    out.insert(out.end(), h.begin(), h.end());
+  }
+  auto as_f32 = [](const std::vector<double>& v, const Shape& shape) {
+    return Tensor::from_vector(std::vector<float>(v.begin(), v.end()), shape);
+  };
+  return {as_f32(out, {T, B, H}), as_f32(h, {B, H}), as_f32(c, {B, H})};
+}
+
+TEST_CASE("the lstm op matches the equations across GEMM panel and tile edges", "[lstm]") {
+  // H = 40: 160 gate columns, two full 64-column panels and a partial one; B = 7: row tiles of 4
+  // and 3; C = 70 and a strided x (a transposed view), with and without an initial state.
+  const int64_t T = 3, B = 7, C = 70, H = 40;
+  models::LSTM lstm(C, H, /*seed=*/5);
+  const auto values = [](const Shape& shape, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> v(static_cast<size_t>(numel(shape)));
+    for (auto& e : v) e = dist(rng);
+    return Tensor::from_vector(v, shape);
+  };
+  const Tensor x = values({B, T, C}, 11).transpose(0, 1);
+  const Tensor h0 = values({B, H}, 12), c0 = values({B, H}, 13);
+  for (bool with_state : {false, true}) {
+    auto out = with_state ? lstm.forward(x, h0, c0) : lstm.forward(x);
+    auto expected = naive_lstm(x, lstm.state_dict(), with_state ? h0 : Tensor::zeros({B, H}),
+                               with_state ? c0 : Tensor::zeros({B, H}));
+    INFO("with_state " << with_state);
+    CHECK(relative_error(out.output, expected[0]) < 1e-5);
+    CHECK(relative_error(out.h_n, expected[1]) < 1e-5);
+    CHECK(relative_error(out.c_n, expected[2]) < 1e-5);
+  }
 }
 
 TEST_CASE("BidirectionalLSTM matches the seed's BiSerial, serial and forked", "[lstm]") {
