@@ -8,6 +8,7 @@ namespace troupe::net {
 std::string describe(const OpDescriptor& op) {
   std::string out = name(op.op);
   out += "(";
+  if (op.root >= 0) out += "root " + std::to_string(op.root) + ", ";
   if (op.reduce != ReduceOp::none) out += std::string(name(op.reduce)) + ", ";
   return out + troupe::name(op.dtype) + ", " + std::to_string(op.count) + " elements)";
 }
@@ -43,7 +44,7 @@ Channel::Incoming Channel::recv(int src, const OpDescriptor& expected, Deadline 
   }
   const OpDescriptor& got = m->header.op;
   if (got.op != expected.op || got.reduce != expected.reduce || got.dtype != expected.dtype ||
-      got.count != expected.count) {
+      got.count != expected.count || got.root != expected.root) {
     const std::string message = where + ": ranks disagree: rank " + std::to_string(rank()) + " called " +
                                 describe(expected) + ", rank " + std::to_string(src) + " called " + describe(got);
     abort(expected.collective_seq, message);

@@ -46,7 +46,7 @@ class Channel {
   // Queues payload (any dtype/shape, up to 8 dims) to group rank dst for collective op.collective_seq.
   void send(int dst, const OpDescriptor& op, const Tensor& payload);
   // The next frame from group rank src for expected.collective_seq, checked against expected
-  // (op, reduce op, dtype and count must agree).
+  // (op, reduce op, dtype, count and root must agree).
   Incoming recv(int src, const OpDescriptor& expected, Deadline deadline);
   // Tells every other rank of the group that this collective failed; their recv for it throws
   // CommError(message).
@@ -56,7 +56,7 @@ class Channel {
   std::shared_ptr<ProcessGroup> group_;
 };
 
-// "all_reduce(sum, f32, 4 elements)": how mismatch errors name a call.
+// "all_reduce(sum, f32, 4 elements)", "broadcast(root 0, f32, 4 elements)": how mismatch errors name a call.
 std::string describe(const OpDescriptor& op);
 
 }  // namespace troupe::net

@@ -14,8 +14,9 @@ namespace {
 // Header layout (little-endian, offsets in bytes):
 //   0 magic u32 | 4 version u8 | 5 kind u8 | 6 dtype u8 | 7 ndims u8 | 8 group u64 | 16 seq u64
 //   24 tag i64 | 32 source i32 | 36 op u8 | 37 reduce u8 | 38 op dtype u8 | 39 zero u8
-//   40 count u64 | 48 collective seq u64 | 56 payload bytes u64 | 64 dims i64 x ndims
-constexpr size_t kFixedHeader = 64;
+//   40 count u64 | 48 collective seq u64 | 56 payload bytes u64 | 64 root i32 | 68 zero u32
+//   72 dims i64 x ndims
+constexpr size_t kFixedHeader = 72;
 
 template <class T>
 void put(uint8_t* out, size_t offset, T value) {
@@ -84,6 +85,8 @@ void encode_header_into(const FrameHeader& h, uint8_t* out) {
   put<uint64_t>(out, 40, h.op.count);
   put<uint64_t>(out, 48, h.op.collective_seq);
   put<uint64_t>(out, 56, h.payload_bytes);
+  put<int32_t>(out, 64, h.op.root);
+  put<uint32_t>(out, 68, 0);
   for (size_t i = 0; i < h.shape.size(); ++i) put<int64_t>(out, kFixedHeader + 8 * i, h.shape[i]);
 }
 
@@ -129,8 +132,12 @@ FrameHeader decode_header(const void* data, size_t size, size_t payload_size, in
   if (reduce > static_cast<uint8_t>(ReduceOp::avg)) malformed("unknown reduce op " + std::to_string(reduce));
   if (!valid_dtype(op_dtype)) malformed("unknown op dtype " + std::to_string(op_dtype));
   if (get<uint8_t>(in, 39) != 0) malformed("reserved byte is not zero");
+  const int32_t root = get<int32_t>(in, 64);
+  if (root < -1 || root >= world_size)
+    malformed("collective root " + std::to_string(root) + " outside a world of " + std::to_string(world_size));
+  if (get<uint32_t>(in, 68) != 0) malformed("reserved bytes 68..71 are not zero");
   h.op = {static_cast<CollectiveOp>(op), static_cast<ReduceOp>(reduce), static_cast<DType>(op_dtype),
-          get<uint64_t>(in, 40), get<uint64_t>(in, 48)};
+          get<uint64_t>(in, 40), get<uint64_t>(in, 48), root};
 
   h.payload_bytes = get<uint64_t>(in, 56);
   uint64_t bytes = itemsize(h.dtype);

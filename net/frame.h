@@ -23,7 +23,7 @@
 namespace troupe::net {
 
 inline constexpr uint32_t kFrameMagic = 0x45505254;  // "TRPE" in little-endian bytes
-inline constexpr uint8_t kFrameVersion = 1;
+inline constexpr uint8_t kFrameVersion = 2;
 inline constexpr size_t kMaxFrameDims = 8;
 
 enum class FrameKind : uint8_t {
@@ -47,6 +47,7 @@ struct OpDescriptor {
   DType dtype = DType::f32;
   uint64_t count = 0;           // elements of the whole collective's tensor
   uint64_t collective_seq = 0;  // the n-th collective of this group
+  int32_t root = -1;            // group rank of a rooted collective's root; -1: none
   friend bool operator==(const OpDescriptor&, const OpDescriptor&) = default;
 };
 

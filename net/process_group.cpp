@@ -11,6 +11,7 @@
 
 #include "devices/error.h"
 #include "net/channel.h"
+#include "net/collectives/collective_actor.h"
 #include "net/rendezvous.h"
 #include "net/transport.h"
 
@@ -283,5 +284,11 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ra
 }
 
 Channel ProcessGroup::channel() { return Channel(shared_from_this()); }
+
+collectives::CollectiveActor& ProcessGroup::collective_actor() {
+  std::lock_guard lock(actor_mutex_);
+  if (!actor_) actor_ = std::make_unique<collectives::CollectiveActor>();
+  return *actor_;
+}
 
 }  // namespace troupe::net

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ namespace troupe::net {
 
 class Transport;
 class Channel;
+namespace collectives {
+class CollectiveActor;
+}
 
 struct InitOptions {
   // env:// (MASTER_ADDR, MASTER_PORT and RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE or
@@ -92,6 +96,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   int global_rank(int group_rank) const;
   int group_rank(int global_rank) const;  // -1 when not a member
   uint64_t next_collective_seq() { return collective_seq_++; }
+  // The thread that runs this group's async collectives in call order (net/collectives.h).
+  collectives::CollectiveActor& collective_actor();
 
  private:
   void check_peer_rank(const char* op, int r, bool any_allowed) const;
@@ -103,6 +109,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::atomic<int64_t> timeout_ms_;
   std::atomic<uint64_t> collective_seq_{0};
   std::atomic<uint64_t> child_groups_{0};
+  std::mutex actor_mutex_;
+  std::unique_ptr<collectives::CollectiveActor> actor_;  // made on first use
 };
 
 }  // namespace troupe::net

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -413,8 +414,12 @@ std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Lane lane, int6
   // Messages that already arrived are delivered even after a failure: they are complete.
   if (auto it = unexpected_.find(slot->key); it != unexpected_.end()) {
     auto& queue = it->second;
-    for (auto m = queue.begin(); m != queue.end(); ++m) {
-      if (source >= 0 && m->source != source && m->header.kind != FrameKind::control) continue;
+    // A collective's abort notice wins over its data that came earlier: once any rank gave up on
+    // the collective, no later receive of it may succeed.
+    auto m = std::find_if(queue.begin(), queue.end(), [](const Message& q) { return q.header.kind == FrameKind::control; });
+    if (m == queue.end())
+      m = std::find_if(queue.begin(), queue.end(), [&](const Message& q) { return source < 0 || q.source == source; });
+    if (m != queue.end()) {
       slot->message = std::move(*m);
       queue.erase(m);
       if (queue.empty()) unexpected_.erase(it);

@@ -21,7 +21,7 @@ FrameHeader sample() {
   h.source = 2;
   h.dtype = DType::f64;
   h.shape = {2, 3, 4};
-  h.op = {CollectiveOp::all_reduce, ReduceOp::avg, DType::f64, 24, 9};
+  h.op = {CollectiveOp::all_reduce, ReduceOp::avg, DType::f64, 24, 9, 3};
   h.payload_bytes = 2 * 3 * 4 * 8;
   return h;
 }
@@ -42,7 +42,7 @@ TEST_CASE("frame: headers round-trip exactly", "[net][frame]") {
   FrameHeader h = sample();
   auto bytes = encode_header(h);
   CHECK(bytes.size() == header_size(3));
-  CHECK(bytes.size() == 64 + 3 * 8);
+  CHECK(bytes.size() == 72 + 3 * 8);
   FrameHeader back = decode_header(bytes.data(), bytes.size(), h.payload_bytes, 4);
   CHECK(back.kind == h.kind);
   CHECK(back.group == h.group);
@@ -94,10 +94,10 @@ TEST_CASE("frame: every malformed field is a CommError", "[net][frame]") {
   // Truncated anywhere, and one byte too long.
   for (size_t n = 0; n < good.size(); ++n)
     CHECK_THROWS_AS(decode_header(good.data(), n, payload, 4), CommError);
-  check_malformed(std::vector<uint8_t>(good.begin(), good.begin() + 10), payload, "at least 64 expected");
-  check_malformed(with([](auto& b) { b.push_back(0); }), payload, "expected 88");
+  check_malformed(std::vector<uint8_t>(good.begin(), good.begin() + 10), payload, "at least 72 expected");
+  check_malformed(with([](auto& b) { b.push_back(0); }), payload, "expected 96");
   check_malformed(with([](auto& b) { b[0] ^= 1; }), payload, "bad magic");
-  check_malformed(with([](auto& b) { b[4] = 2; }), payload, "version 2");
+  check_malformed(with([](auto& b) { b[4] = 3; }), payload, "version 3");
   check_malformed(with([](auto& b) { b[5] = 0; }), payload, "unknown kind 0");
   check_malformed(with([](auto& b) { b[5] = 7; }), payload, "unknown kind 7");
   check_malformed(with([](auto& b) { b[6] = 8; }), payload, "unknown dtype 8");
@@ -109,10 +109,13 @@ TEST_CASE("frame: every malformed field is a CommError", "[net][frame]") {
   check_malformed(with([](auto& b) { b[37] = 6; }), payload, "unknown reduce op 6");
   check_malformed(with([](auto& b) { b[38] = 200; }), payload, "unknown op dtype 200");
   check_malformed(with([](auto& b) { b[39] = 1; }), payload, "reserved byte");
-  check_malformed(with([](auto& b) { poke<int64_t>(b, 64 + 8, -3); }), payload, "negative dim -3");
-  check_malformed(with([](auto& b) { poke<int64_t>(b, 64, std::numeric_limits<int64_t>::max()); }), payload,
+  check_malformed(with([](auto& b) { poke<int32_t>(b, 64, 4); }), payload, "collective root 4 outside a world of 4");
+  check_malformed(with([](auto& b) { poke<int32_t>(b, 64, -2); }), payload, "collective root -2");
+  check_malformed(with([](auto& b) { b[70] = 1; }), payload, "reserved bytes 68..71");
+  check_malformed(with([](auto& b) { poke<int64_t>(b, 72 + 8, -3); }), payload, "negative dim -3");
+  check_malformed(with([](auto& b) { poke<int64_t>(b, 72, std::numeric_limits<int64_t>::max()); }), payload,
                   "overflows");
-  check_malformed(with([](auto& b) { poke<int64_t>(b, 64, int64_t(1) << 40); poke<int64_t>(b, 72, int64_t(1) << 30); }),
+  check_malformed(with([](auto& b) { poke<int64_t>(b, 72, int64_t(1) << 40); poke<int64_t>(b, 80, int64_t(1) << 30); }),
                   payload, "overflows");
   check_malformed(with([](auto& b) { poke<uint64_t>(b, 56, 8); }), payload, "needs 192 bytes, header says 8");
   check_malformed(good, payload - 1, "received 191");

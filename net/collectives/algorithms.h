@@ -1,0 +1,31 @@
+#pragma once
+// The algorithms, one per file (internal to net/collectives/; the public API is net/collectives.h,
+// whose dispatcher validates arguments and picks among them). Every tensor here is contiguous and
+// 1-D unless said otherwise; results are fresh tensors or received buffers, never the caller's.
+#include <vector>
+
+#include "net/collectives/call.h"
+
+namespace troupe::net::collectives {
+
+// Chunked, pipelined ring: reduce-scatter then all-gather (ring_all_reduce.cpp). Large tensors.
+Tensor ring_all_reduce(Call& call, const Tensor& data, ReduceOp op);
+// Recursive doubling, folding the ranks beyond a power of two in first (recursive_doubling.cpp).
+// Small tensors: log2(n) exchanges of the whole tensor.
+Tensor recursive_doubling_all_reduce(Call& call, const Tensor& data, ReduceOp op);
+// Binomial trees rooted at root (binomial_tree.cpp): broadcast returns root's data on every rank;
+// reduce returns the reduction on root (and a partial one elsewhere).
+Tensor binomial_broadcast(Call& call, const Tensor& data, int root);
+Tensor binomial_reduce(Call& call, const Tensor& data, int root, ReduceOp op);
+// Ring all-gather and reduce-scatter (ring_all_gather.cpp, ring_reduce_scatter.cpp): parts[r] is
+// rank r's contribution / the inputs destined to rank r (any shapes, one dtype).
+std::vector<Tensor> ring_all_gather(Call& call, const Tensor& mine);
+Tensor ring_reduce_scatter(Call& call, const std::vector<Tensor>& inputs, ReduceOp op);
+// Direct sends between every pair that exchanges data (direct.cpp).
+Tensor direct_scatter(Call& call, const std::vector<Tensor>& inputs, int root);
+std::vector<Tensor> direct_gather(Call& call, const Tensor& mine, int root);
+std::vector<Tensor> direct_all_to_all(Call& call, const std::vector<Tensor>& inputs);
+// Dissemination barrier: ceil(log2 n) rounds of header-only frames (barrier.cpp).
+void dissemination_barrier(Call& call);
+
+}  // namespace troupe::net::collectives

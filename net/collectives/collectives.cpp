@@ -1,0 +1,320 @@
+// The public collectives (net/collectives.h): argument checks, the call's descriptor and sequence
+// number, the choice of algorithm, and running the rank's part here or on the group's actor.
+#include "net/collectives.h"
+
+#include <functional>
+
+#include "devices/error.h"
+#include "net/collectives/algorithms.h"
+#include "net/collectives/collective_actor.h"
+#include "net/collectives/reduce_kernels.h"
+
+namespace troupe::net {
+
+namespace {
+
+using collectives::Call;
+
+// Algorithm thresholds for all_reduce, measured with examples/allreduce_bench on 2 and 4 ranks
+// over ipc:// (see the comment in choose_all_reduce).
+constexpr size_t kRecursiveDoublingMaxBytes = 64 << 10;
+
+std::string at(const char* op, const ProcessGroup& g) {
+  return std::string(op) + ": rank " + std::to_string(g.rank());
+}
+
+void check_defined(const char* op, const ProcessGroup& g, const Tensor& t, const std::string& what) {
+  if (!t.defined()) throw ValueError(at(op, g) + ": " + what + " is undefined");
+}
+
+void check_root(const char* op, const ProcessGroup& g, int root) {
+  if (root < 0 || root >= g.size())
+    throw IndexError(at(op, g) + ": root " + std::to_string(root) + " outside a group of " + std::to_string(g.size()));
+}
+
+void check_reducible(const char* op, const ProcessGroup& g, const Tensor& t, ReduceOp r) {
+  if (r == ReduceOp::none) throw ValueError(at(op, g) + ": no reduce op given");
+  if (!collectives::reduction_supports(t.dtype(), r))
+    throw DTypeError(at(op, g) + ": cannot reduce " + t.meta().str() + " with " + name(r) +
+                     (r == ReduceOp::avg ? " (avg needs a floating dtype)" : ""));
+}
+
+// Every tensor of list is defined; list has one per rank; with `like`, each matches its meta.
+void check_list(const char* op, const ProcessGroup& g, const std::vector<Tensor>& list, const char* what,
+                const Tensor* like, bool same_shape) {
+  if (list.size() != static_cast<size_t>(g.size()))
+    throw ValueError(at(op, g) + ": " + std::to_string(list.size()) + " " + what + " for a group of " +
+                     std::to_string(g.size()));
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string item = std::string(what) + "[" + std::to_string(i) + "]";
+    check_defined(op, g, list[i], item);
+    if (!like) continue;
+    const std::string detail =
+        at(op, g) + ": " + item + " is " + list[i].meta().str() + ", expected " + like->meta().str();
+    if (list[i].dtype() != like->dtype()) throw DTypeError(detail);
+    if (same_shape && list[i].shape() != like->shape()) throw ShapeError(detail);
+  }
+}
+
+// Outputs a collective fills: empty (filled for you) or one per rank (replaced).
+void check_outputs(const char* op, const ProcessGroup& g, const std::vector<Tensor>& outputs) {
+  if (!outputs.empty() && outputs.size() != static_cast<size_t>(g.size()))
+    throw ValueError(at(op, g) + ": " + std::to_string(outputs.size()) + " outputs for a group of " +
+                     std::to_string(g.size()) + " (pass an empty vector or one per rank)");
+}
+
+// The algorithms work on contiguous host tensors, flattened where they split them.
+Tensor host(const Tensor& t) { return (t.device().is_cpu() ? t : t.to(Device::cpu())).contiguous(); }
+Tensor host_flat(const Tensor& t) { return host(t).reshape({t.numel()}); }
+Tensor restore(const Tensor& result, const TensorMeta& like) {
+  Tensor shaped = result.shape() == like.shape ? result : result.reshape(like.shape);
+  return like.device.is_cpu() ? shaped : shaped.to(like.device);
+}
+
+// A collective ready to run: its descriptor (sequence number taken in call order) and the rank's part.
+struct Plan {
+  Call call;
+  std::function<void(Call&)> body;
+};
+
+Call begin(ProcessGroup& g, CollectiveOp op, ReduceOp r, DType dtype, uint64_t count, int root = -1) {
+  Channel channel = g.channel();
+  OpDescriptor d{op, r, dtype, count, channel.next_collective_seq(), root};
+  return Call{std::move(channel), d, {}};
+}
+
+void run(Plan& plan, Timeout timeout) {
+  Call& call = plan.call;
+  call.deadline = call.channel.deadline(timeout);
+  try {
+    plan.body(call);
+  } catch (const CommError&) {
+    throw;  // the transport's and the channel's errors reach every rank by themselves
+  } catch (const std::exception& e) {
+    // A timeout or local failure: tell the others now instead of letting them wait it out.
+    call.channel.abort(call.op.collective_seq, std::string(name(call.op.op)) + ": collective #" +
+                                                   std::to_string(call.op.collective_seq) + " failed on rank " +
+                                                   std::to_string(call.rank()) + ": " + e.what());
+    throw;
+  }
+}
+
+Work run_async(ProcessGroup& g, Plan plan, Timeout timeout, const char* what) {
+  auto done = std::make_shared<detail::Completion>();
+  g.collective_actor().post([plan = std::move(plan), timeout, done]() mutable {
+    try {
+      run(plan, timeout);
+      done->finish();
+    } catch (...) {
+      done->finish(std::current_exception());
+    }
+  });
+  return Work::from_completion(std::move(done), timeout.value_or(g.timeout()), what);
+}
+
+Tensor choose_all_reduce(Call& call, const Tensor& flat, ReduceOp op) {
+  if (call.size() == 1) return flat;
+  // Recursive doubling needs log2(n) latencies but sends the whole tensor each round; the ring
+  // needs 2(n-1) latencies and sends 2(n-1)/n of it in total. Measured crossover on 2 ranks over
+  // ipc:// on one host: ~64 KiB.
+  if (flat.nbytes() <= kRecursiveDoublingMaxBytes) return collectives::recursive_doubling_all_reduce(call, flat, op);
+  return collectives::ring_all_reduce(call, flat, op);
+}
+
+Plan plan_broadcast(ProcessGroup& g, Tensor& tensor, int root) {
+  check_defined("broadcast", g, tensor, "tensor");
+  check_root("broadcast", g, root);
+  const TensorMeta meta = tensor.meta();
+  Call call = begin(g, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), root);
+  return {std::move(call), [data = host(tensor), meta, root, out = &tensor](Call& c) {
+            if (c.size() == 1) return;
+            Tensor got = collectives::binomial_broadcast(c, data, root);
+            if (c.rank() != root) *out = restore(got, meta);
+          }};
+}
+
+Plan plan_reduce(ProcessGroup& g, Tensor& tensor, int root, ReduceOp op) {
+  check_defined("reduce", g, tensor, "tensor");
+  check_root("reduce", g, root);
+  check_reducible("reduce", g, tensor, op);
+  const TensorMeta meta = tensor.meta();
+  Call call = begin(g, CollectiveOp::reduce, op, meta.dtype, tensor.numel(), root);
+  return {std::move(call), [data = host_flat(tensor), meta, root, op, out = &tensor](Call& c) {
+            if (c.size() == 1) return;
+            Tensor got = collectives::binomial_reduce(c, data, root, op);
+            if (c.rank() == root) *out = restore(got, meta);
+          }};
+}
+
+Plan plan_all_reduce(ProcessGroup& g, Tensor& tensor, ReduceOp op) {
+  check_defined("all_reduce", g, tensor, "tensor");
+  check_reducible("all_reduce", g, tensor, op);
+  const TensorMeta meta = tensor.meta();
+  Call call = begin(g, CollectiveOp::all_reduce, op, meta.dtype, tensor.numel());
+  return {std::move(call), [data = host_flat(tensor), meta, op, out = &tensor](Call& c) {
+            if (c.size() == 1) return;
+            *out = restore(choose_all_reduce(c, data, op), meta);
+          }};
+}
+
+Plan plan_scatter(ProcessGroup& g, Tensor& output, const std::vector<Tensor>& inputs, int root) {
+  check_defined("scatter", g, output, "output (it fixes the part's dtype and shape)");
+  check_root("scatter", g, root);
+  std::vector<Tensor> parts;
+  if (g.rank() == root) {
+    check_list("scatter", g, inputs, "inputs", &output, true);
+    for (const Tensor& t : inputs) parts.push_back(host(t));
+  }
+  const TensorMeta meta = output.meta();
+  Call call = begin(g, CollectiveOp::scatter, ReduceOp::none, meta.dtype, output.numel(), root);
+  return {std::move(call), [parts = std::move(parts), meta, root, out = &output](Call& c) {
+            Tensor got = c.size() == 1 ? parts[0] : collectives::direct_scatter(c, parts, root);
+            *out = restore(got, meta);
+          }};
+}
+
+Plan plan_gather(ProcessGroup& g, std::vector<Tensor>& outputs, const Tensor& input, int root) {
+  check_defined("gather", g, input, "input");
+  check_root("gather", g, root);
+  if (g.rank() == root) check_outputs("gather", g, outputs);
+  const TensorMeta meta = input.meta();
+  Call call = begin(g, CollectiveOp::gather, ReduceOp::none, meta.dtype, input.numel(), root);
+  return {std::move(call), [data = host(input), input, root, out = &outputs](Call& c) {
+            if (c.size() == 1) {
+              *out = {input};
+              return;
+            }
+            std::vector<Tensor> parts = collectives::direct_gather(c, data, root);
+            if (c.rank() != root) return;
+            parts[static_cast<size_t>(root)] = input;
+            for (Tensor& p : parts) p = restore(p, {p.dtype(), p.shape(), input.device()});
+            *out = std::move(parts);
+          }};
+}
+
+Plan plan_all_gather(ProcessGroup& g, std::vector<Tensor>& outputs, const Tensor& input) {
+  check_defined("all_gather", g, input, "input");
+  check_outputs("all_gather", g, outputs);
+  const TensorMeta meta = input.meta();
+  Call call = begin(g, CollectiveOp::all_gather, ReduceOp::none, meta.dtype, input.numel());
+  return {std::move(call), [data = host(input), input, out = &outputs](Call& c) {
+            if (c.size() == 1) {
+              *out = {input};
+              return;
+            }
+            std::vector<Tensor> parts = collectives::ring_all_gather(c, data);
+            parts[static_cast<size_t>(c.rank())] = input;
+            for (Tensor& p : parts) p = restore(p, {p.dtype(), p.shape(), input.device()});
+            *out = std::move(parts);
+          }};
+}
+
+Plan plan_reduce_scatter(ProcessGroup& g, Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) {
+  check_list("reduce_scatter", g, inputs, "inputs", nullptr, true);
+  check_list("reduce_scatter", g, inputs, "inputs", &inputs[0], true);
+  check_reducible("reduce_scatter", g, inputs[0], op);
+  std::vector<Tensor> parts;
+  for (const Tensor& t : inputs) parts.push_back(host(t));
+  const TensorMeta meta = inputs[0].meta();
+  Call call = begin(g, CollectiveOp::reduce_scatter, op, meta.dtype, inputs[0].numel());
+  return {std::move(call), [parts = std::move(parts), meta, op, out = &output](Call& c) {
+            Tensor got = c.size() == 1 ? parts[0] : collectives::ring_reduce_scatter(c, parts, op);
+            *out = restore(got, meta);
+          }};
+}
+
+Plan plan_all_to_all(ProcessGroup& g, std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs) {
+  check_list("all_to_all", g, inputs, "inputs", nullptr, false);
+  check_list("all_to_all", g, inputs, "inputs", &inputs[0], false);
+  check_outputs("all_to_all", g, outputs);
+  std::vector<Tensor> parts;
+  for (const Tensor& t : inputs) parts.push_back(host(t));
+  const Device device = inputs[0].device();
+  // Parts may differ in size per pair, so the descriptor's count is the number of parts.
+  Call call = begin(g, CollectiveOp::all_to_all, ReduceOp::none, inputs[0].dtype(), inputs.size());
+  return {std::move(call), [parts = std::move(parts), device, out = &outputs](Call& c) {
+            std::vector<Tensor> got = c.size() == 1 ? parts : collectives::direct_all_to_all(c, parts);
+            for (Tensor& p : got) p = restore(p, {p.dtype(), p.shape(), device});
+            *out = std::move(got);
+          }};
+}
+
+Plan plan_barrier(ProcessGroup& g) {
+  Call call = begin(g, CollectiveOp::barrier, ReduceOp::none, DType::u8, 0);
+  return {std::move(call), [](Call& c) { collectives::dissemination_barrier(c); }};
+}
+
+}  // namespace
+
+void broadcast(ProcessGroup& group, Tensor& tensor, int root, Timeout timeout) {
+  Plan plan = plan_broadcast(group, tensor, root);
+  run(plan, timeout);
+}
+void reduce(ProcessGroup& group, Tensor& tensor, int root, ReduceOp op, Timeout timeout) {
+  Plan plan = plan_reduce(group, tensor, root, op);
+  run(plan, timeout);
+}
+void all_reduce(ProcessGroup& group, Tensor& tensor, ReduceOp op, Timeout timeout) {
+  Plan plan = plan_all_reduce(group, tensor, op);
+  run(plan, timeout);
+}
+void scatter(ProcessGroup& group, Tensor& output, const std::vector<Tensor>& inputs, int root, Timeout timeout) {
+  Plan plan = plan_scatter(group, output, inputs, root);
+  run(plan, timeout);
+}
+void gather(ProcessGroup& group, std::vector<Tensor>& outputs, const Tensor& input, int root, Timeout timeout) {
+  Plan plan = plan_gather(group, outputs, input, root);
+  run(plan, timeout);
+}
+void all_gather(ProcessGroup& group, std::vector<Tensor>& outputs, const Tensor& input, Timeout timeout) {
+  Plan plan = plan_all_gather(group, outputs, input);
+  run(plan, timeout);
+}
+void reduce_scatter(ProcessGroup& group, Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                    Timeout timeout) {
+  Plan plan = plan_reduce_scatter(group, output, inputs, op);
+  run(plan, timeout);
+}
+void all_to_all(ProcessGroup& group, std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                Timeout timeout) {
+  Plan plan = plan_all_to_all(group, outputs, inputs);
+  run(plan, timeout);
+}
+void barrier(ProcessGroup& group, Timeout timeout) {
+  Plan plan = plan_barrier(group);
+  run(plan, timeout);
+}
+
+Work broadcast_async(ProcessGroup& group, Tensor& tensor, int root, Timeout timeout) {
+  return run_async(group, plan_broadcast(group, tensor, root), timeout, "broadcast");
+}
+Work reduce_async(ProcessGroup& group, Tensor& tensor, int root, ReduceOp op, Timeout timeout) {
+  return run_async(group, plan_reduce(group, tensor, root, op), timeout, "reduce");
+}
+Work all_reduce_async(ProcessGroup& group, Tensor& tensor, ReduceOp op, Timeout timeout) {
+  return run_async(group, plan_all_reduce(group, tensor, op), timeout, "all_reduce");
+}
+Work scatter_async(ProcessGroup& group, Tensor& output, const std::vector<Tensor>& inputs, int root,
+                   Timeout timeout) {
+  return run_async(group, plan_scatter(group, output, inputs, root), timeout, "scatter");
+}
+Work gather_async(ProcessGroup& group, std::vector<Tensor>& outputs, const Tensor& input, int root,
+                  Timeout timeout) {
+  return run_async(group, plan_gather(group, outputs, input, root), timeout, "gather");
+}
+Work all_gather_async(ProcessGroup& group, std::vector<Tensor>& outputs, const Tensor& input, Timeout timeout) {
+  return run_async(group, plan_all_gather(group, outputs, input), timeout, "all_gather");
+}
+Work reduce_scatter_async(ProcessGroup& group, Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                          Timeout timeout) {
+  return run_async(group, plan_reduce_scatter(group, output, inputs, op), timeout, "reduce_scatter");
+}
+Work all_to_all_async(ProcessGroup& group, std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                      Timeout timeout) {
+  return run_async(group, plan_all_to_all(group, outputs, inputs), timeout, "all_to_all");
+}
+Work barrier_async(ProcessGroup& group, Timeout timeout) {
+  return run_async(group, plan_barrier(group), timeout, "barrier");
+}
+
+}  // namespace troupe::net

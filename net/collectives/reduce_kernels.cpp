@@ -1,0 +1,96 @@
+#include "net/collectives/reduce_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+namespace troupe::net::collectives {
+
+namespace {
+
+// Plain loops over restrict-free contiguous arrays: GCC vectorises each one (out may alias a or b,
+// elementwise, so aliasing is harmless).
+template <class T, class Fn>
+void apply(T* out, const T* a, const T* b, size_t n, Fn fn) {
+  for (size_t i = 0; i < n; ++i) out[i] = fn(a[i], b[i]);
+}
+
+template <class T>
+void reduce_typed(T* out, const T* a, const T* b, size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      if constexpr (std::is_same_v<T, bool>) apply(out, a, b, n, [](bool x, bool y) { return x || y; });
+      else apply(out, a, b, n, [](T x, T y) { return static_cast<T>(x + y); });
+      return;
+    case ReduceOp::product:
+      if constexpr (std::is_same_v<T, bool>) apply(out, a, b, n, [](bool x, bool y) { return x && y; });
+      else apply(out, a, b, n, [](T x, T y) { return static_cast<T>(x * y); });
+      return;
+    case ReduceOp::max:
+      // x != x is NaN: NaN wins, like torch.max.
+      apply(out, a, b, n, [](T x, T y) { return (x != x || x > y) ? x : y; });
+      return;
+    case ReduceOp::min:
+      apply(out, a, b, n, [](T x, T y) { return (x != x || x < y) ? x : y; });
+      return;
+    case ReduceOp::none:
+      return;
+  }
+}
+
+// f16/bf16: widen a block to f32, reduce there, round back.
+template <class H>
+void reduce_half(H* out, const H* a, const H* b, size_t n, ReduceOp op) {
+  constexpr size_t kBlock = 512;
+  float x[kBlock], y[kBlock];
+  for (size_t start = 0; start < n; start += kBlock) {
+    const size_t m = std::min(kBlock, n - start);
+    for (size_t i = 0; i < m; ++i) {
+      x[i] = static_cast<float>(a[start + i]);
+      y[i] = static_cast<float>(b[start + i]);
+    }
+    reduce_typed(x, x, y, m, op);
+    for (size_t i = 0; i < m; ++i) out[start + i] = H(x[i]);
+  }
+}
+
+}  // namespace
+
+bool reduction_supports(DType dtype, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::max:
+    case ReduceOp::min: return true;
+    case ReduceOp::sum:
+    case ReduceOp::product: return dtype != DType::boolean;
+    case ReduceOp::avg: return is_floating(dtype);
+    case ReduceOp::none: return false;
+  }
+  return false;
+}
+
+void reduce_buffers(void* out, const void* a, const void* b, size_t n, DType dtype, ReduceOp op) {
+  dispatch(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+      reduce_half(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n, op);
+    else
+      reduce_typed(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n, op);
+  });
+}
+
+void divide_buffer(void* data, size_t n, DType dtype, int divisor) {
+  dispatch(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      auto* p = static_cast<T*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] = T(static_cast<float>(p[i]) / static_cast<float>(divisor));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      auto* p = static_cast<T*>(data);
+      const T d = static_cast<T>(divisor);
+      for (size_t i = 0; i < n; ++i) p[i] /= d;
+    }
+  });
+}
+
+}  // namespace troupe::net::collectives

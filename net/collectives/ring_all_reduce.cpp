@@ -1,0 +1,94 @@
+// Ring all-reduce (Gloo/NCCL style): the tensor is cut into one segment per rank, each segment
+// into chunks. Reduce-scatter: in n-1 steps every segment travels once around the ring, each rank
+// adding its own part, until rank r holds segment r+1 fully reduced. All-gather: n-1 more steps
+// pass each finished segment around. Every rank sends and receives 2(n-1)/n of the tensor, the
+// bandwidth optimum.
+//
+// Pipelining comes from the chunk-level data flow: a chunk is forwarded the moment it has been
+// reduced (sends never block and are zero-copy), so while this rank reduces chunk k, chunk k+1 is
+// arriving and chunk k-1 is on its way to the right. Received chunks are reduced in place (they
+// are uniquely owned buffers) and forwarded as they are; only the final reduction writes into the
+// result, and all-gathered chunks are copied into it once.
+#include <cstring>
+
+#include "net/collectives/algorithms.h"
+#include "net/collectives/reduce_kernels.h"
+
+namespace troupe::net::collectives {
+
+namespace {
+
+// Large ZeroMQ messages are slow (every fresh page of a receive buffer faults), and smaller chunks
+// pipeline better; much smaller ones pay per-message overhead.
+constexpr int64_t kChunkBytes = 1 << 20;
+
+struct Range {
+  int64_t begin, end;
+};
+
+}  // namespace
+
+Tensor ring_all_reduce(Call& call, const Tensor& data, ReduceOp op) {
+  const int n = call.size(), r = call.rank();
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  const DType dtype = data.dtype();
+  const int64_t count = data.numel();
+  const size_t item = itemsize(dtype);
+  const ReduceOp combine = op == ReduceOp::avg ? ReduceOp::sum : op;
+
+  // Segment s is [count*s/n, count*(s+1)/n); each is cut into `chunks` near-equal chunks, the same
+  // number on every rank (it depends on count and n only).
+  const int64_t largest_segment = (count + n - 1) / n;
+  const int64_t chunk_elems = std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(item));
+  const int64_t chunks = std::max<int64_t>(1, (largest_segment + chunk_elems - 1) / chunk_elems);
+  auto chunk = [&](int segment, int64_t k) {
+    const int64_t b = count * segment / n, e = count * (segment + 1) / n;
+    return Range{b + (e - b) * k / chunks, b + (e - b) * (k + 1) / chunks};
+  };
+
+  Tensor result = Tensor::empty({count}, dtype);
+  // Taken once: later sends share result's storage, and writing through mutable_raw_data() again
+  // would copy it.
+  auto* out = static_cast<char*>(result.mutable_raw_data());
+  const auto* in = static_cast<const char*>(data.raw_data());
+
+  // Reduce-scatter. Step 0 sends this rank's own segment r (views: no copy).
+  for (int64_t k = 0; k < chunks; ++k) {
+    const Range c = chunk(r, k);
+    call.send(right, data.slice(0, c.begin, c.end));
+  }
+  for (int step = 1; step < n; ++step) {
+    const int segment = (r - step + n) % n;  // reduced so far over ranks r-step .. r-1
+    const bool last = step == n - 1;
+    for (int64_t k = 0; k < chunks; ++k) {
+      const Range c = chunk(segment, k);
+      Tensor got = call.recv(left);
+      const size_t elems = static_cast<size_t>(c.end - c.begin);
+      if (last) {
+        // Fully reduced: straight into the result, which the all-gather then sends on.
+        reduce_buffers(out + c.begin * item, got.raw_data(), in + c.begin * item, elems, dtype, combine);
+        // avg divides here, before the chunk leaves, so every rank gets the same bits.
+        if (op == ReduceOp::avg) divide_buffer(out + c.begin * item, elems, dtype, n);
+        call.send(right, result.slice(0, c.begin, c.end));
+      } else {
+        void* acc = got.mutable_raw_data();  // uniquely owned: no copy
+        reduce_buffers(acc, acc, in + c.begin * item, elems, dtype, combine);
+        call.send(right, got);
+      }
+    }
+  }
+
+  // All-gather: segment (r+1) is done here; receive the others, forwarding all but the last.
+  for (int step = 1; step < n; ++step) {
+    const int segment = (r - step + 1 + n) % n;
+    for (int64_t k = 0; k < chunks; ++k) {
+      const Range c = chunk(segment, k);
+      Tensor got = call.recv(left);
+      if (step < n - 1) call.send(right, got);
+      std::memcpy(out + c.begin * item, got.raw_data(), static_cast<size_t>(c.end - c.begin) * item);
+    }
+  }
+  return result;
+}
+
+}  // namespace troupe::net::collectives

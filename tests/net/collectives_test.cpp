@@ -1,0 +1,158 @@
+// Collectives: argument checks and one-rank semantics in this process; every collective, dtype,
+// async variant and sub-group with 2, 3 and 4 real processes (collectives_worker); a rank killed
+// mid-collective; mismatched calls; per-call timeouts.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <mutex>
+
+#include "net/collectives.h"
+#include "net/launcher.h"
+
+using namespace troupe;
+using namespace troupe::net;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Job {
+  LaunchResult result;
+  std::string output;  // "[rank R] line" per line, stdout and stderr together
+  double seconds = 0;
+  int count(const std::string& part) const {
+    int n = 0;
+    for (size_t at = output.find(part); at != std::string::npos; at = output.find(part, at + 1)) ++n;
+    return n;
+  }
+};
+
+Job launch_workers(int nproc, const std::string& scenario, bool stop_on_failure = true) {
+  LaunchOptions o;
+  o.nproc = nproc;
+  o.command = {std::string(TROUPE_BIN_DIR) + "/collectives_worker", scenario};
+  o.grace = 2s;
+  o.stop_on_failure = stop_on_failure;
+  Job job;
+  std::mutex mutex;
+  o.on_line = [&](int rank, bool, const std::string& line) {
+    std::lock_guard lock(mutex);
+    job.output += "[rank " + std::to_string(rank) + "] " + line + "\n";
+  };
+  const auto start = std::chrono::steady_clock::now();
+  job.result = launch(o);
+  job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return job;
+}
+
+// A world of one, in this process.
+std::shared_ptr<ProcessGroup> solo() {
+  InitOptions o;
+  o.init_method = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  o.rank = 0;
+  o.world_size = 1;
+  o.timeout = 5s;
+  return init_process_group(o);
+}
+
+}  // namespace
+
+TEST_CASE("collectives: every collective, dtype and async variant on 2, 3 and 4 ranks", "[net][collectives]") {
+  for (int n : {2, 3, 4}) {
+    Job job = launch_workers(n, "all");
+    INFO(job.output);
+    CHECK(job.result.exit_code == 0);
+    CHECK(job.count("ok all rank") == n);
+  }
+}
+
+TEST_CASE("collectives: kill -9 of a rank mid-collective gives every survivor PeerLostError", "[net][collectives]") {
+  Job job = launch_workers(3, "kill", false);
+  INFO(job.output);
+  REQUIRE(job.result.ranks.size() == 3);
+  CHECK(job.result.ranks[1].signal == 9);
+  CHECK(job.result.ranks[0].exit_code == 0);
+  CHECK(job.result.ranks[2].exit_code == 0);
+  CHECK(job.count("ok kill survivor rank") == 2);
+}
+
+TEST_CASE("collectives: mismatched calls fail on every rank, naming both calls", "[net][collectives]") {
+  for (int n : {2, 3}) {
+    Job job = launch_workers(n, "mismatch");
+    INFO(job.output);
+    CHECK(job.result.exit_code == 0);
+    CHECK(job.count("ok mismatch rank") == n);
+  }
+}
+
+TEST_CASE("collectives: a per-call timeout fails the caller and aborts the call for the others", "[net][collectives]") {
+  Job job = launch_workers(2, "timeout");
+  INFO(job.output);
+  CHECK(job.result.exit_code == 0);
+  CHECK(job.count("ok timeout rank") == 2);
+}
+
+TEST_CASE("collectives: one rank, and bad arguments are typed errors", "[net][collectives]") {
+  auto world = solo();
+  ProcessGroup& g = *world;
+
+  Tensor t = Tensor::from_vector<float>({1, 2, 3}, {3});
+  all_reduce(g, t, ReduceOp::avg);
+  CHECK(t.to_vector<float>() == std::vector<float>({1, 2, 3}));
+  broadcast(g, t, 0);
+  reduce(g, t, 0, ReduceOp::product);
+  CHECK(t.to_vector<float>() == std::vector<float>({1, 2, 3}));
+  std::vector<Tensor> parts;
+  all_gather(g, parts, t);
+  REQUIRE(parts.size() == 1);
+  CHECK(parts[0].to_vector<float>() == std::vector<float>({1, 2, 3}));
+  Tensor out = Tensor::zeros({3});
+  scatter(g, out, {t}, 0);
+  CHECK(out.to_vector<float>() == std::vector<float>({1, 2, 3}));
+  std::vector<Tensor> got;
+  all_to_all(g, got, {t});
+  REQUIRE(got.size() == 1);
+  reduce_scatter(g, out, {t}, ReduceOp::max);
+  CHECK(out.to_vector<float>() == std::vector<float>({1, 2, 3}));
+  barrier(g);
+  all_reduce_async(g, t).wait();
+  barrier_async(g).wait();
+
+  // Root out of range, lists of the wrong length, undefined tensors.
+  CHECK_THROWS_AS(broadcast(g, t, 1), IndexError);
+  CHECK_THROWS_WITH(broadcast(g, t, 1), Catch::Contains("broadcast: rank 0: root 1 outside a group of 1"));
+  CHECK_THROWS_AS(reduce(g, t, -1), IndexError);
+  CHECK_THROWS_AS(gather(g, parts, t, 3), IndexError);
+  CHECK_THROWS_AS(scatter(g, out, {t, t}, 0), ValueError);
+  CHECK_THROWS_WITH(scatter(g, out, {t, t}, 0), Catch::Contains("scatter: rank 0: 2 inputs for a group of 1"));
+  CHECK_THROWS_AS(reduce_scatter(g, out, {}, ReduceOp::sum), ValueError);
+  CHECK_THROWS_AS(all_to_all(g, got, {t, t}), ValueError);
+  std::vector<Tensor> three(3);
+  CHECK_THROWS_WITH(all_gather(g, three, t), Catch::Contains("all_gather: rank 0: 3 outputs for a group of 1"));
+  Tensor undefined;
+  CHECK_THROWS_AS(all_reduce(g, undefined), ValueError);
+  CHECK_THROWS_WITH(all_reduce(g, undefined), Catch::Contains("all_reduce: rank 0: tensor is undefined"));
+  CHECK_THROWS_AS(all_gather(g, parts, undefined), ValueError);
+  CHECK_THROWS_AS(scatter(g, undefined, {t}, 0), ValueError);
+  CHECK_THROWS_AS(all_to_all(g, got, {undefined}), ValueError);
+
+  // Parts that disagree with the output, or with each other.
+  Tensor four = Tensor::zeros({4});
+  CHECK_THROWS_AS(scatter(g, four, {t}, 0), ShapeError);
+  CHECK_THROWS_WITH(scatter(g, four, {t}, 0), Catch::Contains("inputs[0] is f32[3], expected f32[4]"));
+  Tensor ints = Tensor::zeros({3}, DType::i32);
+  CHECK_THROWS_AS(scatter(g, ints, {t}, 0), DTypeError);
+
+  // Reductions the dtype does not support.
+  Tensor i = Tensor::zeros({2}, DType::i32);
+  CHECK_THROWS_AS(all_reduce(g, i, ReduceOp::avg), DTypeError);
+  CHECK_THROWS_WITH(all_reduce(g, i, ReduceOp::avg),
+                    Catch::Contains("all_reduce: rank 0: cannot reduce i32[2] with avg (avg needs a floating dtype)"));
+  Tensor b = Tensor::zeros({2}, DType::boolean);
+  CHECK_THROWS_AS(all_reduce(g, b, ReduceOp::sum), DTypeError);
+  CHECK_THROWS_AS(reduce_scatter(g, out, {b}, ReduceOp::product), DTypeError);
+  CHECK_THROWS_AS(reduce(g, b, 0, ReduceOp::none), ValueError);
+  all_reduce(g, b, ReduceOp::max);
+
+  // Async variants check their arguments when called.
+  CHECK_THROWS_AS(all_reduce_async(g, i, ReduceOp::avg), DTypeError);
+  CHECK_THROWS_AS(broadcast_async(g, t, 2), IndexError);
+}

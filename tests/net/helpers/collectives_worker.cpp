@@ -1,0 +1,372 @@
+// One rank of the multi-process collectives tests: `collectives_worker SCENARIO`, started by the
+// launcher. Every rank computes every other rank's inputs (they depend only on rank and index), so
+// each checks its results locally. Exits 0 when every check passed, printing "ok SCENARIO rank R";
+// prints each failed check to stderr and exits 1.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <thread>
+
+#include "net/collectives.h"
+
+using namespace troupe;
+using namespace troupe::net;
+using namespace std::chrono_literals;
+
+namespace {
+
+int failures = 0;
+
+#define EXPECT(cond)                                                                   \
+  do {                                                                                 \
+    if (!(cond)) {                                                                     \
+      std::cerr << "check failed at line " << __LINE__ << ": " #cond << std::endl;     \
+      ++failures;                                                                      \
+    }                                                                                  \
+  } while (0)
+
+template <class E, class F>
+std::string expect_throw(F&& f, const std::string& what) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    std::cerr << what << ": wrong exception: " << e.what() << std::endl;
+    ++failures;
+    return "";
+  }
+  std::cerr << what << ": no exception" << std::endl;
+  ++failures;
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Rank r's input: small integers (1..3, exact in every dtype, even as a product of 4 ranks).
+std::vector<double> values(int rank, int64_t n, int salt = 0) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = 1 + (rank + i + salt) % 3;
+  return v;
+}
+
+Tensor input(int rank, const Shape& shape, DType dtype, int salt = 0) {
+  return Tensor::from_vector<double>(values(rank, numel(shape), salt), shape).to(dtype);
+}
+
+double combine(double a, double b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg: return a + b;
+    case ReduceOp::product: return a * b;
+    case ReduceOp::max: return std::max(a, b);
+    case ReduceOp::min: return std::min(a, b);
+    case ReduceOp::none: break;
+  }
+  return 0;
+}
+
+// The reduction over ranks of input(r, shape, dtype), computed here in double.
+Tensor expected(int ranks, const Shape& shape, DType dtype, ReduceOp op, int salt = 0) {
+  std::vector<double> acc = values(0, numel(shape), salt);
+  for (int r = 1; r < ranks; ++r) {
+    const std::vector<double> v = values(r, numel(shape), salt);
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] = combine(acc[i], v[i], op);
+  }
+  if (op == ReduceOp::avg)
+    for (double& x : acc) x /= ranks;
+  if (dtype == DType::boolean)
+    for (double& x : acc) x = x != 0;
+  return Tensor::from_vector<double>(acc, shape).to(dtype);
+}
+
+bool close(const Tensor& got, const Tensor& want) {
+  if (!got.defined() || got.dtype() != want.dtype() || got.shape() != want.shape()) {
+    std::cerr << "got " << (got.defined() ? got.meta().str() : "undefined") << ", want " << want.meta().str()
+              << std::endl;
+    return false;
+  }
+  const auto a = got.to(DType::f64).to_vector<double>(), b = want.to(DType::f64).to_vector<double>();
+  const double tolerance = want.dtype() == DType::f16 || want.dtype() == DType::bf16 ? 1e-2 : 1e-6;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::abs(a[i] - b[i]) > tolerance * std::max(1.0, std::abs(b[i]))) {
+      std::cerr << "element " << i << ": got " << a[i] << ", want " << b[i] << " (" << want.meta().str() << ")"
+                << std::endl;
+      return false;
+    }
+  return true;
+}
+
+const DType kNumeric[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8};
+const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::product, ReduceOp::max, ReduceOp::min, ReduceOp::avg};
+
+void reductions(ProcessGroup& g) {
+  const int r = g.rank(), n = g.size();
+  // Small shapes (recursive doubling, binomial trees) for every dtype and op.
+  for (DType dtype : kNumeric)
+    for (ReduceOp op : kOps) {
+      if (op == ReduceOp::avg && !is_floating(dtype)) continue;
+      const Shape shape{2, 3};
+      Tensor t = input(r, shape, dtype);
+      const Tensor mine = t;
+      all_reduce(g, t, op);
+      EXPECT(close(t, expected(n, shape, dtype, op)));
+      EXPECT(close(mine, input(r, shape, dtype)));  // the caller's old bytes are untouched
+      for (int root = 0; root < n; root += std::max(1, n - 1)) {
+        Tensor x = input(r, shape, dtype);
+        reduce(g, x, root, op);
+        EXPECT(close(x, r == root ? expected(n, shape, dtype, op) : input(r, shape, dtype)));
+      }
+      std::vector<Tensor> parts;
+      for (int d = 0; d < n; ++d) parts.push_back(input(r, {3}, dtype, d));
+      Tensor out;
+      reduce_scatter(g, out, parts, op);
+      EXPECT(close(out, expected(n, {3}, dtype, op, r)));
+    }
+  for (ReduceOp op : {ReduceOp::max, ReduceOp::min}) {
+    Tensor b = Tensor::from_vector<bool>({r == 0, true, false}, {3});
+    all_reduce(g, b, op);
+    EXPECT(b.to_vector<bool>() == std::vector<bool>({op == ReduceOp::max, true, false}));
+  }
+  // A 0-d tensor, an empty one.
+  Tensor s = Tensor::scalar<float>(static_cast<float>(r + 1));
+  all_reduce(g, s, ReduceOp::sum);
+  EXPECT(s.dim() == 0 && s.item<float>() == n * (n + 1) / 2.0f);
+  Tensor e = Tensor::zeros({0, 4});
+  all_reduce(g, e);
+  EXPECT(e.shape() == Shape({0, 4}));
+  // Large: the ring, several chunks per segment (f32: 1 MiB chunks), f16 through f32, avg, and a
+  // strided input.
+  for (auto [count, dtype, op] : {std::tuple{int64_t(40000), DType::f32, ReduceOp::sum},
+                                  std::tuple{int64_t(700001), DType::f32, ReduceOp::sum},
+                                  std::tuple{int64_t(300000), DType::f16, ReduceOp::max},
+                                  std::tuple{int64_t(300000), DType::bf16, ReduceOp::sum},
+                                  std::tuple{int64_t(200000), DType::f64, ReduceOp::avg},
+                                  std::tuple{int64_t(100000), DType::i64, ReduceOp::product}}) {
+    Tensor t = input(r, {count}, dtype);
+    all_reduce(g, t, op);
+    EXPECT(close(t, expected(n, {count}, dtype, op)));
+  }
+  Tensor wide = input(r, {300, 400}, DType::f32).transpose(0, 1);
+  all_reduce(g, wide, ReduceOp::sum);
+  EXPECT(close(wide, expected(n, {300, 400}, DType::f32, ReduceOp::sum).transpose(0, 1).contiguous()));
+}
+
+void movers(ProcessGroup& g) {
+  const int r = g.rank(), n = g.size();
+  for (DType dtype : {DType::f32, DType::i64, DType::boolean, DType::bf16}) {
+    for (int root = 0; root < n; ++root) {
+      Tensor t = r == root ? input(root, {4, 2}, dtype, 1) : Tensor::zeros({4, 2}, dtype);
+      broadcast(g, t, root);
+      EXPECT(close(t, input(root, {4, 2}, dtype, 1)));
+
+      std::vector<Tensor> parts;
+      if (r == root)
+        for (int d = 0; d < n; ++d) parts.push_back(input(d, {5}, dtype, root));
+      Tensor out = Tensor::zeros({5}, dtype);
+      scatter(g, out, parts, root);
+      EXPECT(close(out, input(r, {5}, dtype, root)));
+
+      std::vector<Tensor> gathered;
+      gather(g, gathered, input(r, {2, 2}, dtype, root), root);
+      EXPECT(gathered.size() == (r == root ? static_cast<size_t>(n) : 0u));
+      for (size_t s = 0; s < gathered.size(); ++s) EXPECT(close(gathered[s], input(static_cast<int>(s), {2, 2}, dtype, root)));
+    }
+    std::vector<Tensor> all(static_cast<size_t>(n));
+    all_gather(g, all, input(r, {3}, dtype, 7));
+    EXPECT(all.size() == static_cast<size_t>(n));
+    for (int s = 0; s < n && s < static_cast<int>(all.size()); ++s) EXPECT(close(all[static_cast<size_t>(s)], input(s, {3}, dtype, 7)));
+
+    // all_to_all with a different size for every pair: rank s sends rank d s+d+1 elements.
+    std::vector<Tensor> outgoing, incoming;
+    for (int d = 0; d < n; ++d) outgoing.push_back(input(r, {r + d + 1}, dtype, d));
+    all_to_all(g, incoming, outgoing);
+    EXPECT(incoming.size() == static_cast<size_t>(n));
+    for (int s = 0; s < n && s < static_cast<int>(incoming.size()); ++s)
+      EXPECT(close(incoming[static_cast<size_t>(s)], input(s, {s + r + 1}, dtype, r)));
+  }
+  // Large broadcast and all_gather (zero-copy payloads).
+  Tensor big = r == 0 ? input(0, {500000}, DType::f32) : Tensor::zeros({500000});
+  broadcast(g, big, 0);
+  EXPECT(close(big, input(0, {500000}, DType::f32)));
+  barrier(g);
+}
+
+void async_and_groups(ProcessGroup& world) {
+  const int r = world.rank(), n = world.size();
+  // Several async collectives in flight, then blocking ones, waited in reverse order.
+  Tensor a = input(r, {1000}, DType::f32), b = input(r, {200000}, DType::f32), c = input(r, {7}, DType::i32);
+  std::vector<Tensor> all;
+  Work wa = all_reduce_async(world, a, ReduceOp::sum);
+  Work wb = all_reduce_async(world, b, ReduceOp::max);
+  Work wc = broadcast_async(world, c, n - 1);
+  Work wg = all_gather_async(world, all, input(r, {2}, DType::f64));
+  Work wbar = barrier_async(world);
+  Tensor d = input(r, {3}, DType::f64);
+  all_reduce(world, d, ReduceOp::min);  // a blocking call between async ones
+  EXPECT(close(d, expected(n, {3}, DType::f64, ReduceOp::min)));
+  wbar.wait();
+  wg.wait();
+  wc.wait();
+  wb.wait();
+  wa.wait();
+  EXPECT(wa.is_completed() && wb.is_completed());
+  EXPECT(close(a, expected(n, {1000}, DType::f32, ReduceOp::sum)));
+  EXPECT(close(b, expected(n, {200000}, DType::f32, ReduceOp::max)));
+  EXPECT(close(c, input(n - 1, {7}, DType::i32)));
+  EXPECT(all.size() == static_cast<size_t>(n));
+  for (int s = 0; s < n && s < static_cast<int>(all.size()); ++s) EXPECT(close(all[static_cast<size_t>(s)], input(s, {2}, DType::f64)));
+  {
+    Tensor out;
+    std::vector<Tensor> parts;
+    for (int dst = 0; dst < n; ++dst) parts.push_back(input(r, {4}, DType::f32, dst));
+    Work w = reduce_scatter_async(world, out, parts, ReduceOp::avg);
+    w.wait();
+    EXPECT(close(out, expected(n, {4}, DType::f32, ReduceOp::avg, r)));
+  }
+
+  // A sub-group (every other rank) all-reduces while the world does too, concurrently: the
+  // world's call is async and in flight across the sub-group's.
+  std::vector<int> evens;
+  for (int s = 0; s < n; s += 2) evens.push_back(s);
+  auto sub = world.new_group(evens);
+  Tensor w = input(r, {100000}, DType::f32);
+  Work ww = all_reduce_async(world, w, ReduceOp::sum);
+  if (sub) {
+    Tensor x = Tensor::full({100000}, 1.0 + r);
+    for (int i = 0; i < 3; ++i) all_reduce(*sub, x, ReduceOp::sum);
+    double want = 0;
+    for (int s : evens) want += 1.0 + s;
+    want *= std::pow(static_cast<double>(sub->size()), 2);
+    EXPECT(close(x, Tensor::full({100000}, want)));
+    Tensor y = Tensor::scalar<int64_t>(r);
+    broadcast(*sub, y, sub->size() - 1);
+    EXPECT(y.item<int64_t>() == evens.back());
+  }
+  ww.wait();
+  EXPECT(close(w, expected(n, {100000}, DType::f32, ReduceOp::sum)));
+  barrier(world);
+}
+
+void all(ProcessGroup& world) {
+  reductions(world);
+  movers(world);
+  async_and_groups(world);
+}
+
+// Rank 1 dies by SIGKILL while the others are inside a large all_reduce.
+void kill_rank(ProcessGroup& world) {
+  barrier(world);
+  if (world.rank() == 1) {
+    std::this_thread::sleep_for(300ms);
+    ::kill(::getpid(), SIGKILL);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Tensor t = Tensor::ones({4 << 20});
+  auto m = expect_throw<PeerLostError>([&] { all_reduce(world, t, ReduceOp::sum, 60s); }, "all_reduce with a dead rank");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT(contains(m, "rank 1"));
+  EXPECT(s < 5.0);
+  if (failures == 0) std::cout << "ok kill survivor rank " << world.rank() << " in " << s << " s: " << m << std::endl;
+}
+
+// Each case: rank 0 (or the last rank) calls something else; every rank must get CommError
+// naming both calls. The sequence numbers stay aligned (each rank makes one call per case).
+void mismatch(ProcessGroup& world) {
+  const int r = world.rank(), n = world.size();
+  const bool odd_one = r == n - 1;
+  auto check = [&](const std::string& what, const std::vector<std::string>& parts, auto&& call) {
+    auto m = expect_throw<CommError>(call, what);
+    for (const auto& p : parts)
+      if (!contains(m, p)) {
+        std::cerr << what << ": message lacks '" << p << "': " << m << std::endl;
+        ++failures;
+      }
+  };
+  check("op", {"all_reduce(sum, f32, 4 elements)", "all_reduce(max, f32, 4 elements)", "disagree"}, [&] {
+    Tensor t = Tensor::ones({4});
+    all_reduce(world, t, odd_one ? ReduceOp::max : ReduceOp::sum);
+  });
+  check("dtype", {"all_reduce(sum, f32, 4 elements)", "all_reduce(sum, f64, 4 elements)"}, [&] {
+    Tensor t = Tensor::ones({4}, odd_one ? DType::f64 : DType::f32);
+    all_reduce(world, t);
+  });
+  check("count", {"all_reduce(sum, f32, 300000 elements)", "all_reduce(sum, f32, 300001 elements)"}, [&] {
+    Tensor t = Tensor::ones({odd_one ? 300001 : 300000});
+    all_reduce(world, t);
+  });
+  check("root", {"broadcast(root 0, f32, 4 elements)", "broadcast(root 1, f32, 4 elements)"}, [&] {
+    Tensor t = Tensor::ones({4});
+    broadcast(world, t, odd_one ? 1 : 0);
+  });
+  // Order: the odd one calls broadcast then all_reduce, the others all_reduce then broadcast.
+  for (int i = 0; i < 2; ++i)
+    check("order", {"all_reduce(sum, f32, 4 elements)", "broadcast(root 0, f32, 4 elements)"}, [&] {
+      Tensor t = Tensor::ones({4});
+      if ((i == 0) != odd_one) all_reduce(world, t);
+      else broadcast(world, t, 0);
+    });
+  check("rooted", {"gather(root 0, f32, 4 elements)", "scatter(root 0, f32, 4 elements)"}, [&] {
+    Tensor t = Tensor::ones({4});
+    std::vector<Tensor> parts(static_cast<size_t>(n), Tensor::ones({4}));
+    if (odd_one) scatter(world, t, parts, 0);
+    else gather(world, parts, t, 0);
+  });
+  // Still in step afterwards.
+  Tensor t = Tensor::ones({4});
+  all_reduce(world, t);
+  EXPECT(t.to_vector<float>() == std::vector<float>(4, static_cast<float>(n)));
+  barrier(world);
+  if (failures == 0) std::cout << "ok mismatch rank " << r << std::endl;
+}
+
+// A per-call timeout: rank 0 gives up on a barrier that rank 1 joins late; rank 1 then hears of it.
+void timeout(ProcessGroup& world) {
+  if (world.rank() == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    auto m = expect_throw<TimeoutError>([&] { barrier(world, 300ms); }, "barrier timeout");
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    EXPECT(ms >= 290 && ms < 3000);
+    EXPECT(contains(m, "barrier") && contains(m, "rank 1"));
+  } else {
+    std::this_thread::sleep_for(800ms);
+    auto m = expect_throw<CommError>([&] { barrier(world); }, "barrier after the peer timed out");
+    EXPECT(contains(m, "failed on rank 0"));
+  }
+  Tensor t = Tensor::ones({2});
+  all_reduce(world, t);
+  EXPECT(t.to_vector<float>() == std::vector<float>(2, 2.0f));
+  if (failures == 0) std::cout << "ok timeout rank " << world.rank() << std::endl;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << "usage: collectives_worker all|kill|mismatch|timeout\n";
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  try {
+    InitOptions o;
+    o.timeout = 20s;
+    auto world = init_process_group(o);
+    if (scenario == "all") all(*world);
+    else if (scenario == "kill") kill_rank(*world);
+    else if (scenario == "mismatch") mismatch(*world);
+    else if (scenario == "timeout") timeout(*world);
+    else {
+      std::cerr << "unknown scenario " << scenario << "\n";
+      return 2;
+    }
+    if (scenario == "all" && failures == 0) std::cout << "ok all rank " << world->rank() << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "uncaught: " << e.what() << std::endl;
+    return 1;
+  }
+  return failures == 0 ? 0 : 1;
+}
