@@ -96,7 +96,8 @@ struct ThreadLocalsSentinel {
 };
 thread_local ThreadLocalsSentinel thread_locals_sentinel;
 
-Runtime* current_runtime = nullptr;
+// Written under current_mutex; read without it on the fork/wait path (every fork and task asks).
+std::atomic<Runtime*> current_runtime{nullptr};
 Runtime* fallback_runtime = nullptr;  // the default one, once built
 std::mutex current_mutex;
 
@@ -136,7 +137,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)
   (void)&thread_locals_sentinel;  // constructed now, so its destructor marks this thread's exit
   set_intra_op_share(adaptive_share);  // cores / 1 while nothing runs: as without it
   std::lock_guard lock(current_mutex);
-  if (current_runtime && current_runtime != fallback_runtime)
+  if (current_runtime.load() && current_runtime.load() != fallback_runtime)
     throw ValueError("Runtime: another explicit Runtime is alive; one at a time");
   current_runtime = this;
 }
@@ -144,17 +145,14 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)
 Runtime::~Runtime() {
   {
     std::lock_guard lock(current_mutex);
-    if (current_runtime == this) current_runtime = nullptr;
+    if (current_runtime.load() == this) current_runtime.store(nullptr);
   }
   // During static destruction the process is ending: leave the workers to the exit.
   if (thread_locals_gone) (void)impl_.release();
 }
 
 Runtime& Runtime::current() {
-  {
-    std::lock_guard lock(current_mutex);
-    if (current_runtime) return *current_runtime;
-  }
+  if (Runtime* now = current_runtime.load(std::memory_order_acquire)) return *now;
   // Built on first use and never destroyed: forks may happen during static destruction. Built
   // without current_mutex held: the constructor takes it (and makes the new runtime current).
   static Runtime* fallback = [] {
@@ -164,7 +162,8 @@ Runtime& Runtime::current() {
     return runtime;
   }();
   std::lock_guard lock(current_mutex);
-  return current_runtime ? *current_runtime : *fallback;
+  Runtime* now = current_runtime.load();
+  return now ? *now : *fallback;
 }
 
 caf::actor_system& Runtime::system() { return *impl_->system; }

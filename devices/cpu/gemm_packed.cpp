@@ -7,6 +7,7 @@
 #include <cstring>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #if defined(__AVX512F__)
@@ -197,8 +198,10 @@ struct CacheEntry {
   CacheKey key;
   std::weak_ptr<Storage> storage;  // expired: the weight is gone (and the address may be reused)
   uint64_t version;
-  std::shared_ptr<const PackedWeight> packed;
+  std::shared_ptr<const PackedWeight> packed;  // null: seen once, not packed yet (PackWhen::second_use)
 };
+
+size_t entry_bytes(const CacheEntry& entry) { return entry.packed ? entry.packed->nbytes() : 0; }
 
 size_t capacity_bytes() {
   static const size_t bytes = [] {
@@ -215,15 +218,16 @@ size_t capacity_bytes() {
 
 class PackedCache {
  public:
-  std::shared_ptr<const PackedWeight> find(const CacheKey& key, const std::shared_ptr<Storage>& storage,
-                                           uint64_t version) {
+  // The current entry for the weight (packed, or a seen-once marker), or nullopt.
+  std::optional<std::shared_ptr<const PackedWeight>> find(const CacheKey& key, const std::shared_ptr<Storage>& storage,
+                                                          uint64_t version) {
     std::lock_guard lock(mutex_);
     auto it = index_.find(key);
-    if (it == index_.end()) return nullptr;
+    if (it == index_.end()) return std::nullopt;
     CacheEntry& entry = *it->second;
     if (entry.storage.lock() != storage || entry.version != version) {
       erase(it);
-      return nullptr;
+      return std::nullopt;
     }
     entries_.splice(entries_.begin(), entries_, it->second);  // most recently used first
     return entry.packed;
@@ -238,7 +242,7 @@ class PackedCache {
       if (it->storage.expired()) erase(index_.find(it->key));
       it = next;
     }
-    bytes_ += entry.packed->nbytes();
+    bytes_ += entry_bytes(entry);
     entries_.push_front(std::move(entry));
     index_[entries_.front().key] = entries_.begin();
     while (bytes_ > capacity_bytes() && !entries_.empty()) erase(index_.find(entries_.back().key));
@@ -259,7 +263,7 @@ class PackedCache {
  private:
   using Index = std::unordered_map<CacheKey, std::list<CacheEntry>::iterator, CacheKeyHash>;
   void erase(Index::iterator it) {
-    bytes_ -= it->second->packed->nbytes();
+    bytes_ -= entry_bytes(*it->second);
     entries_.erase(it->second);
     index_.erase(it);
   }
@@ -277,20 +281,32 @@ PackedCache& cache() {
 
 }  // namespace
 
-std::shared_ptr<const PackedWeight> packed_weight(const Tensor& w) {
+std::shared_ptr<const PackedWeight> packed_weight(const Tensor& w, PackWhen when) {
   if (!w.defined()) throw ValueError("packed_weight: the weight is undefined");
   if (w.dtype() != DType::f32) throw DTypeError("packed_weight: expects an f32 weight, got " + w.meta().str());
   if (w.dim() != 2) throw ShapeError("packed_weight: expects a 2-d weight [n, k], got " + w.meta().str());
   if (!w.device().is_cpu()) throw ValueError("packed_weight: expects a host weight, got " + w.meta().str());
-  const CacheKey key{w.storage().get(), w.offset(), w.size(0), w.size(1), w.strides()[0], w.strides()[1]};
-  const uint64_t version = w.storage()->version();
-  if (auto hit = cache().find(key, w.storage(), version)) return hit;
   const int64_t n = w.size(0), k = w.size(1);
-  const bool rows_readable = w.strides()[1] == 1 && (n <= 1 || w.strides()[0] >= k);
-  const Tensor rows = rows_readable ? w : w.contiguous();
-  const int64_t ldw = n <= 1 ? std::max<int64_t>(1, k) : rows.strides()[0];
-  auto packed = std::make_shared<const PackedWeight>(rows.data<float>(), n, k, ldw);
-  if (packed->nbytes() <= capacity_bytes()) cache().insert({key, w.storage(), version, packed});
+  const auto pack = [&] {
+    const bool rows_readable = w.strides()[1] == 1 && (n <= 1 || w.strides()[0] >= k);
+    const Tensor rows = rows_readable ? w : w.contiguous();
+    const int64_t ldw = n <= 1 ? std::max<int64_t>(1, k) : rows.strides()[0];
+    return std::make_shared<const PackedWeight>(rows.data<float>(), n, k, ldw);
+  };
+  // Too big to cache: packed for this use only, or not at all when packing is for reuse.
+  const size_t bytes = static_cast<size_t>((n + NR - 1) / NR * k * NR) * sizeof(float);
+  if (bytes > capacity_bytes()) return when == PackWhen::first_use ? pack() : nullptr;
+
+  const CacheKey key{w.storage().get(), w.offset(), n, k, w.strides()[0], w.strides()[1]};
+  const uint64_t version = w.storage()->version();
+  const auto found = cache().find(key, w.storage(), version);
+  if (found && *found) return *found;
+  if (!found && when == PackWhen::second_use) {
+    cache().insert({key, w.storage(), version, nullptr});
+    return nullptr;
+  }
+  auto packed = pack();
+  cache().insert({key, w.storage(), version, packed});
   return packed;
 }
 

@@ -1,11 +1,13 @@
 // matmul (numpy.matmul semantics, optional transposes of the last two dims), bmm and linear on the
 // host. f32/f64 go to GEMM (devices/cpu/gemm.h) reading views in place: a matrix whose rows or
 // columns are unit-stride is passed with a transpose flag and leading dimension, never copied.
+// linear reuses packed f32 weights (devices/cpu/gemm_packed.h) from their second use on.
 // f16/bf16 compute in f32; i32/i64 use a plain loop that wraps on overflow like PyTorch.
 #include <algorithm>
 #include <optional>
 
 #include "devices/cpu/gemm.h"
+#include "devices/cpu/gemm_packed.h"
 #include "devices/registry.h"
 
 namespace troupe {
@@ -271,6 +273,15 @@ std::vector<Tensor> linear_cpu(const OpCall& c) {
       for (int64_t r = 0; r < rows.size(0); ++r) std::copy(b, b + out_features, o + r * out_features);
     });
   }
+  // An f32 weight used again (inference) goes through its cached packed form: oneDNN's sgemm
+  // re-packs it on every call, which costs up to half the time when there are few rows.
+  const std::optional<Layout> layout = gemm_layout(rows);
+  if (meta.dtype == DType::f32 && layout && !layout->trans)
+    if (auto packed = packed_weight(c.inputs[1], PackWhen::second_use)) {
+      gemm_packed_f32(rows.size(0), rows.data<float>(), layout->ld, *packed, has_bias ? 1.0f : 0.0f,
+                      out.mutable_data<float>(), out_features);
+      return {out.view(meta.shape)};
+    }
   product(rows, gemm_ready(weight.transpose(0, 1)), out, has_bias);
   return {out.to(meta.dtype).view(meta.shape)};
 }

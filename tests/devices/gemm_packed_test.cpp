@@ -3,6 +3,7 @@
 #include <random>
 
 #include "devices/cpu/gemm_packed.h"
+#include "devices/ops.h"
 #include "devices/threads.h"
 
 using namespace troupe;
@@ -142,4 +143,38 @@ TEST_CASE("packed weights are cached per weight and repacked when it changes", "
   CHECK_THROWS_AS(packed_weight(Tensor::zeros({4, 4}, DType::f64)), DTypeError);
   CHECK_THROWS_WITH(packed_weight(Tensor::zeros({4})), Catch::Contains("packed_weight") && Catch::Contains("f32[4]"));
   CHECK_THROWS_AS(packed_weight(Tensor()), ValueError);
+}
+
+TEST_CASE("second_use packs a weight the second time it is seen; linear then uses it", "[gemm][packed][cache]") {
+  clear_packed_weight_cache();
+  Tensor w = Tensor::from_vector(random_values(130 * 40, 10), {130, 40});
+  CHECK(packed_weight(w, PackWhen::second_use) == nullptr);  // seen once: a marker, no bytes
+  CHECK(packed_weight_cache_bytes() == 0);
+  auto packed = packed_weight(w, PackWhen::second_use);
+  REQUIRE(packed != nullptr);
+  CHECK(packed_weight(w) == packed);
+  w.mutable_data<float>()[0] = 3.0f;  // a new version: seen once again
+  CHECK(packed_weight(w, PackWhen::second_use) == nullptr);
+
+  // linear on the weight seen before: packed from its first call here, with and without bias,
+  // for rows that are a strided view.
+  const Tensor x = Tensor::from_vector(random_values(9 * 50, 11), {9, 50}).slice(1, 5, 45);
+  const Tensor bias = Tensor::from_vector(random_values(130, 12), {130});
+  const auto xs = x.to_vector<float>(), ws = w.to_vector<float>(), bs = bias.to_vector<float>();
+  for (bool with_bias : {true, false}) {
+    std::vector<float> expected(9 * 130);
+    for (int64_t i = 0; i < 9; ++i)
+      for (int64_t j = 0; j < 130; ++j) {
+        double sum = with_bias ? bs[j] : 0.0;
+        for (int64_t p = 0; p < 40; ++p) sum += double(xs[i * 40 + p]) * ws[j * 40 + p];
+        expected[i * 130 + j] = static_cast<float>(sum);
+      }
+    for (int call = 0; call < 3; ++call) {
+      const Tensor y = with_bias ? linear(x, w, bias) : linear(x, w);
+      INFO("bias " << with_bias << " call " << call);
+      CHECK(y.shape() == Shape{9, 130});
+      CHECK(max_diff(y.to_vector<float>(), expected) < 1e-5);
+    }
+  }
+  CHECK(packed_weight_cache_bytes() == packed->nbytes());  // linear packed the current version
 }
