@@ -12,6 +12,7 @@
 #include "devices/error.h"
 #include "net/channel.h"
 #include "net/collectives/collective_actor.h"
+#include "net/collectives/shm_all_reduce.h"
 #include "net/rendezvous.h"
 #include "net/transport.h"
 
@@ -188,6 +189,7 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
   if (t.prefer != "auto" && t.prefer != "tcp" && t.prefer != "ipc")
     throw ValueError("init_process_group: transport must be auto, tcp or ipc, got '" + t.prefer + "'");
   t.ipc = t.prefer != "tcp";
+  t.shared_memory = env_string("TROUPE_SHM") != "0";
   if (const std::string host = env_string("TROUPE_HOST"); !host.empty()) {
     t.tcp_host = host;
   } else if (method.rfind("tcp://", 0) == 0) {
@@ -289,6 +291,12 @@ collectives::CollectiveActor& ProcessGroup::collective_actor() {
   std::lock_guard lock(actor_mutex_);
   if (!actor_) actor_ = std::make_unique<collectives::CollectiveActor>();
   return *actor_;
+}
+
+collectives::SharedMemoryAllReduce& ProcessGroup::shared_memory_all_reduce() {
+  std::lock_guard lock(actor_mutex_);
+  if (!shm_) shm_ = std::make_unique<collectives::SharedMemoryAllReduce>();
+  return *shm_;
 }
 
 }  // namespace troupe::net

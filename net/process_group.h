@@ -42,6 +42,7 @@ class Transport;
 class Channel;
 namespace collectives {
 class CollectiveActor;
+class SharedMemoryAllReduce;
 }
 
 struct InitOptions {
@@ -98,6 +99,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   uint64_t next_collective_seq() { return collective_seq_++; }
   // The thread that runs this group's async collectives in call order (net/collectives.h).
   collectives::CollectiveActor& collective_actor();
+  // This group's shared-memory all_reduce (net/collectives/shm_all_reduce.h).
+  collectives::SharedMemoryAllReduce& shared_memory_all_reduce();
 
  private:
   void check_peer_rank(const char* op, int r, bool any_allowed) const;
@@ -111,6 +114,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::atomic<uint64_t> child_groups_{0};
   std::mutex actor_mutex_;
   std::unique_ptr<collectives::CollectiveActor> actor_;  // made on first use
+  std::unique_ptr<collectives::SharedMemoryAllReduce> shm_;  // made on first use
 };
 
 }  // namespace troupe::net

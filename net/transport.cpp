@@ -154,6 +154,7 @@ struct Transport::Peer {
   Clock::time_point suspect_since;
   bool hello = false;          // under mutex_
   std::atomic<bool> departed{false};
+  bool local = false;          // set once by connect(): same host, ipc:// allowed
 };
 
 struct Transport::Slot {
@@ -274,6 +275,7 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
     if (r == rank()) continue;
     const PeerAddress& a = table[r];
     const bool same_host = a.host_id == address_.host_id && !a.ipc.empty();
+    peers_[r]->local = same_host && options_.prefer != "tcp";
     std::string endpoint;
     if (options_.prefer == "ipc") endpoint = a.ipc;
     else if (options_.prefer == "tcp") endpoint = a.tcp;
@@ -475,6 +477,8 @@ std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadli
   slot->message.reset();
   return message;
 }
+
+bool Transport::is_local(int r) const { return r == rank() || peers_[r]->local; }
 
 bool Transport::is_ready(const Slot& slot) {
   std::lock_guard lock(mutex_);

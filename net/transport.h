@@ -81,6 +81,8 @@ struct TransportOptions {
   std::optional<CurveKeys> curve;
   std::chrono::milliseconds heartbeat_interval{200};
   std::chrono::milliseconds peer_timeout{3000};
+  // Collectives between ranks on this host may use shared memory (net/collectives/shm_all_reduce.cpp).
+  bool shared_memory = true;
 };
 
 class Transport {
@@ -113,6 +115,11 @@ class Transport {
   // consumes nothing). Rethrows PeerLostError / CommError when the transport broke.
   std::optional<Message> wait(const std::shared_ptr<Slot>& slot, Deadline deadline);
   bool is_ready(const Slot& slot);
+
+  // Whether global rank r runs on this host and may be reached without the network (itself
+  // included); false for everyone when tcp:// is forced.
+  bool is_local(int r) const;
+  bool shared_memory() const { return options_.shared_memory; }
 
   // Throws the failure that broke the transport, if any.
   void check_healthy();

@@ -8,6 +8,7 @@
 #include "net/collectives/algorithms.h"
 #include "net/collectives/collective_actor.h"
 #include "net/collectives/reduce_kernels.h"
+#include "net/collectives/shm_all_reduce.h"
 
 namespace troupe::net {
 
@@ -150,9 +151,20 @@ Plan plan_all_reduce(ProcessGroup& g, Tensor& tensor, ReduceOp op) {
   check_defined("all_reduce", g, tensor, "tensor");
   check_reducible("all_reduce", g, tensor, op);
   const TensorMeta meta = tensor.meta();
+  // The shared-memory path's turn is taken in call order, like the sequence number.
+  std::optional<uint64_t> ticket;
+  if (g.size() > 1 && collectives::SharedMemoryAllReduce::eligible(g))
+    ticket = g.shared_memory_all_reduce().take_ticket();
   Call call = begin(g, CollectiveOp::all_reduce, op, meta.dtype, tensor.numel());
-  return {std::move(call), [data = host_flat(tensor), meta, op, out = &tensor](Call& c) {
+  return {std::move(call), [data = host_flat(tensor), meta, op, ticket, out = &tensor](Call& c) {
             if (c.size() == 1) return;
+            if (ticket) {
+              auto& shm = c.channel.group().shared_memory_all_reduce();
+              if (std::optional<Tensor> sum = shm.run(c, *ticket, data, op)) {
+                *out = restore(*sum, meta);
+                return;
+              }
+            }
             *out = restore(choose_all_reduce(c, data, op), meta);
           }};
 }

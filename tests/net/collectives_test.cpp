@@ -1,6 +1,7 @@
 // Collectives: argument checks and one-rank semantics in this process; every collective, dtype,
-// async variant and sub-group with 2, 3 and 4 real processes (collectives_worker); a rank killed
-// mid-collective; mismatched calls; per-call timeouts.
+// async variant and sub-group with 2, 3 and 4 real processes (collectives_worker), over ZeroMQ and
+// with all_reduce through shared memory; a rank killed mid-collective; mismatched calls; per-call
+// timeouts.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <mutex>
@@ -25,8 +26,10 @@ struct Job {
   }
 };
 
-Job launch_workers(int nproc, const std::string& scenario, bool stop_on_failure = true) {
+// shared_memory false: every collective goes over ZeroMQ even between ranks on this host.
+Job launch_workers(int nproc, const std::string& scenario, bool stop_on_failure = true, bool shared_memory = true) {
   LaunchOptions o;
+  if (!shared_memory) o.env = {{"TROUPE_SHM", "0"}};
   o.nproc = nproc;
   o.command = {std::string(TROUPE_BIN_DIR) + "/collectives_worker", scenario};
   o.grace = 2s;
@@ -55,8 +58,17 @@ std::shared_ptr<ProcessGroup> solo() {
 
 }  // namespace
 
-TEST_CASE("collectives: every collective, dtype and async variant on 2, 3 and 4 ranks", "[net][collectives]") {
+TEST_CASE("collectives: every collective, dtype and async variant on 2, 3 and 4 ranks over ZeroMQ", "[net][collectives]") {
   for (int n : {2, 3, 4}) {
+    Job job = launch_workers(n, "all", true, false);
+    INFO(job.output);
+    CHECK(job.result.exit_code == 0);
+    CHECK(job.count("ok all rank") == n);
+  }
+}
+
+TEST_CASE("collectives: the same with all_reduce through shared memory, 2 and 3 ranks", "[net][collectives]") {
+  for (int n : {2, 3}) {
     Job job = launch_workers(n, "all");
     INFO(job.output);
     CHECK(job.result.exit_code == 0);
@@ -65,22 +77,25 @@ TEST_CASE("collectives: every collective, dtype and async variant on 2, 3 and 4 
 }
 
 TEST_CASE("collectives: kill -9 of a rank mid-collective gives every survivor PeerLostError", "[net][collectives]") {
-  Job job = launch_workers(3, "kill", false);
-  INFO(job.output);
-  REQUIRE(job.result.ranks.size() == 3);
-  CHECK(job.result.ranks[1].signal == 9);
-  CHECK(job.result.ranks[0].exit_code == 0);
-  CHECK(job.result.ranks[2].exit_code == 0);
-  CHECK(job.count("ok kill survivor rank") == 2);
+  for (bool shared_memory : {true, false}) {
+    Job job = launch_workers(3, "kill", false, shared_memory);
+    INFO(job.output);
+    REQUIRE(job.result.ranks.size() == 3);
+    CHECK(job.result.ranks[1].signal == 9);
+    CHECK(job.result.ranks[0].exit_code == 0);
+    CHECK(job.result.ranks[2].exit_code == 0);
+    CHECK(job.count("ok kill survivor rank") == 2);
+  }
 }
 
 TEST_CASE("collectives: mismatched calls fail on every rank, naming both calls", "[net][collectives]") {
-  for (int n : {2, 3}) {
-    Job job = launch_workers(n, "mismatch");
-    INFO(job.output);
-    CHECK(job.result.exit_code == 0);
-    CHECK(job.count("ok mismatch rank") == n);
-  }
+  for (bool shared_memory : {true, false})
+    for (int n : {2, 3}) {
+      Job job = launch_workers(n, "mismatch", true, shared_memory);
+      INFO(job.output);
+      CHECK(job.result.exit_code == 0);
+      CHECK(job.count("ok mismatch rank") == n);
+    }
 }
 
 TEST_CASE("collectives: a per-call timeout fails the caller and aborts the call for the others", "[net][collectives]") {

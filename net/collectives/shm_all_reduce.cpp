@@ -1,0 +1,266 @@
+#include "net/collectives/shm_all_reduce.h"
+
+#include <fcntl.h>
+#include <immintrin.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <ctime>
+
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "devices/error.h"
+#include "net/collectives/reduce_kernels.h"
+
+namespace troupe::net::collectives {
+
+namespace {
+
+constexpr size_t kSlotBytes = 16 << 20;
+constexpr int kSpins = 4000;  // tens of microseconds of pause, then sleep on a futex
+
+}  // namespace
+
+// A generation counter other processes wait on: spinning first (a peer on another core answers
+// within microseconds), then sleeping on a futex over its low 32 bits (with two cores shared by
+// several processes, a spinner would steal the core the peer needs).
+struct alignas(64) SharedMemoryAllReduce::Flag {
+  std::atomic<uint64_t> value{0};
+  std::atomic<uint32_t> sleepers{0};
+
+  void raise(uint64_t g) {
+    value.store(g, std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_seq_cst) > 0)
+      ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&value), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  }
+  // Sleeps until value may have changed from seen, or about a millisecond passed.
+  void sleep(uint64_t seen) {
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (value.load(std::memory_order_seq_cst) == seen) {
+      const timespec ms{0, 1000000};
+      ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&value), FUTEX_WAIT, static_cast<uint32_t>(seen), &ms,
+                nullptr, 0);
+    }
+    sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free && sizeof(std::atomic<uint64_t>) == 8);
+
+// One rank's segment. The descriptor is written before `ready` is raised (release) and read after
+// it is seen (acquire).
+struct SharedMemoryAllReduce::Segment {
+  Flag ready, reduced, consumed;
+  struct {
+    uint8_t op, reduce, dtype;
+    uint64_t count, seq;
+  } posted;
+  alignas(64) char slot[kSlotBytes];
+};
+
+SharedMemoryAllReduce::~SharedMemoryAllReduce() {
+  for (Segment* s : segments_)
+    if (s) ::munmap(s, segment_bytes_);
+  if (memfd_ >= 0) ::close(memfd_);
+}
+
+bool SharedMemoryAllReduce::eligible(ProcessGroup& group) {
+  Transport& t = group.transport();
+  if (!t.shared_memory()) return false;
+  for (int global : group.global_ranks())
+    if (!t.is_local(global)) return false;
+  return true;
+}
+
+// The first call: make this rank's segment, tell the others where it is, map theirs, and agree
+// on whether everyone succeeded (over ZeroMQ, under the call's own descriptor).
+bool SharedMemoryAllReduce::set_up(Call& call) {
+  const int n = call.size(), r = call.rank();
+  segment_bytes_ = sizeof(Segment);
+  segments_.assign(static_cast<size_t>(n), nullptr);
+  auto map = [&](int fd) -> Segment* {
+    void* p = ::mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    return p == MAP_FAILED ? nullptr : static_cast<Segment*>(p);
+  };
+  bool ok = false;
+  memfd_ = ::memfd_create("troupe-all-reduce", MFD_CLOEXEC);
+  if (memfd_ >= 0 && ::ftruncate(memfd_, static_cast<off_t>(segment_bytes_)) == 0) {
+    segments_[static_cast<size_t>(r)] = map(memfd_);
+    ok = segments_[static_cast<size_t>(r)] != nullptr;
+  }
+  const Tensor where = Tensor::from_vector<int64_t>({::getpid(), memfd_, ok}, {3});
+  for (int p = 0; p < n; ++p)
+    if (p != r) call.send(p, where);
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    const std::vector<int64_t> w = call.recv(p).to_vector<int64_t>();
+    if (w.size() != 3 || !w[2]) {
+      ok = false;
+      continue;
+    }
+    const std::string path = "/proc/" + std::to_string(w[0]) + "/fd/" + std::to_string(w[1]);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      ok = false;
+      continue;
+    }
+    segments_[static_cast<size_t>(p)] = map(fd);
+    ::close(fd);
+    ok = ok && segments_[static_cast<size_t>(p)] != nullptr;
+  }
+  const Tensor verdict = Tensor::scalar<int64_t>(ok);
+  for (int p = 0; p < n; ++p)
+    if (p != r) call.send(p, verdict);
+  for (int p = 0; p < n; ++p)
+    if (p != r) ok = call.recv(p).item<int64_t>() != 0 && ok;
+  return ok;
+}
+
+// Anything on the collective's ZeroMQ lane means trouble: an abort notice, or a frame from a rank
+// that made another call.
+void SharedMemoryAllReduce::check_inbox(Call& call) {
+  Transport& t = call.channel.group().transport();
+  t.check_healthy();
+  if (!t.is_ready(*probe_)) return;
+  std::optional<Message> m = t.wait(probe_, Clock::now());
+  if (!m) return;
+  const std::string where = std::string("all_reduce: collective #") + std::to_string(call.op.collective_seq) +
+                            " of group " + std::to_string(call.channel.group_id());
+  if (m->header.kind == FrameKind::control) {
+    const auto* text = static_cast<const char*>(m->payload.raw_data());
+    throw CommError(std::string(text, static_cast<size_t>(m->payload.numel())));
+  }
+  const int from = call.channel.group().group_rank(m->source);
+  const std::string message = where + ": ranks disagree: rank " + std::to_string(call.rank()) + " called " +
+                              describe(call.op) + ", rank " + std::to_string(from) + " called " +
+                              describe(m->header.op);
+  call.channel.abort(call.op.collective_seq, message);
+  throw CommError(message);
+}
+
+void SharedMemoryAllReduce::wait_for(Call& call, int peer, const char* stage, Flag& flag, uint64_t target) {
+  for (int spins = 0;; ++spins) {
+    const uint64_t seen = flag.value.load(std::memory_order_acquire);
+    if (seen >= target) return;
+    if (spins < kSpins) {
+      _mm_pause();
+      continue;
+    }
+    check_inbox(call);
+    call.channel.group().transport().check_peer(call.channel.group().global_rank(peer));
+    if (Clock::now() > call.deadline)
+      throw TimeoutError("all_reduce: collective #" + std::to_string(call.op.collective_seq) + " of group " +
+                         std::to_string(call.channel.group_id()) + ": rank " + std::to_string(call.rank()) +
+                         " waited in vain for rank " + std::to_string(peer) + " (" + stage + ")");
+    flag.sleep(seen);
+  }
+}
+
+void SharedMemoryAllReduce::reduce_piece(Call& call, const Tensor& data, int64_t begin, int64_t end, ReduceOp op,
+                                         char* out) {
+  const int n = call.size(), r = call.rank();
+  const DType dtype = data.dtype();
+  const size_t item = itemsize(dtype);
+  const auto* in = static_cast<const char*>(data.raw_data());
+  const uint64_t g = ++generation_;
+  auto seg_begin = [&](int s) { return begin + (end - begin) * s / n; };
+  auto slot_at = [&](int owner, int64_t element) { return segments_[static_cast<size_t>(owner)]->slot + (element - begin) * item; };
+  Segment& mine = *segments_[static_cast<size_t>(r)];
+
+  // 1. My slot is free once every peer has consumed the previous piece.
+  for (int p = 0; p < n; ++p)
+    if (p != r) wait_for(call, p, "slot reuse", segments_[static_cast<size_t>(p)]->consumed, g - 1);
+  // 2. The segments others reduce; my own segment is read from my input directly.
+  for (int s = 0; s < n; ++s)
+    if (s != r) std::memcpy(slot_at(r, seg_begin(s)), in + seg_begin(s) * item, static_cast<size_t>(seg_begin(s + 1) - seg_begin(s)) * item);
+  mine.posted = {static_cast<uint8_t>(call.op.op), static_cast<uint8_t>(call.op.reduce), static_cast<uint8_t>(call.op.dtype),
+                 call.op.count, call.op.collective_seq};
+  mine.ready.raise(g);
+  // 3. Reduce segment r over the ranks in rank order, into the result and into my slot.
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    Segment& peer = *segments_[static_cast<size_t>(p)];
+    wait_for(call, p, "ready", peer.ready, g);
+    const auto& d = peer.posted;
+    const OpDescriptor theirs{static_cast<CollectiveOp>(d.op), static_cast<ReduceOp>(d.reduce),
+                              static_cast<DType>(d.dtype), d.count, d.seq};
+    if (theirs != OpDescriptor{call.op.op, call.op.reduce, call.op.dtype, call.op.count, call.op.collective_seq}) {
+      const std::string message = "all_reduce: collective #" + std::to_string(call.op.collective_seq) + " of group " +
+                                  std::to_string(call.channel.group_id()) + ": ranks disagree: rank " +
+                                  std::to_string(r) + " called " + describe(call.op) + ", rank " + std::to_string(p) +
+                                  " called " + describe(theirs);
+      call.channel.abort(call.op.collective_seq, message);
+      throw CommError(message);
+    }
+  }
+  const int64_t b = seg_begin(r), e = seg_begin(r + 1);
+  const size_t elems = static_cast<size_t>(e - b);
+  char* result = out + b * item;
+  const ReduceOp combine = op == ReduceOp::avg ? ReduceOp::sum : op;
+  auto contribution = [&](int p) -> const void* { return p == r ? in + b * item : slot_at(p, b); };
+  if (n == 1) std::memcpy(result, contribution(0), elems * item);
+  else reduce_buffers(result, contribution(0), contribution(1), elems, dtype, combine);
+  for (int p = 2; p < n; ++p) reduce_buffers(result, result, contribution(p), elems, dtype, combine);
+  if (op == ReduceOp::avg) divide_buffer(result, elems, dtype, n);
+  std::memcpy(slot_at(r, b), result, elems * item);
+  mine.reduced.raise(g);
+  // 4. Every other segment from its owner's slot.
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    Segment& peer = *segments_[static_cast<size_t>(p)];
+    wait_for(call, p, "reduced", peer.reduced, g);
+    std::memcpy(out + seg_begin(p) * item, slot_at(p, seg_begin(p)), static_cast<size_t>(seg_begin(p + 1) - seg_begin(p)) * item);
+  }
+  mine.consumed.raise(g);
+}
+
+std::optional<Tensor> SharedMemoryAllReduce::run(Call& call, uint64_t ticket, const Tensor& data, ReduceOp op) {
+  std::unique_lock turn(mutex_);
+  turn_.wait(turn, [&] { return serving_ == ticket; });
+  turn.unlock();
+  struct NextTurn {
+    SharedMemoryAllReduce* self;
+    ~NextTurn() {
+      {
+        std::lock_guard lock(self->mutex_);
+        ++self->serving_;
+      }
+      self->turn_.notify_all();
+    }
+  } next_turn{this};
+
+  if (state_ == State::fresh) state_ = set_up(call) ? State::on : State::off;
+  if (state_ == State::off) return std::nullopt;
+
+  Transport& t = call.channel.group().transport();
+  probe_ = t.post(call.channel.group_id(), Lane::collective, static_cast<int64_t>(call.op.collective_seq), -1);
+  struct CancelProbe {
+    Transport& t;
+    std::shared_ptr<Transport::Slot>& probe;
+    ~CancelProbe() {
+      t.wait(probe, Clock::now());  // cancels it (nothing more is expected on this lane)
+      probe.reset();
+    }
+  } cancel{t, probe_};
+
+  const int64_t count = data.numel();
+  const int64_t piece = static_cast<int64_t>(kSlotBytes / itemsize(data.dtype()));
+  Tensor result = Tensor::empty({count}, data.dtype());
+  char* out = static_cast<char*>(result.mutable_raw_data());
+  try {
+    for (int64_t begin = 0; begin < count || begin == 0; begin += piece) {
+      reduce_piece(call, data, begin, std::min(count, begin + piece), op, out);
+      if (count == 0) break;
+    }
+  } catch (...) {
+    state_ = State::off;  // the ranks' generations may now differ: ZeroMQ from here on
+    throw;
+  }
+  return result;
+}
+
+}  // namespace troupe::net::collectives
