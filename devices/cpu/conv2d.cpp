@@ -2,12 +2,16 @@
 // stride, padding, dilation, groups) and its two backward kernels, conv2d_backward_input and
 // conv2d_backward_weight (which also gives the bias gradient).
 //
-// f32 runs oneDNN primitives on plain NCHW/OIHW buffers. Creating a primitive costs far more than
-// running a small one, so each thread caches them by geometry: a training loop creates three per
-// layer once. f64 runs direct loops, there for gradient checks.
+// f32 runs oneDNN primitives. Creating one costs far more than running a small one, so each
+// thread caches them by geometry (a training loop creates three per layer, once), each on the
+// layouts measured faster when it was created: the tensors' plain NCHW/OIHW, or oneDNN's blocked
+// ones with reorders around the call. f64 runs direct loops, there for gradient checks.
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <chrono>
 #include <map>
+#include <optional>
+#include <unordered_map>
 #include <string>
 #include <tuple>
 
@@ -99,15 +103,118 @@ dnnl::stream& cpu_stream() {
 
 using dnnl::memory;
 
+// A primitive and the layouts it runs on. oneDNN's fastest kernels often want blocked layouts
+// (nChw16c, ...): then each call reorders the plain NCHW/OIHW arguments into staging buffers
+// kept here, and the outputs back.
+struct Staged {
+  struct Arg {
+    int id = 0;
+    bool output = false;
+    memory::desc plain;
+    bool staged = false;
+    memory staging;
+    dnnl::reorder reorder;  // plain -> staging for inputs, staging -> plain for outputs
+  };
+  dnnl::primitive primitive;
+  std::string impl;
+  std::vector<Arg> args;
+
+  void run(const std::unordered_map<int, void*>& data) {
+    apply_intra_op_threads();
+    dnnl::stream& stream = cpu_stream();
+    std::unordered_map<int, memory> exec, user;
+    for (Arg& a : args) {
+      memory m(a.plain, cpu_engine(), data.at(a.id));
+      if (a.staged && !a.output) a.reorder.execute(stream, m, a.staging);
+      exec.emplace(a.id, a.staged ? a.staging : m);
+      user.emplace(a.id, m);
+    }
+    primitive.execute(stream, exec);
+    for (Arg& a : args)
+      if (a.staged && a.output) a.reorder.execute(stream, a.staging, user.at(a.id));
+    stream.wait();
+  }
+};
+
+struct ArgSpec {
+  int id;
+  bool output;
+  memory::desc plain;
+};
+
+template <class PrimitiveDesc, class Primitive>
+Staged stage(const PrimitiveDesc& pd, const std::vector<ArgSpec>& specs) {
+  Staged s;
+  s.primitive = Primitive(pd);
+  s.impl = pd.impl_info_str();
+  for (const ArgSpec& spec : specs) {
+    Staged::Arg a;
+    a.id = spec.id;
+    a.output = spec.output;
+    a.plain = spec.plain;
+    const memory::desc wanted = pd.query_md(dnnl::query::exec_arg_md, spec.id);
+    if (wanted != spec.plain) {
+      a.staged = true;
+      a.staging = memory(wanted, cpu_engine());
+      a.reorder = spec.output ? dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), wanted, cpu_engine(), spec.plain))
+                              : dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), spec.plain, cpu_engine(), wanted));
+    }
+    s.args.push_back(std::move(a));
+  }
+  return s;
+}
+
+// Zeroed plain buffers for every argument of s.
+struct Buffers {
+  std::vector<std::vector<float>> storage;
+  std::unordered_map<int, void*> data;
+  explicit Buffers(const Staged& s) {
+    for (const Staged::Arg& a : s.args) {
+      storage.emplace_back(a.plain.get_size() / sizeof(float), 0.0f);
+      data[a.id] = storage.back().data();
+    }
+  }
+};
+
+double seconds(Staged& s, Buffers& b) {
+  const auto start = std::chrono::steady_clock::now();
+  s.run(b.data);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The faster of the primitive on plain layouts and on the layouts oneDNN prefers (reorders
+// included), measured once per geometry: which wins depends on the channel counts. Runs
+// alternate and the best of each counts, so a busy core misleads it less.
+template <class PrimitiveDesc, class Primitive, class MakeDesc>
+Staged tuned(MakeDesc make, const std::vector<ArgSpec>& specs) {
+  Staged plain = stage<PrimitiveDesc, Primitive>(make(false), specs);
+  Staged preferred;
+  try {
+    preferred = stage<PrimitiveDesc, Primitive>(make(true), specs);
+  } catch (const dnnl::error&) {
+    return plain;
+  }
+  if (preferred.impl == plain.impl) return plain;
+  Buffers buffers(plain);
+  plain.run(buffers.data);  // warm-up: first-touch pages, JIT code
+  preferred.run(buffers.data);
+  double best_plain = 1e30, best_preferred = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    best_plain = std::min(best_plain, seconds(plain, buffers));
+    best_preferred = std::min(best_preferred, seconds(preferred, buffers));
+  }
+  return best_preferred < best_plain ? std::move(preferred) : std::move(plain);
+}
+
 struct OneDnnConv {
   memory::desc src, weights, bias, dst;
-  dnnl::convolution_forward::primitive_desc forward_pd;
-  dnnl::convolution_forward forward, forward_no_bias;
-  dnnl::convolution_backward_data backward_data;
-  dnnl::convolution_backward_weights backward_weights, backward_weights_no_bias;
-  bool has_backward_data = false, has_backward_weights = false, has_backward_weights_no_bias = false;
-  bool has_forward_no_bias = false;
   memory::dims strides, dilates, padding;
+  dnnl::convolution_forward::primitive_desc hints[2];  // plain layouts, preferred layouts
+  std::optional<Staged> forward, forward_no_bias, backward_data, backward_weights, backward_weights_no_bias;
+
+  memory::desc layout(const memory::desc& plain, bool preferred) const {
+    return preferred ? memory::desc(plain.dims(), memory::data_type::f32, memory::format_tag::any) : plain;
+  }
 };
 
 // oneDNN sizes a primitive's threading when it creates it (and then runs that many threads
@@ -129,10 +236,12 @@ OneDnnConv& onednn_conv(const Geometry& g) {
     p.strides = {g.sh, g.sw};
     p.dilates = {g.dh - 1, g.dw - 1};
     p.padding = {g.ph, g.pw};
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, p.src,
-                                      p.weights, p.bias, p.dst, p.strides, p.dilates, p.padding, p.padding);
-    p.forward_pd = dnnl::convolution_forward::primitive_desc(d, cpu_engine());
-    p.forward = dnnl::convolution_forward(p.forward_pd);
+    for (int preferred = 0; preferred < 2; ++preferred)
+      p.hints[preferred] = dnnl::convolution_forward::primitive_desc(
+          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                          p.layout(p.src, preferred), p.layout(p.weights, preferred), p.bias,
+                                          p.layout(p.dst, preferred), p.strides, p.dilates, p.padding, p.padding),
+          cpu_engine());
   } catch (const dnnl::error& e) {
     cache.erase(it);
     throw ValueError(std::string("conv2d: oneDNN could not create the primitive: ") + e.what());
@@ -140,26 +249,61 @@ OneDnnConv& onednn_conv(const Geometry& g) {
   return p;
 }
 
-dnnl::convolution_forward& forward_no_bias(const Geometry& g, OneDnnConv& p) {
-  if (!p.has_forward_no_bias) {
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, p.src,
-                                      p.weights, memory::desc(), p.dst, p.strides, p.dilates, p.padding, p.padding);
-    p.forward_no_bias = dnnl::convolution_forward(dnnl::convolution_forward::primitive_desc(d, cpu_engine()));
-    p.has_forward_no_bias = true;
+Staged& forward_primitive(OneDnnConv& p, bool bias) {
+  std::optional<Staged>& slot = bias ? p.forward : p.forward_no_bias;
+  if (!slot) {
+    std::vector<ArgSpec> args{{DNNL_ARG_SRC, false, p.src}, {DNNL_ARG_WEIGHTS, false, p.weights},
+                              {DNNL_ARG_DST, true, p.dst}};
+    if (bias) args.push_back({DNNL_ARG_BIAS, false, p.bias});
+    slot = tuned<dnnl::convolution_forward::primitive_desc, dnnl::convolution_forward>(
+        [&](bool preferred) {
+          return dnnl::convolution_forward::primitive_desc(
+              dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                              p.layout(p.src, preferred), p.layout(p.weights, preferred),
+                                              bias ? p.bias : memory::desc(), p.layout(p.dst, preferred), p.strides,
+                                              p.dilates, p.padding, p.padding),
+              cpu_engine());
+        },
+        args);
   }
-  (void)g;
-  return p.forward_no_bias;
+  return *slot;
 }
 
-memory wrap(const memory::desc& md, const Tensor& t) {
-  return memory(md, cpu_engine(), const_cast<void*>(t.raw_data()));
+Staged& backward_data_primitive(OneDnnConv& p) {
+  if (!p.backward_data)
+    p.backward_data = tuned<dnnl::convolution_backward_data::primitive_desc, dnnl::convolution_backward_data>(
+        [&](bool preferred) {
+          return dnnl::convolution_backward_data::primitive_desc(
+              dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, p.layout(p.src, preferred),
+                                                    p.layout(p.weights, preferred), p.layout(p.dst, preferred),
+                                                    p.strides, p.dilates, p.padding, p.padding),
+              cpu_engine(), p.hints[preferred]);
+        },
+        {{DNNL_ARG_DIFF_DST, false, p.dst}, {DNNL_ARG_WEIGHTS, false, p.weights}, {DNNL_ARG_DIFF_SRC, true, p.src}});
+  return *p.backward_data;
 }
 
-void run(dnnl::primitive& prim, std::unordered_map<int, memory> args) {
-  apply_intra_op_threads();
-  prim.execute(cpu_stream(), args);
-  cpu_stream().wait();
+Staged& backward_weights_primitive(OneDnnConv& p, bool bias) {
+  std::optional<Staged>& slot = bias ? p.backward_weights : p.backward_weights_no_bias;
+  if (!slot) {
+    std::vector<ArgSpec> args{{DNNL_ARG_DIFF_DST, false, p.dst}, {DNNL_ARG_SRC, false, p.src},
+                              {DNNL_ARG_DIFF_WEIGHTS, true, p.weights}};
+    if (bias) args.push_back({DNNL_ARG_DIFF_BIAS, true, p.bias});
+    slot = tuned<dnnl::convolution_backward_weights::primitive_desc, dnnl::convolution_backward_weights>(
+        [&](bool preferred) {
+          return dnnl::convolution_backward_weights::primitive_desc(
+              dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, p.layout(p.src, preferred),
+                                                       p.layout(p.weights, preferred), bias ? p.bias : memory::desc(),
+                                                       p.layout(p.dst, preferred), p.strides, p.dilates, p.padding,
+                                                       p.padding),
+              cpu_engine(), p.hints[preferred]);
+        },
+        args);
+  }
+  return *slot;
 }
+
+void* ptr(const Tensor& t) { return const_cast<void*>(t.raw_data()); }
 
 // ---- direct loops (f64) ----
 
@@ -195,18 +339,11 @@ std::vector<Tensor> conv2d_cpu(const OpCall& call) {
   const Geometry g = geometry(call.op, x.meta(), weight.meta(), call.attrs);
   Tensor out = Tensor::empty(call.outputs[0].shape, x.dtype());
   if (x.dtype() == DType::f32) {
-    OneDnnConv& p = onednn_conv(g);
     float* dst = out.mutable_data<float>();
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(p.src, x)},
-                                         {DNNL_ARG_WEIGHTS, wrap(p.weights, weight)},
-                                         {DNNL_ARG_DST, memory(p.dst, cpu_engine(), dst)}};
-    if (has_bias) {
-      const Tensor bias = call.inputs[2].contiguous();
-      args.emplace(DNNL_ARG_BIAS, wrap(p.bias, bias));
-      run(p.forward, std::move(args));
-    } else {
-      run(forward_no_bias(g, p), std::move(args));
-    }
+    std::unordered_map<int, void*> args{{DNNL_ARG_SRC, ptr(x)}, {DNNL_ARG_WEIGHTS, ptr(weight)}, {DNNL_ARG_DST, dst}};
+    const Tensor bias = has_bias ? call.inputs[2].contiguous() : Tensor();
+    if (has_bias) args.emplace(DNNL_ARG_BIAS, ptr(bias));
+    forward_primitive(onednn_conv(g), has_bias).run(args);
     return {out};
   }
   const double* px = x.data<double>();
@@ -250,18 +387,9 @@ std::vector<Tensor> conv2d_backward_input_cpu(const OpCall& call) {
   const Geometry g = geometry(call.op, input, weight.meta(), call.attrs);
   Tensor dx = Tensor::empty(input.shape, input.dtype);
   if (input.dtype == DType::f32) {
-    OneDnnConv& p = onednn_conv(g);
-    if (!p.has_backward_data) {
-      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, p.src, p.weights, p.dst,
-                                              p.strides, p.dilates, p.padding, p.padding);
-      p.backward_data = dnnl::convolution_backward_data(
-          dnnl::convolution_backward_data::primitive_desc(d, cpu_engine(), p.forward_pd));
-      p.has_backward_data = true;
-    }
     float* out = dx.mutable_data<float>();
-    run(p.backward_data, {{DNNL_ARG_DIFF_DST, wrap(p.dst, grad)},
-                          {DNNL_ARG_WEIGHTS, wrap(p.weights, weight)},
-                          {DNNL_ARG_DIFF_SRC, memory(p.src, cpu_engine(), out)}});
+    backward_data_primitive(onednn_conv(g)).run(
+        {{DNNL_ARG_DIFF_DST, ptr(grad)}, {DNNL_ARG_WEIGHTS, ptr(weight)}, {DNNL_ARG_DIFF_SRC, out}});
     return {dx};
   }
   const double* pg = grad.data<double>();
@@ -280,22 +408,10 @@ std::vector<Tensor> conv2d_backward_weight_cpu(const OpCall& call) {
   Tensor dw = Tensor::empty(weight.shape, weight.dtype);
   Tensor db = bias ? Tensor::empty({g.o}, weight.dtype) : Tensor();
   if (weight.dtype == DType::f32) {
-    OneDnnConv& p = onednn_conv(g);
-    dnnl::convolution_backward_weights& prim = bias ? p.backward_weights : p.backward_weights_no_bias;
-    bool& made = bias ? p.has_backward_weights : p.has_backward_weights_no_bias;
-    if (!made) {
-      dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, p.src, p.weights,
-                                                 bias ? p.bias : memory::desc(), p.dst, p.strides, p.dilates,
-                                                 p.padding, p.padding);
-      prim = dnnl::convolution_backward_weights(
-          dnnl::convolution_backward_weights::primitive_desc(d, cpu_engine(), p.forward_pd));
-      made = true;
-    }
-    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, wrap(p.dst, grad)},
-                                         {DNNL_ARG_SRC, wrap(p.src, x)},
-                                         {DNNL_ARG_DIFF_WEIGHTS, memory(p.weights, cpu_engine(), dw.mutable_data<float>())}};
-    if (bias) args.emplace(DNNL_ARG_DIFF_BIAS, memory(p.bias, cpu_engine(), db.mutable_data<float>()));
-    run(prim, std::move(args));
+    std::unordered_map<int, void*> args{
+        {DNNL_ARG_DIFF_DST, ptr(grad)}, {DNNL_ARG_SRC, ptr(x)}, {DNNL_ARG_DIFF_WEIGHTS, dw.mutable_data<float>()}};
+    if (bias) args.emplace(DNNL_ARG_DIFF_BIAS, db.mutable_data<float>());
+    backward_weights_primitive(onednn_conv(g), bias).run(args);
   } else {
     const double* pg = grad.data<double>();
     const double* px = x.data<double>();
