@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -246,6 +247,25 @@ TEST_CASE("XLMRobertaEmbeddings: token + position rows, layer norm, by hand", "[
   auto state = emb.state_dict("p.");
   CHECK(state.size() == 4);
   CHECK(state.at("p.token_embedding.weight").to_vector<float>() == tok);
+}
+
+TEST_CASE("XLMRobertaEmbeddings: dropout only while training", "[xlmr][embeddings]") {
+  XLMRobertaEmbeddings emb(10, 64, 12, 1, 1e-5, /*dropout=*/0.5, 2);
+  Tensor tokens = Tensor::from_vector<int64_t>({0, 4, 5, 6, 2, 1}, {1, 6});
+  Tensor eval = emb(tokens);
+  CHECK_FALSE(emb.training());
+  emb.train();
+  CHECK(emb.training());
+  auto dropped = emb(tokens).to_vector<float>(), kept = eval.to_vector<float>();
+  size_t zeros = 0;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (dropped[i] == 0.0f) ++zeros;
+    else CHECK(dropped[i] == Approx(2 * kept[i]));  // survivors scaled by 1 / (1 - p)
+  }
+  CHECK(zeros > kept.size() / 4);  // about half of 384 elements
+  CHECK(zeros < 3 * kept.size() / 4);
+  emb.eval();
+  CHECK(emb(tokens).to_vector<float>() == kept);
 }
 
 TEST_CASE("XLMRobertaEmbeddings: random weights zero the padding rows", "[xlmr][embeddings]") {
