@@ -268,9 +268,13 @@ void kill_rank(ProcessGroup& world) {
   Tensor t = Tensor::ones({4 << 20});
   auto m = expect_throw<PeerLostError>([&] { all_reduce(world, t, ReduceOp::sum, 60s); }, "all_reduce with a dead rank");
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!contains(m, "rank 1")) std::cerr << "the error does not name rank 1: " << m << std::endl;
   EXPECT(contains(m, "rank 1"));
   EXPECT(s < 5.0);
   if (failures == 0) std::cout << "ok kill survivor rank " << world.rank() << " in " << s << " s: " << m << std::endl;
+  // Stay until the other survivor has seen the death too; leaving first would fail it with
+  // "rank R has shut down" if it was waiting on this rank.
+  std::this_thread::sleep_for(2s);
 }
 
 // Each case: rank 0 (or the last rank) calls something else; every rank must get CommError
