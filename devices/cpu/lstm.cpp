@@ -7,12 +7,14 @@
 // over each row while it is in cache. Both weights are packed once (devices/cpu/gemm_packed.h)
 // and reused across steps and calls: re-packing the 16 MB W_hh for each 50-row step halved the
 // recurrence's speed.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "devices/cpu/activations.h"
 #include "devices/cpu/gemm_packed.h"
 #include "devices/registry.h"
+#include "devices/threads.h"
 
 namespace troupe {
 namespace {
@@ -69,7 +71,10 @@ std::vector<Tensor> lstm_cpu(const OpCall& call) {
     float* g = gates + t * B * G;
     const float* h_prev = t == 0 ? h0.data() : out + (t - 1) * B * H;
     gemm_packed_f32(B, h_prev, H, *w_hh, 1.0f, g, G);
-    // i, f and o through the sigmoid, g through tanh, in place; the four blocks are contiguous per row.
+    // i, f and o through the sigmoid, g through tanh, in place; the four blocks are contiguous per
+    // row. Rows split between the threads the GEMM had (a few percent of a 2-thread direction).
+    const int threads = static_cast<int>(std::min<int64_t>(intra_op_threads(), B));
+#pragma omp parallel for num_threads(threads) if (threads > 1 && B * H >= 16384)
     for (int64_t b = 0; b < B; ++b) {
       float* a = g + b * G;
       for (int64_t j = 0; j < G; ++j) a[j] += bias[j];
