@@ -16,9 +16,14 @@ namespace {
 
 using collectives::Call;
 
-// Algorithm thresholds for all_reduce, measured with examples/allreduce_bench on 2 and 4 ranks
-// over ipc:// (see the comment in choose_all_reduce).
-constexpr size_t kRecursiveDoublingMaxBytes = 64 << 10;
+// Largest all_reduce that recursive doubling takes over ZeroMQ (then the ring), measured with
+// examples/allreduce_bench and TROUPE_SHM=0 on one host over ipc:// (2 cores, median us):
+//   2 ranks: 64 KiB RD 177 / ring 338; 256 KiB RD 287 / ring 778; 1 MiB RD 494 / ring 566
+//   4 ranks: 64 KiB RD 1032 / ring 1517; 256 KiB RD 3365 / ring 2888
+// With two ranks doubling is one exchange of the whole tensor, and the ring's extra step only
+// pays off once chunks pipeline; with more ranks the ring's smaller messages win sooner.
+constexpr size_t kRecursiveDoublingMaxBytesTwoRanks = 1 << 20;
+constexpr size_t kRecursiveDoublingMaxBytes = 128 << 10;
 
 std::string at(const char* op, const ProcessGroup& g) {
   return std::string(op) + ": rank " + std::to_string(g.rank());
@@ -116,9 +121,9 @@ Work run_async(ProcessGroup& g, Plan plan, Timeout timeout, const char* what) {
 Tensor choose_all_reduce(Call& call, const Tensor& flat, ReduceOp op) {
   if (call.size() == 1) return flat;
   // Recursive doubling needs log2(n) latencies but sends the whole tensor each round; the ring
-  // needs 2(n-1) latencies and sends 2(n-1)/n of it in total. Measured crossover on 2 ranks over
-  // ipc:// on one host: ~64 KiB.
-  if (flat.nbytes() <= kRecursiveDoublingMaxBytes) return collectives::recursive_doubling_all_reduce(call, flat, op);
+  // needs 2(n-1) latencies and sends 2(n-1)/n of it in total.
+  const size_t limit = call.size() == 2 ? kRecursiveDoublingMaxBytesTwoRanks : kRecursiveDoublingMaxBytes;
+  if (flat.nbytes() <= limit) return collectives::recursive_doubling_all_reduce(call, flat, op);
   return collectives::ring_all_reduce(call, flat, op);
 }
 

@@ -7,7 +7,8 @@
 //   uint64_t ticket = shm.take_ticket();                 // in call order, when the call is made
 //   std::optional<Tensor> sum = shm.run(call, ticket, flat, ReduceOp::sum);  // nullopt: use ZeroMQ
 //
-// Per piece of up to 16 MiB: every rank copies the segments others reduce into its slot and
+// A tensor up to 64 KiB: every rank copies it into half of its slot, raises `ready`, and reduces
+// all ranks' copies itself (one hand-off). Larger ones, per piece of up to 16 MiB: every rank copies the segments others reduce into its slot and
 // raises `ready`; rank r reduces segment r from every slot (in rank order, so the bits do not
 // depend on who computes) into its result and its slot and raises `reduced`; then it copies every
 // other segment from its owner's slot and raises `consumed`, which frees its slot for the next
@@ -51,6 +52,8 @@ class SharedMemoryAllReduce {
   struct Segment;
   struct Flag;
   bool set_up(Call& call);
+  void post_and_check(Call& call, uint64_t generation);
+  void reduce_small(Call& call, const Tensor& data, ReduceOp op, char* out);
   void reduce_piece(Call& call, const Tensor& data, int64_t begin, int64_t end, ReduceOp op, char* out);
   void wait_for(Call& call, int peer, const char* stage, Flag& flag, uint64_t target);
   void check_inbox(Call& call);
@@ -66,6 +69,7 @@ class SharedMemoryAllReduce {
   std::vector<Segment*> segments_;  // by group rank, mapped
   size_t segment_bytes_ = 0;
   uint64_t generation_ = 0;         // pieces done so far, the same on every rank
+  uint64_t last_large_ = 0;         // the last generation that used the whole slot
   std::shared_ptr<Transport::Slot> probe_;  // the current call's ZeroMQ inbox, any source
 };
 
