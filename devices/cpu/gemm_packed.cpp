@@ -1,7 +1,5 @@
 #include "devices/cpu/gemm_packed.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -153,25 +151,28 @@ void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight&
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  // Threads split the panels (each C column is written by one thread, in the same order whatever
-  // the thread count, so results do not depend on it); with fewer panels than threads, the rows.
-  // Products under ~4 MFLOP stay on one thread: a fork-join costs more than it saves.
+  // Threads take chunks in turn: on a shared machine a descheduled thread holds up only its
+  // current chunk, not a fixed half of the product (a static split made the 2-thread recurrence
+  // slower than 1 thread while other processes ran). Chunks are groups of panels, or blocks of
+  // rows when there are few panels; either way each element sums over k in the same order, so
+  // results do not depend on the thread count. Products under ~4 MFLOP stay on one thread.
   const int64_t panels = w.panels();
   const double flops = 2.0 * double(m) * double(n) * double(k);
-  int threads = flops < 4e6 ? 1 : intra_op_threads();
-  const bool by_panels = panels >= threads;
-  threads = static_cast<int>(std::min<int64_t>(threads, by_panels ? panels : (m + max_rows - 1) / max_rows));
-  if (threads <= 1) {
+  const int threads = flops < 4e6 ? 1 : intra_op_threads();
+  const bool by_panels = panels >= 2 * threads;
+  const int64_t units = by_panels ? panels : (m + max_rows - 1) / max_rows;
+  const int64_t chunks = std::min<int64_t>(units, 8 * threads);
+  if (threads <= 1 || chunks < 2) {
     product_block(0, m, 0, panels, a, lda, w, beta, c, ldc);
     return;
   }
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t id = omp_get_thread_num(), count = omp_get_num_threads();
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t i = 0; i < chunks; ++i) {
+    const int64_t begin = units * i / chunks, end = units * (i + 1) / chunks;
     if (by_panels)
-      product_block(0, m, panels * id / count, panels * (id + 1) / count, a, lda, w, beta, c, ldc);
+      product_block(0, m, begin, end, a, lda, w, beta, c, ldc);
     else
-      product_block(m * id / count, m * (id + 1) / count, 0, panels, a, lda, w, beta, c, ldc);
+      product_block(begin * max_rows, std::min(m, end * max_rows), 0, panels, a, lda, w, beta, c, ldc);
   }
 }
 
