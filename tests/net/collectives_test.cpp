@@ -4,9 +4,12 @@
 // timeouts.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <mutex>
 
 #include "net/collectives.h"
+#include "net/collectives/reduce_kernels.h"
 #include "net/launcher.h"
 
 using namespace troupe;
@@ -170,4 +173,41 @@ TEST_CASE("collectives: one rank, and bad arguments are typed errors", "[net][co
   // Async variants check their arguments when called.
   CHECK_THROWS_AS(all_reduce_async(g, i, ReduceOp::avg), DTypeError);
   CHECK_THROWS_AS(broadcast_async(g, t, 2), IndexError);
+}
+
+TEST_CASE("collectives: reduction kernels", "[net][collectives]") {
+  using collectives::reduce_buffers;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> a = {1, nan, 3, -4}, b = {2, 5, nan, -8}, out(4);
+  reduce_buffers(out.data(), a.data(), b.data(), 4, DType::f32, ReduceOp::max);
+  CHECK(out[0] == 2);
+  CHECK(std::isnan(out[1]));  // NaN wins, from either side
+  CHECK(std::isnan(out[2]));
+  CHECK(out[3] == -4);
+  reduce_buffers(out.data(), a.data(), b.data(), 4, DType::f32, ReduceOp::min);
+  CHECK((out[0] == 1 && std::isnan(out[1]) && std::isnan(out[2]) && out[3] == -8));
+  reduce_buffers(a.data(), a.data(), b.data(), 4, DType::f32, ReduceOp::product);  // in place
+  CHECK((a[0] == 2 && a[3] == 32));
+
+  std::vector<uint8_t> x = {200, 3}, y = {100, 4};
+  reduce_buffers(x.data(), x.data(), y.data(), 2, DType::u8, ReduceOp::sum);
+  CHECK(x == std::vector<uint8_t>({44, 7}));  // wraps, like torch
+  uint8_t p[3] = {1, 0, 0}, q[3] = {1, 1, 0};
+  reduce_buffers(p, p, q, 3, DType::boolean, ReduceOp::min);
+  CHECK((p[0] == 1 && p[1] == 0 && p[2] == 0));
+  reduce_buffers(p, p, q, 3, DType::boolean, ReduceOp::max);
+  CHECK((p[0] == 1 && p[1] == 1 && p[2] == 0));
+
+  // f16 and bf16 reduce in f32 and round once: 2048 + 1 is 2049 in f32, 2048 in f16.
+  std::vector<Half> h = {Half(2048.0f), Half(0.5f)}, k = {Half(1.0f), Half(0.25f)};
+  reduce_buffers(h.data(), h.data(), k.data(), 2, DType::f16, ReduceOp::sum);
+  CHECK((static_cast<float>(h[0]) == 2048.0f && static_cast<float>(h[1]) == 0.75f));
+  std::vector<BFloat16> bf = {BFloat16(3.0f)};
+  collectives::divide_buffer(bf.data(), 1, DType::bf16, 2);
+  CHECK(static_cast<float>(bf[0]) == 1.5f);
+
+  CHECK(collectives::reduction_supports(DType::boolean, ReduceOp::max));
+  CHECK_FALSE(collectives::reduction_supports(DType::boolean, ReduceOp::sum));
+  CHECK_FALSE(collectives::reduction_supports(DType::i64, ReduceOp::avg));
+  CHECK(collectives::reduction_supports(DType::bf16, ReduceOp::avg));
 }
