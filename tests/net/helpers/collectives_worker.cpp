@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "net/collectives.h"
+#include "net/seed_ring_allreduce.h"
 
 using namespace troupe;
 using namespace troupe::net;
@@ -251,8 +252,21 @@ void async_and_groups(ProcessGroup& world) {
   barrier(world);
 }
 
+// The seed tutorial's p2p ring gives the library's sums (any length, any rank count).
+void seed_ring(ProcessGroup& g) {
+  for (int64_t count : {1, 7, 10001}) {
+    Tensor t = input(g.rank(), {count}, DType::f32);
+    seed_ring_all_reduce(g, t);
+    EXPECT(close(t, expected(g.size(), {count}, DType::f32, ReduceOp::sum)));
+  }
+  Tensor m = input(g.rank(), {3, 5}, DType::i64);
+  seed_ring_all_reduce(g, m);
+  EXPECT(close(m, expected(g.size(), {3, 5}, DType::i64, ReduceOp::sum)));
+}
+
 void all(ProcessGroup& world) {
   reductions(world);
+  seed_ring(world);
   movers(world);
   async_and_groups(world);
 }
