@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -23,7 +24,7 @@ TEST_CASE("the profiler records ops, forks and tasks, and exports a Chrome trace
     wait_all(fs);
   }
   p.stop();
-  const std::string path = "profiler_test_trace.json";
+  const std::string path = (std::filesystem::temp_directory_path() / "troupe_profiler_test_trace.json").string();
   p.export_chrome_trace(path);
   std::ifstream in(path);
   auto trace = nlohmann::json::parse(in);
