@@ -25,7 +25,10 @@ constexpr size_t kSlotBytes = 16 << 20;
 // Up to this size every rank reduces the whole tensor itself: one hand-off between the ranks
 // instead of three, for n times the (tiny) reading.
 constexpr size_t kSmallBytes = 64 << 10;
-constexpr int kSpins = 4000;  // tens of microseconds of pause, then sleep on a futex
+// Waiting: a few microseconds of pause (a peer running on another core answers within that), then
+// yielding (a peer waiting for this core gets it at once), then sleeping on a futex.
+constexpr int kPauses = 200;
+constexpr int kYields = 50;
 
 }  // namespace
 
@@ -150,8 +153,12 @@ void SharedMemoryAllReduce::wait_for(Call& call, int peer, const char* stage, Fl
   for (int spins = 0;; ++spins) {
     const uint64_t seen = flag.value.load(std::memory_order_acquire);
     if (seen >= target) return;
-    if (spins < kSpins) {
+    if (spins < kPauses) {
       _mm_pause();
+      continue;
+    }
+    if (spins < kPauses + kYields) {
+      std::this_thread::yield();
       continue;
     }
     check_inbox(call);
