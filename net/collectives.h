@@ -23,6 +23,12 @@
 // latency); async calls queue it to the group's collective actor, a thread with a FIFO mailbox that
 // runs them in call order, and return a Work.
 //
+// Algorithms (net/collectives/): all_reduce over ZeroMQ is recursive doubling up to a size measured
+// per world size, then a chunked, pipelined ring; when every rank of the group runs on this host it
+// goes through shared memory instead (shm_all_reduce.h; TROUPE_SHM=0 turns that off). broadcast and
+// reduce use binomial trees; all_gather and reduce_scatter rings; scatter, gather and all_to_all
+// direct sends; barrier a dissemination pattern.
+//
 // Errors. Arguments are checked on every rank before anything is sent: IndexError (root out of
 // range), ValueError (list length != group size, undefined tensor), ShapeError / DTypeError
 // (inconsistent shapes or dtypes, a reduction the dtype does not support), each naming the
