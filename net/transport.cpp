@@ -1,5 +1,6 @@
 #include "net/transport.h"
 
+#include <malloc.h>
 #include <poll.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -172,6 +173,14 @@ struct Transport::Slot {
 };
 
 Transport::Transport(TransportOptions options) : options_(std::move(options)) {
+  // ZeroMQ mallocs every received message. glibc would serve big ones with fresh mmaps and trim
+  // freed heap back to the kernel, so every 1 MiB chunk of a collective would page-fault in anew
+  // (slow here: freed pages go back to the hypervisor). Keep them in the heap instead.
+  static std::once_flag malloc_tuned;
+  std::call_once(malloc_tuned, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  });
   if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size)
     throw ValueError("transport: rank " + std::to_string(options_.rank) + " outside a world of " +
                      std::to_string(options_.world_size));

@@ -10,6 +10,7 @@
 // are uniquely owned buffers) and forwarded as they are; only the final reduction writes into the
 // result, and all-gathered chunks are copied into it once.
 #include <cstring>
+#include <deque>
 
 #include "net/collectives/algorithms.h"
 #include "net/collectives/reduce_kernels.h"
@@ -21,6 +22,7 @@ namespace {
 // Large ZeroMQ messages are slow (every fresh page of a receive buffer faults), and smaller chunks
 // pipeline better; much smaller ones pay per-message overhead.
 constexpr int64_t kChunkBytes = 1 << 20;
+constexpr int64_t kWindow = 4;  // chunks of step 0 in flight ahead of the first receive
 
 struct Range {
   int64_t begin, end;
@@ -52,15 +54,31 @@ Tensor ring_all_reduce(Call& call, const Tensor& data, ReduceOp op) {
   auto* out = static_cast<char*>(result.mutable_raw_data());
   const auto* in = static_cast<const char*>(data.raw_data());
 
-  // Reduce-scatter. Step 0 sends this rank's own segment r (views: no copy).
-  for (int64_t k = 0; k < chunks; ++k) {
-    const Range c = chunk(r, k);
-    call.send(right, data.slice(0, c.begin, c.end));
-  }
+  // Reduce-scatter. Step 0 sends this rank's own segment r (views: no copy), kWindow chunks ahead
+  // of what step 1 has received: queueing the whole segment at once would make the receiver
+  // buffer all of it (fresh, page-faulting memory) before reducing any. Frames must leave in the
+  // order the right neighbour consumes them, so later steps' sends wait in `later` until the own
+  // segment is out.
+  int64_t own_sent = 0;
+  std::deque<Tensor> later;
+  auto send = [&](const Tensor& t) {
+    if (own_sent < chunks) later.push_back(t);
+    else call.send(right, t);
+  };
+  auto send_own_through = [&](int64_t k) {
+    for (; own_sent < std::min(k, chunks); ++own_sent) {
+      const Range c = chunk(r, own_sent);
+      call.send(right, data.slice(0, c.begin, c.end));
+    }
+    if (own_sent == chunks)
+      for (; !later.empty(); later.pop_front()) call.send(right, later.front());
+  };
+  send_own_through(kWindow);
   for (int step = 1; step < n; ++step) {
     const int segment = (r - step + n) % n;  // reduced so far over ranks r-step .. r-1
     const bool last = step == n - 1;
     for (int64_t k = 0; k < chunks; ++k) {
+      if (step == 1) send_own_through(k + 1 + kWindow);
       const Range c = chunk(segment, k);
       Tensor got = call.recv(left);
       const size_t elems = static_cast<size_t>(c.end - c.begin);
@@ -69,11 +87,11 @@ Tensor ring_all_reduce(Call& call, const Tensor& data, ReduceOp op) {
         reduce_buffers(out + c.begin * item, got.raw_data(), in + c.begin * item, elems, dtype, combine);
         // avg divides here, before the chunk leaves, so every rank gets the same bits.
         if (op == ReduceOp::avg) divide_buffer(out + c.begin * item, elems, dtype, n);
-        call.send(right, result.slice(0, c.begin, c.end));
+        send(result.slice(0, c.begin, c.end));
       } else {
         void* acc = got.mutable_raw_data();  // uniquely owned: no copy
         reduce_buffers(acc, acc, in + c.begin * item, elems, dtype, combine);
-        call.send(right, got);
+        send(got);
       }
     }
   }
