@@ -139,10 +139,11 @@ void reductions(ProcessGroup& g) {
   Tensor e = Tensor::zeros({0, 4});
   all_reduce(g, e);
   EXPECT(e.shape() == Shape({0, 4}));
-  // Large: the ring, several chunks per segment (f32: 1 MiB chunks), f16 through f32, avg, and a
-  // strided input.
+  // Large: the ring, several chunks per segment (f32: 1 MiB chunks, more than the send window),
+  // f16 through f32, avg, and a strided input; through shared memory, several 16 MiB pieces.
   for (auto [count, dtype, op] : {std::tuple{int64_t(40000), DType::f32, ReduceOp::sum},
                                   std::tuple{int64_t(700001), DType::f32, ReduceOp::sum},
+                                  std::tuple{int64_t(5000001), DType::f32, ReduceOp::sum},  // 20 MB: > 4 chunks, 2 pieces
                                   std::tuple{int64_t(300000), DType::f16, ReduceOp::max},
                                   std::tuple{int64_t(300000), DType::bf16, ReduceOp::sum},
                                   std::tuple{int64_t(200000), DType::f64, ReduceOp::avg},
