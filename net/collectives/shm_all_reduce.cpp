@@ -8,9 +8,8 @@
 #include <unistd.h>
 
 #include <climits>
-#include <ctime>
-
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <thread>
 
@@ -32,9 +31,9 @@ constexpr int kYields = 50;
 
 }  // namespace
 
-// A generation counter other processes wait on: spinning first (a peer on another core answers
-// within microseconds), then sleeping on a futex over its low 32 bits (with two cores shared by
-// several processes, a spinner would steal the core the peer needs).
+// A generation counter other processes wait on (wait_for spins, yields, then sleeps here on a
+// futex over its low 32 bits: with two cores shared by several processes, a spinner would steal
+// the core the peer needs). raise() wakes sleepers only when there are any: no syscall otherwise.
 struct alignas(64) SharedMemoryAllReduce::Flag {
   std::atomic<uint64_t> value{0};
   std::atomic<uint32_t> sleepers{0};
