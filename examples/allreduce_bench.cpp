@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "net/collectives.h"
+#include "examples/run_example.h"
 
 int main(int argc, char** argv) {
   using namespace troupe;
@@ -25,45 +26,47 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sum", "product", "max", "min", "avg"}));
   app.add_flag("--json", json, "one JSON line per size instead of a table");
   CLI11_PARSE(app, argc, argv);
-  const ReduceOp op = op_name == "sum"       ? ReduceOp::sum
-                      : op_name == "product" ? ReduceOp::product
-                      : op_name == "max"     ? ReduceOp::max
-                      : op_name == "min"     ? ReduceOp::min
-                                             : ReduceOp::avg;
+  return troupe::run_example("allreduce_bench", [&] {
+    const ReduceOp op = op_name == "sum"       ? ReduceOp::sum
+                        : op_name == "product" ? ReduceOp::product
+                        : op_name == "max"     ? ReduceOp::max
+                        : op_name == "min"     ? ReduceOp::min
+                                               : ReduceOp::avg;
 
-  auto world = init_process_group();
-  const int n = world->size();
-  if (world->rank() == 0 && !json) std::printf("%6s %12s %12s %12s\n", "ranks", "bytes", "time_us", "busbw_GB/s");
-  for (int64_t bytes : sizes) {
-    const Tensor input = Tensor::ones({std::max<int64_t>(1, bytes / 4)});
-    const int reps = static_cast<int>(std::clamp<int64_t>(200'000'000 / std::max<int64_t>(bytes, 1), 3, 200));
-    for (int i = 0; i < 2; ++i) {
-      Tensor t = input;
-      all_reduce(*world, t, op);
-      if (i == 0 && op == ReduceOp::sum && t.to_vector<float>()[0] != static_cast<float>(n)) {
-        std::fprintf(stderr, "all_reduce gave %g, expected %d\n", t.to_vector<float>()[0], n);
-        return 1;
+    auto world = init_process_group();
+    const int n = world->size();
+    if (world->rank() == 0 && !json) std::printf("%6s %12s %12s %12s\n", "ranks", "bytes", "time_us", "busbw_GB/s");
+    for (int64_t bytes : sizes) {
+      const Tensor input = Tensor::ones({std::max<int64_t>(1, bytes / 4)});
+      const int reps = static_cast<int>(std::clamp<int64_t>(200'000'000 / std::max<int64_t>(bytes, 1), 3, 200));
+      for (int i = 0; i < 2; ++i) {
+        Tensor t = input;
+        all_reduce(*world, t, op);
+        if (i == 0 && op == ReduceOp::sum && t.to_vector<float>()[0] != static_cast<float>(n)) {
+          std::fprintf(stderr, "all_reduce gave %g, expected %d\n", t.to_vector<float>()[0], n);
+          return 1;
+        }
       }
+      barrier(*world);
+      std::vector<double> us;
+      for (int i = 0; i < reps; ++i) {
+        Tensor t = input;  // the result is a fresh tensor: the input stays ones
+        const auto start = std::chrono::steady_clock::now();
+        all_reduce(*world, t, op);
+        us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+      }
+      std::nth_element(us.begin(), us.begin() + reps / 2, us.end());
+      const double median = us[static_cast<size_t>(reps / 2)];
+      const double busbw = static_cast<double>(bytes) / (median * 1e-6) * 2.0 * (n - 1) / n / 1e9;
+      if (world->rank() != 0) continue;
+      if (json)
+        std::printf("{\"ranks\":%d,\"bytes\":%lld,\"time_us\":%.1f,\"busbw_gbs\":%.4f}\n", n,
+                    static_cast<long long>(bytes), median, busbw);
+      else
+        std::printf("%6d %12lld %12.1f %12.3f\n", n, static_cast<long long>(bytes), median, busbw);
+      std::fflush(stdout);
     }
     barrier(*world);
-    std::vector<double> us;
-    for (int i = 0; i < reps; ++i) {
-      Tensor t = input;  // the result is a fresh tensor: the input stays ones
-      const auto start = std::chrono::steady_clock::now();
-      all_reduce(*world, t, op);
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
-    }
-    std::nth_element(us.begin(), us.begin() + reps / 2, us.end());
-    const double median = us[static_cast<size_t>(reps / 2)];
-    const double busbw = static_cast<double>(bytes) / (median * 1e-6) * 2.0 * (n - 1) / n / 1e9;
-    if (world->rank() != 0) continue;
-    if (json)
-      std::printf("{\"ranks\":%d,\"bytes\":%lld,\"time_us\":%.1f,\"busbw_gbs\":%.4f}\n", n,
-                  static_cast<long long>(bytes), median, busbw);
-    else
-      std::printf("%6d %12lld %12.1f %12.3f\n", n, static_cast<long long>(bytes), median, busbw);
-    std::fflush(stdout);
-  }
-  barrier(*world);
-  return 0;
+    return 0;
+  });
 }

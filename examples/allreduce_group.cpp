@@ -7,13 +7,16 @@
 #include <cstdio>
 
 #include "net/collectives.h"
+#include "examples/run_example.h"
 
 int main() {
-  using namespace troupe;
-  auto world = net::init_process_group();
-  auto group = world->new_group({0, 1});  // every rank calls it; ranks outside get nullptr
-  Tensor tensor = Tensor::ones({1});
-  if (group) net::all_reduce(*group, tensor, net::ReduceOp::sum);
-  std::printf("Rank %d has data tensor(%g.)\n", world->rank(), tensor.to_vector<float>()[0]);
-  return 0;
+  return troupe::run_example("allreduce_group", [&] {
+    using namespace troupe;
+    auto world = net::init_process_group();
+    auto group = world->new_group({0, 1});  // every rank calls it; ranks outside get nullptr
+    Tensor tensor = Tensor::ones({1});
+    if (group) net::all_reduce(*group, tensor, net::ReduceOp::sum);
+    std::printf("Rank %d has data tensor(%g.)\n", world->rank(), tensor.to_vector<float>()[0]);
+    return 0;
+  });
 }

@@ -10,6 +10,7 @@
 
 #include "net/collectives.h"
 #include "net/seed_ring_allreduce.h"
+#include "examples/run_example.h"
 
 int main(int argc, char** argv) {
   using namespace troupe;
@@ -19,36 +20,37 @@ int main(int argc, char** argv) {
   app.add_option("--elements", elements, "f32 elements per rank")->check(CLI::PositiveNumber);
   app.add_option("--reps", reps, "timed repetitions (median reported)")->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
+  return troupe::run_example("ring_allreduce", [&] {
+    auto world = net::init_process_group();
+    const int rank = world->rank();
+    // Each rank contributes rank + 1 + (i mod 7): small integers, so both sums are exact.
+    std::vector<float> values(static_cast<size_t>(elements));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(rank + 1 + static_cast<int>(i % 7));
+    const Tensor input = Tensor::from_vector<float>(values, {elements});
 
-  auto world = net::init_process_group();
-  const int rank = world->rank();
-  // Each rank contributes rank + 1 + (i mod 7): small integers, so both sums are exact.
-  std::vector<float> values(static_cast<size_t>(elements));
-  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(rank + 1 + static_cast<int>(i % 7));
-  const Tensor input = Tensor::from_vector<float>(values, {elements});
-
-  auto median_us = [&](auto&& fn) {
-    std::vector<double> us;
-    for (int i = 0; i < reps; ++i) {
-      net::barrier(*world);
-      const auto start = std::chrono::steady_clock::now();
-      fn();
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
-    }
-    std::nth_element(us.begin(), us.begin() + reps / 2, us.end());
-    return us[static_cast<size_t>(reps / 2)];
-  };
-  Tensor seed = input, library = input;
-  const double seed_us = median_us([&] {
-    seed = input;
-    net::seed_ring_all_reduce(*world, seed);
+    auto median_us = [&](auto&& fn) {
+      std::vector<double> us;
+      for (int i = 0; i < reps; ++i) {
+        net::barrier(*world);
+        const auto start = std::chrono::steady_clock::now();
+        fn();
+        us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+      }
+      std::nth_element(us.begin(), us.begin() + reps / 2, us.end());
+      return us[static_cast<size_t>(reps / 2)];
+    };
+    Tensor seed = input, library = input;
+    const double seed_us = median_us([&] {
+      seed = input;
+      net::seed_ring_all_reduce(*world, seed);
+    });
+    const double library_us = median_us([&] {
+      library = input;
+      net::all_reduce(*world, library, net::ReduceOp::sum);
+    });
+    const bool agree = seed.to_vector<float>() == library.to_vector<float>();
+    std::printf("seed ring: %.1f us, library all_reduce: %.1f us (median of %d), results %s\n", seed_us, library_us,
+                reps, agree ? "agree" : "DIFFER");
+    return agree ? 0 : 1;
   });
-  const double library_us = median_us([&] {
-    library = input;
-    net::all_reduce(*world, library, net::ReduceOp::sum);
-  });
-  const bool agree = seed.to_vector<float>() == library.to_vector<float>();
-  std::printf("seed ring: %.1f us, library all_reduce: %.1f us (median of %d), results %s\n", seed_us, library_us,
-              reps, agree ? "agree" : "DIFFER");
-  return agree ? 0 : 1;
 }
