@@ -1,14 +1,40 @@
 #!/usr/bin/env bash
-# The model tour: what Troupe does so far, each step a real run with its figures.
+# The model tour: what Troupe does, each step a real run with its figures (a few minutes in all).
 set -euo pipefail
-bin="$(dirname "$0")/../build/bin"
+bin="$(cd "$(dirname "$0")/../build/bin" && pwd)"
 step() { printf '\n== %s\n' "$*"; }
+launch() { "$bin/troupe" launch "$@"; }
 
-step "troupe info"
+step "troupe info: this machine, kernel backends, the measured GEMM choice, CUDA"
 "$bin/troupe" info
 
-step "GEMM through troupe::matmul, oneDNN against OpenBLAS (GFLOP/s)"
+step "GEMM through troupe::matmul, against OpenBLAS (GFLOP/s)"
 "$bin/gemm_bench" --compare
 
 step "GatherNd: per-row loop against gather_nd"
 "$bin/gathernd_bench"
+
+step "fork/wait: the seed's 100 forks of neg"
+"$bin/fork_overhead" --reps 200
+
+step "LSTM ensemble (4 bidirectional LSTMs, T=50 B=50 C=1024): serial, directions forked, members forked"
+"$bin/lstm_ensemble" --reps 1 --trace "${TMPDIR:-/tmp}/troupe_lstm_trace.json"
+
+step "Dataflow graphs: per-node overhead, a pipelined service, the ensemble as a graph, a graph on two ranks"
+"$bin/graph_bench"
+"$bin/graph_pipeline"
+"$bin/graph_lstm"
+launch --nproc 2 -- "$bin/graph_ranks"
+
+step "Distributed: p2p, all_reduce in a group, the seed's hand-written ring beside the library's"
+launch --nproc 2 -- "$bin/p2p_blocking"
+launch --nproc 2 -- "$bin/p2p_nonblocking"
+launch --nproc 2 -- "$bin/allreduce_group"
+launch --nproc 2 -- "$bin/ring_allreduce"
+launch --nproc 2 -- "$bin/allreduce_bench"
+
+step "Training: the seed's Net, one step on one core"
+"$bin/train_bench"
+
+step "Distributed SGD on Fashion-MNIST, 2 ranks, one epoch (the seed's recipe; --epochs 10 for the full run)"
+launch --nproc 2 -- "$bin/dist_sgd" --epochs 1

@@ -216,16 +216,16 @@ LaunchResult launch(const LaunchOptions& o) {
   };
 
   bool failed = false;
-  Clock::time_point kill_at = Clock::time_point::max();
+  Clock::time_point term_at = Clock::time_point::max(), kill_at = Clock::time_point::max();
   Clock::time_point all_exited_at = Clock::time_point::max();
-  const auto fail = [&](const std::string& why, int code) {
+  const auto fail = [&](const std::string& why, int code, Clock::duration wait_before_term) {
     failed = true;
     result.failure = why;
     result.exit_code = code;
     print(-1, true, why + (o.stop_on_failure ? "; stopping the other ranks" : ""));
     if (o.stop_on_failure) {
-      stop_all(SIGTERM);
-      kill_at = Clock::now() + o.grace;
+      term_at = Clock::now() + wait_before_term;
+      kill_at = term_at + o.grace;
     }
   };
 
@@ -264,9 +264,16 @@ LaunchResult launch(const LaunchOptions& o) {
       RankExit& e = result.ranks[i];
       if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
       else e.exit_code = WEXITSTATUS(status);
-      if (!failed && (e.signal || e.exit_code != 0)) fail(describe_exit(e), e.signal ? 128 + e.signal : e.exit_code);
+      // The others usually fail on their own within moments (PeerLostError), and their messages
+      // say why: a second to say it before SIGTERM.
+      if (!failed && (e.signal || e.exit_code != 0))
+        fail(describe_exit(e), e.signal ? 128 + e.signal : e.exit_code, std::chrono::seconds(1));
     }
-    if (!failed && g_interrupt) fail("interrupted by signal " + std::to_string(g_interrupt.load()), 128 + g_interrupt);
+    if (!failed && g_interrupt) fail("interrupted by signal " + std::to_string(g_interrupt.load()), 128 + g_interrupt, {});
+    if (Clock::now() >= term_at) {
+      stop_all(SIGTERM);
+      term_at = Clock::time_point::max();
+    }
     if (Clock::now() >= kill_at) {
       stop_all(SIGKILL);
       kill_at = Clock::time_point::max();
