@@ -36,6 +36,7 @@ void accumulate(Tensor& a, const Tensor& b) {
 void accumulate_leaf(AutogradMeta& leaf, const Tensor& grad) {
   Tensor g = grad;
   accumulate(leaf.grad, g);
+  if (leaf.grad_accumulated) leaf.grad_accumulated();
 }
 
 std::vector<Tensor> unpack(const Node& node, const std::vector<SavedTensor>& saved, const char* what) {

@@ -5,6 +5,7 @@
 //   Tensor y = mul(x, w);                       // w requires grad: y's meta points at a "mul" Node
 //   y.autograd_meta()->grad_fn->op;             // "mul"
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,9 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;  // the op call that produced this tensor; null for leaves
   uint32_t output_nr = 0;         // which output of grad_fn
   uint64_t version = 0;
+  // Leaves: called each time backward() has added a gradient into grad, so data-parallel training
+  // can start reducing a parameter's gradient while backward goes on (models/train/gradient_reducer.h).
+  std::function<void()> grad_accumulated;
 };
 
 // Where the gradient of one input goes: the node that produced it, or a leaf's meta.

@@ -1,0 +1,91 @@
+#include "models/train/gradient_reducer.h"
+
+#include <string>
+
+#include "devices/autograd/node.h"
+#include "devices/error.h"
+#include "models/nn/optimizer.h"
+#include "net/collectives.h"
+
+namespace troupe::models {
+
+GradientReducer::GradientReducer(net::ProcessGroup& group, std::vector<Tensor*> params, int64_t bucket_bytes)
+    : group_(group), params_(std::move(params)), bucket_of_(params_.size()), ready_(params_.size()) {
+  if (params_.empty()) throw ValueError("GradientReducer: no parameters");
+  if (bucket_bytes <= 0) throw ValueError("GradientReducer: bucket_bytes must be positive, got " + std::to_string(bucket_bytes));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = *params_[i];
+    if (!p.requires_grad() || p.autograd_meta()->grad_fn)
+      throw ValueError("GradientReducer: parameter " + std::to_string(i) + " " + p.meta().str() +
+                       " is not a leaf that requires grad");
+    if (p.dtype() != params_[0]->dtype())
+      throw DTypeError("GradientReducer: parameters of mixed dtypes (" + params_[0]->meta().str() + ", " +
+                       p.meta().str() + ")");
+  }
+  int64_t filled = bucket_bytes;  // forces a first bucket
+  for (size_t i = params_.size(); i-- > 0;) {
+    if (filled >= bucket_bytes) {
+      buckets_.emplace_back();
+      filled = 0;
+    }
+    buckets_.back().params.push_back(params_[i]);
+    filled += static_cast<int64_t>(params_[i]->nbytes());
+    bucket_of_[i] = buckets_.size() - 1;
+  }
+  reset();
+  for (size_t i = 0; i < params_.size(); ++i) params_[i]->autograd_meta()->grad_accumulated = [this, i] { on_gradient(i); };
+}
+
+GradientReducer::~GradientReducer() {
+  for (Tensor* p : params_) p->autograd_meta()->grad_accumulated = nullptr;
+  // The collective actor writes into the buckets' tensors until their reductions end.
+  for (Bucket& b : buckets_) {
+    if (!b.launched) continue;
+    try {
+      b.work.wait();
+    } catch (const std::exception&) {  // the error was (or will never be) reported by finish()
+    }
+  }
+}
+
+void GradientReducer::reset() {
+  for (Bucket& b : buckets_) {
+    b.pending = static_cast<int>(b.params.size());
+    b.launched = false;
+    b.work = net::Work();
+  }
+  ready_.assign(params_.size(), false);
+  launched_ = 0;
+}
+
+void GradientReducer::on_gradient(size_t param) {
+  if (ready_[param])
+    throw ValueError("GradientReducer: parameter " + std::to_string(param) + " " + params_[param]->meta().str() +
+                     " received a second gradient in one backward pass (a parameter used twice, or backward "
+                     "called again before finish())");
+  ready_[param] = true;
+  Bucket& bucket = buckets_[bucket_of_[param]];
+  if (--bucket.pending == 0) launch(bucket);
+}
+
+void GradientReducer::launch(Bucket& bucket) {
+  bucket.flat = flatten_grads(bucket.params);  // a copy: backward may go on accumulating elsewhere
+  bucket.work = net::all_reduce_async(group_, bucket.flat, net::ReduceOp::avg);
+  bucket.launched = true;
+  ++launched_;
+}
+
+void GradientReducer::finish() {
+  launched_early_ = launched_;
+  // Buckets with a parameter that got no gradient go now, in bucket order on every rank.
+  for (Bucket& b : buckets_)
+    if (!b.launched) launch(b);
+  for (Bucket& b : buckets_) {
+    b.work.wait();
+    b.launched = false;
+    assign_flat_grads(b.params, b.flat);
+  }
+  reset();
+}
+
+}  // namespace troupe::models
