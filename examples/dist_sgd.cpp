@@ -22,6 +22,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -36,6 +38,7 @@
 #include "models/nn/net.h"
 #include "models/nn/optimizer.h"
 #include "models/train/gradient_reducer.h"
+#include "models/train/wide_net.h"
 #include "net/collectives.h"
 #include "net/seed_ring_allreduce.h"
 
@@ -77,7 +80,24 @@ void check_replicas(net::ProcessGroup& world, const std::vector<Tensor*>& params
     throw ValueError("dist_sgd: parameters differ across ranks after step " + std::to_string(step));
 }
 
-double accuracy(Net& model, const Dataset& test) {
+// The network being trained: the seed's Net, or a WideNet (--model wide).
+struct Model {
+  std::unique_ptr<Module> module;
+  std::function<Tensor(const Tensor&)> forward;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  void train(bool on = true) { module->train(on); }
+  void eval() { module->eval(); }
+  std::vector<Tensor*> parameters() { return module->parameters(); }
+};
+
+template <class Network>
+Model make_model() {
+  auto network = std::make_unique<Network>();
+  Network* raw = network.get();
+  return {std::move(network), [raw](const Tensor& x) { return raw->forward(x); }};
+}
+
+double accuracy(Model& model, const Dataset& test) {
   model.eval();
   NoGradGuard no_grad;
   int64_t correct = 0;
@@ -103,11 +123,13 @@ int main(int argc, char** argv) {
   CLI::App app{"distributed synchronous SGD on Fashion-MNIST (the seed's recipe)"};
   int epochs = 10, threads = 1;
   int64_t subset = 0, bucket_kb = 1024;
-  std::string data = kFashionMnistDir, sync = "ddp", recipe = "seed";
+  std::string data = kFashionMnistDir, sync = "ddp", recipe = "seed", model_name = "net";
   bool json = false, verify = false;
   app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--data", data, "directory of the Fashion-MNIST .gz files");
   app.add_option("--sync", sync, "gradient averaging")->check(CLI::IsMember({"ddp", "naive", "ring"}));
+  app.add_option("--model", model_name, "net: the seed's Net; wide: WideNet (16/32 channels, 128 hidden)")
+      ->check(CLI::IsMember({"net", "wide"}));
   app.add_option("--recipe", recipe, "optimisation recipe")->check(CLI::IsMember({"seed", "better"}));
   app.add_option("--bucket-kb", bucket_kb, "ddp: gradient bucket size")->check(CLI::PositiveNumber);
   app.add_option("--subset", subset, "train on the first N images only (0: all)")->check(CLI::NonNegativeNumber);
@@ -130,7 +152,7 @@ int main(int argc, char** argv) {
     BatchLoader loader(train, parts.partition(rank), 128 / size, 1234 + static_cast<uint64_t>(rank));
 
     manual_seed(1234);
-    Net model;
+    Model model = model_name == "wide" ? make_model<WideNet>() : make_model<Net>();
     for (Tensor* p : model.parameters()) {  // one starting point, like DDP; *p keeps its autograd record
       Tensor received = p->detach();
       net::broadcast(*world, received, 0);
