@@ -207,7 +207,7 @@ size_t entry_bytes(const CacheEntry& entry) { return entry.packed ? entry.packed
 size_t capacity_bytes() {
   static const size_t bytes = [] {
     const char* text = std::getenv("TROUPE_PACKED_CACHE_MB");
-    if (!text || !*text) return size_t(1024) << 20;
+    if (!text || !*text) return size_t(4096) << 20;
     char* end = nullptr;
     const long long mb = std::strtoll(text, &end, 10);
     if (*end != '\0' || mb < 0)

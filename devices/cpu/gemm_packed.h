@@ -40,8 +40,8 @@ void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight&
 
 // The packed form of a 2-d f32 weight [n, k] (any strides), kept while the weight's bytes live
 // and are unchanged: the cache is keyed by the storage, the view, and the storage's version
-// (bumped by every Tensor::mutable_data()). Bounded by TROUPE_PACKED_CACHE_MB (default 1024),
-// least recently used first out. DTypeError/ShapeError for other weights.
+// (bumped by every Tensor::mutable_data()). Bounded by TROUPE_PACKED_CACHE_MB (default 4096, so an
+// XLM-R-large encoder's 1.2 GB of weights stay packed), least recently used first out. DTypeError/ShapeError for other weights.
 //   first_use: packed now (the LSTM reuses its weights T times within one call).
 //   second_use: nullptr the first time a weight is seen, packed the next: a weight used once per
 //               version (training writes it every step) never pays for packing.

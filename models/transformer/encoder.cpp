@@ -1,0 +1,189 @@
+#include "models/transformer/encoder.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "devices/autograd/grad_mode.h"
+#include "devices/error.h"
+#include "devices/ops.h"
+#include "devices/random.h"
+
+namespace troupe::models {
+
+namespace {
+
+std::string shape_str(const Tensor& t) { return t.defined() ? t.meta().str() : "undefined"; }
+
+// 0 for tokens, -inf for padding, shaped [B, 1, 1, S] to broadcast over heads and queries.
+Tensor padding_bias(const Tensor& key_padding_mask) {
+  const int64_t B = key_padding_mask.shape()[0], S = key_padding_mask.shape()[1];
+  Tensor bias = where(key_padding_mask, Tensor::full({}, -std::numeric_limits<double>::infinity()),
+                      Tensor::zeros({}));
+  return bias.reshape({B, 1, 1, S});
+}
+
+Tensor activate(const std::string& activation, const Tensor& x) { return activation == "gelu" ? gelu(x) : relu(x); }
+
+}  // namespace
+
+LayerNorm::LayerNorm(int64_t d, double eps_) : weight(Tensor::ones({d})), bias(Tensor::zeros({d})), eps(eps_) {
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+}
+
+Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, {weight.shape()[0]}, weight, bias, eps); }
+
+MultiheadAttention::MultiheadAttention(int64_t d, int64_t heads, double dropout_)
+    : embed_dim(d), num_heads(heads), dropout(dropout_), out_proj(d, d) {
+  if (d <= 0 || heads <= 0 || d % heads != 0)
+    throw ValueError("MultiheadAttention: embed_dim " + std::to_string(d) + " must be a positive multiple of num_heads " +
+                     std::to_string(heads));
+  const double bound = std::sqrt(6.0 / static_cast<double>(d + 3 * d));  // xavier_uniform_, like PyTorch
+  in_proj_weight = rand_uniform({3 * d, d}, -bound, bound);
+  in_proj_bias = Tensor::zeros({3 * d});
+  out_proj.bias = Tensor::zeros({d});
+  register_parameter("in_proj_weight", in_proj_weight);
+  register_parameter("in_proj_bias", in_proj_bias);
+  register_module("out_proj", out_proj);
+}
+
+Tensor MultiheadAttention::forward(const Tensor& x, const Tensor& key_padding_mask) const {
+  const int64_t B = x.shape()[0], S = x.shape()[1], d = embed_dim, H = num_heads, hd = d / H;
+  const Tensor qkv = linear(x, in_proj_weight, in_proj_bias);  // [B, S, 3d]
+  auto heads = [&](int64_t part) { return qkv.slice(2, part * d, (part + 1) * d).reshape({B, S, H, hd}).permute({0, 2, 1, 3}); };
+  Tensor scores = mul(matmul(heads(0), heads(1), false, true), 1.0 / std::sqrt(static_cast<double>(hd)));  // [B,H,S,S]
+  if (key_padding_mask.defined()) scores = add(scores, padding_bias(key_padding_mask));
+  Tensor weights = softmax(scores, -1);
+  if (dropout > 0 && is_training()) weights = troupe::dropout(weights, dropout, true);
+  const Tensor context = matmul(weights, heads(2)).permute({0, 2, 1, 3}).reshape({B, S, d});
+  return out_proj(context);
+}
+
+Tensor MultiheadAttention::forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
+                                          const std::vector<int64_t>& key_lengths) const {
+  const int64_t d = embed_dim, H = num_heads, hd = d / H;
+  const Tensor qkv = linear(tokens, in_proj_weight, in_proj_bias);  // one GEMM over real tokens: [rows, 3d]
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<Tensor> contexts;
+  for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+    const int64_t L = offsets[i + 1] - offsets[i];
+    if (L == 0) continue;
+    const Tensor rows = qkv.slice(0, offsets[i], offsets[i + 1]);
+    const int64_t keys = key_lengths.empty() ? L : key_lengths[i];
+    auto heads = [&](int64_t part, int64_t n) {
+      return rows.slice(0, 0, n).slice(1, part * d, (part + 1) * d).reshape({n, H, hd}).permute({1, 0, 2});
+    };
+    const Tensor weights = softmax(mul(matmul(heads(0, L), heads(1, keys), false, true), scale), -1);  // [H, L, keys]
+    contexts.push_back(matmul(weights, heads(2, keys)).permute({1, 0, 2}).reshape({L, d}));
+  }
+  return out_proj(contexts.size() == 1 ? contexts[0] : cat(contexts, 0));
+}
+
+TransformerEncoderLayer::TransformerEncoderLayer(const EncoderLayerOptions& o)
+    : options(o),
+      self_attn(o.d_model, o.nhead, o.dropout),
+      linear1(o.d_model, o.dim_feedforward),
+      linear2(o.dim_feedforward, o.d_model),
+      norm1(o.d_model, o.layer_norm_eps),
+      norm2(o.d_model, o.layer_norm_eps),
+      dropout(o.dropout),
+      dropout1(o.dropout),
+      dropout2(o.dropout) {
+  if (o.activation != "relu" && o.activation != "gelu")
+    throw ValueError("TransformerEncoderLayer: activation must be relu or gelu, got '" + o.activation + "'");
+  register_module("self_attn", self_attn);
+  register_module("linear1", linear1);
+  register_module("linear2", linear2);
+  register_module("norm1", norm1);
+  register_module("norm2", norm2);
+  register_module("dropout", dropout);
+  register_module("dropout1", dropout1);
+  register_module("dropout2", dropout2);
+}
+
+Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) const {
+  return linear2(dropout(activate(options.activation, linear1(x))));
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& mask) const {
+  if (options.norm_first) {
+    Tensor h = add(x, dropout1(self_attn.forward(norm1(x), mask)));
+    return add(h, dropout2(feed_forward(norm2(h))));
+  }
+  Tensor h = norm1(add(x, dropout1(self_attn.forward(x, mask))));
+  return norm2(add(h, dropout2(feed_forward(h))));
+}
+
+Tensor TransformerEncoderLayer::forward_packed(const Tensor& x, const std::vector<int64_t>& offsets,
+                                               const std::vector<int64_t>& key_lengths) const {
+  const std::string& act = options.activation;
+  auto ff = [&](const Tensor& t) { return linear2(activate(act, linear1(t))); };
+  if (options.norm_first) {
+    Tensor h = add(x, self_attn.forward_packed(norm1(x), offsets, key_lengths));
+    return add(h, ff(norm2(h)));
+  }
+  Tensor h = norm1(add(x, self_attn.forward_packed(x, offsets, key_lengths)));
+  return norm2(add(h, ff(h)));
+}
+
+TransformerEncoder::TransformerEncoder(const EncoderLayerOptions& o, int num_layers, bool final_norm) : options(o) {
+  if (num_layers <= 0) throw ValueError("TransformerEncoder: num_layers must be positive, got " + std::to_string(num_layers));
+  for (int i = 0; i < num_layers; ++i) {
+    layers.push_back(std::make_unique<TransformerEncoderLayer>(o));
+    register_module("layers." + std::to_string(i), *layers.back());
+  }
+  if (final_norm) {
+    norm = std::make_unique<LayerNorm>(o.d_model, o.layer_norm_eps);
+    register_module("norm", *norm);
+  }
+}
+
+bool TransformerEncoder::takes_fastpath() const { return fastpath_enabled_ && !is_training() && !grad_enabled(); }
+
+void TransformerEncoder::check_input(const Tensor& x, const Tensor& mask) const {
+  if (x.dim() != 3 || x.shape()[2] != options.d_model || x.dtype() != DType::f32)
+    throw ShapeError("TransformerEncoder: expected src f32[" + std::string(options.batch_first ? "B,S," : "S,B,") +
+                     std::to_string(options.d_model) + "], got " + shape_str(x));
+  if (!mask.defined()) return;
+  const int64_t B = x.shape()[options.batch_first ? 0 : 1], S = x.shape()[options.batch_first ? 1 : 0];
+  if (mask.dtype() != DType::boolean || mask.shape() != Shape{B, S})
+    throw ShapeError("TransformerEncoder: key_padding_mask must be bool[" + std::to_string(B) + "," + std::to_string(S) +
+                     "] for src " + shape_str(x) + ", got " + shape_str(mask));
+}
+
+Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask) const {
+  check_input(src, mask);
+  Tensor x = options.batch_first ? src : src.transpose(0, 1);
+  if (takes_fastpath() && mask.defined() && nested_enabled_) {
+    x = forward(NestedTensor::from_padded(x, mask)).to_padded(x.shape()[1]);
+  } else if (takes_fastpath()) {
+    // Every position computed; keys beyond a sequence's tokens (trailing padding) not attended.
+    const int64_t B = x.shape()[0], S = x.shape()[1];
+    std::vector<int64_t> offsets, key_lengths;
+    for (int64_t b = 0; b <= B; ++b) offsets.push_back(b * S);
+    if (mask.defined()) key_lengths = sequence_lengths(mask);
+    NoGradGuard no_grad;
+    Tensor t = x.reshape({B * S, options.d_model}).contiguous();
+    for (const auto& layer : layers) t = layer->forward_packed(t, offsets, key_lengths);
+    if (norm) t = norm->forward(t);
+    x = t.reshape({B, S, options.d_model});
+  } else {
+    for (const auto& layer : layers) x = layer->forward(x, mask);
+    if (norm) x = norm->forward(x);
+  }
+  return options.batch_first ? x : x.transpose(0, 1);
+}
+
+NestedTensor TransformerEncoder::forward(const NestedTensor& src) const {
+  if (src.tokens().shape()[1] != options.d_model || src.tokens().dtype() != DType::f32)
+    throw ShapeError("TransformerEncoder: expected nested tokens f32[rows," + std::to_string(options.d_model) + "], got " +
+                     src.tokens().meta().str());
+  NoGradGuard no_grad;  // the fastpath is inference only
+  Tensor x = src.tokens().contiguous();
+  for (const auto& layer : layers) x = layer->forward_packed(x, src.offsets());
+  if (norm) x = norm->forward(x);
+  return src.with_tokens(x);
+}
+
+}  // namespace troupe::models

@@ -1,0 +1,109 @@
+#pragma once
+// PyTorch's nn.MultiheadAttention (self-attention), nn.TransformerEncoderLayer and
+// nn.TransformerEncoder, with their parameter names (layers.0.self_attn.in_proj_weight,
+// layers.0.self_attn.out_proj.weight, layers.0.linear1.weight, layers.0.norm1.weight, ...), so a
+// state dict saved from PyTorch as safetensors loads unchanged.
+//
+//   EncoderLayerOptions o{.d_model = 1024, .nhead = 16, .dim_feedforward = 4096, .batch_first = true};
+//   TransformerEncoder encoder(o, /*num_layers=*/24);
+//   encoder.load(read_safetensors("encoder.safetensors"));
+//   encoder.eval();
+//   NoGradGuard no_grad;                         // inference: the fastpath
+//   Tensor y = encoder(x, key_padding_mask);     // x [B, S, d]; mask bool [B, S], true = padding
+//   NestedTensor z = encoder(NestedTensor::from_padded(x, key_padding_mask));
+//
+// Two paths, as in PyTorch. The general path is dense (padded positions are computed and masked),
+// built from registered ops, so autograd records it: use it to train. The fastpath is taken when
+// the module is in eval mode and grad mode is off: one fused QKV GEMM over packed tokens (a
+// NestedTensor: padding is never computed), attention per sequence on its real tokens, and the
+// output projection and feed-forward GEMMs over the real tokens only. The padded positions of
+// its dense output are zeros (PyTorch's fastpath returns the same). set_fastpath(false) forces the
+// general path (benchmarks).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/nn/layers.h"
+#include "models/transformer/nested_tensor.h"
+
+namespace troupe::models {
+
+struct EncoderLayerOptions {
+  int64_t d_model = 512;
+  int64_t nhead = 8;
+  int64_t dim_feedforward = 2048;
+  double dropout = 0.1;
+  std::string activation = "relu";  // relu | gelu
+  double layer_norm_eps = 1e-5;
+  bool batch_first = false;  // false: [S, B, d], like PyTorch's default
+  bool norm_first = false;   // true: pre-LN
+};
+
+class LayerNorm : public Module {
+ public:
+  LayerNorm(int64_t d, double eps);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor weight, bias;
+  double eps;
+};
+
+class MultiheadAttention : public Module {
+ public:
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0);
+  // Self-attention over x [B, S, d] (batch first); key_padding_mask bool [B, S] or undefined.
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask = {}) const;
+  // The fastpath: packed tokens [rows, d] with sequence offsets, attention within each sequence;
+  // key_lengths (optional, one per sequence): only a sequence's first keys are attended (the dense
+  // fastpath over padded sequences).
+  Tensor forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
+                        const std::vector<int64_t>& key_lengths = {}) const;
+
+  int64_t embed_dim, num_heads;
+  double dropout;
+  Tensor in_proj_weight, in_proj_bias;  // [3d, d], [3d]
+  Linear out_proj;
+};
+
+class TransformerEncoderLayer : public Module {
+ public:
+  explicit TransformerEncoderLayer(const EncoderLayerOptions& options);
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask = {}) const;       // batch first, general
+  Tensor forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
+                        const std::vector<int64_t>& key_lengths = {}) const;  // fastpath
+
+  EncoderLayerOptions options;
+  MultiheadAttention self_attn;
+  Linear linear1, linear2;
+  LayerNorm norm1, norm2;
+  Dropout dropout, dropout1, dropout2;
+
+ private:
+  Tensor feed_forward(const Tensor& x) const;
+};
+
+class TransformerEncoder : public Module {
+ public:
+  TransformerEncoder(const EncoderLayerOptions& options, int num_layers, bool final_norm = false);
+  // src [B, S, d] (batch_first) or [S, B, d]; key_padding_mask bool [B, S], true = padding.
+  Tensor forward(const Tensor& src, const Tensor& key_padding_mask = {}) const;
+  Tensor operator()(const Tensor& src, const Tensor& key_padding_mask = {}) const { return forward(src, key_padding_mask); }
+  NestedTensor forward(const NestedTensor& src) const;  // the fastpath on packed tokens
+  NestedTensor operator()(const NestedTensor& src) const { return forward(src); }
+
+  void set_fastpath(bool enabled) { fastpath_enabled_ = enabled; }
+  // With a padding mask, the fastpath packs real tokens only (default) or, like PyTorch's
+  // enable_nested_tensor=false, runs every padded position and masks keys in attention.
+  void set_nested(bool enabled) { nested_enabled_ = enabled; }
+  bool takes_fastpath() const;  // eval mode, grad mode off, fastpath enabled
+
+  EncoderLayerOptions options;
+  std::vector<std::unique_ptr<TransformerEncoderLayer>> layers;
+  std::unique_ptr<LayerNorm> norm;  // the optional final norm
+
+ private:
+  void check_input(const Tensor& x, const Tensor& key_padding_mask) const;
+  bool fastpath_enabled_ = true, nested_enabled_ = true;
+};
+
+}  // namespace troupe::models

@@ -1,0 +1,118 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "devices/autograd/grad_mode.h"
+#include "devices/error.h"
+#include "devices/io/safetensors.h"
+#include "devices/ops.h"
+#include "models/transformer/encoder.h"
+
+using namespace troupe;
+using namespace troupe::models;
+
+namespace {
+
+const std::map<std::string, Tensor>& fixture() {
+  static auto f = read_safetensors(std::string(TROUPE_FIXTURES) + "/transformer/transformer_small.safetensors");
+  return f;
+}
+
+EncoderLayerOptions small_options(const std::string& name) {
+  const bool post = name == "post";
+  return {.d_model = 16, .nhead = 2, .dim_feedforward = 32, .dropout = 0.0, .activation = post ? "relu" : "gelu",
+          .batch_first = post, .norm_first = !post};
+}
+
+// The encoder of fixture `name` ("post": post-LN relu batch_first; "pre": pre-LN gelu [S,B,d]).
+std::unique_ptr<TransformerEncoder> fixture_encoder(const std::string& name) {
+  auto encoder = std::make_unique<TransformerEncoder>(small_options(name), 2);
+  std::map<std::string, Tensor> state;
+  for (const auto& [key, value] : fixture())
+    if (key.rfind(name + ".layers.", 0) == 0) state[key.substr(name.size() + 1)] = value;
+  encoder->load(state);
+  encoder->eval();
+  return encoder;
+}
+
+// Largest |a - b| over the real tokens of [B, S, d] tensors, relative to the largest |b|.
+double relative_error(const Tensor& a, const Tensor& b, const Tensor& mask) {
+  const Tensor keep = where(mask.unsqueeze(2), Tensor::zeros({}), Tensor::ones({}));
+  const double diff = max(abs(mul(sub(a, b), keep))).item<double>();
+  return diff / max(abs(mul(b, keep))).item<double>();
+}
+
+Tensor seq_first(const Tensor& x, bool batch_first) { return batch_first ? x : x.transpose(0, 1); }
+
+}  // namespace
+
+TEST_CASE("the encoder matches PyTorch's nn.TransformerEncoder, both norm orders and paths", "[transformer]") {
+  for (const std::string name : {"post", "pre"}) {
+    INFO(name);
+    auto encoder = fixture_encoder(name);
+    const bool bf = encoder->options.batch_first;
+    const Tensor x = fixture().at(name + ".x"), mask = fixture().at(name + ".mask");
+    const Tensor none = Tensor::zeros({3, 5}, DType::boolean);
+    // The general path (grad mode on), then the fastpath (NoGradGuard).
+    const Tensor slow = seq_first(encoder->forward(seq_first(x, bf)), bf);
+    const Tensor slow_masked = seq_first(encoder->forward(seq_first(x, bf), mask), bf);
+    CHECK(relative_error(slow, fixture().at(name + ".out"), none) < 1e-4);
+    CHECK(relative_error(slow_masked, fixture().at(name + ".out_masked"), mask) < 1e-4);
+    NoGradGuard no_grad;
+    REQUIRE(encoder->takes_fastpath());
+    const Tensor fast = seq_first(encoder->forward(seq_first(x, bf)), bf);
+    const Tensor fast_masked = seq_first(encoder->forward(seq_first(x, bf), mask), bf);
+    CHECK(relative_error(fast, fixture().at(name + ".out"), none) < 1e-4);
+    CHECK(relative_error(fast_masked, fixture().at(name + ".out_masked"), mask) < 1e-4);
+    // The fastpath never computes padding: its padded positions are zeros.
+    CHECK(max(abs(fast_masked.select(0, 2).slice(0, 2, 5))).item<float>() == 0.0f);
+  }
+}
+
+TEST_CASE("the general path records the tape, so the encoder trains", "[transformer]") {
+  auto encoder = fixture_encoder("post");
+  encoder->train();
+  const Tensor x = fixture().at("post.x");
+  Tensor loss = sum(mul(encoder->forward(x, fixture().at("post.mask")), 0.01));
+  loss.backward();
+  const Tensor* w = encoder->named_parameters()[0].second;  // layers.0.self_attn.in_proj_weight
+  REQUIRE(w->grad().defined());
+  CHECK(max(abs(w->grad())).item<float>() > 0.0f);
+}
+
+TEST_CASE("nested tensors round-trip with padded ones", "[transformer][nested]") {
+  const Tensor x = Tensor::arange(3 * 4 * 2).reshape({3, 4, 2});
+  const Tensor mask = Tensor::from_vector<bool>({false, false, false, false, false, true, true, true,
+                                                 false, false, true, true}, {3, 4});
+  const NestedTensor n = NestedTensor::from_padded(x, mask);
+  CHECK(n.tokens().shape() == Shape{7, 2});
+  CHECK(n.offsets() == std::vector<int64_t>{0, 4, 5, 7});
+  CHECK(n.max_length() == 4);
+  const Tensor back = n.to_padded();
+  CHECK(back.to_vector<float>() == where(mask.unsqueeze(2), Tensor::zeros({}), x).to_vector<float>());
+  const NestedTensor m = NestedTensor::from_list({x.select(0, 0), x.select(0, 1).slice(0, 0, 1)});
+  CHECK(m.to_padded(6).shape() == Shape{2, 6, 2});
+  CHECK(m.unbind()[1].to_vector<float>() == std::vector<float>{8, 9});
+  CHECK_THROWS_AS(NestedTensor::from_padded(x, Tensor::zeros({3, 3}, DType::boolean)), ShapeError);
+  const Tensor holes = Tensor::from_vector<bool>({false, true, false, true, false, false, false, false,
+                                                  false, false, false, false}, {3, 4});
+  CHECK_THROWS_WITH(NestedTensor::from_padded(x, holes), Catch::Contains("trailing"));
+  CHECK_THROWS_AS(n.to_padded(3), ShapeError);
+  CHECK_THROWS_AS(NestedTensor::from_list({x.select(0, 0), Tensor::zeros({2, 3})}), ShapeError);
+}
+
+TEST_CASE("encoder errors name the module and the shapes", "[transformer][errors]") {
+  CHECK_THROWS_WITH(MultiheadAttention(10, 3), Catch::Contains("MultiheadAttention") && Catch::Contains("num_heads"));
+  EncoderLayerOptions bad = small_options("post");
+  bad.activation = "tanh";
+  CHECK_THROWS_AS(TransformerEncoderLayer(bad), ValueError);
+  auto encoder = fixture_encoder("post");
+  CHECK_THROWS_WITH(encoder->forward(Tensor::zeros({3, 5, 8})),
+                    Catch::Contains("TransformerEncoder") && Catch::Contains("f32[3,5,8]"));
+  CHECK_THROWS_WITH(encoder->forward(Tensor::zeros({3, 5, 16}), Tensor::zeros({3, 4}, DType::boolean)),
+                    Catch::Contains("key_padding_mask") && Catch::Contains("bool[3,4]"));
+  CHECK_THROWS_AS(encoder->forward(Tensor::zeros({3, 5, 16}), Tensor::zeros({3, 5})), ShapeError);
+  std::map<std::string, Tensor> state = encoder->state_dict();
+  state["layers.0.linear1.weight"] = Tensor::zeros({32, 8});
+  CHECK_THROWS_AS(encoder->load(state), ShapeError);
+}
