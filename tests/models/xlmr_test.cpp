@@ -13,10 +13,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "devices/autograd/grad_mode.h"
 #include "devices/io/safetensors.h"
 #include "devices/ops.h"
 #include "models/xlmr/checkpoint.h"
 #include "models/xlmr/embeddings.h"
+#include "models/xlmr/xlmr.h"
 #include "models/xlmr/xlmr_transform.h"
 
 using namespace troupe;
@@ -374,4 +376,79 @@ TEST_CASE("XLMR checkpoints: errors list every missing and unknown key, and name
   XLMRConfig bad = tiny;
   bad.heads = 3;
   CHECK_THROWS_WITH(xlmr_torchtext_state(fixture("torchtext"), bad), Catch::Contains("heads") && Catch::Contains("d_model=16"));
+}
+
+TEST_CASE("XLMR: the whole tiny model matches PyTorch on a padded batch, fastpath and general path", "[xlmr][model]") {
+  const auto reference = fixture("reference");
+  const Tensor tokens = reference.at("tokens");
+  for (const char* file : {"torchtext", "hf"}) {
+    XLMR model(tiny);
+    model.load(fixture(file));
+    model.eval();
+    {
+      NoGradGuard no_grad;  // the nested fastpath
+      REQUIRE(model.encoder.takes_fastpath());
+      INFO(file << " fastpath");
+      CHECK(relative_error(model.features(tokens), reference.at("features")) <= 1e-4);
+      CHECK(relative_error(model(tokens), reference.at("logits")) <= 1e-4);
+    }
+    INFO(file << " general path");  // grad mode on: dense, masked, recorded
+    REQUIRE_FALSE(model.encoder.takes_fastpath());
+    CHECK(relative_error(model.features(tokens), reference.at("features")) <= 1e-4);
+    CHECK(relative_error(model(tokens), reference.at("logits")) <= 1e-4);
+  }
+}
+
+TEST_CASE("XLMR: state_dict round trip, a headless checkpoint keeps the head, gradients reach the encoder", "[xlmr][model]") {
+  const Tensor tokens = fixture("reference").at("tokens");
+  XLMR model(tiny);
+  model.load(fixture("torchtext"));
+  auto state = model.state_dict();
+  CHECK(state.size() == 4 + 2 * 12 + 4);
+  XLMR copy(tiny, 99);
+  copy.load(state);
+  model.eval();
+  copy.eval();
+  NoGradGuard no_grad;
+  CHECK(relative_error(copy(tokens), model(tokens)) == 0);
+
+  auto headless = fixture("torchtext");
+  for (const char* part : {"dense.weight", "dense.bias", "out_proj.weight", "out_proj.bias"})
+    headless.erase(std::string("head.") + part);
+  XLMR fresh(tiny, 5);
+  const Tensor head_before = fresh.head.out_proj.weight.clone();
+  fresh.load(headless);
+  CHECK(relative_error(fresh.head.out_proj.weight, head_before) == 0);
+  fresh.eval();
+  CHECK(relative_error(fresh.features(tokens), model.features(tokens)) == 0);
+}
+
+TEST_CASE("XLMR: training mode records the encoder and head for backward", "[xlmr][model]") {
+  const Tensor tokens = fixture("reference").at("tokens");
+  XLMR model(tiny);
+  model.load(fixture("torchtext"));
+  model.train();
+  REQUIRE_FALSE(model.encoder.takes_fastpath());
+  Tensor loss = cross_entropy(model(tokens), Tensor::from_vector<int64_t>({0, 2, 1}, {3}));
+  loss.backward();
+  auto head_grad = model.head.out_proj.weight.grad();
+  auto attn_grad = model.encoder.layers[0]->self_attn.in_proj_weight.grad();
+  REQUIRE(head_grad.defined());
+  REQUIRE(attn_grad.defined());
+  double norm = 0;
+  for (double g : attn_grad.to_vector<double>()) norm += g * g;
+  CHECK(norm > 0);
+}
+
+TEST_CASE("XLMR: bad token batches are errors naming the shapes", "[xlmr][model][errors]") {
+  XLMR model(tiny);
+  model.eval();
+  NoGradGuard no_grad;
+  CHECK_THROWS_AS(model(Tensor::zeros({4}, DType::i64)), ShapeError);
+  CHECK_THROWS_AS(model(Tensor::zeros({2, 3})), DTypeError);
+  CHECK_THROWS_AS(model(Tensor::full({1, 3}, 202, DType::i64)), IndexError);  // outside the vocabulary
+  // Padding inside a row: the padded batch must hold each row's tokens first.
+  CHECK_THROWS(model(Tensor::from_vector<int64_t>({0, 1, 5, 2}, {1, 4})));
+  CHECK_THROWS_AS(model.load(std::map<std::string, Tensor>{}), ValueError);
+  CHECK_THROWS_AS(XLMR(XLMRConfig::tiny(0)), ValueError);
 }

@@ -1,0 +1,66 @@
+#pragma once
+// XLM-R for sequence classification, as torchtext's XLMR_BASE_ENCODER / XLMR_LARGE_ENCODER with a
+// RobertaClassificationHead (and Hugging Face's XLMRobertaForSequenceClassification): RoBERTa
+// embeddings, a post-LN gelu TransformerEncoder, and a head (dense, tanh, out_proj) on <s>.
+//
+//   auto spm = std::make_shared<SentencePieceTokenizer>("sentencepiece.bpe.model");
+//   XLMRTransform transform(spm);
+//   XLMR model(XLMRConfig::base(/*num_classes=*/2));
+//   model.load(read_safetensors("xlmr.base.safetensors"));   // torchtext or Hugging Face names
+//   model.eval();
+//   NoGradGuard no_grad;                                      // inference: the encoder's fastpath
+//   Tensor logits = model(transform.batch({"Hello world", "Bonjour"}));   // f32 [2, 2]
+//
+// In eval mode without grad the encoder packs the real tokens of a padded batch (a NestedTensor),
+// so padding costs nothing; otherwise it runs PyTorch's general path, which autograd records.
+// The embeddings are frozen (the fine-tuned parts are the encoder and the head).
+#include <map>
+#include <string>
+
+#include "models/nn/layers.h"
+#include "models/transformer/encoder.h"
+#include "models/xlmr/embeddings.h"
+#include "models/xlmr/xlmr_config.h"
+
+namespace troupe::models {
+
+// torchtext's RobertaClassificationHead: out_proj(dropout(activation(dense(dropout(x[:, 0]))))).
+class XLMRClassificationHead : public Module {
+ public:
+  XLMRClassificationHead(int64_t d_model, int64_t num_classes, const std::string& activation, double dropout);
+  Tensor forward(const Tensor& features) const;  // [B, S, d] -> [B, classes], from each row's <s>
+  Tensor operator()(const Tensor& features) const { return forward(features); }
+
+  std::string activation;  // tanh | relu
+  Linear dense, out_proj;
+  Dropout dropout;
+};
+
+class XLMR {
+ public:
+  // Random weights (RoBERTa's embeddings initialisation, PyTorch's for the rest) from seed.
+  explicit XLMR(const XLMRConfig& config, uint64_t seed = 0);
+
+  // tokens i32/i64 [B, S], padded with config.padding_idx after each row's tokens (XLMRTransform's
+  // batches) -> features f32 [B, S, d_model], zeros at padding. Errors name the shapes.
+  Tensor features(const Tensor& tokens) const;
+  // -> logits f32 [B, num_classes].
+  Tensor forward(const Tensor& tokens) const { return head(features(tokens)); }
+  Tensor operator()(const Tensor& tokens) const { return forward(tokens); }
+
+  // A checkpoint under torchtext's or Hugging Face's names (checkpoint.h), checked against the
+  // config; one without head weights leaves the head as it was.
+  void load(const std::map<std::string, Tensor>& checkpoint);
+  void load(const std::string& safetensors_path);
+  std::map<std::string, Tensor> state_dict();  // torchtext's names
+
+  void train(bool on = true);
+  void eval() { train(false); }
+
+  XLMRConfig config;
+  XLMRobertaEmbeddings embeddings;
+  TransformerEncoder encoder;
+  XLMRClassificationHead head;
+};
+
+}  // namespace troupe::models
