@@ -123,6 +123,7 @@ int main(int argc, char** argv) {
   CLI::App app{"distributed synchronous SGD on Fashion-MNIST (the seed's recipe)"};
   int epochs = 10, threads = 1;
   int64_t subset = 0, bucket_kb = 1024;
+  uint64_t seed = 1234;
   std::string data = kFashionMnistDir, sync = "ddp", recipe = "seed", model_name = "net";
   bool json = false, verify = false;
   app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
@@ -132,6 +133,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"net", "wide"}));
   app.add_option("--recipe", recipe, "optimisation recipe")->check(CLI::IsMember({"seed", "better"}));
   app.add_option("--bucket-kb", bucket_kb, "ddp: gradient bucket size")->check(CLI::PositiveNumber);
+  app.add_option("--seed", seed, "partition, shuffling, initial weights and dropout (the seed's 1234)");
   app.add_option("--subset", subset, "train on the first N images only (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads, "intra-op threads per rank")->check(CLI::PositiveNumber);
   app.add_flag("--verify", verify, "check after every step that all ranks hold bit-identical parameters");
@@ -148,10 +150,10 @@ int main(int argc, char** argv) {
     Dataset train = load_fashion_mnist(data, "train");
     if (subset > 0 && subset < train.size())
       train = {train.images.slice(0, 0, subset).contiguous(), train.labels.slice(0, 0, subset).contiguous()};
-    DataPartitioner parts(train.size(), std::vector<double>(static_cast<size_t>(size), 1.0 / size), 1234);
-    BatchLoader loader(train, parts.partition(rank), 128 / size, 1234 + static_cast<uint64_t>(rank));
+    DataPartitioner parts(train.size(), std::vector<double>(static_cast<size_t>(size), 1.0 / size), seed);
+    BatchLoader loader(train, parts.partition(rank), 128 / size, seed + static_cast<uint64_t>(rank));
 
-    manual_seed(1234);
+    manual_seed(seed);
     Model model = model_name == "wide" ? make_model<WideNet>() : make_model<Net>();
     for (Tensor* p : model.parameters()) {  // one starting point, like DDP; *p keeps its autograd record
       Tensor received = p->detach();
@@ -163,7 +165,7 @@ int main(int argc, char** argv) {
     const bool better = recipe == "better";
     const double base_lr = better ? 0.05 : 0.01;
     SGD optimizer(model.parameters(), {.lr = base_lr, .momentum = better ? 0.9 : 0.5, .nesterov = better});
-    manual_seed(1234 + static_cast<uint64_t>(rank));  // dropout masks differ per rank, as in the seed
+    manual_seed(seed + static_cast<uint64_t>(rank));  // dropout masks differ per rank, as in the seed
     const bool bar = rank == 0 && !json && isatty(STDOUT_FILENO);
 
     const auto start = std::chrono::steady_clock::now();
