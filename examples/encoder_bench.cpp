@@ -10,28 +10,12 @@
 #include "devices/autograd/grad_mode.h"
 #include "devices/ops.h"
 #include "devices/random.h"
+#include "examples/median_time.h"
 #include "examples/run_example.h"
 #include "models/transformer/encoder.h"
 
 using namespace troupe;
 using namespace troupe::models;
-
-namespace {
-
-template <class Fn>
-double median_seconds(Fn fn, int reps) {
-  for (int i = 0; i < 2; ++i) fn();  // warm-up: linear packs a weight on its second use; buffers cached
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int layers = 24, reps = 3;
@@ -56,16 +40,17 @@ int main(int argc, char** argv) {
       for (int64_t s = 0; s < S; ++s) pad.push_back(s >= lengths[static_cast<size_t>(b)]);
     const Tensor mask = Tensor::from_vector(pad, {B, S});
 
+    // Two warm-ups per path: linear packs a weight on its second use.
     encoder.train();
-    const double slow = median_seconds([&] { encoder(x, mask); }, reps);
+    const double slow = median_seconds([&] { encoder(x, mask); }, reps, 2);
     encoder.eval();
     NoGradGuard no_grad;
     encoder.set_nested(false);
     Tensor dense;
-    const double fast_dense = median_seconds([&] { dense = encoder(x, mask); }, reps);
+    const double fast_dense = median_seconds([&] { dense = encoder(x, mask); }, reps, 2);
     encoder.set_nested(true);
     Tensor nested;
-    const double fast_nested = median_seconds([&] { nested = encoder(x, mask); }, reps);
+    const double fast_nested = median_seconds([&] { nested = encoder(x, mask); }, reps, 2);
     encoder.set_fastpath(false);
     const Tensor general = encoder(x, mask);  // eval mode, the general path: the reference
 

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "devices/ops.h"
+#include "examples/median_time.h"
 
 using namespace troupe;
 
@@ -20,20 +21,6 @@ Tensor naive(const Tensor& data, const Tensor& indices) {
   rows.reserve(idx.size() / 2);
   for (size_t r = 0; r < idx.size(); r += 2) rows.push_back(data.select(0, idx[r]).select(0, idx[r + 1]));
   return stack(rows);
-}
-
-// Median wall time of `reps` single calls, in seconds, after one warm-up call.
-template <class Fn>
-double median_time(Fn fn, int reps) {
-  fn();
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
 }
 
 }  // namespace
@@ -64,8 +51,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gathernd_bench: gather_nd and the naive loop disagree\n");
     return 1;
   }
-  const double naive_s = median_time([&] { naive(data, indices); }, naive_reps);
-  const double gather_s = median_time([&] { gather_nd(data, indices); }, reps);
+  const double naive_s = median_seconds([&] { naive(data, indices); }, naive_reps, 1);
+  const double gather_s = median_seconds([&] { gather_nd(data, indices); }, reps, 1);
   const double gb = kRows * 256 * 4 * 2 / 1e9;  // bytes read plus bytes written
   if (json) {
     std::printf("{\"naive_ms\":%.3f,\"gather_nd_us\":%.1f,\"gbs\":%.2f}\n", naive_s * 1e3, gather_s * 1e6,

@@ -10,6 +10,7 @@
 
 #include "actors/profiler.h"
 #include "actors/runtime.h"
+#include "examples/median_time.h"
 #include "models/lstm.h"
 
 using namespace troupe;
@@ -22,18 +23,6 @@ Tensor random_input(int64_t T, int64_t B, int64_t C, uint64_t seed) {
   std::vector<float> v(static_cast<size_t>(T * B * C));
   for (auto& x : v) x = dist(rng);
   return Tensor::from_vector(v, {T, B, C});
-}
-
-template <class Fn>
-double median_seconds(Fn fn, int reps) {
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    auto start = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
 }
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {

@@ -7,7 +7,6 @@
 // one, its vocabulary and class count are read from the file (torchtext or Hugging Face names).
 // Texts come from the arguments, or one per line on standard input.
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -16,6 +15,7 @@
 #include "devices/autograd/grad_mode.h"
 #include "devices/io/safetensors.h"
 #include "devices/ops.h"
+#include "examples/median_time.h"
 #include "examples/run_example.h"
 #include "models/xlmr/xlmr.h"
 #include "models/xlmr/xlmr_transform.h"
@@ -81,16 +81,8 @@ int main(int argc, char** argv) {
 
     const Tensor tokens = transform.batch(texts);
     NoGradGuard no_grad;  // eval mode and no grad: the nested fastpath
-    for (int i = 0; i < 2; ++i) model(tokens);  // warm-up: linear packs a weight on its second use
-    Tensor logits;
-    std::vector<double> times;
-    for (int r = 0; r < reps; ++r) {
-      start = std::chrono::steady_clock::now();
-      logits = model(tokens);
-      times.push_back(seconds_since(start));
-    }
-    std::sort(times.begin(), times.end());
-    const double run_s = times[times.size() / 2];
+    Tensor logits;  // two warm-ups: linear packs a weight on its second use
+    const double run_s = median_seconds([&] { logits = model(tokens); }, reps, 2);
 
     const auto values = logits.to_vector<float>();
     const auto ids = tokens.to_vector<int64_t>();
