@@ -55,11 +55,10 @@ XLMR::XLMR(const XLMRConfig& c, uint64_t seed)
 
 Tensor XLMR::features(const Tensor& tokens) const {
   Tensor x = embeddings(tokens);  // checks the tokens' rank, dtype and range
-  const Tensor padding = eq(tokens, Tensor::full({}, static_cast<double>(config.padding_idx), tokens.dtype()));
-  x = encoder(x, padding);
+  const Tensor pad_id = Tensor::full({}, static_cast<double>(config.padding_idx), tokens.dtype());
+  x = encoder(x, eq(tokens, pad_id));
   if (encoder.takes_fastpath()) return x;  // the nested fastpath leaves zeros at padding
-  const Tensor real = ne(tokens, Tensor::full({}, static_cast<double>(config.padding_idx), tokens.dtype()));
-  return mul(x, real.to(DType::f32).unsqueeze(2));
+  return mul(x, ne(tokens, pad_id).to(DType::f32).unsqueeze(2));
 }
 
 void XLMR::load(const std::map<std::string, Tensor>& checkpoint) {
