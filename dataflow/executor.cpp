@@ -17,6 +17,7 @@
 #include "actors/runtime.h"
 #include "actors/task.h"
 #include "dataflow/plan.h"
+#include "devices/error_kinds.h"
 #include "devices/threads.h"
 #include "net/process_group.h"
 
@@ -83,86 +84,6 @@ class KernelBudget {
  private:
   int previous_;
 };
-
-// Rethrows e as the same troupe error type with `where` in front of its message.
-std::exception_ptr with_context(const std::string& where, std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const CancelledError&) {
-    return e;
-  } catch (const ShapeError& x) {
-    return std::make_exception_ptr(ShapeError(where + x.what()));
-  } catch (const DTypeError& x) {
-    return std::make_exception_ptr(DTypeError(where + x.what()));
-  } catch (const DeviceError& x) {
-    return std::make_exception_ptr(DeviceError(where + x.what()));
-  } catch (const IndexError& x) {
-    return std::make_exception_ptr(IndexError(where + x.what()));
-  } catch (const ValueError& x) {
-    return std::make_exception_ptr(ValueError(where + x.what()));
-  } catch (const IOError& x) {
-    return std::make_exception_ptr(IOError(where + x.what()));
-  } catch (const PeerLostError& x) {
-    return std::make_exception_ptr(PeerLostError(where + x.what()));
-  } catch (const CommError& x) {
-    return std::make_exception_ptr(CommError(where + x.what()));
-  } catch (const TimeoutError& x) {
-    return std::make_exception_ptr(TimeoutError(where + x.what()));
-  } catch (const std::exception& x) {
-    return std::make_exception_ptr(Error(where + x.what()));
-  } catch (...) {
-    return std::make_exception_ptr(Error(where + "unknown exception"));
-  }
-}
-
-// Errors travel between ranks as a code and a message, and come back as the same type.
-enum ErrorCode : int64_t { no_error, shape, dtype, device, index, value, io, peer_lost, comm, timeout, cancelled, other };
-
-std::pair<ErrorCode, std::string> encode_error(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const CancelledError& x) {
-    return {cancelled, x.what()};
-  } catch (const ShapeError& x) {
-    return {shape, x.what()};
-  } catch (const DTypeError& x) {
-    return {dtype, x.what()};
-  } catch (const DeviceError& x) {
-    return {device, x.what()};
-  } catch (const IndexError& x) {
-    return {index, x.what()};
-  } catch (const ValueError& x) {
-    return {value, x.what()};
-  } catch (const IOError& x) {
-    return {io, x.what()};
-  } catch (const PeerLostError& x) {
-    return {peer_lost, x.what()};
-  } catch (const CommError& x) {
-    return {comm, x.what()};
-  } catch (const TimeoutError& x) {
-    return {timeout, x.what()};
-  } catch (const std::exception& x) {
-    return {other, x.what()};
-  } catch (...) {
-    return {other, "unknown exception"};
-  }
-}
-
-std::exception_ptr decode_error(int64_t code, const std::string& m) {
-  switch (code) {
-    case shape: return std::make_exception_ptr(ShapeError(m));
-    case dtype: return std::make_exception_ptr(DTypeError(m));
-    case device: return std::make_exception_ptr(DeviceError(m));
-    case index: return std::make_exception_ptr(IndexError(m));
-    case value: return std::make_exception_ptr(ValueError(m));
-    case io: return std::make_exception_ptr(IOError(m));
-    case peer_lost: return std::make_exception_ptr(PeerLostError(m));
-    case comm: return std::make_exception_ptr(CommError(m));
-    case timeout: return std::make_exception_ptr(TimeoutError(m));
-    case cancelled: return std::make_exception_ptr(CancelledError(m));
-    default: return std::make_exception_ptr(Error(m));
-  }
-}
 
 // What travels between ranks, on one ordered stream per pair: a header, i64 [kind, invocation,
 // node, slot, live, payload mode, then dtype, ndim, shape and, for small payloads, their bytes];
@@ -408,12 +329,13 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     if (rank == 0) return nullptr;
     auto inv = make_invocation(id, 0);
     inv->on_done = [this](InvocationState& done) {
-      auto [code, text] = done.error ? encode_error(done.error) : std::pair<ErrorCode, std::string>{no_error, ""};
       Tensor message;
-      if (code != no_error) message = Tensor::from_vector(std::vector<uint8_t>(text.begin(), text.end()),
-                                                          {static_cast<int64_t>(text.size())});
+      if (done.error) {
+        const std::string text = encode_error(done.error).serialize();
+        message = Tensor::from_vector(std::vector<uint8_t>(text.begin(), text.end()), {static_cast<int64_t>(text.size())});
+      }
       try {
-        send(0, {ack_message, static_cast<int64_t>(done.id), code, 0, 0}, message);
+        send(0, {ack_message, static_cast<int64_t>(done.id), done.error ? 1 : 0, 0, 0}, message);
       } catch (...) {
         lose_peer(std::current_exception());
       }
@@ -439,9 +361,9 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
           if (node < 0) set_output(*inv, slot, h[4] != 0, payload);
           else caf::anon_send(nodes[node].actor, Deliver{inv, slot, h[4] != 0, payload});
         } else if (h[0] == ack_message) {
-          if (h[2] != no_error) {
+          if (h[2] != 0) {
             auto bytes = payload.to_vector<uint8_t>();
-            inv->fail(decode_error(h[2], std::string(bytes.begin(), bytes.end())));
+            inv->fail(decode_error(ErrorRecord::parse(std::string(bytes.begin(), bytes.end()))));
           }
           node_done(inv);
         }

@@ -41,10 +41,6 @@
 
 namespace troupe {
 
-class CancelledError : public Error {
-  using Error::Error;
-};
-
 namespace net {
 class ProcessGroup;
 }

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "dataflow/plan.h"
+#include "devices/error_kinds.h"
 
 namespace troupe {
 
@@ -23,6 +24,17 @@ GraphError::GraphError(const std::string& graph, std::vector<std::string> proble
         return text;
       }()),
       problems_(std::move(problems)) {}
+
+// Problems are the message's indented lines, as the first constructor wrote them.
+GraphError::GraphError(const std::string& message) : ValueError(message) {
+  for (size_t at = message.find("\n  "); at != std::string::npos;) {
+    const size_t next = message.find("\n  ", at + 3);
+    problems_.push_back(message.substr(at + 3, next == std::string::npos ? std::string::npos : next - at - 3));
+    at = next;
+  }
+}
+
+static ErrorKindRegistrar<GraphError> graph_error_kind;
 
 const char* name(NodeKind kind) {
   switch (kind) {

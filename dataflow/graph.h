@@ -42,6 +42,9 @@ class Graph;
 class GraphError : public ValueError {
  public:
   GraphError(const std::string& graph, std::vector<std::string> problems);
+  // The error rebuilt from its message (another rank's, or with context): problems read back.
+  explicit GraphError(const std::string& message);
+  TROUPE_ERROR_KIND(GraphError)
   const std::vector<std::string>& problems() const { return problems_; }
 
  private:

@@ -1,6 +1,6 @@
 #include "net/channel.h"
 
-#include "devices/error.h"
+#include "devices/error_kinds.h"
 #include "net/transport.h"
 
 namespace troupe::net {
@@ -38,23 +38,21 @@ Channel::Incoming Channel::recv(int src, const OpDescriptor& expected, Deadline 
   if (!m)
     throw TimeoutError(where + ": rank " + std::to_string(rank()) + " heard nothing from rank " + std::to_string(src) +
                        " within the timeout");
-  if (m->header.kind == FrameKind::control) {
-    const auto* text = static_cast<const char*>(m->payload.raw_data());
-    throw CommError(std::string(text, static_cast<size_t>(m->payload.numel())));
-  }
+  if (m->header.kind == FrameKind::control) throw_abort_notice(m->payload);
   const OpDescriptor& got = m->header.op;
   if (got.op != expected.op || got.reduce != expected.reduce || got.dtype != expected.dtype ||
       got.count != expected.count || got.root != expected.root) {
-    const std::string message = where + ": ranks disagree: rank " + std::to_string(rank()) + " called " +
-                                describe(expected) + ", rank " + std::to_string(src) + " called " + describe(got);
-    abort(expected.collective_seq, message);
-    throw CommError(message);
+    const CommError error(where + ": ranks disagree: rank " + std::to_string(rank()) + " called " +
+                          describe(expected) + ", rank " + std::to_string(src) + " called " + describe(got));
+    abort(expected.collective_seq, error);
+    throw error;
   }
   return {src, got, std::move(m->payload)};
 }
 
-void Channel::abort(uint64_t collective_seq, const std::string& message) {
-  std::vector<uint8_t> bytes(message.begin(), message.end());
+void Channel::abort(uint64_t collective_seq, const Error& error) {
+  const std::string record = ErrorRecord{error.kind(), error.what()}.serialize();
+  std::vector<uint8_t> bytes(record.begin(), record.end());
   const Tensor text = Tensor::from_vector<uint8_t>(bytes, {static_cast<int64_t>(bytes.size())});
   FrameHeader h;
   h.kind = FrameKind::control;
@@ -68,6 +66,11 @@ void Channel::abort(uint64_t collective_seq, const std::string& message) {
       // A rank that is gone cannot be told; its loss fails everyone anyway.
     }
   }
+}
+
+void Channel::throw_abort_notice(const Tensor& payload) {
+  const auto* bytes = static_cast<const char*>(payload.raw_data());
+  std::rethrow_exception(decode_error(ErrorRecord::parse({bytes, static_cast<size_t>(payload.numel())})));
 }
 
 }  // namespace troupe::net

@@ -11,9 +11,9 @@
 //   Channel::Incoming in = ch.recv(left, op, deadline);      // checks in.op == op
 //   reduce_into(acc, in.payload);
 //
-// recv throws TimeoutError at the deadline, PeerLostError when a rank is gone, and CommError when
-// the sender's op descriptor differs (naming both ranks and both calls) or when another rank
-// aborted this collective with abort(). On a mismatch recv first aborts the collective on every
+// recv throws TimeoutError at the deadline, PeerLostError when a rank is gone, CommError when
+// the sender's op descriptor differs (naming both ranks and both calls), and the error another
+// rank aborted this collective with (abort(); the same type, through devices/error_kinds.h). On a mismatch recv first aborts the collective on every
 // other rank of the group, so all involved ranks fail instead of waiting.
 #include <string>
 
@@ -49,8 +49,10 @@ class Channel {
   // (op, reduce op, dtype, count and root must agree).
   Incoming recv(int src, const OpDescriptor& expected, Deadline deadline);
   // Tells every other rank of the group that this collective failed; their recv for it throws
-  // CommError(message).
-  void abort(uint64_t collective_seq, const std::string& message);
+  // the same error.
+  void abort(uint64_t collective_seq, const Error& error);
+  // Throws the error an abort notice (a control frame's payload) carries.
+  [[noreturn]] static void throw_abort_notice(const Tensor& payload);
 
  private:
   std::shared_ptr<ProcessGroup> group_;

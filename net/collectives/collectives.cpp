@@ -97,10 +97,11 @@ void run(Plan& plan, Timeout timeout) {
   } catch (const CommError&) {
     throw;  // the transport's and the channel's errors reach every rank by themselves
   } catch (const std::exception& e) {
-    // A timeout or local failure: tell the others now instead of letting them wait it out.
-    call.channel.abort(call.op.collective_seq, std::string(name(call.op.op)) + ": collective #" +
-                                                   std::to_string(call.op.collective_seq) + " failed on rank " +
-                                                   std::to_string(call.rank()) + ": " + e.what());
+    // A timeout or local failure: tell the others now instead of letting them wait it out. For
+    // them it is a failure of the collective (CommError), whatever this rank's own error was.
+    call.channel.abort(call.op.collective_seq,
+                       CommError(std::string(name(call.op.op)) + ": collective #" + std::to_string(call.op.collective_seq) +
+                                 " failed on rank " + std::to_string(call.rank()) + ": " + e.what()));
     throw;
   }
 }

@@ -136,16 +136,12 @@ void SharedMemoryAllReduce::check_inbox(Call& call) {
   if (!m) return;
   const std::string where = std::string("all_reduce: collective #") + std::to_string(call.op.collective_seq) +
                             " of group " + std::to_string(call.channel.group_id());
-  if (m->header.kind == FrameKind::control) {
-    const auto* text = static_cast<const char*>(m->payload.raw_data());
-    throw CommError(std::string(text, static_cast<size_t>(m->payload.numel())));
-  }
+  if (m->header.kind == FrameKind::control) Channel::throw_abort_notice(m->payload);
   const int from = call.channel.group().group_rank(m->source);
-  const std::string message = where + ": ranks disagree: rank " + std::to_string(call.rank()) + " called " +
-                              describe(call.op) + ", rank " + std::to_string(from) + " called " +
-                              describe(m->header.op);
-  call.channel.abort(call.op.collective_seq, message);
-  throw CommError(message);
+  const CommError error(where + ": ranks disagree: rank " + std::to_string(call.rank()) + " called " +
+                        describe(call.op) + ", rank " + std::to_string(from) + " called " + describe(m->header.op));
+  call.channel.abort(call.op.collective_seq, error);
+  throw error;
 }
 
 void SharedMemoryAllReduce::wait_for(Call& call, int peer, const char* stage, Flag& flag, uint64_t target) {
@@ -184,12 +180,11 @@ void SharedMemoryAllReduce::post_and_check(Call& call, uint64_t g) {
     const OpDescriptor theirs{static_cast<CollectiveOp>(d.op), static_cast<ReduceOp>(d.reduce),
                               static_cast<DType>(d.dtype), d.count, d.seq};
     if (theirs != OpDescriptor{op.op, op.reduce, op.dtype, op.count, op.collective_seq}) {
-      const std::string message = "all_reduce: collective #" + std::to_string(op.collective_seq) + " of group " +
-                                  std::to_string(call.channel.group_id()) + ": ranks disagree: rank " +
-                                  std::to_string(r) + " called " + describe(op) + ", rank " + std::to_string(p) +
-                                  " called " + describe(theirs);
-      call.channel.abort(op.collective_seq, message);
-      throw CommError(message);
+      const CommError error("all_reduce: collective #" + std::to_string(op.collective_seq) + " of group " +
+                            std::to_string(call.channel.group_id()) + ": ranks disagree: rank " + std::to_string(r) +
+                            " called " + describe(op) + ", rank " + std::to_string(p) + " called " + describe(theirs));
+      call.channel.abort(op.collective_seq, error);
+      throw error;
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include "dataflow/graph.h"
 #include "devices/backend.h"
+#include "devices/error_kinds.h"
 
 using namespace troupe;
 
@@ -274,6 +275,13 @@ TEST_CASE("graph: every other problem at once", "[dataflow]") {
   } catch (const GraphError& e) {
     CHECK(e.problems().size() == 3);
     CHECK(std::string(e.what()).find("(3 problems)") != std::string::npos);
+    // Through the error-kind table (another rank, a node's context) it stays a GraphError.
+    try {
+      std::rethrow_exception(with_context("rank 1: ", decode_error(encode_error(std::current_exception()))));
+    } catch (const GraphError& again) {
+      CHECK(again.problems() == e.problems());
+      CHECK(std::string(again.what()) == "rank 1: " + std::string(e.what()));
+    }
   }
 }
 
