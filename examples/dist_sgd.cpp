@@ -40,7 +40,7 @@
 #include "models/train/gradient_reducer.h"
 #include "models/train/wide_net.h"
 #include "net/collectives.h"
-#include "net/seed_ring_allreduce.h"
+#include "net/seed_ring_all_reduce.h"
 
 using namespace troupe;
 using namespace troupe::models;

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "net/collectives.h"
-#include "net/seed_ring_allreduce.h"
+#include "net/seed_ring_all_reduce.h"
 
 using namespace troupe;
 using namespace troupe::net;

@@ -1,7 +1,7 @@
 // all_reduce latency and bus bandwidth across the ranks of a job, side by side with the Gloo
 // anchor (/work/shared/anchors/allreduce_gloo.py). Rank 0 prints one row (or JSON line) per size.
 //
-//   build/bin/troupe launch --nproc 2 -- build/bin/allreduce_bench [--sizes 4,4096] [--op sum] [--json]
+//   build/bin/troupe launch --nproc 2 -- build/bin/all_reduce_bench [--sizes 4,4096] [--op sum] [--json]
 //   {"ranks":2,"bytes":4,"time_us":21.3,"busbw_gbs":0.0004}
 //
 // busbw = bytes / time * 2(n-1)/n, as nccl-tests define it. Each size: two warm-up calls, a
@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sum", "product", "max", "min", "avg"}));
   app.add_flag("--json", json, "one JSON line per size instead of a table");
   CLI11_PARSE(app, argc, argv);
-  return troupe::run_example("allreduce_bench", [&] {
+  return troupe::run_example("all_reduce_bench", [&] {
     const ReduceOp op = op_name == "sum"       ? ReduceOp::sum
                         : op_name == "product" ? ReduceOp::product
                         : op_name == "max"     ? ReduceOp::max
