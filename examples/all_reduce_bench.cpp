@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "net/collectives.h"
+#include "examples/json_line.h"
 #include "examples/run_example.h"
 
 int main(int argc, char** argv) {
@@ -60,8 +61,8 @@ int main(int argc, char** argv) {
       const double busbw = static_cast<double>(bytes) / (median * 1e-6) * 2.0 * (n - 1) / n / 1e9;
       if (world->rank() != 0) continue;
       if (json)
-        std::printf("{\"ranks\":%d,\"bytes\":%lld,\"time_us\":%.1f,\"busbw_gbs\":%.4f}\n", n,
-                    static_cast<long long>(bytes), median, busbw);
+        print_json_line(nlohmann::ordered_json{
+            {"ranks", n}, {"bytes", bytes}, {"time_us", rounded(median, 1)}, {"busbw_gbs", rounded(busbw, 4)}});
       else
         std::printf("%6d %12lld %12.1f %12.3f\n", n, static_cast<long long>(bytes), median, busbw);
       std::fflush(stdout);
