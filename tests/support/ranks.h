@@ -17,9 +17,10 @@
 // A world of one rank in this process (tcp:// on a free port) serves the tests of one rank's
 // semantics and of argument checks: `auto world = world_of_one();`.
 //
-// Processes, not threads: the tests that start ranks exercise what only processes have (the
-// transport and rendezvous between them, shared memory across them, kill -9 of one). A rank
-// that needs an argument reads it from an environment variable set in LaunchOptions::env.
+// Processes, not threads (as Gloo's tests spawn them): the tests that start ranks exercise what only
+// processes have (the transport and rendezvous between them, shared memory across them, kill -9 of
+// one), and Catch2 v2's assertions are not thread-safe. A rank that needs an argument reads it from
+// an environment variable set in LaunchOptions::env.
 #include <memory>
 #include <string>
 #include <vector>

@@ -5,8 +5,9 @@
 //
 //   if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU: " << cuda_unavailable_reason());
 //
-// Catch2 v2 has no SKIP of its own; run directly, the test executable shows the reason as a
-// warning and goes on with the other test cases.
+// Skip before any check: ctest takes the marker for a skip whatever else the test printed, failures
+// included. Catch2 v2 has no SKIP of its own; run directly, the test executable shows the reason as
+// a warning and goes on with the other test cases.
 #include <catch2/catch.hpp>
 
 #define SKIP_TEST(why)          \
