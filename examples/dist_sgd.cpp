@@ -40,7 +40,9 @@
 #include "models/train/gradient_reducer.h"
 #include "models/train/wide_net.h"
 #include "net/collectives.h"
-#include "net/seed_ring_allreduce.h"
+#include "net/seed_ring_all_reduce.h"
+#include "examples/json_line.h"
+#include "examples/run_example.h"
 
 using namespace troupe;
 using namespace troupe::models;
@@ -140,7 +142,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "rank 0 ends with one JSON line of figures");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return run_example("dist_sgd", [&] {
     auto world = net::init_process_group();
     const int rank = world->rank(), size = world->size();
     if (128 % size != 0) throw ValueError("dist_sgd: the global batch 128 does not split over " + std::to_string(size) + " ranks");
@@ -198,15 +200,17 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       const double acc = accuracy(model, load_fashion_mnist(data, "t10k"));
       if (json)
-        std::printf("{\"world\":%d,\"epochs\":%d,\"test_accuracy\":%.4f,\"train_s\":%.2f,\"sync\":\"%s\",\"recipe\":\"%s\"}\n",
-                    size, epochs, acc, train_s, sync.c_str(), recipe.c_str());
+        print_json_line(nlohmann::ordered_json{{"world", size},
+                                               {"epochs", epochs},
+                                               {"test_accuracy", rounded(acc, 4)},
+                                               {"train_s", rounded(train_s, 2)},
+                                               {"sync", sync},
+                                               {"recipe", recipe}});
       else
         std::printf("world=%d epochs=%d sync=%s recipe=%s test_accuracy=%.4f train_time=%.1fs\n", size, epochs,
                     sync.c_str(), recipe.c_str(), acc, train_s);
     }
     net::barrier(*world);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dist_sgd: %s\n", e.what());
-    return 1;
-  }
+    return 0;
+  });
 }

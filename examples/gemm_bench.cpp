@@ -8,16 +8,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <iostream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "devices/cpu/gemm.h"
 #include "devices/ops.h"
 #include "devices/threads.h"
+#include "examples/json_line.h"
+#include "examples/run_example.h"
 
 using namespace troupe;
 
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   app.add_flag("--compare", compare, "also measure OpenBLAS (forced) in the same run");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return run_example("gemm_bench", [&] {
     const std::vector<Product> products{{2500, 1024, 4096}, {50, 1024, 4096}, {259, 1024, 4096}};
     std::vector<Row> rows = measure(backend, products, threads, runs);
     const std::string used = rows.empty() ? gemm_choice().backend : rows.front().backend;
@@ -96,9 +96,9 @@ int main(int argc, char** argv) {
       nlohmann::json out{{"backend", used}, {"gemm", nlohmann::json::array()}};
       for (const Row& r : rows)
         out["gemm"].push_back({{"m", r.product.m}, {"k", r.product.k}, {"n", r.product.n}, {"threads", r.threads},
-                               {"gflops", std::round(r.gflops * 10) / 10},
-                               {"peak_frac", std::round(r.peak_frac * 1000) / 1000}, {"backend", r.backend}});
-      std::cout << out.dump() << "\n";
+                               {"gflops", rounded(r.gflops, 1)}, {"peak_frac", rounded(r.peak_frac, 3)},
+                               {"backend", r.backend}});
+      print_json_line(out);
       return 0;
     }
     std::printf("gemm backend: %s (%s); %d core(s); peak %.0f GFLOP/s per thread\n", used.c_str(), reason.c_str(),
@@ -108,9 +108,6 @@ int main(int argc, char** argv) {
       std::printf("%-9s %7d %6ld %6ld %6ld %9.1f %7.1f%%\n", r.backend.c_str(), r.threads,
                   static_cast<long>(r.product.m), static_cast<long>(r.product.k), static_cast<long>(r.product.n),
                   r.gflops, 100 * r.peak_frac);
-  } catch (const std::exception& e) {
-    std::cerr << "gemm_bench: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

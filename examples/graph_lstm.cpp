@@ -14,6 +14,8 @@
 #include "dataflow/executor.h"
 #include "examples/median_time.h"
 #include "models/lstm.h"
+#include "examples/json_line.h"
+#include "examples/run_example.h"
 
 using namespace troupe;
 
@@ -52,7 +54,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON line of figures");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return run_example("graph_lstm", [&] {
     Runtime runtime({.workers = workers});
     // One set of weights for both: the ensemble's members, and the graph's direction modules.
     std::map<std::string, Tensor> state;
@@ -90,10 +92,14 @@ int main(int argc, char** argv) {
     const double serial_s = median_seconds([&] { ensemble.serial(xin); }, reps);
     const double graph_s = median_seconds([&] { exec({{"x", xin}}); }, reps);
     if (json) {
-      std::printf("{\"models\":%d,\"T\":%lld,\"B\":%lld,\"C\":%lld,\"serial_s\":%.4f,\"graph_s\":%.4f,"
-                  "\"max_abs_diff\":%.3g,\"node_actors\":%d}\n",
-                  models, static_cast<long long>(T), static_cast<long long>(B), static_cast<long long>(C), serial_s,
-                  graph_s, diff, exec.node_actors());
+      print_json_line(nlohmann::ordered_json{{"models", models},
+                                             {"T", T},
+                                             {"B", B},
+                                             {"C", C},
+                                             {"serial_s", rounded(serial_s, 4)},
+                                             {"graph_s", rounded(graph_s, 4)},
+                                             {"max_abs_diff", significant(diff, 3)},
+                                             {"node_actors", exec.node_actors()}});
     } else {
       std::printf("LSTM ensemble as a graph: %d bidirectional models, T=%lld B=%lld C=%lld, %d node actors, %s\n",
                   models, static_cast<long long>(T), static_cast<long long>(B), static_cast<long long>(C),
@@ -103,8 +109,5 @@ int main(int argc, char** argv) {
       if (!dot.empty()) std::printf("  graph drawn to %s\n", dot.c_str());
     }
     return diff < 1e-3 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "graph_lstm: %s\n", e.what());
-    return 1;
-  }
+  });
 }

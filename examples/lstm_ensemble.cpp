@@ -12,6 +12,8 @@
 #include "actors/runtime.h"
 #include "examples/median_time.h"
 #include "models/lstm.h"
+#include "examples/json_line.h"
+#include "examples/run_example.h"
 
 using namespace troupe;
 
@@ -50,7 +52,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON line of figures");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return run_example("lstm_ensemble", [&] {
     Runtime runtime({.workers = workers});
     models::LSTMEnsemble ensemble(models, C, C, /*seed=*/0);
     Tensor x = random_input(T, B, C, 1);
@@ -68,10 +70,16 @@ int main(int argc, char** argv) {
     }
     const double gflop = models * 2.0 * (2.0 * T * B * C * 4 * C * 2) / 1e9;  // input + recurrent GEMMs
     if (json) {
-      std::printf("{\"models\":%d,\"T\":%lld,\"B\":%lld,\"C\":%lld,\"serial_s\":%.4f,\"fork_bidir_s\":%.4f,"
-                  "\"fork_ensemble_s\":%.4f,\"max_abs_diff\":%.3g,\"gflop\":%.1f,\"best_gflops\":%.1f}\n",
-                  models, static_cast<long long>(T), static_cast<long long>(B), static_cast<long long>(C), serial_s,
-                  bidir_s, ensemble_s, diff, gflop, gflop / std::min({serial_s, bidir_s, ensemble_s}));
+      print_json_line(nlohmann::ordered_json{{"models", models},
+                                             {"T", T},
+                                             {"B", B},
+                                             {"C", C},
+                                             {"serial_s", rounded(serial_s, 4)},
+                                             {"fork_bidir_s", rounded(bidir_s, 4)},
+                                             {"fork_ensemble_s", rounded(ensemble_s, 4)},
+                                             {"max_abs_diff", significant(diff, 3)},
+                                             {"gflop", rounded(gflop, 1)},
+                                             {"best_gflops", rounded(gflop / std::min({serial_s, bidir_s, ensemble_s}), 1)}});
     } else {
       std::printf("LSTM ensemble: %d bidirectional models, T=%lld B=%lld C=%lld (%.0f GFLOP), %s\n", models,
                   static_cast<long long>(T), static_cast<long long>(B), static_cast<long long>(C), gflop,
@@ -83,8 +91,5 @@ int main(int argc, char** argv) {
       if (!trace.empty()) std::printf("  trace: %s\n", trace.c_str());
     }
     return diff < 1e-3 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "lstm_ensemble: %s\n", e.what());
-    return 1;
-  }
+  });
 }

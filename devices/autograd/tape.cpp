@@ -26,7 +26,7 @@ std::vector<Tensor> attach(std::string_view op, const std::vector<Tensor>& input
     floating_output = floating_output || (t.defined() && is_floating(t.dtype()));
   }
   if (!floating_output) return outputs;
-  auto node = std::make_shared<Node>();
+  auto node = std::make_shared<GradNode>();
   node->op = op;
   node->backward = find_backward(op);
   node->attrs = attrs;

@@ -9,7 +9,7 @@
 #include "actors/fork.h"
 #include "actors/promise.h"
 #include "actors/runtime.h"
-#include "two_workers.h"
+#include "support/two_workers.h"
 #include "devices/ops.h"
 
 using namespace troupe;

@@ -10,6 +10,7 @@
 
 #include "devices/io/npy.h"
 #include "devices/registry.h"
+#include "support/close.h"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -35,23 +36,6 @@ Attrs attrs_from_json(const OpDef& def, const nlohmann::json& json) {
   return attrs;
 }
 
-// Elements outside |got - want| <= atol + rtol * |want| (exact for integers and bools).
-void check_close(const Tensor& got, const Tensor& want, double rtol, double atol) {
-  CHECK(got.meta().str() == want.meta().str());
-  if (got.meta() != want.meta()) return;
-  const auto g = got.to_vector<double>(), w = want.to_vector<double>();
-  const bool exact = !is_floating(want.dtype());
-  size_t bad = 0, first_bad = 0;
-  for (size_t i = 0; i < w.size(); ++i) {
-    const bool same = g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i]));
-    if (same || (!exact && std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]))) continue;
-    if (bad++ == 0) first_bad = i;
-  }
-  INFO(bad << " of " << w.size() << " elements differ; first at " << first_bad << ": got "
-            << (bad ? g[first_bad] : 0) << ", want " << (bad ? w[first_bad] : 0));
-  CHECK(bad == 0);
-}
-
 void check_case(const fs::path& dir) {
   INFO("fixture " << dir.filename().string());
   std::ifstream file(dir / "case.json");
@@ -66,7 +50,7 @@ void check_case(const fs::path& dir) {
   for (size_t i = 0; i < outputs.size(); ++i) {
     INFO("output " << i);
     const Tensor want = read_npy((dir / ("out" + std::to_string(i) + ".npy")).string());
-    check_close(outputs[i], want, spec.at("rtol").get<double>(), spec.at("atol").get<double>());
+    check_close(outputs[i], want, {.rtol = spec.at("rtol").get<double>(), .atol = spec.at("atol").get<double>()});
   }
 }
 

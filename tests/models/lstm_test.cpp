@@ -3,10 +3,11 @@
 #include <random>
 
 #include "actors/runtime.h"
-#include "two_workers.h"
 #include "devices/io/safetensors.h"
 #include "devices/ops.h"
 #include "models/lstm.h"
+#include "support/close.h"
+#include "support/two_workers.h"
 
 using namespace troupe;
 
@@ -15,18 +16,6 @@ namespace {
 const std::map<std::string, Tensor>& fixture() {
   static auto tensors = read_safetensors(std::string(TROUPE_FIXTURES) + "/lstm/lstm_small.safetensors");
   return tensors;
-}
-
-// max |a - b| / max(1, max |b|): the tolerance is relative to the reference's scale.
-double relative_error(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  double diff = 0, scale = 1;
-  for (size_t i = 0; i < x.size(); ++i) {
-    diff = std::max(diff, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return diff / scale;
 }
 
 }  // namespace
