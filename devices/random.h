@@ -19,7 +19,6 @@ class Generator {
   explicit Generator(uint64_t seed = 0);
   uint64_t next();
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }        // [0, 1)
-  float uniform_float() { return static_cast<float>(next() >> 40) * 0x1.0p-24f; }  // [0, 1)
 
  private:
   uint64_t s_[4];

@@ -96,13 +96,14 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   const std::shared_ptr<Transport>& shared_transport() const { return transport_; }
   int global_rank(int group_rank) const;
   int group_rank(int global_rank) const;  // -1 when not a member
-  uint64_t next_collective_seq() { return collective_seq_++; }
   // The thread that runs this group's async collectives in call order (net/collectives.h).
   collectives::CollectiveActor& collective_actor();
   // This group's shared-memory all_reduce (net/collectives/shm_all_reduce.h).
   collectives::SharedMemoryAllReduce& shared_memory_all_reduce();
 
  private:
+  friend class Channel;  // numbers the collectives: a stray call would desynchronise the ranks
+  uint64_t next_collective_seq() { return collective_seq_++; }
   void check_peer_rank(const char* op, int r, bool any_allowed) const;
 
   std::shared_ptr<Transport> transport_;

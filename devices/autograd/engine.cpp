@@ -7,6 +7,7 @@
 #include "devices/autograd/grad_mode.h"
 #include "devices/autograd/node.h"
 #include "devices/ops.h"
+#include "devices/registry.h"
 
 namespace troupe {
 
@@ -54,9 +55,14 @@ std::vector<Tensor> unpack(const GradNode& node, const std::vector<SavedTensor>&
 }
 
 std::vector<Tensor> run_node(GradNode& node, std::vector<Tensor>& grads) {
-  if (!node.backward)
-    throw ValueError(std::string(node.op) + ": no backward is defined for this op, so gradients cannot flow "
-                     "through it (detach its inputs, or compute it under NoGradGuard)");
+  if (!node.backward) {
+    const OpRegistry& registry = OpRegistry::global();
+    const std::string why = registry.contains(node.op) && !registry.get(node.op).differentiable()
+                                ? " (not differentiable: " + registry.get(node.op).not_differentiable + ")"
+                                : "";
+    throw ValueError(std::string(node.op) + ": no backward is defined for this op" + why +
+                     ", so gradients cannot flow through it (detach its inputs, or compute it under NoGradGuard)");
+  }
   if (node.released)
     throw ValueError(std::string(node.op) + ": backward through this part of the graph a second time; its saved "
                      "tensors were freed by the first pass (pass retain_graph = true to the first backward)");

@@ -28,9 +28,6 @@ Tensor record_method(std::string_view op, const Tensor& x, const Attrs& attrs,
                      const std::function<Tensor(const Tensor&)>& fn);
 
 // Outputs of an unrecorded call must not share an input's meta (a kernel may return its input).
-inline void drop_autograd(std::vector<Tensor>& outputs) {
-  for (Tensor& t : outputs)
-    if (t.autograd_meta()) t.set_autograd_meta(nullptr);
-}
+void drop_autograd(std::vector<Tensor>& outputs);
 
 }  // namespace troupe
