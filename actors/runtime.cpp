@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "actors/module.h"
+#include "actors/module_actor.h"
 #include "actors/profiler.h"
 #include "actors/task.h"
 #include "devices/error.h"

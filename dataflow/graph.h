@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/module.h"
+#include "actors/module_actor.h"
 #include "dataflow/value.h"
 #include "devices/attrs.h"
 #include "devices/tensor.h"
@@ -127,7 +127,7 @@ class Graph {
   NodeRef call_values(std::string name, ValueFn fn, std::vector<Port> inputs, int outputs = 1);
   // A call of the module in its actor, ordered with the module's other calls: (*m)(tensors...).
   template <class M>
-  NodeRef module(std::string name, Module<M>& module, std::vector<Port> inputs);
+  NodeRef module(std::string name, ModuleActor<M>& module, std::vector<Port> inputs);
   // Another graph as one node: inputs and outputs in the order body declared them.
   NodeRef subgraph(std::string name, const Graph& body, std::vector<Port> inputs);
   // Outputs "then.i" (ports 0..k-1) carry data[i] when pred is true, "else.i" (ports k..2k-1)
@@ -254,7 +254,7 @@ NodeRef Graph::call(std::string name, Fn fn, std::vector<Port> inputs) {
 }
 
 template <class M>
-NodeRef Graph::module(std::string name, Module<M>& module, std::vector<Port> inputs) {
+NodeRef Graph::module(std::string name, ModuleActor<M>& module, std::vector<Port> inputs) {
   Node n;
   n.kind = NodeKind::module;
   n.op = module.name();

@@ -57,13 +57,10 @@ int main(int argc, char** argv) {
   return run_example("graph_lstm", [&] {
     Runtime runtime({.workers = workers});
     // One set of weights for both: the ensemble's members, and the graph's direction modules.
-    std::map<std::string, Tensor> state;
-    for (int i = 0; i < models; ++i)
-      state.merge(models::BidirectionalLSTM(C, C, 1000 + i).state_dict("models." + std::to_string(i) + "."));
     models::LSTMEnsemble ensemble(models, C, C);
-    ensemble.load(state);
+    const auto state = ensemble.state_dict();
 
-    std::vector<std::unique_ptr<Module<models::LSTM>>> directions;
+    std::vector<std::unique_ptr<ModuleActor<models::LSTM>>> directions;
     Graph g("lstm_ensemble");
     Port x = g.input("x", TensorMeta{DType::f32, {T, B, C}, Device::cpu()});
     const Attrs time_axis{{"dims", std::vector<int64_t>{0}}};
@@ -72,10 +69,10 @@ int main(int argc, char** argv) {
     for (int i = 0; i < models; ++i) {
       const std::string m = "m" + std::to_string(i);
       const std::string prefix = "models." + std::to_string(i) + ".";
-      auto& fwd = *directions.emplace_back(std::make_unique<Module<models::LSTM>>(m + ".fwd", C, C));
-      auto& bwd = *directions.emplace_back(std::make_unique<Module<models::LSTM>>(m + ".bwd", C, C));
-      fwd->load(state, prefix + "cell_f.");
-      bwd->load(state, prefix + "cell_b.");
+      auto& fwd = *directions.emplace_back(std::make_unique<ModuleActor<models::LSTM>>(m + ".fwd", C, C));
+      auto& bwd = *directions.emplace_back(std::make_unique<ModuleActor<models::LSTM>>(m + ".bwd", C, C));
+      fwd->load(models::sub_state(state, prefix + "cell_f."));
+      bwd->load(models::sub_state(state, prefix + "cell_b."));
       Port out_f = g.module(m + "_fwd", fwd, {x});
       Port out_b = g.op("flip", {g.module(m + "_bwd", bwd, {x_reversed})}, time_axis, m + "_bwd_flipped");
       members.push_back(g.op("cat", {out_f, out_b}, {{"dim", int64_t{2}}}, m));

@@ -5,7 +5,7 @@
 #include <string>
 #include <thread>
 
-#include "actors/module.h"
+#include "actors/module_actor.h"
 #include "actors/profiler.h"
 #include "actors/runtime.h"
 #include "dataflow/executor.h"
@@ -361,7 +361,7 @@ TEST_CASE("executor: bounded loops run until their condition or their bound", "[
 
 TEST_CASE("executor: module nodes run in the module's actor, in order", "[dataflow]") {
   two_workers();
-  Module<Accumulator> acc("accumulator");
+  ModuleActor<Accumulator> acc("accumulator");
   Graph g("g");
   g.output("total", g.module("acc", acc, {g.input("x")}));
   Executor exec(g);

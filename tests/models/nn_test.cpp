@@ -69,7 +69,7 @@ TEST_CASE("Net: forward and backward match PyTorch with the same weights (dropou
   for (Tensor* p : net.parameters()) CHECK_FALSE(p->grad().defined());
 }
 
-TEST_CASE("Module: train/eval reach sub-modules; state_dict, save and load round-trip") {
+TEST_CASE("Module: train/eval reach sub-modules, state_dict, save and load round-trip") {
   manual_seed(2);
   Net a;
   CHECK(a.conv2_drop.is_training());

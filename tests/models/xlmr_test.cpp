@@ -215,11 +215,11 @@ TEST_CASE("XLMRobertaEmbeddings: token + position rows, layer norm, by hand", "[
   for (size_t i = 0; i < tok.size(); ++i) tok[i] = 0.1f * static_cast<float>(i * i % 7) - 0.2f;
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = 0.05f * static_cast<float>(i % 5);
   const std::vector<float> gamma{1.5f, 0.5f, -1.0f}, beta{0.1f, 0.0f, 0.2f};
-  emb.load({{"x.token_embedding.weight", Tensor::from_vector(tok, {V, D})},
-            {"x.positional_embedding.embedding.weight", Tensor::from_vector(pos, {P, D})},
-            {"x.embedding_layer_norm.weight", Tensor::from_vector(gamma, {D})},
-            {"x.embedding_layer_norm.bias", Tensor::from_vector(beta, {D})}},
-           "x.");
+  emb.load(std::map<std::string, Tensor>{{"token_embedding.weight", Tensor::from_vector(tok, {V, D})},
+                                         {"positional_embedding.embedding.weight", Tensor::from_vector(pos, {P, D})},
+                                         {"embedding_layer_norm.weight", Tensor::from_vector(gamma, {D})},
+                                         {"embedding_layer_norm.bias", Tensor::from_vector(beta, {D})}});
+  emb.eval();
   const std::vector<int64_t> ids{0, 4, 5, 2, 1, 0, 3, 2, 1, 1};
   const std::vector<int64_t> positions{2, 3, 4, 5, 1, 2, 3, 4, 1, 1};
   Tensor out = emb(Tensor::from_vector(ids, {2, 5}));
@@ -235,18 +235,20 @@ TEST_CASE("XLMRobertaEmbeddings: token + position rows, layer norm, by hand", "[
     for (int d = 0; d < 3; ++d)
       CHECK(got[t * 3 + d] == Approx((x[d] - mean) / std::sqrt(var + 1e-5) * gamma[d] + beta[d]).margin(1e-5));
   }
-  auto state = emb.state_dict("p.");
+  auto state = emb.state_dict();
   CHECK(state.size() == 4);
-  CHECK(state.at("p.token_embedding.weight").to_vector<float>() == tok);
+  CHECK(state.at("token_embedding.weight").to_vector<float>() == tok);
+  for (Tensor* p : emb.parameters()) CHECK_FALSE(p->requires_grad());  // frozen
 }
 
 TEST_CASE("XLMRobertaEmbeddings: dropout only while training", "[xlmr][embeddings]") {
   XLMRobertaEmbeddings emb(10, 64, 12, 1, 1e-5, /*dropout=*/0.5, 2);
   Tensor tokens = Tensor::from_vector<int64_t>({0, 4, 5, 6, 2, 1}, {1, 6});
+  emb.eval();
   Tensor eval = emb(tokens);
-  CHECK_FALSE(emb.training());
+  CHECK_FALSE(emb.is_training());
   emb.train();
-  CHECK(emb.training());
+  CHECK(emb.is_training());
   auto dropped = emb(tokens).to_vector<float>(), kept = eval.to_vector<float>();
   size_t zeros = 0;
   for (size_t i = 0; i < kept.size(); ++i) {
@@ -409,7 +411,8 @@ TEST_CASE("XLMR: state_dict round trip, a headless checkpoint keeps the head, gr
   fresh.load(headless);
   CHECK(relative_error(fresh.head.out_proj.weight, head_before) == 0);
   fresh.eval();
-  CHECK(relative_error(fresh.features(tokens), model.features(tokens)) == 0);
+  // model's weights are on their second use, so packed (devices/cpu/matmul.cpp): rounded differently.
+  CHECK(relative_error(fresh.features(tokens), model.features(tokens)) < 1e-6);
 }
 
 TEST_CASE("XLMR: training mode records the encoder and head for backward", "[xlmr][model]") {
