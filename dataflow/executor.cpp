@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 
 #include "actors/profiler.h"
 #include "actors/promise.h"
@@ -142,8 +143,8 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
       if (!local(static_cast<int>(i))) continue;
       ++local_nodes;
       if (plan.nodes[i].inputs.empty()) sources.push_back(static_cast<int>(i));
-      if (plan.nodes[i].node->kind == NodeKind::loop)
-        nodes[i].body = create(*plan.nodes[i].node->body, {.max_in_flight = options.max_in_flight});
+      if (const auto* loop = plan.nodes[i].node->as<Node::Loop>())
+        nodes[i].body = create(*loop->body, {.max_in_flight = options.max_in_flight});
     }
   }
 
@@ -444,7 +445,8 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::string where(int id) const {
     const PlanNode& pn = plan.nodes[id];
     const Node& n = *pn.node;
-    return std::string(name(n.kind)) + " '" + pn.path + "'" + (n.kind == NodeKind::op ? " (" + n.op + ")" : "") + ": ";
+    const auto* op = n.as<Node::Op>();
+    return std::string(n.kind_name()) + " '" + pn.path + "'" + (op ? " (" + op->op + ")" : "") + ": ";
   }
 
   void fail(int id, const InvocationPtr& inv, std::exception_ptr e) { inv->fail(with_context(where(id), std::move(e))); }
@@ -487,7 +489,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     const PlanNode& pn = plan.nodes[id];
     const Node& n = *pn.node;
     const bool all_live = std::all_of(live.begin(), live.end(), [](uint8_t l) { return l != 0; });
-    if (inv->stopped.load(std::memory_order_acquire) || (!all_live && n.kind != NodeKind::merge)) {
+    if (inv->stopped.load(std::memory_order_acquire) || (!all_live && !n.is<Node::Merge>())) {
       emit_dead(id, inv);
       node_done(inv);
       return;
@@ -495,62 +497,70 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     std::optional<ProfileScope> scope;
     if (Profiler::global().recording()) {
       Profiler::set_thread_actor(pn.path);
-      scope.emplace(pn.path, n.kind == NodeKind::op ? n.op : name(n.kind));
+      scope.emplace(pn.path, what_runs(n));
     }
     try {
-      switch (n.kind) {
-        case NodeKind::op: {
-          std::vector<Tensor> tensors;
-          tensors.reserve(values.size());
-          for (auto& v : placed(n, std::move(values))) tensors.push_back(v.tensor());
-          KernelBudget budget(fixed_intra_op, cores);
-          auto outs = OpRegistry::global().call(*pn.def, tensors, pn.attrs);
-          emit(id, inv, std::vector<Value>(outs.begin(), outs.end()));
-          break;
-        }
-        case NodeKind::call: {
-          std::vector<Value> outs;
-          {
-            KernelBudget budget(fixed_intra_op, cores);
-            outs = n.fn(placed(n, std::move(values)));
-          }
-          emit(id, inv, std::move(outs));
-          break;
-        }
-        case NodeKind::module:
-          submit_module(id, inv, placed(n, std::move(values)));
-          return;  // done in the module's actor
-        case NodeKind::switch_: {
-          const bool taken = truth(values[0], "the predicate");
-          const int k = n.width;
-          for (int i = 0; i < k; ++i) check_sendable(pn.consumers[taken ? i : k + i], values[1 + i], "value " + std::to_string(i));
-          for (int i = 0; i < k; ++i) {
-            deliver(pn.consumers[i], inv, taken, taken ? values[1 + i] : Value());
-            deliver(pn.consumers[k + i], inv, !taken, taken ? Value() : values[1 + i]);
-          }
-          break;
-        }
-        case NodeKind::merge: {
-          const int k = n.width;
-          const int branches = k > 0 ? static_cast<int>(values.size()) / k : 0;
-          int chosen = -1;
-          for (int b = 0; b < branches && chosen < 0; ++b)
-            if (std::all_of(live.begin() + b * k, live.begin() + (b + 1) * k, [](uint8_t l) { return l != 0; }))
-              chosen = b;
-          if (chosen < 0) {
-            emit_dead(id, inv);
-          } else {
-            emit(id, inv, std::vector<Value>(std::make_move_iterator(values.begin() + chosen * k),
-                                             std::make_move_iterator(values.begin() + (chosen + 1) * k)));
-          }
-          break;
-        }
-        case NodeKind::loop:
-          iterate(id, inv, std::move(values), 0);
-          return;  // done when the loop ends
-        default:
-          break;
-      }
+      // Each kind returns whether it is done with the invocation here (not later, elsewhere).
+      const bool done_here = std::visit(
+          overloaded{
+              [&](const Node::Op&) {
+                std::vector<Tensor> tensors;
+                tensors.reserve(values.size());
+                for (auto& v : placed(n, std::move(values))) tensors.push_back(v.tensor());
+                KernelBudget budget(fixed_intra_op, cores);
+                auto outs = OpRegistry::global().call(*pn.def, tensors, pn.attrs);
+                emit(id, inv, std::vector<Value>(outs.begin(), outs.end()));
+                return true;
+              },
+              [&](const Node::Call& call) {
+                std::vector<Value> outs;
+                {
+                  KernelBudget budget(fixed_intra_op, cores);
+                  outs = call.fn(placed(n, std::move(values)));
+                }
+                emit(id, inv, std::move(outs));
+                return true;
+              },
+              [&](const Node::Module& module) {
+                submit_module(id, inv, module, placed(n, std::move(values)));
+                return false;  // done in the module's actor
+              },
+              [&](const Node::Switch& sw) {
+                const bool taken = truth(values[0], "the predicate");
+                const int k = sw.width;
+                for (int i = 0; i < k; ++i)
+                  check_sendable(pn.consumers[taken ? i : k + i], values[1 + i], "value " + std::to_string(i));
+                for (int i = 0; i < k; ++i) {
+                  deliver(pn.consumers[i], inv, taken, taken ? values[1 + i] : Value());
+                  deliver(pn.consumers[k + i], inv, !taken, taken ? Value() : values[1 + i]);
+                }
+                return true;
+              },
+              [&](const Node::Merge& merge) {
+                const int k = merge.width;
+                const int branches = k > 0 ? static_cast<int>(values.size()) / k : 0;
+                int chosen = -1;
+                for (int b = 0; b < branches && chosen < 0; ++b)
+                  if (std::all_of(live.begin() + b * k, live.begin() + (b + 1) * k, [](uint8_t l) { return l != 0; }))
+                    chosen = b;
+                if (chosen < 0) {
+                  emit_dead(id, inv);
+                } else {
+                  emit(id, inv, std::vector<Value>(std::make_move_iterator(values.begin() + chosen * k),
+                                                   std::make_move_iterator(values.begin() + (chosen + 1) * k)));
+                }
+                return true;
+              },
+              [&](const Node::Loop&) {
+                iterate(id, inv, std::move(values), 0);
+                return false;  // done when the loop ends
+              },
+              []<class K>(const K&) -> bool requires(!runs_as_plan_node<K>) {
+                throw Error(std::string("executor: a ") + K::kind_name + " node fired; the plan resolves those away");
+              },
+          },
+          n.kind);
+      if (!done_here) return;
     } catch (...) {
       fail(id, inv, std::current_exception());
       emit_dead(id, inv);
@@ -559,10 +569,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     node_done(inv);
   }
 
-  void submit_module(int id, const InvocationPtr& inv, std::vector<Value> values) {
-    auto call = [core = shared_from_this(), id, inv, values = std::move(values)]() mutable {
+  void submit_module(int id, const InvocationPtr& inv, const Node::Module& module, std::vector<Value> values) {
+    auto call = [core = shared_from_this(), id, inv, &fn = module.fn, values = std::move(values)]() mutable {
       try {
-        auto outs = core->plan.nodes[id].node->fn(std::exchange(values, {}));
+        auto outs = fn(std::exchange(values, {}));
         core->emit(id, inv, std::move(outs));
       } catch (...) {
         core->fail(id, inv, std::current_exception());
@@ -570,14 +580,14 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
       }
       core->node_done(inv);
     };
-    auto task = std::make_shared<Task<void, decltype(call)>>(std::move(call), plan.nodes[id].node->module_queue);
+    auto task = std::make_shared<Task<void, decltype(call)>>(std::move(call), module.queue);
     submit(task);
   }
 
   // Runs the loop body once on `state` (iteration `done` iterations in), or ends the loop.
   void iterate(int id, const InvocationPtr& inv, std::vector<Value> state, int64_t done) {
-    const Node& n = *plan.nodes[id].node;
-    if (done >= n.max_iterations || inv->stopped.load(std::memory_order_acquire)) {
+    const auto& loop = std::get<Node::Loop>(plan.nodes[id].node->kind);
+    if (done >= loop.max_iterations || inv->stopped.load(std::memory_order_acquire)) {
       if (inv->stopped.load(std::memory_order_acquire)) emit_dead(id, inv);
       else emit(id, inv, std::move(state));
       node_done(inv);
