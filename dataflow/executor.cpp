@@ -13,6 +13,7 @@
 #include <utility>
 #include <variant>
 
+#include "actors/kernel_budget.h"
 #include "actors/profiler.h"
 #include "actors/promise.h"
 #include "actors/runtime.h"
@@ -66,25 +67,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::Deliver)
 namespace troupe::detail {
 
 namespace {
-
-// Node bodies running now, across executors: each gets cores / running threads for its kernels,
-// like the runtime's forked tasks, so node actors and kernels do not oversubscribe the cores.
-std::atomic<int> firing_nodes{0};
-
-class KernelBudget {
- public:
-  KernelBudget(int fixed, int cores) : previous_(thread_intra_op_threads()) {
-    const int running = firing_nodes.fetch_add(1, std::memory_order_relaxed) + 1;
-    set_thread_intra_op_threads(fixed > 0 ? fixed : std::max(1, cores / running));
-  }
-  ~KernelBudget() {
-    set_thread_intra_op_threads(previous_);
-    firing_nodes.fetch_sub(1, std::memory_order_relaxed);
-  }
-
- private:
-  int previous_;
-};
 
 // What travels between ranks, on one ordered stream per pair: a header, i64 [kind, invocation,
 // node, slot, live, payload mode, then dtype, ndim, shape and, for small payloads, their bytes];
