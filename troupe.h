@@ -36,7 +36,7 @@
 // actors/: the runtime, fork/wait, promises, module actors, the profiler.
 #include "actors/fork.h"
 #include "actors/future.h"
-#include "actors/module.h"
+#include "actors/module_actor.h"
 #include "actors/profiler.h"
 #include "actors/promise.h"
 #include "actors/runtime.h"
