@@ -1,4 +1,4 @@
-// The seed tutorial's collective example: ranks 0 and 1 form a group and all-reduce (sum) a
+// The collective example of PyTorch's tutorial "Writing Distributed Applications with PyTorch": ranks 0 and 1 form a group and all-reduce (sum) a
 // tensor of ones, so each ends with 2.
 //
 //   build/bin/troupe launch --nproc 2 -- build/bin/all_reduce_group

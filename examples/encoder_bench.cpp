@@ -1,4 +1,4 @@
-// The seed's Better Transformer runs on an XLM-R-large-shaped encoder (d 1024, 16 heads, ffn 4096,
+// PyTorch's Better Transformer tutorial runs on an XLM-R-large-shaped encoder (d 1024, 16 heads, ffn 4096,
 // post-LN, gelu, batch first) over a padded batch of lengths 4, 5 and 250: the general path in
 // training mode, the fastpath over every padded position, the fastpath over real tokens only.
 //   encoder_bench [--layers 24] [--lengths 4,5,250] [--reps 3] [--json]

@@ -1,4 +1,4 @@
-// The seed's fork/wait cost: 100 forks of neg on a scalar, summed (-100), against the same
+// The TorchScript fork/wait tutorial's cost: 100 forks of neg on a scalar, summed (-100), against the same
 // 100 negs inline; the difference per fork is the cost of one fork/wait pair.
 //   fork_overhead [--reps 2000] [--json]
 #include <CLI/CLI.hpp>
@@ -40,7 +40,7 @@ double median_time(Fn fn, int reps, int rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"fork/wait overhead: the seed's 100 forks of neg"};
+  CLI::App app{"fork/wait overhead: the TorchScript fork/wait tutorial's 100 forks of neg"};
   int reps = 2000, rounds = 7;
   bool json = false;
   app.add_option("--reps", reps, "calls per timing round")->check(CLI::PositiveNumber);

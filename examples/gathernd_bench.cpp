@@ -1,4 +1,4 @@
-// The seed's GatherND (batch_dims = 0), as in anchors/gathernd_torch.py: gather 4096 random
+// GatherND (batch_dims = 0), as in anchors/gathernd_torch.py: gather 4096 random
 // 2-d coordinates of an f32 [64,128,256] tensor, i.e. 4096 rows of 256 floats, with a naive
 // per-row loop (select each row, then stack) and with gather_nd. Medians of single calls.
 //   gathernd_bench [--naive-reps 7] [--reps 200] [--json]

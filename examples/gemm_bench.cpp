@@ -23,7 +23,7 @@ using namespace troupe;
 
 namespace {
 
-constexpr double peak_gflops_per_core = 227.0;  // AVX-512 FMA peak of one core of the reference machine
+constexpr double kPeakGflopsPerCore = 227.0;  // AVX-512 FMA peak of one core of the reference machine
 
 struct Product {
   int64_t m, k, n;
@@ -60,7 +60,7 @@ std::vector<Row> measure(const std::string& backend, const std::vector<Product>&
     for (int t : threads) {
       set_intra_op_threads(t);
       const double gflops = 2.0 * double(p.m) * double(p.k) * double(p.n) / median_seconds(a, b, runs) / 1e9;
-      rows.push_back({gemm_choice().backend, p, t, gflops, gflops / (peak_gflops_per_core * t)});
+      rows.push_back({gemm_choice().backend, p, t, gflops, gflops / (kPeakGflopsPerCore * t)});
     }
   }
   return rows;
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::printf("gemm backend: %s (%s); %d core(s); peak %.0f GFLOP/s per thread\n", used.c_str(), reason.c_str(),
-                hardware_cores(), peak_gflops_per_core);
+                hardware_cores(), kPeakGflopsPerCore);
     std::printf("%-9s %7s %6s %6s %6s %9s %8s\n", "backend", "threads", "M", "K", "N", "GFLOP/s", "of peak");
     for (const Row& r : rows)
       std::printf("%-9s %7d %6ld %6ld %6ld %9.1f %7.1f%%\n", r.backend.c_str(), r.threads,

@@ -1,4 +1,4 @@
-// The seed's LSTM ensemble written as a dataflow graph: every direction of every member is a
+// The LSTM ensemble of the TorchScript fork/wait tutorial written as a dataflow graph: every direction of every member is a
 // module node (its own actor, holding its weights), the flips, concatenations and the final
 // stack+sum are op nodes. Checks the graph against LSTMEnsemble::serial and times both.
 //   graph_lstm [--models 4] [--T 50 --B 50 --C 256] [--reps 3] [--dot graph.dot] [--json]

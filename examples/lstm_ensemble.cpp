@@ -1,4 +1,4 @@
-// The seed's LSTM ensemble ("Dynamic Parallelism in TorchScript") on Troupe's actors:
+// The LSTM ensemble of PyTorch's tutorial "Dynamic Parallelism in TorchScript" on Troupe's actors:
 // (a) serial, (b) each model forks its forward direction, (c) ensemble members forked into
 // their module actors with directions forked too. Checks the three agree; prints medians.
 //   lstm_ensemble [--models 4] [--T 50 --B 50 --C 1024] [--reps 3] [--trace out.json] [--json]
@@ -21,7 +21,7 @@ namespace {
 
 Tensor random_input(int64_t T, int64_t B, int64_t C, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(0.0f, 1.0f);  // torch.rand, as the seed
+  std::uniform_real_distribution<float> dist(0.0f, 1.0f);  // torch.rand, as the TorchScript fork/wait tutorial
   std::vector<float> v(static_cast<size_t>(T * B * C));
   for (auto& x : v) x = dist(rng);
   return Tensor::from_vector(v, {T, B, C});
@@ -37,7 +37,7 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"The seed's LSTM ensemble: serial vs fork/wait on actors"};
+  CLI::App app{"The TorchScript tutorial's LSTM ensemble: serial vs fork/wait on actors"};
   int models = 4, reps = 3, workers = 0;
   int64_t T = 50, B = 50, C = 1024;
   std::string trace;

@@ -1,4 +1,4 @@
-// The seed tutorial's hand-written ring all-reduce (net/seed_ring_all_reduce.h, only p2p
+// The distributed tutorial's hand-written ring all-reduce (net/seed_ring_all_reduce.h, only p2p
 // isend/recv), checked against the library's all_reduce on the same tensor and timed side by side.
 //
 //   build/bin/troupe launch --nproc 2 -- build/bin/ring_all_reduce [--elements 4194304] [--reps 5]
@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   using namespace troupe;
   int64_t elements = 1 << 22;
   int reps = 5;
-  CLI::App app{"the seed's ring all-reduce next to the library's"};
+  CLI::App app{"the distributed tutorial's ring all-reduce next to the library's"};
   app.add_option("--elements", elements, "f32 elements per rank")->check(CLI::PositiveNumber);
   app.add_option("--reps", reps, "timed repetitions (median reported)")->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);

@@ -1,4 +1,4 @@
-// train_bench: what training costs on one core. The seed's Net with a batch of 64: a training step
+// train_bench: what training costs on one core. The distributed tutorial's Net with a batch of 64: a training step
 // (zero_grad, forward, nll_loss, backward, SGD with momentum) and an inference forward, median
 // milliseconds; and the tape's cost on a small op (add of two f32[16]): inputs that do not require
 // grad, the same under NoGradGuard with inputs that do, and recorded. --torch runs the PyTorch peer

@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     const auto ids = tokens.to_vector<int64_t>();
     const int64_t S = tokens.size(1), C = config.num_classes;
     int64_t real_tokens = 0;
-    for (int64_t id : ids) real_tokens += id != XLMRTransform::pad_id;
+    for (int64_t id : ids) real_tokens += id != XLMRTransform::kPadId;
     if (json) {
       print_json_line(nlohmann::ordered_json{{"config", config_name},
                                              {"texts", texts.size()},
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
                 checkpoint.empty() ? "random" : checkpoint_path.c_str(), load_s);
     for (size_t t = 0; t < texts.size(); ++t) {
       int64_t n = 0, best = 0;
-      for (int64_t s = 0; s < S; ++s) n += ids[t * S + s] != XLMRTransform::pad_id;
+      for (int64_t s = 0; s < S; ++s) n += ids[t * S + s] != XLMRTransform::kPadId;
       std::printf("  [%lld tokens] ", static_cast<long long>(n));
       for (int64_t c = 0; c < C; ++c) {
         std::printf("%s%+.4f", c ? " " : "logits ", values[t * C + c]);

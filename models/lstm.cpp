@@ -69,7 +69,7 @@ LSTMEnsemble::LSTMEnsemble(int members, int64_t input_size, int64_t hidden_size,
 }
 
 namespace {
-// The seed's stack(...).sum(0) as a chain of adds: the same values, without the stacked copy
+// The TorchScript tutorial's stack(...).sum(0) as a chain of adds: the same values, without the stacked copy
 // and the reduction over the leading dim (which is ~100x slower than an add here).
 Tensor sum_outputs(const std::vector<Tensor>& outputs) {
   Tensor total = outputs.at(0);

@@ -1,5 +1,6 @@
 #pragma once
-// The seed's LSTM ensemble: LSTM (PyTorch's nn.LSTM, one layer, batch_first=false),
+// The LSTM ensemble of PyTorch's tutorial "Dynamic Parallelism in TorchScript" (the TorchScript
+// fork/wait tutorial): LSTM (PyTorch's nn.LSTM, one layer, batch_first=false),
 // BidirectionalLSTM (a forward and a backward LSTM over the same input, outputs concatenated),
 // and LSTMEnsemble (N bidirectional models, outputs summed). All three are Modules under
 // PyTorch's names (weight_ih_l0, cell_f.weight_ih_l0, models.0.cell_f.weight_ih_l0).
@@ -46,20 +47,20 @@ class LSTM : public Module {
   int64_t input_size_, hidden_size_;
 };
 
-// cat(forward(x), flip(backward(flip(x)))) along the feature dim: [T, B, 2H]. The seed's names:
+// cat(forward(x), flip(backward(flip(x)))) along the feature dim: [T, B, 2H]. The tutorial's names:
 // cell_f.weight_ih_l0, ..., cell_b.bias_hh_l0.
 class BidirectionalLSTM : public Module {
  public:
   BidirectionalLSTM(int64_t input_size, int64_t hidden_size, uint64_t seed = 0);
 
   Tensor operator()(const Tensor& x) const;  // both directions on this thread
-  Tensor forked(const Tensor& x) const;      // the forward direction forked, as the seed's BiFork
+  Tensor forked(const Tensor& x) const;      // the forward direction forked, as the TorchScript fork/wait tutorial's BiFork
 
  private:
   std::shared_ptr<LSTM> forward_, backward_;  // shared with a forked call, which may outlive this
 };
 
-// N bidirectional LSTMs over the same input, outputs summed (the seed's stack(...).sum(0)).
+// N bidirectional LSTMs over the same input, outputs summed (the tutorial's stack(...).sum(0)).
 // Names: models.<i>.cell_f.weight_ih_l0 ...
 class LSTMEnsemble : public Module {
  public:

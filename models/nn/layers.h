@@ -1,5 +1,5 @@
 #pragma once
-// The layers of the seed's Net, PyTorch's nn.Linear, nn.Conv2d, nn.Dropout and nn.Dropout2d with
+// The layers of the Net of PyTorch's distributed tutorial, PyTorch's nn.Linear, nn.Conv2d, nn.Dropout and nn.Dropout2d with
 // their default initialisation (weights kaiming-uniform with a = sqrt(5), that is uniform in
 // +-1/sqrt(fan_in), and biases uniform in +-1/sqrt(fan_in)), drawn from the calling thread's
 // generator (troupe::manual_seed) unless one is passed.

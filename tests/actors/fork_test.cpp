@@ -57,7 +57,7 @@ TEST_CASE("fork returns at once and wait returns the value", "[fork]") {
   CHECK_THROWS_AS(f.get(), ValueError);
 }
 
-TEST_CASE("the seed's 100 forks of neg", "[fork]") {
+TEST_CASE("the TorchScript tutorial's 100 forks of neg", "[fork]") {
   two_workers();
   Tensor x = Tensor::ones({});
   std::vector<Future<Tensor>> futures;

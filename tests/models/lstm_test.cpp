@@ -94,7 +94,7 @@ TEST_CASE("the lstm op matches the equations across GEMM panel and tile edges", 
   }
 }
 
-TEST_CASE("BidirectionalLSTM matches the seed's BiSerial, serial and forked", "[lstm]") {
+TEST_CASE("BidirectionalLSTM matches the TorchScript tutorial's BiSerial, serial and forked", "[lstm]") {
   two_workers();
   auto& f = fixture();
   models::BidirectionalLSTM bi(6, 4);

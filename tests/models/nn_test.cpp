@@ -1,4 +1,4 @@
-// models/nn: the seed's Net against PyTorch (same weights, same input: log-probabilities, loss and
+// models/nn: the distributed tutorial's Net against PyTorch (same weights, same input: log-probabilities, loss and
 // every parameter gradient), modules (names, train/eval, state dicts, save/load, errors),
 // optimizers against hand-computed steps and PyTorch trajectories, flat gradients, and a short
 // training run on a separable problem whose loss must fall.

@@ -138,7 +138,7 @@ TEST_CASE("XLMRTransform: <s> ... </s> around SentencePiece ids shifted into the
   CHECK_THROWS_AS(transform.to_fairseq(200), IndexError);
   // A character the corpus never had (a snowman) is <unk>, fairseq 3.
   auto unknown = transform("\xE2\x98\x83");
-  CHECK(std::count(unknown.begin(), unknown.end(), XLMRTransform::unk_id) == 1);
+  CHECK(std::count(unknown.begin(), unknown.end(), XLMRTransform::kUnkId) == 1);
 }
 
 TEST_CASE("XLMRTransform: truncation keeps <s>, the first max_seq_len - 2 pieces and </s>", "[xlmr][tokenizer]") {

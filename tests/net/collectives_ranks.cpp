@@ -215,7 +215,7 @@ void async_and_groups(ProcessGroup& world) {
   barrier(world);
 }
 
-// The seed tutorial's p2p ring gives the library's sums (any length, any rank count).
+// The distributed tutorial's p2p ring gives the library's sums (any length, any rank count).
 void seed_ring(ProcessGroup& g) {
   for (int64_t count : {1, 7, 10001}) {
     Tensor t = input(g.rank(), {count}, DType::f32);
