@@ -39,7 +39,7 @@ TEST_CASE("autograd: a tensor used twice gets the sum of both paths") {
   CHECK(x.grad().to_vector<double>() == std::vector<double>{3, -3});
 }
 
-TEST_CASE("autograd: copies of a handle share requires_grad and grad; detach leaves the tape") {
+TEST_CASE("autograd: copies of a handle share requires_grad and grad, detach leaves the tape") {
   Tensor x = vec({1, 2}).set_requires_grad();
   Tensor alias = x;
   sum(mul(alias, 3.0)).backward();

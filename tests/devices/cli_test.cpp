@@ -139,7 +139,7 @@ TEST_CASE("troupe op reports errors on stderr with exit codes", "[cli][errors]")
   CHECK(troupe_cmd(dir, "").code == 2);
 }
 
-TEST_CASE("troupe op lists, describes and checks ops; --help everywhere", "[cli]") {
+TEST_CASE("troupe op lists, describes and checks ops, --help everywhere", "[cli]") {
   TempDir dir;
   const Result list = troupe_cmd(dir, "op --list");
   CHECK(list.code == 0);

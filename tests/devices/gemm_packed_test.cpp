@@ -140,7 +140,7 @@ TEST_CASE("packed weights are cached per weight and repacked when it changes", "
   CHECK_THROWS_AS(packed_weight(Tensor()), ValueError);
 }
 
-TEST_CASE("second_use packs a weight the second time it is seen; linear then uses it", "[gemm][packed][cache]") {
+TEST_CASE("second_use packs a weight the second time it is seen, and linear then uses it", "[gemm][packed][cache]") {
   clear_packed_weight_cache();
   Tensor w = Tensor::from_vector(random_values(130 * 40, 10), {130, 40});
   CHECK(packed_weight(w, PackWhen::second_use) == nullptr);  // seen once: a marker, no bytes
