@@ -33,6 +33,8 @@ enum class FrameKind : uint8_t {
   heartbeat = 4,   // liveness, every 200 ms to every peer
   hello = 5,       // the first frame on a connection: proves the peer is up (and authenticated)
   goodbye = 6,     // the peer shuts down cleanly
+  actor = 7,       // a remote actor's call, reply or notice: payload is the u8 call frame
+                   // (net/remote/call_frame.h); its tensors follow as parts of their own
 };
 
 // What a collective is doing, so ranks detect mismatched calls instead of corrupting data.
