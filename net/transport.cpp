@@ -533,6 +533,13 @@ void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline
   }
 }
 
+bool Transport::try_drive(const std::function<bool()>& done, Deadline deadline) {
+  std::unique_lock router(router_mutex_, std::try_to_lock);
+  if (!router.owns_lock()) return false;
+  lead_locked(done, deadline);
+  return true;
+}
+
 void Transport::drive(const std::function<bool()>& done, Deadline deadline) {
   while (!done() && Clock::now() < deadline) {
     std::lock_guard router(router_mutex_);
@@ -546,9 +553,7 @@ std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadli
   // others sleep on their slot; the leader (or the I/O thread) completes it.
   const auto ready = [&] { return slot->ready.load(std::memory_order_acquire); };
   while (!ready() && Clock::now() < deadline) {
-    if (std::unique_lock router(router_mutex_, std::try_to_lock); router.owns_lock()) {
-      lead_locked(ready, deadline);
-    } else {
+    if (!try_drive(ready, deadline)) {
       std::unique_lock lock(mutex_);
       slot->cv.wait_until(lock, std::min(deadline, Clock::now() + kLeadSlice), [&] { return slot->done; });
     }

@@ -127,6 +127,8 @@ class Transport {
   // Receives on this thread (leading the ROUTER, see above; taking turns with other leaders) until
   // done() or the deadline: how a thread that waits for actor frames skips the I/O thread's hand-off.
   void drive(const std::function<bool()>& done, Deadline deadline);
+  // The same for one slice at most, and only when no other thread leads: false then at once.
+  bool try_drive(const std::function<bool()>& done, Deadline deadline);
 
   struct Slot;  // a posted receive
   // Posts a receive for (group, lane, tag) from global rank source (-1: any). Matching is in post order.

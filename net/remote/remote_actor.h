@@ -42,7 +42,7 @@
 #include <string>
 #include <string_view>
 
-#include "actors/promise.h"
+#include "actors/future.h"
 #include "devices/error_kinds.h"
 #include "net/process_group.h"
 #include "net/remote/actor_type.h"
@@ -58,6 +58,28 @@ struct ActorRef;
 using Answer = std::function<void(Value&& result, std::exception_ptr error)>;
 void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, Value arguments, Answer answer);
 std::string describe_call(const std::shared_ptr<ActorRef>& actor, std::string_view method);  // "remote actor 'a' on rank 1: m: "
+// Receives for a while on the waiting thread, when no other thread does (see ReplyState).
+bool receive_for(const ActorRef& actor, const troupe::detail::TaskBase& reply);
+
+// The state behind a request's future, completed by the answer. A thread that waits for it
+// receives from the transport itself meanwhile, so the answer wakes no other thread first.
+template <class T>
+class ReplyState final : public troupe::detail::TaskResult<T> {
+ public:
+  explicit ReplyState(std::shared_ptr<ActorRef> actor)
+      : troupe::detail::TaskResult<T>(troupe::detail::TaskBase::External{}), actor_(std::move(actor)) {}
+  template <class... V>
+  void set_value(V&&... value) {
+    if constexpr (!std::is_void_v<T>) this->value_.emplace(std::forward<V>(value)...);
+    this->finish(nullptr);
+  }
+  void set_exception(std::exception_ptr error) { this->finish(std::move(error)); }
+
+ private:
+  void execute() override {}
+  bool help_complete() override { return receive_for(*actor_, *this); }
+  std::shared_ptr<ActorRef> actor_;
+};
 }  // namespace detail
 
 struct SpawnOptions {
@@ -139,23 +161,22 @@ RemoteActor spawn_on(const SpawnOptions& options, std::string_view type, const A
 
 template <class R, class... Args>
 Future<R> RemoteActor::request(std::string_view method, const Args&... args) const {
-  Promise<R> promise;
-  Future<R> future = promise.future();
+  auto reply = std::make_shared<detail::ReplyState<R>>(ref_);
   detail::call(ref_, method, Value::list({to_value(args)...}),
-               [promise, actor = ref_, method = std::string(method)](Value&& result, std::exception_ptr error) mutable {
-                 if (error) return promise.set_exception(error);
+               [reply, actor = ref_, method = std::string(method)](Value&& result, std::exception_ptr error) {
+                 if (error) return reply->set_exception(error);
                  if constexpr (std::is_void_v<R>) {
-                   promise.set_value();
+                   reply->set_value();
                  } else {
                    try {
-                     promise.set_value(Codec<R>::decode(result));
+                     reply->set_value(Codec<R>::decode(result));
                    } catch (...) {
-                     promise.set_exception(
+                     reply->set_exception(
                          with_context(detail::describe_call(actor, method) + "result: ", std::current_exception()));
                    }
                  }
                });
-  return future;
+  return Future<R>(std::move(reply));
 }
 
 }  // namespace troupe::net

@@ -7,8 +7,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "actors/module_queue.h"
 #include "actors/module.h"
+#include "actors/promise.h"
 #include "devices/error_kinds.h"
 #include "net/remote/call_frame.h"
 #include "net/remote/remote_actor.h"
@@ -891,6 +891,13 @@ void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, Value
   auto node = actor->node.lock();
   if (!node) throw ValueError("remote actor '" + actor->name + "': this rank's RemoteActors is gone");
   node->call(actor, method, std::move(arguments), std::move(answer));
+}
+
+bool receive_for(const ActorRef& actor, const troupe::detail::TaskBase& reply) {
+  auto node = actor.node.lock();
+  if (!node) return false;
+  return node->transport.try_drive([&] { return reply.is_done(); },
+                                   deadline_after(std::chrono::milliseconds(2)));
 }
 
 std::string describe_call(const std::shared_ptr<ActorRef>& actor, std::string_view method) {

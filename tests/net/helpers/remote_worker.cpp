@@ -161,6 +161,7 @@ void basic(int size) {
   });
   n.send("append", 7);
   n.stop();
+  for (int i = 0; i < 100 && downs == 0; ++i) std::this_thread::sleep_for(10ms);  // the host's notice may run it
   EXPECT(downs == 1 && why == nullptr);
   auto m = thrown<ValueError>([&] { n.request<int64_t>("add", 1, 2).get(); }, "call after stop");
   EXPECT(contains(m, "'named'") && contains(m, "stopped"));
