@@ -1,5 +1,5 @@
-// Two ranks in two network namespaces joined by a veth pair: p2p over tcp:// with CURVE, as
-// across two hosts. Needs root and `ip netns`; skipped with a message otherwise.
+// Two ranks in two network namespaces joined by a veth pair: p2p and remote actors over tcp://
+// with CURVE, as across two hosts. Needs root and `ip netns`; skipped with a message otherwise.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -40,7 +40,7 @@ struct Namespaces {
 
 }  // namespace
 
-TEST_CASE("netns: two namespaces over a veth pair, tcp:// with CURVE", "[net][netns]") {
+TEST_CASE("netns: two namespaces over a veth pair, tcp:// with CURVE, p2p and remote actors", "[net][netns]") {
   if (::geteuid() != 0 || !sh("ip netns list")) {
     WARN("skipped: needs root and `ip netns` (iproute2)");
     return;
@@ -53,7 +53,9 @@ TEST_CASE("netns: two namespaces over a veth pair, tcp:// with CURVE", "[net][ne
   const std::string key =
       (std::filesystem::temp_directory_path() / ("troupe-netns-" + std::to_string(::getpid()) + ".key")).string();
   write_curve_key_file(key, generate_curve_keys());
-  for (const char* scenario : {"p2p", "curve"}) {
+  const std::pair<std::string, std::string> runs[] = {
+      {"net_worker", "p2p"}, {"net_worker", "curve"}, {"remote_worker", "basic"}};
+  for (const auto& [worker, scenario] : runs) {
     LaunchOptions o;
     o.nproc = 2;
     o.master = "10.231.0.1:29500";
@@ -63,7 +65,7 @@ TEST_CASE("netns: two namespaces over a veth pair, tcp:// with CURVE", "[net][ne
     // Rank 0 runs in the first namespace, rank 1 in the second.
     o.command = {"sh", "-c",
                  "if [ $RANK = 0 ]; then ns=" + ns.a + "; else ns=" + ns.b + "; fi; exec ip netns exec $ns " +
-                     std::string(TROUPE_BIN_DIR) + "/net_worker " + scenario};
+                     std::string(TROUPE_BIN_DIR) + "/" + worker + " " + scenario};
     std::vector<std::string> lines;
     std::mutex mutex;
     o.on_line = [&](int rank, bool, const std::string& line) {
@@ -76,7 +78,7 @@ TEST_CASE("netns: two namespaces over a veth pair, tcp:// with CURVE", "[net][ne
     INFO(scenario << "\n" << text);
     CHECK(r.exit_code == 0);
     CHECK(std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
-            return l.find(std::string("ok ") + scenario + " rank") != std::string::npos;
+            return l.find("ok " + scenario + " rank") != std::string::npos;
           }) == 2);
   }
   std::filesystem::remove(key);
