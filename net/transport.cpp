@@ -475,6 +475,7 @@ void Transport::set_actor_handler(std::shared_ptr<ActorHandler> handler) {
     actor_handler_set_ = true;
     backlog.swap(actor_backlog_);
   }
+  if (!handler) return;
   for (Message& m : backlog) {
     const int source = m.source;
     try {

@@ -59,7 +59,7 @@ using Answer = std::function<void(Value&& result, std::exception_ptr error)>;
 void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, Value arguments, Answer answer);
 std::string describe_call(const std::shared_ptr<ActorRef>& actor, std::string_view method);  // "remote actor 'a' on rank 1: m: "
 // Receives for a while on the waiting thread, when no other thread does (see ReplyState).
-bool receive_for(const ActorRef& actor, const troupe::detail::TaskBase& reply);
+bool receive_for(ActorRef& actor, const troupe::detail::TaskBase& reply);
 
 // The state behind a request's future, completed by the answer. A thread that waits for it
 // receives from the transport itself meanwhile, so the answer wakes no other thread first.

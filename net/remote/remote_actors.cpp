@@ -893,9 +893,13 @@ void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, Value
   node->call(actor, method, std::move(arguments), std::move(answer));
 }
 
-bool receive_for(const ActorRef& actor, const troupe::detail::TaskBase& reply) {
+bool receive_for(ActorRef& actor, const troupe::detail::TaskBase& reply) {
   auto node = actor.node.lock();
   if (!node) return false;
+  {
+    std::lock_guard lock(actor.mutex);
+    if (actor.rank == node->rank) return false;  // answered here, not through the transport
+  }
   return node->transport.try_drive([&] { return reply.is_done(); },
                                    deadline_after(std::chrono::milliseconds(2)));
 }
