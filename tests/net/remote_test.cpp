@@ -84,3 +84,23 @@ TEST_CASE("remote actors: a killed rank fails pending requests within 5 s, the o
   CHECK(job.count("ok dead rank detected") == 1);
   CHECK(job.count("ok kill rank") == 2);
 }
+
+TEST_CASE("remote actors: ranks that only host, by `troupe serve --load`", "[net][remote]") {
+  LaunchOptions o;
+  o.nproc = 3;
+  o.grace = 2s;
+  const std::string bin = TROUPE_BIN_DIR;
+  o.command = {"sh", "-c",
+               "if [ $RANK = 0 ]; then exec " + bin + "/remote_worker plugin; else exec " + bin +
+                   "/troupe serve --load " + bin + "/../lib/libremote_plugin.so; fi"};
+  std::string output;
+  std::mutex mutex;
+  o.on_line = [&](int rank, bool, const std::string& line) {
+    std::lock_guard lock(mutex);
+    output += "[rank " + std::to_string(rank) + "] " + line + "\n";
+  };
+  LaunchResult r = launch(o);
+  INFO(output);
+  CHECK(r.exit_code == 0);
+  CHECK(output.find("[rank 0] ok plugin rank 0") != std::string::npos);
+}

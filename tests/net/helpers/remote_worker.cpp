@@ -270,11 +270,19 @@ void kill_rank() {
   std::cout << "ok dead rank detected in " << s << " s" << std::endl;
 }
 
+// The other ranks run `troupe serve --load libremote_plugin.so`: only they know test.plugin.
+void plugin(int size) {
+  for (int r = 1; r < size; ++r)
+    EXPECT(spawn_on(r, "test.plugin").request<std::string>("where").get() == "plugin@" + std::to_string(r));
+  auto m = thrown<ValueError>([&] { spawn_on(0, "test.plugin"); }, "a type this rank lacks");
+  EXPECT(contains(m, "rank 0 has no actor type 'test.plugin'"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: remote_worker basic|order|errors|kill\n";
+    std::cerr << "usage: remote_worker basic|order|errors|kill|plugin\n";
     return 2;
   }
   const std::string scenario = argv[1];
@@ -296,6 +304,8 @@ int main(int argc, char** argv) {
         errors();
       } else if (scenario == "kill") {
         kill_rank();
+      } else if (scenario == "plugin") {
+        plugin(size);
       } else {
         std::cerr << "unknown scenario " << scenario << "\n";
         return 2;
