@@ -19,23 +19,29 @@
 // Semantics
 // - Names: spawn_on calls an actor "<type>/<rank>", then "<type>/<rank>.1", ... on that rank,
 //   unless SpawnOptions::name says otherwise. Names are unique in the job: rank 0 keeps the
-//   directory (name -> rank, actor id); lookup() asks it.
+//   directory (name -> rank, actor id), so rank 0 must live as long as the job; lookup() asks it.
 // - Mailbox: an actor's calls run one at a time, in the order they arrive; calls from one rank
-//   arrive in the order they were made. A call runs on the thread in serve() when that thread is
-//   free (no hand-off), else on the Runtime's workers (actors/runtime.h), so every rank can host
-//   actors while it also drives.
-// - Values: arguments and results go through their Codecs (net/remote/value.h): tensors as
-//   message parts of their own, never copied into a buffer on the way; scalars, strings, lists,
-//   optionals, tuples and TROUPE_FIELDS structs as a small tagged encoding. See call_frame.h.
+//   arrive in the order they were made. A call runs on the thread in serve() when that thread
+//   received it and is free (no hand-off), else on the actor's own CAF actor, so every rank can
+//   host actors while it also drives. An actor that waits for a call to itself (directly or
+//   around a cycle of actors) waits forever, as in Erlang.
+// - Waiting: the thread that waits for a request's future receives the answer itself when no
+//   other thread is receiving (no hand-off through the transport's I/O thread).
+// - Values: arguments and results go through their Codecs (net/remote/value.h): each tensor as a
+//   message part of its own, sent from and received into its own bytes (up to 4 KiB copied into
+//   the ZeroMQ message, as every small payload is); scalars, strings, lists, optionals, tuples and
+//   TROUPE_FIELDS structs in a small tagged encoding. See call_frame.h.
 // - Errors: a handler's exception comes back as the same type (devices/error_kinds.h), its message
 //   naming the actor, the method and the rank; so do an unknown type, method or name, wrong
 //   arguments, and a result of the wrong type. Errors of send() calls are printed on the host.
 // - Supervision: when an actor's rank is lost, every pending request to it fails with
-//   PeerLostError within 5 s naming the actor and the rank. on_down() hears of it (and of stop()).
-//   An actor spawned with max_restarts > 0 is respawned from its constructor arguments on the
-//   next live rank by the rank that spawned it, under the same name; requests made meanwhile wait
-//   for the new one; on_down fires once the restarts are spent.
-// - Rank 0 must live as long as the job: it holds the directory.
+//   PeerLostError within 5 s naming the actor and the rank, while the other ranks' actors go on.
+//   on_down() hears of it, and of stop(); its callback runs on a transport thread (keep it short,
+//   wait for nothing there). An actor spawned with max_restarts > 0 is respawned from its
+//   constructor arguments on the next live rank by the rank that spawned it, under the same name;
+//   calls made meanwhile wait for the new one; on_down fires once the restarts are spent.
+// - Shutdown: destroying RemoteActors cancels this rank's pending requests (CancelledError),
+//   drops calls not yet started and waits for the running ones.
 #include <chrono>
 #include <functional>
 #include <memory>
