@@ -14,7 +14,7 @@
 //
 // Codecs: bool, integers (range-checked), float/double, std::string (and const char* to send),
 // Tensor, std::vector<T>, std::pair, std::tuple, std::optional<T> (none when empty), Value, and
-// structs with TROUPE_FIELDS. Tensors are never copied into a Value's bytes: on the wire each
+// default-constructible structs with TROUPE_FIELDS. Tensors are never copied into a Value's bytes: on the wire each
 // one is a message part of its own (net/remote/call_frame.h).
 #include <cstdint>
 #include <limits>
@@ -76,7 +76,7 @@ class Value {
     return as<T>();
   }
 
-  // "f32[2,3]", "int 4", "string", "list of 3", "none": for error messages.
+  // "a tensor f32[2,3]", "an int", "a list of 3", "none": for error messages.
   std::string describe() const;
 
  private:
