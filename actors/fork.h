@@ -7,7 +7,7 @@
 //   Tensor total = sum(stack(wait_all(fs)));                      // -100 for x = 1
 //
 // fn may be a free function, a lambda, a member function pointer (with the object next), or
-// a Module (its operator(), or the member function passed next, runs in the module's actor).
+// a ModuleActor (its operator(), or the member function passed next, runs in the module's actor).
 // Arguments are copied into the task (tensors share their bytes, which no one can change:
 // see devices/tensor.h). Works from any thread, inside forked tasks (nested), and a task's
 // exception is rethrown by wait().
@@ -17,7 +17,7 @@
 #include <utility>
 
 #include "actors/future.h"
-#include "actors/module.h"
+#include "actors/module_actor.h"
 #include "actors/task.h"
 
 namespace troupe {
@@ -36,7 +36,7 @@ auto fork(Fn&& fn, Args&&... args) {
 // A call of a module: queued in the module's actor, run after the calls forked before it.
 template <class M, class... Args>
   requires std::is_invocable_v<M&, std::decay_t<Args>&...>
-auto fork(Module<M>& module, Args&&... args) {
+auto fork(ModuleActor<M>& module, Args&&... args) {
   using R = std::invoke_result_t<M&, std::decay_t<Args>&...>;
   auto call = [object = module.shared_object(), tuple = std::make_tuple(std::forward<Args>(args)...)]() mutable -> R {
     return std::apply([&](auto&... a) -> R { return (*object)(a...); }, tuple);
@@ -49,7 +49,7 @@ auto fork(Module<M>& module, Args&&... args) {
 // A call of one of a module's member functions, in the module's actor: fork(m, &M::step, x).
 template <class M, class Method, class... Args>
   requires std::is_member_function_pointer_v<Method>
-auto fork(Module<M>& module, Method method, Args&&... args) {
+auto fork(ModuleActor<M>& module, Method method, Args&&... args) {
   using R = std::invoke_result_t<Method, M&, std::decay_t<Args>&...>;
   auto call = [object = module.shared_object(), method,
                tuple = std::make_tuple(std::forward<Args>(args)...)]() mutable -> R {

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "actors/module.h"
+#include "actors/module_actor.h"
 #include "actors/profiler.h"
 #include "actors/task.h"
 #include "devices/error.h"
@@ -58,7 +58,7 @@ std::atomic<int> running_tasks{0};
 std::atomic<uint64_t> next_task_id{1};
 
 // The thread budget counts, besides running tasks, threads outside the runtime that forked and
-// have not waited since: they presumably compute alongside their forks (the seed's BiFork runs
+// have not waited since: they presumably compute alongside their forks (the TorchScript fork/wait tutorial's BiFork runs
 // one direction itself while the other is forked). Without them two 2-thread kernels shared 2
 // cores and every OpenMP barrier waited for a descheduled thread.
 std::atomic<int> forking_externals{0};

@@ -4,50 +4,26 @@
 #include <atomic>
 #include <caf/all.hpp>
 #include <condition_variable>
-#include <cstring>
-#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
+#include <string>
 #include <unordered_map>
 #include <utility>
+#include <variant>
+#include <vector>
 
+#include "actors/kernel_budget.h"
 #include "actors/profiler.h"
-#include "actors/promise.h"
 #include "actors/runtime.h"
 #include "actors/task.h"
+#include "dataflow/invocation_state.h"
 #include "dataflow/plan.h"
+#include "dataflow/rank_link.h"
 #include "devices/error_kinds.h"
 #include "devices/threads.h"
-#include "net/process_group.h"
 
 namespace troupe::detail {
-
-// One invocation's progress: how many nodes have yet to finish with it, its outputs and error.
-struct InvocationState {
-  uint64_t id = 0;
-  std::atomic<int> remaining{0};     // plan nodes not yet done with it, plus one while starting
-  std::atomic<bool> stopped{false};  // failed or cancelled: nodes that have not fired skip
-  std::atomic<bool> finished{false};
-  std::atomic<bool> completed{false};  // complete() ran (once, even when a lost peer forces it)
-  bool counted = false;                // holds an in-flight slot of this rank's executor
-  std::mutex mutex;
-  std::exception_ptr error;
-  std::vector<Value> outputs;
-  std::vector<uint8_t> live;  // per output: a value arrived (not a dead token)
-  std::vector<Promise<Value>> promises;                // runs started by Executor::run
-  std::function<void(InvocationState&)> on_done;       // runs started by a loop node
-
-  void fail(std::exception_ptr e) {
-    {
-      std::lock_guard lock(mutex);
-      if (!error) error = std::move(e);
-    }
-    stopped.store(true, std::memory_order_release);
-  }
-};
-
-using InvocationPtr = std::shared_ptr<InvocationState>;
 
 // The one message between node actors: input `slot` of the receiver for invocation `inv`;
 // slot -1 starts a node without inputs. A dead token (live false) skips the receiver.
@@ -66,38 +42,6 @@ namespace troupe::detail {
 
 namespace {
 
-// Node bodies running now, across executors: each gets cores / running threads for its kernels,
-// like the runtime's forked tasks, so node actors and kernels do not oversubscribe the cores.
-std::atomic<int> firing_nodes{0};
-
-class KernelBudget {
- public:
-  KernelBudget(int fixed, int cores) : previous_(thread_intra_op_threads()) {
-    const int running = firing_nodes.fetch_add(1, std::memory_order_relaxed) + 1;
-    set_thread_intra_op_threads(fixed > 0 ? fixed : std::max(1, cores / running));
-  }
-  ~KernelBudget() {
-    set_thread_intra_op_threads(previous_);
-    firing_nodes.fetch_sub(1, std::memory_order_relaxed);
-  }
-
- private:
-  int previous_;
-};
-
-// What travels between ranks, on one ordered stream per pair: a header, i64 [kind, invocation,
-// node, slot, live, payload mode, then dtype, ndim, shape and, for small payloads, their bytes];
-// a large payload follows as a tensor message of its own (zero-copy). Payloads are live data,
-// and the text of a failed ack (u8). Small ones ride in the header: one message, not two.
-enum MessageKind : int64_t { start_message = 1, data_message, ack_message, stop_message };
-enum PayloadMode : int64_t { no_payload, inline_payload, separate_payload };
-constexpr size_t inline_bytes = 256;
-
-// Executors on a group take tags in construction order, the same on every rank.
-std::atomic<int64_t> next_group_tag{0x7df00000};
-
-const auto forever = std::chrono::hours(24 * 365);
-
 bool truth(const Value& v, const std::string& what) {
   if (v.is<bool>()) return v.get<bool>();
   if (v.is_tensor() && v.tensor().defined() && v.tensor().numel() == 1) return v.tensor().item<double>() != 0;
@@ -107,7 +51,7 @@ bool truth(const Value& v, const std::string& what) {
 
 }  // namespace
 
-struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
+struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink::Scheduler {
   struct Pending {
     std::vector<Value> values;
     std::vector<uint8_t> live;
@@ -124,9 +68,9 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
       throw ValueError("Executor: max_in_flight must be >= 1, got " + std::to_string(options.max_in_flight));
     plan = make_plan(*graph);
     if (options.group) {
-      rank = options.group->rank();
-      world = options.group->size();
-      tag = next_group_tag.fetch_add(1);
+      link = std::make_unique<RankLink>(options.group);
+      rank = link->rank();
+      world = link->size();
     }
     for (const PlanNode& pn : plan.nodes)
       if (pn.rank >= world)
@@ -142,8 +86,8 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
       if (!local(static_cast<int>(i))) continue;
       ++local_nodes;
       if (plan.nodes[i].inputs.empty()) sources.push_back(static_cast<int>(i));
-      if (plan.nodes[i].node->kind == NodeKind::loop)
-        nodes[i].body = create(*plan.nodes[i].node->body, {.max_in_flight = options.max_in_flight});
+      if (const auto* loop = plan.nodes[i].node->as<Node::Loop>())
+        nodes[i].body = create(*loop->body, {.max_in_flight = options.max_in_flight});
     }
   }
 
@@ -155,10 +99,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   static std::shared_ptr<ExecutorCore> create(const Graph& g, ExecutorOptions opts) {
     auto core = std::make_shared<ExecutorCore>(g, opts);
     core->spawn_actors();
-    for (int peer = 0; peer < core->world; ++peer) {
-      core->send_mutex.push_back(std::make_unique<std::mutex>());
-      if (peer != core->rank) core->receivers.emplace_back([c = core.get(), peer] { c->receive_from(peer); });
-    }
+    if (core->link) core->link->listen(*core);
     return core;
   }
 
@@ -191,15 +132,12 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     }
     auto inv = make_invocation(next_id.fetch_add(1, std::memory_order_relaxed), world - 1);
     inv->counted = true;
-    if (world > 1) {
-      std::lock_guard lock(remote_mutex);
-      by_id[inv->id] = inv;
-    }
+    if (world > 1) link->track(inv);
     return inv;
   }
 
   // `acks`: the other ranks that report when they are done with it (rank 0 waits for them).
-  InvocationPtr make_invocation(uint64_t id, int acks) {
+  InvocationPtr make_invocation(uint64_t id, int acks) override {
     auto inv = std::make_shared<InvocationState>();
     inv->id = id;
     inv->remaining.store(local_nodes + 1 + acks, std::memory_order_relaxed);
@@ -210,14 +148,13 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
 
   // Sends the inputs and constants on their way and starts the nodes without inputs.
   void launch(const InvocationPtr& inv, std::vector<Value> inputs) {
-    for (int peer = 0; peer < world; ++peer)
-      if (peer != rank) send(peer, {start_message, static_cast<int64_t>(inv->id), 0, 0, 0}, {});
+    if (world > 1) link->start(*inv);
     for (size_t k = 0; k < inputs.size(); ++k) deliver(plan.input_consumers[k], inv, true, std::move(inputs[k]));
     launch_local(inv);
   }
 
   // Every rank gives its own nodes the constants and starts its nodes without inputs.
-  void launch_local(const InvocationPtr& inv) {
+  void launch_local(const InvocationPtr& inv) override {
     for (size_t c = 0; c < plan.constants.size(); ++c)
       for (const Target& t : plan.constant_consumers[c])
         if (t.node >= 0 && local(t.node)) caf::anon_send(nodes[t.node].actor, Deliver{inv, t.slot, true, plan.constants[c]});
@@ -237,7 +174,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
       Value v = i + 1 == targets.size() ? std::move(value) : value;
       const int owner = t.node < 0 ? 0 : plan.nodes[t.node].rank;
       if (owner != rank) {
-        send(owner, {data_message, static_cast<int64_t>(inv->id), t.node, t.slot, live}, live ? v.tensor() : Tensor());
+        link->data(owner, *inv, t.node, t.slot, live, live ? v.tensor() : Tensor());
       } else if (t.node < 0) {
         set_output(*inv, t.slot, live, std::move(v));
       } else {
@@ -246,16 +183,27 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     }
   }
 
-  void node_done(const InvocationPtr& inv) {
+  // A value from another rank: its target must be an input of a node of this rank, or (on rank
+  // 0) a graph output; anything else is a peer that does not run this graph.
+  void deliver_local(const InvocationPtr& inv, int node, int slot, bool live, Value value) override {
+    const bool known = node < 0 ? rank == 0 && slot < static_cast<int>(plan.output_names.size())
+                                : node < static_cast<int>(plan.nodes.size()) && local(node) &&
+                                      slot < static_cast<int>(plan.nodes[node].inputs.size());
+    if (!known)
+      throw CommError("executor of graph '" + plan.graph + "' on rank " + std::to_string(rank) +
+                      ": a peer sent a value for node " + std::to_string(node) + " input " + std::to_string(slot) +
+                      ", which this rank does not run");
+    if (node < 0) set_output(*inv, slot, live, std::move(value));
+    else caf::anon_send(nodes[node].actor, Deliver{inv, slot, live, std::move(value)});
+  }
+
+  void node_done(const InvocationPtr& inv) override {
     if (inv->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) complete(inv);
   }
 
-  void complete(const InvocationPtr& inv) {
+  void complete(const InvocationPtr& inv) override {
     if (inv->completed.exchange(true)) return;
-    if (world > 1) {
-      std::lock_guard lock(remote_mutex);
-      by_id.erase(inv->id);
-    }
+    if (world > 1) link->forget(inv->id);
     if (inv->on_done) {
       inv->on_done(*inv);
     } else {
@@ -280,135 +228,12 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     idle.notify_all();
   }
 
-  // ---- ranks ----
-
-  void send(int peer, std::vector<int64_t> header, const Tensor& payload) {
-    Tensor host;
-    PayloadMode mode = no_payload;
-    if (payload.defined()) {
-      host = (payload.device().is_cpu() ? payload : payload.to(Device::cpu())).contiguous();
-      mode = host.nbytes() <= inline_bytes ? inline_payload : separate_payload;
-      header.push_back(mode);
-      header.push_back(static_cast<int64_t>(host.dtype()));
-      header.push_back(host.dim());
-      header.insert(header.end(), host.shape().begin(), host.shape().end());
-      if (mode == inline_payload) {
-        const size_t at = header.size();
-        header.resize(at + (host.nbytes() + 7) / 8);
-        std::memcpy(header.data() + at, host.raw_data(), host.nbytes());
-      }
-    } else {
-      header.push_back(no_payload);
-    }
-    std::lock_guard lock(*send_mutex[peer]);
-    options.group->send(Tensor::from_vector(header, {static_cast<int64_t>(header.size())}), peer, tag);
-    if (mode == separate_payload) options.group->send(host, peer, tag);
-  }
-
-  // The payload a header announces: from the header itself, or the next message from peer.
-  Tensor receive_payload(const std::vector<int64_t>& h, int peer) {
-    if (h[5] == no_payload) return {};
-    const auto dtype = static_cast<DType>(h[6]);
-    const Shape shape(h.begin() + 8, h.begin() + 8 + h[7]);
-    if (h[5] == separate_payload) {
-      Tensor t = Tensor::empty(shape, dtype);  // fixes what the message must be
-      options.group->recv(t, peer, tag, forever);
-      return t;
-    }
-    Tensor t = Tensor::empty(shape, dtype);
-    std::memcpy(t.mutable_raw_data(), h.data() + 8 + h[7], t.nbytes());
-    return t;
-  }
-
-  // This rank's state of invocation `id`: rank 0 made it in run(); another rank makes it when the
-  // first message about it arrives, and reports to rank 0 when its nodes are done with it.
-  InvocationPtr invocation(uint64_t id) {
-    std::lock_guard lock(remote_mutex);
-    auto it = by_id.find(id);
-    if (it != by_id.end()) return it->second;
-    if (rank == 0) return nullptr;
-    auto inv = make_invocation(id, 0);
-    inv->on_done = [this](InvocationState& done) {
-      Tensor message;
-      if (done.error) {
-        const std::string text = encode_error(done.error).serialize();
-        message = Tensor::from_vector(std::vector<uint8_t>(text.begin(), text.end()), {static_cast<int64_t>(text.size())});
-      }
-      try {
-        send(0, {ack_message, static_cast<int64_t>(done.id), done.error ? 1 : 0, 0, 0}, message);
-      } catch (...) {
-        lose_peer(std::current_exception());
-      }
-    };
-    by_id[id] = inv;
-    return inv;
-  }
-
-  void receive_from(int peer) {
-    try {
-      for (;;) {
-        Tensor header_tensor;
-        options.group->recv(header_tensor, peer, tag, forever);
-        const auto h = header_tensor.to_vector<int64_t>();
-        Tensor payload = receive_payload(h, peer);
-        if (h[0] == stop_message) break;
-        InvocationPtr inv = invocation(static_cast<uint64_t>(h[1]));
-        if (!inv) continue;
-        if (h[0] == start_message) {
-          launch_local(inv);
-        } else if (h[0] == data_message) {
-          const int node = static_cast<int>(h[2]), slot = static_cast<int>(h[3]);
-          if (node < 0) set_output(*inv, slot, h[4] != 0, payload);
-          else caf::anon_send(nodes[node].actor, Deliver{inv, slot, h[4] != 0, payload});
-        } else if (h[0] == ack_message) {
-          if (h[2] != 0) {
-            auto bytes = payload.to_vector<uint8_t>();
-            inv->fail(decode_error(ErrorRecord::parse(std::string(bytes.begin(), bytes.end()))));
-          }
-          node_done(inv);
-        }
-      }
-      if (peer == 0) {
-        std::lock_guard lock(mutex);
-        driver_gone = true;
-      }
-      idle.notify_all();
-    } catch (...) {
-      lose_peer(std::current_exception());
-    }
-  }
-
-  // A rank died or a message failed: every invocation this rank knows fails with that error
-  // now (their other messages will never come), and later runs throw it.
-  void lose_peer(std::exception_ptr e) {
-    std::vector<InvocationPtr> lost;
-    {
-      std::lock_guard lock(remote_mutex);
-      if (!broken) broken = e;
-      for (auto& [id, inv] : by_id) lost.push_back(inv);
-    }
-    for (auto& inv : lost) {
-      inv->fail(e);
-      complete(inv);
-    }
+  void driver_gone() override {
     {
       std::lock_guard lock(mutex);
-      driver_gone = true;
+      served = true;
     }
     idle.notify_all();
-  }
-
-  void stop_ranks() {
-    for (int peer = 0; peer < world; ++peer) {
-      if (peer == rank) continue;
-      try {
-        send(peer, {stop_message, 0, 0, 0, 0}, {});
-      } catch (...) {
-        // The peer is gone already; its receiver here has ended with the error.
-      }
-    }
-    for (auto& r : receivers) r.join();
-    receivers.clear();
   }
 
   // ---- node actors ----
@@ -444,7 +269,8 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::string where(int id) const {
     const PlanNode& pn = plan.nodes[id];
     const Node& n = *pn.node;
-    return std::string(name(n.kind)) + " '" + pn.path + "'" + (n.kind == NodeKind::op ? " (" + n.op + ")" : "") + ": ";
+    const auto* op = n.as<Node::Op>();
+    return std::string(n.kind_name()) + " '" + pn.path + "'" + (op ? " (" + op->op + ")" : "") + ": ";
   }
 
   void fail(int id, const InvocationPtr& inv, std::exception_ptr e) { inv->fail(with_context(where(id), std::move(e))); }
@@ -487,7 +313,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     const PlanNode& pn = plan.nodes[id];
     const Node& n = *pn.node;
     const bool all_live = std::all_of(live.begin(), live.end(), [](uint8_t l) { return l != 0; });
-    if (inv->stopped.load(std::memory_order_acquire) || (!all_live && n.kind != NodeKind::merge)) {
+    if (inv->stopped.load(std::memory_order_acquire) || (!all_live && !n.is<Node::Merge>())) {
       emit_dead(id, inv);
       node_done(inv);
       return;
@@ -495,62 +321,70 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     std::optional<ProfileScope> scope;
     if (Profiler::global().recording()) {
       Profiler::set_thread_actor(pn.path);
-      scope.emplace(pn.path, n.kind == NodeKind::op ? n.op : name(n.kind));
+      scope.emplace(pn.path, what_runs(n));
     }
     try {
-      switch (n.kind) {
-        case NodeKind::op: {
-          std::vector<Tensor> tensors;
-          tensors.reserve(values.size());
-          for (auto& v : placed(n, std::move(values))) tensors.push_back(v.tensor());
-          KernelBudget budget(fixed_intra_op, cores);
-          auto outs = OpRegistry::global().call(*pn.def, tensors, pn.attrs);
-          emit(id, inv, std::vector<Value>(outs.begin(), outs.end()));
-          break;
-        }
-        case NodeKind::call: {
-          std::vector<Value> outs;
-          {
-            KernelBudget budget(fixed_intra_op, cores);
-            outs = n.fn(placed(n, std::move(values)));
-          }
-          emit(id, inv, std::move(outs));
-          break;
-        }
-        case NodeKind::module:
-          submit_module(id, inv, placed(n, std::move(values)));
-          return;  // done in the module's actor
-        case NodeKind::switch_: {
-          const bool taken = truth(values[0], "the predicate");
-          const int k = n.width;
-          for (int i = 0; i < k; ++i) check_sendable(pn.consumers[taken ? i : k + i], values[1 + i], "value " + std::to_string(i));
-          for (int i = 0; i < k; ++i) {
-            deliver(pn.consumers[i], inv, taken, taken ? values[1 + i] : Value());
-            deliver(pn.consumers[k + i], inv, !taken, taken ? Value() : values[1 + i]);
-          }
-          break;
-        }
-        case NodeKind::merge: {
-          const int k = n.width;
-          const int branches = k > 0 ? static_cast<int>(values.size()) / k : 0;
-          int chosen = -1;
-          for (int b = 0; b < branches && chosen < 0; ++b)
-            if (std::all_of(live.begin() + b * k, live.begin() + (b + 1) * k, [](uint8_t l) { return l != 0; }))
-              chosen = b;
-          if (chosen < 0) {
-            emit_dead(id, inv);
-          } else {
-            emit(id, inv, std::vector<Value>(std::make_move_iterator(values.begin() + chosen * k),
-                                             std::make_move_iterator(values.begin() + (chosen + 1) * k)));
-          }
-          break;
-        }
-        case NodeKind::loop:
-          iterate(id, inv, std::move(values), 0);
-          return;  // done when the loop ends
-        default:
-          break;
-      }
+      // Each kind returns whether it is done with the invocation here (not later, elsewhere).
+      const bool done_here = std::visit(
+          overloaded{
+              [&](const Node::Op&) {
+                std::vector<Tensor> tensors;
+                tensors.reserve(values.size());
+                for (auto& v : placed(n, std::move(values))) tensors.push_back(v.tensor());
+                KernelBudget budget(fixed_intra_op, cores);
+                auto outs = OpRegistry::global().call(*pn.def, tensors, pn.attrs);
+                emit(id, inv, std::vector<Value>(outs.begin(), outs.end()));
+                return true;
+              },
+              [&](const Node::Call& call) {
+                std::vector<Value> outs;
+                {
+                  KernelBudget budget(fixed_intra_op, cores);
+                  outs = call.fn(placed(n, std::move(values)));
+                }
+                emit(id, inv, std::move(outs));
+                return true;
+              },
+              [&](const Node::Module& module) {
+                submit_module(id, inv, module, placed(n, std::move(values)));
+                return false;  // done in the module's actor
+              },
+              [&](const Node::Switch& sw) {
+                const bool taken = truth(values[0], "the predicate");
+                const int k = sw.width;
+                for (int i = 0; i < k; ++i)
+                  check_sendable(pn.consumers[taken ? i : k + i], values[1 + i], "value " + std::to_string(i));
+                for (int i = 0; i < k; ++i) {
+                  deliver(pn.consumers[i], inv, taken, taken ? values[1 + i] : Value());
+                  deliver(pn.consumers[k + i], inv, !taken, taken ? Value() : values[1 + i]);
+                }
+                return true;
+              },
+              [&](const Node::Merge& merge) {
+                const int k = merge.width;
+                const int branches = k > 0 ? static_cast<int>(values.size()) / k : 0;
+                int chosen = -1;
+                for (int b = 0; b < branches && chosen < 0; ++b)
+                  if (std::all_of(live.begin() + b * k, live.begin() + (b + 1) * k, [](uint8_t l) { return l != 0; }))
+                    chosen = b;
+                if (chosen < 0) {
+                  emit_dead(id, inv);
+                } else {
+                  emit(id, inv, std::vector<Value>(std::make_move_iterator(values.begin() + chosen * k),
+                                                   std::make_move_iterator(values.begin() + (chosen + 1) * k)));
+                }
+                return true;
+              },
+              [&](const Node::Loop&) {
+                iterate(id, inv, std::move(values), 0);
+                return false;  // done when the loop ends
+              },
+              []<class K>(const K&) -> bool requires(!runs_as_plan_node<K>) {
+                throw Error(std::string("executor: a ") + K::kind_name + " node fired; the plan resolves those away");
+              },
+          },
+          n.kind);
+      if (!done_here) return;
     } catch (...) {
       fail(id, inv, std::current_exception());
       emit_dead(id, inv);
@@ -559,10 +393,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     node_done(inv);
   }
 
-  void submit_module(int id, const InvocationPtr& inv, std::vector<Value> values) {
-    auto call = [core = shared_from_this(), id, inv, values = std::move(values)]() mutable {
+  void submit_module(int id, const InvocationPtr& inv, const Node::Module& module, std::vector<Value> values) {
+    auto call = [core = shared_from_this(), id, inv, &fn = module.fn, values = std::move(values)]() mutable {
       try {
-        auto outs = core->plan.nodes[id].node->fn(std::exchange(values, {}));
+        auto outs = fn(std::exchange(values, {}));
         core->emit(id, inv, std::move(outs));
       } catch (...) {
         core->fail(id, inv, std::current_exception());
@@ -570,14 +404,14 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
       }
       core->node_done(inv);
     };
-    auto task = std::make_shared<Task<void, decltype(call)>>(std::move(call), plan.nodes[id].node->module_queue);
+    auto task = std::make_shared<Task<void, decltype(call)>>(std::move(call), module.queue);
     submit(task);
   }
 
   // Runs the loop body once on `state` (iteration `done` iterations in), or ends the loop.
   void iterate(int id, const InvocationPtr& inv, std::vector<Value> state, int64_t done) {
-    const Node& n = *plan.nodes[id].node;
-    if (done >= n.max_iterations || inv->stopped.load(std::memory_order_acquire)) {
+    const auto& loop = std::get<Node::Loop>(plan.nodes[id].node->kind);
+    if (done >= loop.max_iterations || inv->stopped.load(std::memory_order_acquire)) {
       if (inv->stopped.load(std::memory_order_acquire)) emit_dead(id, inv);
       else emit(id, inv, std::move(state));
       node_done(inv);
@@ -629,15 +463,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   mutable std::mutex mutex;
   std::condition_variable idle;  // in_flight went down
   int in_flight = 0, peak = 0;
-  bool driver_gone = false;  // rank 0 said stop (or a peer was lost): serve() returns
+  bool served = false;  // rank 0 said stop (or a peer was lost): serve() returns
 
   int rank = 0, world = 1;
-  int64_t tag = 0;
-  std::vector<std::unique_ptr<std::mutex>> send_mutex;  // per peer: a header and its payload stay together
-  std::vector<std::thread> receivers;                   // one per peer
-  std::mutex remote_mutex;
-  std::unordered_map<uint64_t, InvocationPtr> by_id;  // invocations messages may name
-  std::exception_ptr broken;                          // the error that lost a peer
+  std::unique_ptr<RankLink> link;  // with a process group
 };
 
 }  // namespace troupe::detail
@@ -672,7 +501,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
 
 Executor::~Executor() {
   wait_idle();
-  core_->stop_ranks();
+  if (core_->link) core_->link->stop();
   core_->stop();
 }
 
@@ -681,10 +510,7 @@ Invocation Executor::run(std::map<std::string, Value> inputs) {
   if (core_->rank != 0)
     throw ValueError("run: this is rank " + std::to_string(core_->rank) + "; rank 0 runs graph '" + plan.graph +
                      "', the other ranks call serve()");
-  {
-    std::lock_guard lock(core_->remote_mutex);
-    if (core_->broken) std::rethrow_exception(core_->broken);
-  }
+  if (core_->link) core_->link->check_healthy();
   std::vector<Value> ordered;
   for (size_t k = 0; k < plan.input_names.size(); ++k) {
     const std::string& name = plan.input_names[k];
@@ -723,10 +549,9 @@ void Executor::serve() {
   if (core_->rank == 0) throw ValueError("serve: rank 0 runs the graph with run(); the other ranks serve");
   {
     std::unique_lock lock(core_->mutex);
-    core_->idle.wait(lock, [&] { return core_->driver_gone; });
+    core_->idle.wait(lock, [&] { return core_->served; });
   }
-  std::lock_guard lock(core_->remote_mutex);
-  if (core_->broken) std::rethrow_exception(core_->broken);
+  core_->link->check_healthy();
 }
 
 void Executor::wait_idle() {

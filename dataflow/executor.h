@@ -20,9 +20,10 @@
 // (in the same order). Nodes run on the rank given by NodeRef::on_rank (default 0, the driver);
 // only that rank spawns their actors. Rank 0 calls run(); the others call serve(), which
 // returns when rank 0's executor is destroyed. Values crossing ranks must be tensors; they
-// travel as tensor messages, tagged by invocation, and every rank reports to rank 0 when it is
-// done with an invocation (with its error, if a node failed), so rank 0's futures and in-flight
-// bound cover the whole job. Cancelling skips the pending nodes of rank 0 only.
+// travel as dataflow frames on the transport's own lane (net/dataflow_channel.h: no p2p tag of
+// yours is taken), and every rank reports to rank 0 when it is done with an invocation (with its
+// error, if a node failed), so rank 0's futures and in-flight bound cover the whole job.
+// Cancelling skips the pending nodes of rank 0 only.
 //
 //   auto world = net::init_process_group();             // under `troupe launch --nproc 2`
 //   Graph g = build();                                   // e.g. g.op(...).on_rank(1)

@@ -36,20 +36,8 @@ GraphError::GraphError(const std::string& message) : ValueError(message) {
 
 static ErrorKindRegistrar<GraphError> graph_error_kind;
 
-const char* name(NodeKind kind) {
-  switch (kind) {
-    case NodeKind::input: return "input";
-    case NodeKind::constant: return "constant";
-    case NodeKind::op: return "op";
-    case NodeKind::call: return "call";
-    case NodeKind::module: return "module";
-    case NodeKind::subgraph: return "subgraph";
-    case NodeKind::switch_: return "switch";
-    case NodeKind::merge: return "merge";
-    case NodeKind::loop: return "loop";
-    case NodeKind::output: return "output";
-  }
-  return "?";
+const char* Node::kind_name() const {
+  return std::visit([](const auto& k) { return k.kind_name; }, kind);
 }
 
 Port NodeRef::operator[](int index) const {
@@ -71,24 +59,25 @@ Port NodeRef::out(std::string_view output) const {
 }
 
 NodeRef& NodeRef::named(std::string name) {
-  graph_->node(node_).name = std::move(name);
+  graph_->mutable_node(node_).name = std::move(name);
   return *this;
 }
 
 NodeRef& NodeRef::on(Device device) {
-  graph_->node(node_).device = device;
+  graph_->mutable_node(node_).device = device;
   return *this;
 }
 
 NodeRef& NodeRef::on_rank(int rank) {
-  graph_->node(node_).rank = rank;
+  graph_->mutable_node(node_).rank = rank;
   return *this;
 }
 
 NodeRef& NodeRef::infer_with(MetaFn infer) {
-  Node& n = graph_->node(node_);
-  if (n.kind != NodeKind::call) throw ValueError("infer_with: node '" + n.name + "' is not a call node");
-  n.infer = std::move(infer);
+  Node& n = graph_->mutable_node(node_);
+  auto* call = std::get_if<Node::Call>(&n.kind);
+  if (!call) throw ValueError("infer_with: node '" + n.name + "' is not a call node");
+  call->infer = std::move(infer);
   return *this;
 }
 
@@ -106,50 +95,45 @@ int Graph::add(Node node, const std::string& stem) {
 std::vector<int> Graph::input_nodes() const {
   std::vector<int> ids;
   for (size_t i = 0; i < nodes_.size(); ++i)
-    if (nodes_[i].kind == NodeKind::input) ids.push_back(static_cast<int>(i));
+    if (nodes_[i].is<Node::Input>()) ids.push_back(static_cast<int>(i));
   return ids;
 }
 
 std::vector<int> Graph::output_nodes() const {
   std::vector<int> ids;
   for (size_t i = 0; i < nodes_.size(); ++i)
-    if (nodes_[i].kind == NodeKind::output) ids.push_back(static_cast<int>(i));
+    if (nodes_[i].is<Node::Output>()) ids.push_back(static_cast<int>(i));
   return ids;
 }
 
 Port Graph::input(std::string name, std::optional<TensorMeta> meta) {
   Node n;
-  n.kind = NodeKind::input;
+  n.kind = Node::Input{std::move(meta)};
   n.name = std::move(name);
-  n.meta = std::move(meta);
   return {id_, add(std::move(n), "input"), 0};
 }
 
 Port Graph::constant(std::string name, Value value) {
   Node n;
-  n.kind = NodeKind::constant;
+  n.kind = Node::Constant{std::move(value)};
   n.name = std::move(name);
-  n.constant = std::move(value);
   return {id_, add(std::move(n), "constant"), 0};
 }
 
 NodeRef Graph::op(std::string op, std::vector<Port> inputs, Attrs attrs, std::string name) {
   Node n;
-  n.kind = NodeKind::op;
+  const std::string stem = op;
+  n.kind = Node::Op{std::move(op), std::move(attrs)};
   n.name = std::move(name);
-  n.op = std::move(op);
-  n.attrs = std::move(attrs);
   n.inputs = std::move(inputs);
   n.outputs = -1;
-  const std::string stem = n.op;
   return NodeRef(*this, add(std::move(n), stem));
 }
 
 NodeRef Graph::call_values(std::string name, ValueFn fn, std::vector<Port> inputs, int outputs) {
   Node n;
-  n.kind = NodeKind::call;
+  n.kind = Node::Call{std::move(fn), {}};
   n.name = std::move(name);
-  n.fn = std::move(fn);
   n.inputs = std::move(inputs);
   n.outputs = outputs;
   return NodeRef(*this, add(std::move(n), "call"));
@@ -157,10 +141,8 @@ NodeRef Graph::call_values(std::string name, ValueFn fn, std::vector<Port> input
 
 NodeRef Graph::subgraph(std::string name, const Graph& body, std::vector<Port> inputs) {
   Node n;
-  n.kind = NodeKind::subgraph;
+  n.kind = Node::Subgraph{std::make_shared<const Graph>(body)};
   n.name = std::move(name);
-  n.op = body.name();
-  n.body = std::make_shared<const Graph>(body);
   n.inputs = std::move(inputs);
   for (int o : body.output_nodes()) n.output_names.push_back(body.node(o).name);
   n.outputs = static_cast<int>(n.output_names.size());
@@ -169,30 +151,30 @@ NodeRef Graph::subgraph(std::string name, const Graph& body, std::vector<Port> i
 
 NodeRef Graph::switch_(std::string name, Port pred, std::vector<Port> data) {
   Node n;
-  n.kind = NodeKind::switch_;
+  const int width = static_cast<int>(data.size());
+  n.kind = Node::Switch{width};
   n.name = std::move(name);
-  n.width = static_cast<int>(data.size());
   n.inputs.push_back(pred);
   n.inputs.insert(n.inputs.end(), data.begin(), data.end());
-  for (int i = 0; i < n.width; ++i) n.output_names.push_back(numbered("then", i));
-  for (int i = 0; i < n.width; ++i) n.output_names.push_back(numbered("else", i));
-  n.outputs = 2 * n.width;
+  for (int i = 0; i < width; ++i) n.output_names.push_back(numbered("then", i));
+  for (int i = 0; i < width; ++i) n.output_names.push_back(numbered("else", i));
+  n.outputs = 2 * width;
   return NodeRef(*this, add(std::move(n), "switch"));
 }
 
 NodeRef Graph::merge(std::string name, std::vector<std::vector<Port>> branches) {
   Node n;
-  n.kind = NodeKind::merge;
+  const int width = branches.empty() ? 0 : static_cast<int>(branches[0].size());
+  n.kind = Node::Merge{width};
   n.name = std::move(name);
-  n.width = branches.empty() ? 0 : static_cast<int>(branches[0].size());
   for (size_t b = 0; b < branches.size(); ++b) {
-    if (static_cast<int>(branches[b].size()) != n.width && n.build_error.empty())
-      n.build_error = "merge '" + n.name + "': branch 0 has " + std::to_string(n.width) + " values but branch " +
+    if (static_cast<int>(branches[b].size()) != width && n.build_error.empty())
+      n.build_error = "merge '" + n.name + "': branch 0 has " + std::to_string(width) + " values but branch " +
                       std::to_string(b) + " has " + std::to_string(branches[b].size());
     n.inputs.insert(n.inputs.end(), branches[b].begin(), branches[b].end());
   }
   if (branches.size() < 2) n.build_error = "merge '" + n.name + "' needs at least two branches";
-  n.outputs = n.width;
+  n.outputs = width;
   return NodeRef(*this, add(std::move(n), "merge"));
 }
 
@@ -212,7 +194,7 @@ NodeRef Graph::cond(std::string name, Port pred, const Graph& then_body, const G
   for (int i = 0; i < node(else_node.id()).outputs; ++i) branches[1].push_back(else_node[i]);
   const size_t then_outputs = branches[0].size(), else_outputs = branches[1].size();
   NodeRef merged = merge(std::move(name), std::move(branches));
-  Node& m = node(merged.id());
+  Node& m = mutable_node(merged.id());
   if (!m.build_error.empty())
     m.build_error = "cond '" + m.name + "': graph '" + then_body.name() + "' gives " + std::to_string(then_outputs) +
                     " outputs but graph '" + else_body.name() + "' gives " + std::to_string(else_outputs);
@@ -223,11 +205,8 @@ NodeRef Graph::cond(std::string name, Port pred, const Graph& then_body, const G
 
 NodeRef Graph::loop(std::string name, const Graph& body, std::vector<Port> inputs, int64_t max_iterations) {
   Node n;
-  n.kind = NodeKind::loop;
+  n.kind = Node::Loop{std::make_shared<const Graph>(body), max_iterations};
   n.name = std::move(name);
-  n.op = body.name();
-  n.body = std::make_shared<const Graph>(body);
-  n.max_iterations = max_iterations;
   n.outputs = static_cast<int>(inputs.size());
   n.inputs = std::move(inputs);
   for (int o : body.output_nodes())
@@ -238,7 +217,7 @@ NodeRef Graph::loop(std::string name, const Graph& body, std::vector<Port> input
 
 void Graph::output(std::string name, Port port) {
   Node n;
-  n.kind = NodeKind::output;
+  n.kind = Node::Output{};
   n.name = std::move(name);
   n.inputs = {port};
   n.outputs = 0;
@@ -246,7 +225,7 @@ void Graph::output(std::string name, Port port) {
 }
 
 void Graph::connect(Port from, NodeRef to, int input) {
-  Node& n = node(to.id());
+  Node& n = mutable_node(to.id());
   if (input < 0 || input >= static_cast<int>(n.inputs.size()))
     throw IndexError("connect: node '" + n.name + "' has " + std::to_string(n.inputs.size()) + " inputs; no input " +
                      std::to_string(input));
@@ -284,18 +263,30 @@ std::string escaped(const std::string& s) {
   return out;
 }
 
-const char* dot_shape(NodeKind kind) {
-  switch (kind) {
-    case NodeKind::input: return "invhouse";
-    case NodeKind::output: return "house";
-    case NodeKind::constant: return "note";
-    case NodeKind::call: return "box\" style=\"rounded";
-    case NodeKind::module: return "box3d";
-    case NodeKind::switch_: return "diamond";
-    case NodeKind::merge: return "invtriangle";
-    case NodeKind::loop: return "doubleoctagon";
-    default: return "box";
-  }
+// The label under a node's name (the kind, or what it runs) and its shape.
+struct DotLook {
+  std::string detail;
+  const char* shape;
+};
+
+DotLook dot_look(const Node& n) {
+  return std::visit(
+      overloaded{
+          [&](const Node::Input& in) { return DotLook{in.meta ? "\\n" + in.meta->str() : "", "invhouse"}; },
+          [](const Node::Output&) { return DotLook{"", "house"}; },
+          [](const Node::Constant&) { return DotLook{"\\nconstant", "note"}; },
+          [](const Node::Op& op) { return DotLook{"\\n" + escaped(op.op), "box"}; },
+          [](const Node::Call&) { return DotLook{"\\ncall", "box\" style=\"rounded"}; },
+          [](const Node::Module& m) { return DotLook{"\\nmodule " + escaped(m.module), "box3d"}; },
+          [](const Node::Subgraph&) { return DotLook{"\\nsubgraph", "box"}; },  // drawn as a cluster
+          [](const Node::Switch&) { return DotLook{"\\nswitch", "diamond"}; },
+          [](const Node::Merge&) { return DotLook{"\\nmerge", "invtriangle"}; },
+          [](const Node::Loop& loop) {
+            return DotLook{"\\nloop " + escaped(loop.body->name()) + " (max " + std::to_string(loop.max_iterations) + ")",
+                           "doubleoctagon"};
+          },
+      },
+      n.kind);
 }
 
 // Writes one graph's nodes (sub-graphs as clusters) and edges; ids are prefix + node index.
@@ -304,31 +295,26 @@ void write_dot(std::ostringstream& out, const Graph& g, const std::string& prefi
   // Where an edge from port p really starts: a sub-graph's output port is its inner output node.
   std::function<std::string(const Graph&, const std::string&, const Port&)> from_id =
       [&](const Graph& graph, const std::string& pre, const Port& p) -> std::string {
-    const Node& n = graph.node(p.node);
-    if (n.kind != NodeKind::subgraph) return pre + std::to_string(p.node);
-    const auto outs = n.body->output_nodes();
+    const auto* sub = graph.node(p.node).as<Node::Subgraph>();
+    if (!sub) return pre + std::to_string(p.node);
+    const auto outs = sub->body->output_nodes();
     return pre + std::to_string(p.node) + "_" + std::to_string(outs.at(p.index));
   };
   const auto& nodes = g.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
-    if (n.kind == NodeKind::subgraph) {
+    if (const auto* sub = n.as<Node::Subgraph>()) {
       out << indent << "subgraph cluster_" << id(static_cast<int>(i)) << " {\n"
-          << indent << "  label=\"" << escaped(n.name + " (graph " + n.body->name() + ")") << "\";\n";
-      write_dot(out, *n.body, id(static_cast<int>(i)) + "_", indent + "  ");
+          << indent << "  label=\"" << escaped(n.name + " (graph " + sub->body->name() + ")") << "\";\n";
+      write_dot(out, *sub->body, id(static_cast<int>(i)) + "_", indent + "  ");
       out << indent << "}\n";
       continue;
     }
-    std::string label = escaped(n.name);
-    if (n.kind == NodeKind::op) label += "\\n" + escaped(n.op);
-    else if (n.kind == NodeKind::module) label += "\\nmodule " + escaped(n.op);
-    else if (n.kind == NodeKind::loop)
-      label += "\\nloop " + escaped(n.op) + " (max " + std::to_string(n.max_iterations) + ")";
-    else if (n.kind != NodeKind::input && n.kind != NodeKind::output) label += std::string("\\n") + name(n.kind);
-    if (n.kind == NodeKind::input && n.meta) label += "\\n" + n.meta->str();
+    const DotLook look = dot_look(n);
+    std::string label = escaped(n.name) + look.detail;
     if (n.device) label += "\\n@" + n.device->str();
     if (n.rank != 0) label += "\\n@rank " + std::to_string(n.rank);
-    out << indent << id(static_cast<int>(i)) << " [label=\"" << label << "\" shape=\"" << dot_shape(n.kind) << "\"];\n";
+    out << indent << id(static_cast<int>(i)) << " [label=\"" << label << "\" shape=\"" << look.shape << "\"];\n";
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
@@ -336,10 +322,11 @@ void write_dot(std::ostringstream& out, const Graph& g, const std::string& prefi
       const Port& p = n.inputs[slot];
       if (p.graph != g.id() || p.node < 0 || p.node >= static_cast<int>(nodes.size())) continue;
       const Node& from = nodes[p.node];
-      if (from.kind == NodeKind::subgraph && p.index >= static_cast<int>(from.body->output_nodes().size())) continue;
+      const auto* from_sub = from.as<Node::Subgraph>();
+      if (from_sub && p.index >= static_cast<int>(from_sub->body->output_nodes().size())) continue;
       std::string to = id(static_cast<int>(i));
-      if (n.kind == NodeKind::subgraph) {
-        const auto ins = n.body->input_nodes();
+      if (const auto* sub = n.as<Node::Subgraph>()) {
+        const auto ins = sub->body->input_nodes();
         if (slot >= ins.size()) continue;
         to += "_" + std::to_string(ins[slot]);
       }

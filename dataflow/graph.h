@@ -27,9 +27,10 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
-#include "actors/module.h"
+#include "actors/module_actor.h"
 #include "dataflow/value.h"
 #include "devices/attrs.h"
 #include "devices/tensor.h"
@@ -51,9 +52,6 @@ class GraphError : public ValueError {
   std::vector<std::string> problems_;
 };
 
-enum class NodeKind : uint8_t { input, constant, op, call, module, subgraph, switch_, merge, loop, output };
-const char* name(NodeKind kind);
-
 // One output of one node: where edges start.
 struct Port {
   uint64_t graph = 0;  // the id of the graph that made it; 0: unconnected
@@ -65,25 +63,76 @@ struct Port {
 using ValueFn = std::function<std::vector<Value>(const std::vector<Value>&)>;
 using MetaFn = std::function<std::vector<TensorMeta>(const std::vector<TensorMeta>&)>;
 
+// A node: what every node has, and its kind with what only that kind has. Code that treats the
+// kinds differently visits `kind` with one overload per kind (overloaded, below), so the
+// compiler names every place a new kind must be handled.
 struct Node {
-  NodeKind kind = NodeKind::op;
+  struct Input {
+    static constexpr const char* kind_name = "input";
+    std::optional<TensorMeta> meta;  // declared; validation and run() check it
+  };
+  struct Constant {
+    static constexpr const char* kind_name = "constant";
+    Value value;
+  };
+  struct Op {
+    static constexpr const char* kind_name = "op";
+    std::string op;  // the registered op
+    Attrs attrs;
+  };
+  struct Call {
+    static constexpr const char* kind_name = "call";
+    ValueFn fn;
+    MetaFn infer;  // optional shape inference (NodeRef::infer_with)
+  };
+  struct Module {
+    static constexpr const char* kind_name = "module";
+    std::string module;                  // the module's name
+    ValueFn fn;                          // (*m)(tensors...)
+    std::shared_ptr<ModuleQueue> queue;  // calls run in the module's actor, in order
+  };
+  struct Subgraph {
+    static constexpr const char* kind_name = "subgraph";
+    std::shared_ptr<const Graph> body;
+  };
+  struct Switch {
+    static constexpr const char* kind_name = "switch";
+    int width = 0;  // values routed: outputs are width "then" ports, then width "else" ports
+  };
+  struct Merge {
+    static constexpr const char* kind_name = "merge";
+    int width = 0;  // values per branch
+  };
+  struct Loop {
+    static constexpr const char* kind_name = "loop";
+    std::shared_ptr<const Graph> body;
+    int64_t max_iterations = 0;
+  };
+  struct Output {
+    static constexpr const char* kind_name = "output";
+  };
+  using Kind = std::variant<Input, Constant, Op, Call, Module, Subgraph, Switch, Merge, Loop, Output>;
+
+  Kind kind;
   std::string name;
-  std::string op;  // op nodes: the registered op
-  Attrs attrs;
   std::vector<Port> inputs;
   int outputs = 1;                        // -1 for ops: known after shape inference
   std::vector<std::string> output_names;  // when the ports have names (sub-graphs, loops, switches)
-  std::optional<TensorMeta> meta;         // input nodes: the declared meta
-  Value constant;
-  ValueFn fn;                                // call and module nodes
-  MetaFn infer;                              // call nodes: optional shape inference
-  std::shared_ptr<ModuleQueue> module_queue;  // module nodes: calls run in the module's actor
-  std::shared_ptr<const Graph> body;         // sub-graph and loop nodes
-  int64_t max_iterations = 0;                // loop nodes
-  int width = 0;                             // switch/merge: values per branch
-  std::optional<Device> device;              // placement; none: where the inputs are
-  int rank = 0;                              // the process-group rank it runs on (see Executor)
-  std::string build_error;                   // a problem seen while building, reported by validate()
+  std::optional<Device> device;           // placement; none: where the inputs are
+  int rank = 0;                           // the process-group rank it runs on (see Executor)
+  std::string build_error;                // a problem seen while building, reported by validate()
+
+  template <class K>
+  bool is() const { return std::holds_alternative<K>(kind); }
+  template <class K>
+  const K* as() const { return std::get_if<K>(&kind); }
+  const char* kind_name() const;  // "op", "switch", ...
+};
+
+// std::visit(overloaded{[](const Node::Op& op) {...}, ...}, node.kind): one lambda per kind.
+template <class... F>
+struct overloaded : F... {
+  using F::operator()...;
 };
 
 class NodeRef {
@@ -112,7 +161,6 @@ class Graph {
   uint64_t id() const { return id_; }
   const std::vector<Node>& nodes() const { return nodes_; }
   const Node& node(int id) const { return nodes_.at(static_cast<size_t>(id)); }
-  Node& node(int id) { return nodes_.at(static_cast<size_t>(id)); }
   std::vector<int> input_nodes() const;   // in declaration order
   std::vector<int> output_nodes() const;  // in declaration order
 
@@ -127,7 +175,7 @@ class Graph {
   NodeRef call_values(std::string name, ValueFn fn, std::vector<Port> inputs, int outputs = 1);
   // A call of the module in its actor, ordered with the module's other calls: (*m)(tensors...).
   template <class M>
-  NodeRef module(std::string name, Module<M>& module, std::vector<Port> inputs);
+  NodeRef module(std::string name, ModuleActor<M>& module, std::vector<Port> inputs);
   // Another graph as one node: inputs and outputs in the order body declared them.
   NodeRef subgraph(std::string name, const Graph& body, std::vector<Port> inputs);
   // Outputs "then.i" (ports 0..k-1) carry data[i] when pred is true, "else.i" (ports k..2k-1)
@@ -156,6 +204,7 @@ class Graph {
 
  private:
   friend class NodeRef;
+  Node& mutable_node(int id) { return nodes_.at(static_cast<size_t>(id)); }
   int add(Node node, const std::string& prefix);
   void check_port(const Port& port, const char* what) const;
 
@@ -247,25 +296,23 @@ NodeRef Graph::call(std::string name, Fn fn, std::vector<Port> inputs) {
     const size_t given = inputs.size();
     NodeRef ref = call_values(std::move(name), std::move(wrapped), std::move(inputs), detail::output_count<R>());
     if (static_cast<size_t>(arity) != given)
-      node(ref.id()).build_error = "call node '" + ref.name() + "' takes " + std::to_string(arity) +
+      mutable_node(ref.id()).build_error = "call node '" + ref.name() + "' takes " + std::to_string(arity) +
                                    " arguments but has " + std::to_string(given) + " inputs";
     return ref;
   }
 }
 
 template <class M>
-NodeRef Graph::module(std::string name, Module<M>& module, std::vector<Port> inputs) {
-  Node n;
-  n.kind = NodeKind::module;
-  n.op = module.name();
-  n.name = std::move(name);
+NodeRef Graph::module(std::string name, ModuleActor<M>& module, std::vector<Port> inputs) {
   const size_t arity = inputs.size();
+  ValueFn fn = detail::module_fn(module.shared_object(), arity, std::index_sequence<1, 2, 3, 4>{});
+  Node n;
+  n.name = std::move(name);
   n.inputs = std::move(inputs);
-  n.fn = detail::module_fn(module.shared_object(), arity, std::index_sequence<1, 2, 3, 4>{});
-  n.module_queue = module.queue();
-  if (!n.fn)
+  if (!fn)
     n.build_error = "module node '" + n.name + "': module '" + module.name() + "' cannot be called with " +
                     std::to_string(arity) + " tensors";
+  n.kind = Node::Module{module.name(), std::move(fn), module.queue()};
   return NodeRef(*this, add(std::move(n), "module"));
 }
 

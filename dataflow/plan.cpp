@@ -72,49 +72,50 @@ class Planner {
       if (!n.build_error.empty()) problem(prefix + n.build_error);
       if (n.name.find('/') != std::string::npos)
         problem("node " + quoted(path) + ": '/' is reserved for sub-graph paths");
-      auto& seen = n.kind == NodeKind::output ? output_names : names;
+      const bool is_output = n.is<Node::Output>();
+      auto& seen = is_output ? output_names : names;
       if (auto [it, fresh] = seen.emplace(n.name, static_cast<int>(i)); !fresh)
-        problem(std::string(n.kind == NodeKind::output ? "duplicate output name " : "duplicate node name ") +
+        problem(std::string(is_output ? "duplicate output name " : "duplicate node name ") +
                 quoted(path) + " (nodes " + std::to_string(it->second) + " and " + std::to_string(i) + ")");
       check_inputs(graph, prefix, n);
-      switch (n.kind) {
-        case NodeKind::input:
-          ordinal[i] = inputs++;
-          if (parent < 0) {
-            plan_.input_names.push_back(n.name);
-            auto given = metas_.find(n.name);
-            plan_.input_metas.push_back(given != metas_.end() ? std::optional(given->second) : n.meta);
-            plan_.input_consumers.emplace_back();
-          }
-          break;
-        case NodeKind::constant:
-          ordinal[i] = static_cast<int>(plan_.constants.size());
-          plan_.constants.push_back(n.constant);
-          plan_.constant_paths.push_back(path);
-          plan_.constant_consumers.emplace_back();
-          break;
-        case NodeKind::output:
-          ordinal[i] = outputs++;
-          break;
-        case NodeKind::subgraph:
-          if (static_cast<int>(n.body->input_nodes().size()) != static_cast<int>(n.inputs.size()))
-            problem("sub-graph node " + quoted(path) + " has " + std::to_string(n.inputs.size()) +
-                    " inputs but graph " + quoted(n.body->name()) + " declares " +
-                    std::to_string(n.body->input_nodes().size()));
-          break;
-        default:
-          plan_node[i] = add_plan_node(n, path);
-          plan_.nodes[plan_node[i]].rank = n.rank != 0 ? n.rank : rank;
-      }
+      std::visit(overloaded{
+                     [&](const Node::Input& in) {
+                       ordinal[i] = inputs++;
+                       if (parent < 0) {
+                         plan_.input_names.push_back(n.name);
+                         auto given = metas_.find(n.name);
+                         plan_.input_metas.push_back(given != metas_.end() ? std::optional(given->second) : in.meta);
+                         plan_.input_consumers.emplace_back();
+                       }
+                     },
+                     [&](const Node::Constant& c) {
+                       ordinal[i] = static_cast<int>(plan_.constants.size());
+                       plan_.constants.push_back(c.value);
+                       plan_.constant_paths.push_back(path);
+                       plan_.constant_consumers.emplace_back();
+                     },
+                     [&](const Node::Output&) { ordinal[i] = outputs++; },
+                     [&](const Node::Subgraph& sub) {
+                       if (sub.body->input_nodes().size() != n.inputs.size())
+                         problem("sub-graph node " + quoted(path) + " has " + std::to_string(n.inputs.size()) +
+                                 " inputs but graph " + quoted(sub.body->name()) + " declares " +
+                                 std::to_string(sub.body->input_nodes().size()));
+                     },
+                     [&]<class K>(const K&) requires runs_as_plan_node<K> {
+                       plan_node[i] = add_plan_node(n, path);
+                       plan_.nodes[plan_node[i]].rank = n.rank != 0 ? n.rank : rank;
+                     },
+                 },
+                 n.kind);
       if (n.rank < 0) problem("node " + quoted(path) + " is placed on rank " + std::to_string(n.rank));
     }
     if (outputs == 0) problem("graph " + quoted(prefix + graph.name()) + " has no outputs");
     scopes_[id].plan_node = std::move(plan_node);
     scopes_[id].ordinal = std::move(ordinal);
     for (size_t i = 0; i < nodes.size(); ++i)
-      if (nodes[i].kind == NodeKind::subgraph) {
+      if (const auto* sub = nodes[i].as<Node::Subgraph>()) {
         child[i] = static_cast<int>(scopes_.size());
-        add_scope(*nodes[i].body, prefix + nodes[i].name + "/", id, static_cast<int>(i));
+        add_scope(*sub->body, prefix + nodes[i].name + "/", id, static_cast<int>(i));
       }
     scopes_[id].child = std::move(child);
   }
@@ -132,7 +133,7 @@ class Planner {
         const Node& from = graph.node(p.node);
         if (from.outputs >= 0 && p.index >= from.outputs)
           problem(where + " uses output " + std::to_string(p.index) + " of " + quoted(prefix + from.name) + " (" +
-                  name(from.kind) + "), which has " + std::to_string(from.outputs) + " outputs");
+                  from.kind_name() + "), which has " + std::to_string(from.outputs) + " outputs");
       }
     }
   }
@@ -143,28 +144,28 @@ class Planner {
     pn.path = path;
     pn.outputs = n.outputs;
     pn.inputs.resize(n.inputs.size());
-    if (n.kind == NodeKind::op) {
+    if (const auto* op = n.as<Node::Op>()) {
       try {
-        pn.def = &OpRegistry::global().get(n.op);
-        pn.attrs = OpRegistry::global().complete_attrs(*pn.def, n.attrs);
+        pn.def = &OpRegistry::global().get(op->op);
+        pn.attrs = OpRegistry::global().complete_attrs(*pn.def, op->attrs);
       } catch (const Error& e) {
         problem("node " + quoted(path) + ": " + e.what());
         pn.def = nullptr;
       }
     }
-    if (n.kind == NodeKind::loop) {
+    if (const auto* loop = n.as<Node::Loop>()) {
       int index = 0;
-      for (int o : n.body->output_nodes()) {
-        if (n.body->node(o).name == "continue") pn.continue_output = index;
+      for (int o : loop->body->output_nodes()) {
+        if (loop->body->node(o).name == "continue") pn.continue_output = index;
         else ++pn.state_outputs;
         ++index;
       }
-      if (n.max_iterations < 0)
-        problem("loop " + quoted(path) + ": max_iterations must be >= 0, got " + std::to_string(n.max_iterations));
-      const size_t body_inputs = n.body->input_nodes().size();
+      if (loop->max_iterations < 0)
+        problem("loop " + quoted(path) + ": max_iterations must be >= 0, got " + std::to_string(loop->max_iterations));
+      const size_t body_inputs = loop->body->input_nodes().size();
       if (body_inputs != n.inputs.size() || static_cast<size_t>(pn.state_outputs) != n.inputs.size())
         problem("loop " + quoted(path) + " has " + std::to_string(n.inputs.size()) + " state values but its body " +
-                quoted(n.body->name()) + " takes " + std::to_string(body_inputs) + " inputs and gives " +
+                quoted(loop->body->name()) + " takes " + std::to_string(body_inputs) + " inputs and gives " +
                 std::to_string(pn.state_outputs) + " state outputs");
     }
     if (n.device && n.device->is_cuda()) {
@@ -189,28 +190,27 @@ class Planner {
       cyclic_wiring_ = true;
       return {};
     }
-    const Node& n = g.node(p.node);
-    switch (n.kind) {
-      case NodeKind::input: {
-        const int k = s.ordinal[p.node];
-        if (s.parent < 0) return {Source::input, k, 0};
-        const Node& owner = scopes_[s.parent].graph->node(s.owner);
-        if (k >= static_cast<int>(owner.inputs.size())) return {};
-        return resolve(s.parent, owner.inputs[k], steps + 1);
-      }
-      case NodeKind::constant:
-        return {Source::constant, s.ordinal[p.node], 0};
-      case NodeKind::subgraph: {
-        const int c = s.child[p.node];
-        const auto outs = n.body->output_nodes();
-        if (p.index >= static_cast<int>(outs.size())) return {};
-        return resolve(c, n.body->node(outs[p.index]).inputs[0], steps + 1);
-      }
-      case NodeKind::output:
-        return {};
-      default:
-        return {Source::node, s.plan_node[p.node], p.index};
-    }
+    return std::visit(
+        overloaded{
+            [&](const Node::Input&) -> Source {
+              const int k = s.ordinal[p.node];
+              if (s.parent < 0) return {Source::input, k, 0};
+              const Node& owner = scopes_[s.parent].graph->node(s.owner);
+              if (k >= static_cast<int>(owner.inputs.size())) return {};
+              return resolve(s.parent, owner.inputs[k], steps + 1);
+            },
+            [&](const Node::Constant&) -> Source { return {Source::constant, s.ordinal[p.node], 0}; },
+            [&](const Node::Subgraph& sub) -> Source {
+              const auto outs = sub.body->output_nodes();
+              if (p.index >= static_cast<int>(outs.size())) return {};
+              return resolve(s.child[p.node], sub.body->node(outs[p.index]).inputs[0], steps + 1);
+            },
+            [](const Node::Output&) -> Source { return {}; },
+            [&]<class K>(const K&) requires runs_as_plan_node<K> {
+              return Source{Source::node, s.plan_node[p.node], p.index};
+            },
+        },
+        g.node(p.node).kind);
   }
 
   std::vector<Target>& consumers_of(const Source& src) {
@@ -235,7 +235,7 @@ class Planner {
             plan_.nodes[pn].inputs[slot] = src;
             if (src.kind != Source::none) consumers_of(src).push_back({pn, static_cast<int>(slot)});
           }
-        } else if (n.kind == NodeKind::output && s == 0) {
+        } else if (n.is<Node::Output>() && s == 0) {
           Source src = resolve(0, n.inputs[0]);
           const int k = static_cast<int>(plan_.output_names.size());
           plan_.output_names.push_back(n.name);
@@ -330,57 +330,59 @@ class Planner {
         else if (n.device) in.back()->device = *n.device;
       }
       auto& out = metas_out_[id];
-      const std::string head = name(n.kind) + std::string(" ") + quoted(pn.path);
+      const std::string head = n.kind_name() + std::string(" ") + quoted(pn.path);
       try {
-        switch (n.kind) {
-          case NodeKind::op:
-            if (pn.def && all_known) {
-              std::vector<TensorMeta> known;
-              for (auto& m : in) known.push_back(*m);
-              for (auto& m : OpRegistry::global().infer(*pn.def, known, pn.attrs)) out.push_back(m);
-              pn.outputs = static_cast<int>(out.size());
-            }
-            break;
-          case NodeKind::call:
-            if (n.infer && all_known) {
-              std::vector<TensorMeta> known;
-              for (auto& m : in) known.push_back(*m);
-              for (auto& m : n.infer(known)) out.push_back(m);
-              if (static_cast<int>(out.size()) != pn.outputs)
-                problem(head + ": infer_with gave " + std::to_string(out.size()) + " metas for " +
-                        std::to_string(pn.outputs) + " outputs");
-            }
-            break;
-          case NodeKind::switch_:
-            if (in[0] && in[0]->shape.size() > 0 && numel(in[0]->shape) != 1)
-              problem(head + ": the predicate " + source_label(pn.inputs[0]) + " is " + in[0]->str() +
-                      "; it must have one element");
-            for (int branch = 0; branch < 2; ++branch)
-              for (size_t i = 1; i < in.size(); ++i) out.push_back(in[i]);
-            break;
-          case NodeKind::merge:
-            for (int j = 0; j < n.width; ++j) {
-              std::optional<TensorMeta> first;
-              int first_branch = 0;
-              for (int b = 0; b * n.width + j < static_cast<int>(in.size()); ++b) {
-                const auto& m = in[b * n.width + j];
-                if (!m) continue;
-                if (!first) {
-                  first = m;
-                  first_branch = b;
-                } else if (*m != *first) {
-                  problem(head + " output " + std::to_string(j) + ": branch " + std::to_string(first_branch) +
-                          " gives " + first->str() + " but branch " + std::to_string(b) + " gives " + m->str());
-                }
-              }
-              out.push_back(first);
-            }
-            break;
-          case NodeKind::loop: infer_loop(pn, in, head, out); break;
-          default: break;
-        }
+        std::visit(
+            overloaded{
+                [&](const Node::Op&) {
+                  if (!pn.def || !all_known) return;
+                  std::vector<TensorMeta> known;
+                  for (auto& m : in) known.push_back(*m);
+                  for (auto& m : OpRegistry::global().infer(*pn.def, known, pn.attrs)) out.push_back(m);
+                  pn.outputs = static_cast<int>(out.size());
+                },
+                [&](const Node::Call& call) {
+                  if (!call.infer || !all_known) return;
+                  std::vector<TensorMeta> known;
+                  for (auto& m : in) known.push_back(*m);
+                  for (auto& m : call.infer(known)) out.push_back(m);
+                  if (static_cast<int>(out.size()) != pn.outputs)
+                    problem(head + ": infer_with gave " + std::to_string(out.size()) + " metas for " +
+                            std::to_string(pn.outputs) + " outputs");
+                },
+                [](const Node::Module&) {},  // module calls declare no metas
+                [&](const Node::Switch&) {
+                  if (in[0] && in[0]->shape.size() > 0 && numel(in[0]->shape) != 1)
+                    problem(head + ": the predicate " + source_label(pn.inputs[0]) + " is " + in[0]->str() +
+                            "; it must have one element");
+                  for (int branch = 0; branch < 2; ++branch)
+                    for (size_t i = 1; i < in.size(); ++i) out.push_back(in[i]);
+                },
+                [&](const Node::Merge& merge) {
+                  const int k = merge.width;
+                  for (int j = 0; j < k; ++j) {
+                    std::optional<TensorMeta> first;
+                    int first_branch = 0;
+                    for (int b = 0; b * k + j < static_cast<int>(in.size()); ++b) {
+                      const auto& m = in[b * k + j];
+                      if (!m) continue;
+                      if (!first) {
+                        first = m;
+                        first_branch = b;
+                      } else if (*m != *first) {
+                        problem(head + " output " + std::to_string(j) + ": branch " + std::to_string(first_branch) +
+                                " gives " + first->str() + " but branch " + std::to_string(b) + " gives " + m->str());
+                      }
+                    }
+                    out.push_back(first);
+                  }
+                },
+                [&](const Node::Loop& loop) { infer_loop(pn, *loop.body, in, head, out); },
+                []<class K>(const K&) requires(!runs_as_plan_node<K>) {},
+            },
+            n.kind);
       } catch (const std::exception& e) {
-        problem(head + " (" + (n.kind == NodeKind::op ? n.op : name(n.kind)) + ") on inputs " + inputs_label(pn, in) +
+        problem(head + " (" + what_runs(n) + ") on inputs " + inputs_label(pn, in) +
                 ": " + e.what());
       }
     }
@@ -392,15 +394,14 @@ class Planner {
         const PlanNode& from = plan_.nodes[s.index];
         if (from.node->outputs < 0 && from.outputs >= 0 && s.port >= from.outputs)
           problem("node " + quoted(pn.path) + " input " + std::to_string(slot) + " uses output " +
-                  std::to_string(s.port) + " of " + quoted(from.path) + " (" + from.node->op + "), which has " +
+                  std::to_string(s.port) + " of " + quoted(from.path) + " (" + what_runs(*from.node) + "), which has " +
                   std::to_string(from.outputs) + " outputs");
       }
     for (const Source& s : plan_.output_sources) plan_.output_metas.push_back(meta_of(s));
   }
 
-  void infer_loop(const PlanNode& pn, const std::vector<std::optional<TensorMeta>>& in, const std::string& head,
-                  std::vector<std::optional<TensorMeta>>& out) {
-    const Graph& body = *pn.node->body;
+  void infer_loop(const PlanNode& pn, const Graph& body, const std::vector<std::optional<TensorMeta>>& in,
+                  const std::string& head, std::vector<std::optional<TensorMeta>>& out) {
     std::map<std::string, TensorMeta> body_metas;
     const auto body_inputs = body.input_nodes();
     for (size_t i = 0; i < body_inputs.size() && i < in.size(); ++i)
@@ -432,6 +433,11 @@ class Planner {
 };
 
 }  // namespace
+
+std::string what_runs(const Node& node) {
+  const auto* op = node.as<Node::Op>();
+  return op ? op->op : node.kind_name();
+}
 
 Plan make_plan(const Graph& graph, const std::map<std::string, TensorMeta>& input_metas) {
   return Planner(graph, input_metas).finish();

@@ -9,12 +9,22 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dataflow/graph.h"
 #include "devices/registry.h"
 
 namespace troupe {
+
+// Node kinds make_plan resolves away: inputs and constants become Sources, sub-graphs are
+// inlined and outputs become the plan's outputs. Nodes of every other kind are plan nodes.
+template <class K>
+inline constexpr bool runs_as_plan_node = !(std::is_same_v<K, Node::Input> || std::is_same_v<K, Node::Constant> ||
+                                           std::is_same_v<K, Node::Subgraph> || std::is_same_v<K, Node::Output>);
+
+// What a node runs, as errors and the profiler name it: the op of an op node, else its kind.
+std::string what_runs(const Node& node);
 
 // Where a node input's value comes from.
 struct Source {

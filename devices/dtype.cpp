@@ -128,8 +128,6 @@ bool is_floating(DType t) {
   return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
 }
 
-bool is_integral(DType t) { return t == DType::i32 || t == DType::i64 || t == DType::u8; }
-
 namespace {
 int rank_of(DType t) {
   switch (t) {

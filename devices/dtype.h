@@ -33,7 +33,6 @@ size_t itemsize(DType t);
 const char* name(DType t);               // "f32", "bf16", "bool", ...
 DType dtype_from_name(std::string_view);  // accepts our names and numpy/torch ones ("float32", "int64")
 bool is_floating(DType t);               // f32 f64 f16 bf16
-bool is_integral(DType t);               // i32 i64 u8 (bool is neither)
 // The result type of a binary op, PyTorch's rules for tensors of equal standing:
 // bool < u8 < i32 < i64 < (f16, bf16) < f32 < f64; f16 with bf16 gives f32.
 DType promote(DType a, DType b);

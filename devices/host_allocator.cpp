@@ -54,16 +54,6 @@ class LargeBlockCache {
     cached_ += bytes;
     return true;
   }
-  void release() {
-    std::lock_guard lock(mutex_);
-    for (auto& [bytes, p] : free_) munmap(p, bytes);
-    free_.clear();
-    cached_ = 0;
-  }
-  size_t cached() {
-    std::lock_guard lock(mutex_);
-    return cached_;
-  }
 
  private:
   std::mutex mutex_;
@@ -97,8 +87,5 @@ void host_deallocate(void* ptr, size_t nbytes) {
   const size_t bytes = large_size(nbytes);
   if (!cache().keep(ptr, bytes)) munmap(ptr, bytes);
 }
-
-void release_cached_host_memory() { cache().release(); }
-size_t cached_host_bytes() { return cache().cached(); }
 
 }  // namespace troupe

@@ -6,7 +6,6 @@
 //
 //   void* p = host_allocate(64 << 20);   // huge pages, or a cached block of the same size
 //   host_deallocate(p, 64 << 20);        // back to the cache (bounded), else unmapped
-//   release_cached_host_memory();        // give every cached block back to the system
 //
 // The cache holds at most TROUPE_HOST_CACHE_MB megabytes (default 2048; 0 disables it).
 #include <cstddef>
@@ -15,7 +14,5 @@ namespace troupe {
 
 void* host_allocate(size_t nbytes);
 void host_deallocate(void* ptr, size_t nbytes);
-void release_cached_host_memory();
-size_t cached_host_bytes();
 
 }  // namespace troupe

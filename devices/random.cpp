@@ -1,6 +1,8 @@
 #include "devices/random.h"
 
 #include <atomic>
+#include <cmath>
+#include <numbers>
 
 namespace troupe {
 
@@ -66,21 +68,45 @@ Generator& thread_generator() {
   return s.generator;
 }
 
-Tensor rand_uniform(const Shape& shape, double low, double high, DType dtype) {
-  if (!is_floating(dtype)) throw DTypeError(std::string("rand_uniform: expects a floating dtype, got ") + name(dtype));
-  if (!(low <= high))
-    throw ValueError("rand_uniform: low " + std::to_string(low) + " must not exceed high " + std::to_string(high));
+double Generator::normal() {
+  const double radius = std::sqrt(-2.0 * std::log(1.0 - uniform()));  // 1 - u is in (0, 1]: no log(0)
+  return radius * std::cos(2.0 * std::numbers::pi * uniform());
+}
+
+namespace {
+
+void check_floating(const char* op, DType dtype) {
+  if (!is_floating(dtype)) throw DTypeError(std::string(op) + ": expects a floating dtype, got " + name(dtype));
+}
+
+// A new tensor of a floating dtype, draw() per element, in order.
+template <class Draw>
+Tensor fill_random(const Shape& shape, DType dtype, Draw draw) {
   Tensor out = Tensor::empty(shape, dtype);
-  Generator& g = thread_generator();
   dispatch(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> ||
                   std::is_same_v<T, BFloat16>) {
       T* p = out.mutable_data<T>();
-      for (int64_t i = 0; i < out.numel(); ++i) p[i] = convert<T>(low + (high - low) * g.uniform());
+      for (int64_t i = 0; i < out.numel(); ++i) p[i] = convert<T>(draw());
     }
   });
   return out;
+}
+
+}  // namespace
+
+Tensor rand_uniform(const Shape& shape, double low, double high, DType dtype, Generator& g) {
+  check_floating("rand_uniform", dtype);
+  if (!(low <= high))
+    throw ValueError("rand_uniform: low " + std::to_string(low) + " must not exceed high " + std::to_string(high));
+  return fill_random(shape, dtype, [&] { return low + (high - low) * g.uniform(); });
+}
+
+Tensor rand_normal(const Shape& shape, double mean, double stddev, DType dtype, Generator& g) {
+  check_floating("rand_normal", dtype);
+  if (!(stddev >= 0)) throw ValueError("rand_normal: stddev must not be negative, got " + std::to_string(stddev));
+  return fill_random(shape, dtype, [&] { return mean + stddev * g.normal(); });
 }
 
 }  // namespace troupe

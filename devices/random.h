@@ -2,11 +2,14 @@
 // Random numbers for dropout and initialisation: one generator per thread (no locks on the hot
 // path), all derived from the seed that manual_seed() sets. The thread that calls manual_seed(s)
 // gets the sequence of seed s exactly; any other thread, on its next draw, reseeds from s and its
-// own ordinal, so runs repeat when the same threads do the same work.
+// own ordinal, so runs repeat when the same threads do the same work. A model whose constructor
+// takes a seed draws from a Generator of its own instead, and leaves the thread's stream alone.
 //
 //   manual_seed(1234);
 //   Tensor w = rand_uniform({50, 320}, -0.05, 0.05);   // same values every run
 //   double u = thread_generator().uniform();           // in [0, 1)
+//   Generator local(7);
+//   Tensor e = rand_normal({10, 4}, 0.0, 0.02, DType::f32, local);   // the thread's stream untouched
 #include <cstdint>
 
 #include "devices/tensor.h"
@@ -19,7 +22,7 @@ class Generator {
   explicit Generator(uint64_t seed = 0);
   uint64_t next();
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }        // [0, 1)
-  float uniform_float() { return static_cast<float>(next() >> 40) * 0x1.0p-24f; }  // [0, 1)
+  double normal();  // standard normal (Box-Muller, two draws per value)
 
  private:
   uint64_t s_[4];
@@ -28,7 +31,11 @@ class Generator {
 void manual_seed(uint64_t seed);
 Generator& thread_generator();
 
-// Uniform in [low, high) from the calling thread's generator; floating dtypes.
-Tensor rand_uniform(const Shape& shape, double low, double high, DType dtype = DType::f32);
+// Uniform in [low, high), normal(mean, stddev): floating dtypes, drawn from generator (by default
+// the calling thread's).
+Tensor rand_uniform(const Shape& shape, double low, double high, DType dtype = DType::f32,
+                    Generator& generator = thread_generator());
+Tensor rand_normal(const Shape& shape, double mean, double stddev, DType dtype = DType::f32,
+                   Generator& generator = thread_generator());
 
 }  // namespace troupe

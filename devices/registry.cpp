@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "devices/autograd/backward_registry.h"
 #include "devices/autograd/grad_mode.h"
 #include "devices/autograd/tape.h"
 
@@ -11,31 +12,6 @@ namespace troupe {
 OpRegistry& OpRegistry::global() {
   static OpRegistry* registry = new OpRegistry;  // never destroyed: ops may run during static teardown
   return *registry;
-}
-
-void OpRegistry::define(OpDef def) {
-  if (!def.infer) throw ValueError("define: op '" + def.name + "' has no inference function");
-  std::unique_lock lock(mutex_);
-  auto it = ops_.find(def.name);
-  if (it != ops_.end()) {
-    if (it->second.infer) throw ValueError("define: op '" + def.name + "' is already registered");
-    def.kernels.merge(it->second.kernels);  // kernels registered before the definition
-    it->second = std::move(def);
-    return;
-  }
-  std::string key = def.name;
-  ops_.emplace(std::move(key), std::move(def));
-}
-
-void OpRegistry::add_kernel(std::string_view op, DeviceType device, KernelFn kernel) {
-  std::unique_lock lock(mutex_);
-  auto it = ops_.find(op);
-  if (it == ops_.end()) {
-    OpDef placeholder;
-    placeholder.name = std::string(op);
-    it = ops_.emplace(std::string(op), std::move(placeholder)).first;
-  }
-  it->second.kernels[device] = std::move(kernel);
 }
 
 namespace {
@@ -55,30 +31,70 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+// " (did you mean add, and?)" naming the defined ops within two edits of op, or "" when none are.
+template <class Ops>
+std::string did_you_mean(const Ops& ops, std::string_view op) {
+  std::string close;
+  for (auto& [name, def] : ops)
+    if (edit_distance(name, op) <= 2) close += (close.empty() ? "" : ", ") + name;
+  return close.empty() ? "" : " (did you mean " + close + "?)";
+}
+
+std::string duplicate_kernel(std::string_view op, DeviceType device) {
+  return "op '" + std::string(op) + "': a second " + name(device) + " kernel (the first one stays)";
+}
+
 }  // namespace
+
+void OpRegistry::define(OpDef def) {
+  if (!def.infer) throw ValueError("define: op '" + def.name + "' has no inference function");
+  std::unique_lock lock(mutex_);
+  if (ops_.contains(def.name)) throw ValueError("define: op '" + def.name + "' is already registered");
+  if (auto waiting = undefined_op_kernels_.extract(def.name)) {  // kernels registered before the definition
+    for (auto& [device, kernel] : waiting.mapped())
+      if (!def.kernels.emplace(device, std::move(kernel)).second)
+        duplicate_kernels_.push_back(duplicate_kernel(def.name, device));
+  }
+  std::string key = def.name;
+  ops_.emplace(std::move(key), std::move(def));
+}
+
+void OpRegistry::add_kernel(std::string_view op, DeviceType device, KernelFn kernel) {
+  std::unique_lock lock(mutex_);
+  auto it = ops_.find(op);
+  Kernels& kernels = it != ops_.end() ? it->second.kernels : undefined_op_kernels_[std::string(op)];
+  if (!kernels.emplace(device, std::move(kernel)).second) duplicate_kernels_.push_back(duplicate_kernel(op, device));
+}
+
+std::vector<std::string> OpRegistry::registration_problems() const {
+  std::shared_lock lock(mutex_);
+  std::vector<std::string> problems;
+  for (auto& [op, kernels] : undefined_op_kernels_)
+    for (auto& [device, kernel] : kernels)
+      problems.push_back("op '" + op + "': a " + name(device) + " kernel, but no op of that name is defined" +
+                         did_you_mean(ops_, op));
+  problems.insert(problems.end(), duplicate_kernels_.begin(), duplicate_kernels_.end());
+  return problems;
+}
 
 const OpDef& OpRegistry::get(std::string_view op) const {
   std::shared_lock lock(mutex_);
   auto it = ops_.find(op);
-  if (it != ops_.end() && it->second.infer) return it->second;
-  std::string close;
-  for (auto& [name, def] : ops_)
-    if (def.infer && edit_distance(name, op) <= 2) close += (close.empty() ? "" : ", ") + name;
+  if (it != ops_.end()) return it->second;
+  const std::string close = did_you_mean(ops_, op);
   throw ValueError("unknown op '" + std::string(op) + "'" +
-                   (close.empty() ? std::string(" (`troupe op --list` lists them)") : " (did you mean " + close + "?)"));
+                   (close.empty() ? std::string(" (`troupe op --list` lists them)") : close));
 }
 
 bool OpRegistry::contains(std::string_view op) const {
   std::shared_lock lock(mutex_);
-  auto it = ops_.find(op);
-  return it != ops_.end() && it->second.infer;
+  return ops_.contains(op);
 }
 
 std::vector<std::string> OpRegistry::names() const {
   std::shared_lock lock(mutex_);
   std::vector<std::string> out;
-  for (auto& [name, def] : ops_)
-    if (def.infer) out.push_back(name);
+  for (auto& [name, def] : ops_) out.push_back(name);
   return out;
 }
 
@@ -181,6 +197,24 @@ std::vector<Tensor> OpRegistry::call(const OpDef& def, const std::vector<Tensor>
 std::vector<Tensor> OpRegistry::call(std::string_view op, const std::vector<Tensor>& inputs,
                                      const Attrs& attrs) const {
   return call(get(op), inputs, attrs);
+}
+
+std::vector<std::string> check_op_tables(const OpRegistry& registry) {
+  std::vector<std::string> problems = registry.registration_problems();
+  for (const std::string& op : registry.names()) {
+    const OpDef& def = registry.get(op);
+    const bool has_backward = find_backward(op) != nullptr;
+    if (def.differentiable() && !has_backward)
+      problems.push_back("op '" + op + "': differentiable, but no backward is registered (register one in "
+                         "devices/autograd/, or set OpDef::not_differentiable to the reason)");
+    if (!def.differentiable() && has_backward)
+      problems.push_back("op '" + op + "': a backward is registered, but the op says it is not differentiable (" +
+                         def.not_differentiable + ")");
+  }
+  for (const BackwardDef& def : backward_defs())
+    if (!registry.contains(def.op) && !def.tensor_method)
+      problems.push_back("backward for '" + def.op + "': no op of that name is defined");
+  return problems;
 }
 
 }  // namespace troupe

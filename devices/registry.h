@@ -8,11 +8,17 @@
 //   static OpRegistrar neg_op{OpDef{
 //       .name = "neg", .doc = "-x elementwise",
 //       .infer = [](const OpInfer& c) { return std::vector<TensorMeta>{c.inputs[0]}; },
-//       .kernels = {{DeviceType::cpu, neg_cpu}}}};
+//       .kernels = {{DeviceType::cpu, neg_cpu}}}};    // and a backward (autograd/backward_registry.h)
+//                                                     // or .not_differentiable = "why not"
+//   static OpRegistrar neg_cuda{"neg", DeviceType::cuda, neg_cuda_kernel};   // another device's kernel
 //
 // Calling it:
 //
 //   std::vector<Tensor> out = call_op("neg", {x});
+//
+// The op, kernel and backward tables are filled by registrars in any order as the libraries load,
+// so nothing checks them then; check_op_tables() does, once loaded (devices' registry test and
+// `troupe op --check` call it).
 #include <array>
 #include <atomic>
 #include <functional>
@@ -64,7 +70,15 @@ struct OpDef {
   std::map<DeviceType, KernelFn> kernels;
   // Inputs may live on different devices (the op moves them itself).
   bool mixed_devices = false;
+  // Empty: the op is differentiable, and devices/autograd/ registers its backward under the same
+  // name. Otherwise why gradients cannot flow through it ("comparison: bool output").
+  std::string not_differentiable{};
+
+  bool differentiable() const { return not_differentiable.empty(); }
 };
+
+// OpDef::not_differentiable of the ops that compute gradients (relu_backward, conv2d_backward_input, ...).
+inline constexpr char kGradientKernel[] = "computes a gradient; gradients of gradients are not supported";
 
 // Sees every op call while installed (the profiler); nullptr when none: one atomic load per call.
 class OpObserver {
@@ -79,7 +93,9 @@ class OpRegistry {
   static OpRegistry& global();
 
   void define(OpDef def);  // ValueError when the name is taken
-  void add_kernel(std::string_view op, DeviceType device, KernelFn kernel);  // may precede define()
+  // May precede define(). A kernel whose op is never defined, or a second one for the same op and
+  // device (the first stays), is kept out of the table and reported by registration_problems().
+  void add_kernel(std::string_view op, DeviceType device, KernelFn kernel);
   const OpDef& get(std::string_view op) const;  // ValueError naming close matches when unknown
   bool contains(std::string_view op) const;
   std::vector<std::string> names() const;
@@ -95,9 +111,16 @@ class OpRegistry {
 
   void set_observer(OpObserver* observer) { observer_.store(observer, std::memory_order_release); }
 
+  // Kernels for ops no define() named (so far) and kernels registered twice, one line each.
+  std::vector<std::string> registration_problems() const;
+
  private:
+  using Kernels = std::map<DeviceType, KernelFn>;
+
   mutable std::shared_mutex mutex_;
   std::map<std::string, OpDef, std::less<>> ops_;  // node-based: references stay valid
+  std::map<std::string, Kernels, std::less<>> undefined_op_kernels_;  // waiting for define(), else orphans
+  std::vector<std::string> duplicate_kernels_;
   std::atomic<OpObserver*> observer_{nullptr};
 };
 
@@ -107,6 +130,12 @@ struct OpRegistrar {
     OpRegistry::global().add_kernel(op, device, std::move(kernel));
   }
 };
+
+// Every disagreement between the op table, the per-device kernels and the backward functions, one
+// line each; empty when they agree: kernels for undefined ops, duplicate kernels, backward
+// functions for ops that do not exist, differentiable ops without a backward. Call it after the
+// libraries have loaded, never from a registrar.
+std::vector<std::string> check_op_tables(const OpRegistry& registry = OpRegistry::global());
 
 inline std::vector<Tensor> call_op(std::string_view op, const std::vector<Tensor>& inputs, const Attrs& attrs = {}) {
   return OpRegistry::global().call(op, inputs, attrs);

@@ -25,6 +25,9 @@
 namespace troupe {
 
 struct AutogradMeta;
+namespace detail {
+struct TapeAccess;
+}
 
 // What shape inference and validation see of a tensor: no bytes.
 struct TensorMeta {
@@ -122,9 +125,10 @@ class Tensor {
   Tensor detach() const;               // the same bytes, off the tape
   uint64_t version() const;            // writes through mutable_data() since requires_grad was set
   const std::shared_ptr<AutogradMeta>& autograd_meta() const { return autograd_; }
-  void set_autograd_meta(std::shared_ptr<AutogradMeta> meta) { autograd_ = std::move(meta); }
 
  private:
+  friend struct detail::TapeAccess;  // the tape (devices/autograd/tape.cpp) attaches and drops metas
+
   void check_access(DType requested, const char* what) const;
   void make_unique_contiguous();
   bool on_tape() const;  // a view method of this tensor must be recorded

@@ -17,8 +17,8 @@
 #include "devices/backend.h"
 #include "devices/cuda/stream.h"
 #include "devices/ops.h"
-#include "devices/registry.h"
 #include "devices/tensor.h"
+#include "examples/run_example.h"
 
 using namespace troupe;
 
@@ -73,75 +73,75 @@ int main(int argc, char** argv) {
   int reps = 20;
   app.add_option("--reps", reps, "timed repetitions per figure (median reported)");
   CLI11_PARSE(app, argc, argv);
-  if (!has_backend(DeviceType::cuda)) {
-    std::printf("no GPU: %s\n", cuda_unavailable_reason().c_str());
-    return 0;
-  }
-  std::printf("%s\n", backend(DeviceType::cuda).describe().c_str());
-  const Device gpu = Device::cuda(0);
-  const cudaStream_t stream = cuda::current_stream(0);
-  cublasHandle_t handle;
-  check(cublasCreate(&handle), "cublasCreate");
-  check(cublasSetStream(handle, stream), "cublasSetStream");
+  return run_example("cuda_bench", [&] {
+    if (!has_backend(DeviceType::cuda)) {
+      std::printf("no GPU: %s\n", cuda_unavailable_reason().c_str());
+      return 0;
+    }
+    std::printf("%s\n", backend(DeviceType::cuda).describe().c_str());
+    const Device gpu = Device::cuda(0);
+    const cudaStream_t stream = cuda::current_stream(0);
+    cublasHandle_t handle;
+    check(cublasCreate(&handle), "cublasCreate");
+    check(cublasSetStream(handle, stream), "cublasSetStream");
 
-  for (Shape3 s : {Shape3{4096, 4096, 4096}, Shape3{50, 1024, 4096}}) {
-    const double flop = 2.0 * s.m * s.k * s.n;
-    Tensor a = random_matrix(s.m, s.k, 1).to(gpu), b = random_matrix(s.k, s.n, 2).to(gpu);
-    Tensor a16 = a.to(DType::bf16), b16 = b.to(DType::bf16);
-    Tensor c = Tensor::empty({s.m, s.n}, DType::f32, gpu), c16 = Tensor::empty({s.m, s.n}, DType::bf16, gpu);
-    void* cp = c.mutable_raw_data();
-    void* c16p = c16.mutable_raw_data();
-    const float one = 1, zero = 0;
-    // Row-major C = A @ B as column-major C^T = B^T @ A^T.
-    auto gemm = [&](const Tensor& x, const Tensor& y, void* out, cudaDataType type, cublasComputeType_t compute) {
-      check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, s.n, s.m, s.k, &one, y.raw_data(), type, s.n, x.raw_data(),
-                         type, s.k, &zero, out, type, s.n, compute, CUBLAS_GEMM_DEFAULT),
-            "cublasGemmEx");
-    };
-    const double fp32 = median_ms(stream, reps, [&] { gemm(a, b, cp, CUDA_R_32F, CUBLAS_COMPUTE_32F); });
-    const double tf32 = median_ms(stream, reps, [&] { gemm(a, b, cp, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32); });
-    const double bf16 = median_ms(stream, reps, [&] { gemm(a16, b16, c16p, CUDA_R_16BF, CUBLAS_COMPUTE_32F); });
-    std::printf("gemm %ldx%ldx%ld  cuBLAS fp32 %.1f TFLOP/s (%.3f ms)  tf32 %.1f (%.3f ms)  bf16 %.1f (%.3f ms)\n",
-                long(s.m), long(s.k), long(s.n), flop / fp32 / 1e9, fp32, flop / tf32 / 1e9, tf32,
-                flop / bf16 / 1e9, bf16);
-    if (OpRegistry::global().contains("matmul")) {
+    for (Shape3 s : {Shape3{4096, 4096, 4096}, Shape3{50, 1024, 4096}}) {
+      const double flop = 2.0 * s.m * s.k * s.n;
+      Tensor a = random_matrix(s.m, s.k, 1).to(gpu), b = random_matrix(s.k, s.n, 2).to(gpu);
+      Tensor a16 = a.to(DType::bf16), b16 = b.to(DType::bf16);
+      Tensor c = Tensor::empty({s.m, s.n}, DType::f32, gpu), c16 = Tensor::empty({s.m, s.n}, DType::bf16, gpu);
+      void* cp = c.mutable_raw_data();
+      void* c16p = c16.mutable_raw_data();
+      const float one = 1, zero = 0;
+      // Row-major C = A @ B as column-major C^T = B^T @ A^T.
+      auto gemm = [&](const Tensor& x, const Tensor& y, void* out, cudaDataType type, cublasComputeType_t compute) {
+        check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, s.n, s.m, s.k, &one, y.raw_data(), type, s.n, x.raw_data(),
+                           type, s.k, &zero, out, type, s.n, compute, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx");
+      };
+      const double fp32 = median_ms(stream, reps, [&] { gemm(a, b, cp, CUDA_R_32F, CUBLAS_COMPUTE_32F); });
+      const double tf32 = median_ms(stream, reps, [&] { gemm(a, b, cp, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32); });
+      const double bf16 = median_ms(stream, reps, [&] { gemm(a16, b16, c16p, CUDA_R_16BF, CUBLAS_COMPUTE_32F); });
+      std::printf("gemm %ldx%ldx%ld  cuBLAS fp32 %.1f TFLOP/s (%.3f ms)  tf32 %.1f (%.3f ms)  bf16 %.1f (%.3f ms)\n",
+                  long(s.m), long(s.k), long(s.n), flop / fp32 / 1e9, fp32, flop / tf32 / 1e9, tf32,
+                  flop / bf16 / 1e9, bf16);
       Tensor keep;  // the op's output lives until the next call, as in a real step
       const double op32 = median_ms(stream, reps, [&] { keep = matmul(a, b); });
       const double op16 = median_ms(stream, reps, [&] { keep = matmul(a16, b16); });
       std::printf("gemm %ldx%ldx%ld  troupe matmul f32 %.1f TFLOP/s (%.3f ms)  bf16 %.1f (%.3f ms)\n", long(s.m),
                   long(s.k), long(s.n), flop / op32 / 1e9, op32, flop / op16 / 1e9, op16);
     }
-  }
 
-  const int64_t bytes = int64_t(256) << 20;
-  Tensor host = Tensor::full({bytes / 4}, 1.0, DType::f32);
-  Tensor dev = host.to(gpu);
-  // Host clocks here: to() returns only once the host side is done, which is what a caller waits.
-  auto seconds = [&](const std::function<void()>& fn) {
-    fn();
-    std::vector<double> t;
-    for (int i = 0; i < 5; ++i) {
-      cuda::synchronize(0);
-      const auto start = std::chrono::steady_clock::now();
+    const int64_t bytes = int64_t(256) << 20;
+    Tensor host = Tensor::full({bytes / 4}, 1.0, DType::f32);
+    Tensor dev = host.to(gpu);
+    // Host clocks here: to() returns only once the host side is done, which is what a caller waits.
+    auto seconds = [&](const std::function<void()>& fn) {
       fn();
-      cuda::synchronize(0);
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-  };
-  const double h2d = seconds([&] { dev = host.to(gpu); });
-  const double d2h = seconds([&] { host = dev.to(Device::cpu()); });
-  void* pinned = nullptr;
-  check(cudaMallocHost(&pinned, bytes), "cudaMallocHost");
-  void* device_buffer = dev.mutable_raw_data();
-  const double h2d_pinned =
-      seconds([&] { check(cudaMemcpyAsync(device_buffer, pinned, bytes, cudaMemcpyHostToDevice, stream), "copy"); });
-  const double d2h_pinned =
-      seconds([&] { check(cudaMemcpyAsync(pinned, device_buffer, bytes, cudaMemcpyDeviceToHost, stream), "copy"); });
-  cudaFreeHost(pinned);
-  std::printf("copy 256 MiB  Tensor::to (pageable) H2D %.1f GB/s  D2H %.1f GB/s  pinned H2D %.1f GB/s  D2H %.1f GB/s\n",
-              bytes / h2d / 1e9, bytes / d2h / 1e9, bytes / h2d_pinned / 1e9, bytes / d2h_pinned / 1e9);
-  cublasDestroy(handle);
-  return 0;
+      std::vector<double> t;
+      for (int i = 0; i < 5; ++i) {
+        cuda::synchronize(0);
+        const auto start = std::chrono::steady_clock::now();
+        fn();
+        cuda::synchronize(0);
+        t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+      std::sort(t.begin(), t.end());
+      return t[t.size() / 2];
+    };
+    const double h2d = seconds([&] { dev = host.to(gpu); });
+    const double d2h = seconds([&] { host = dev.to(Device::cpu()); });
+    void* pinned = nullptr;
+    check(cudaMallocHost(&pinned, bytes), "cudaMallocHost");
+    void* device_buffer = dev.mutable_raw_data();
+    const double h2d_pinned =
+        seconds([&] { check(cudaMemcpyAsync(device_buffer, pinned, bytes, cudaMemcpyHostToDevice, stream), "copy"); });
+    const double d2h_pinned =
+        seconds([&] { check(cudaMemcpyAsync(pinned, device_buffer, bytes, cudaMemcpyDeviceToHost, stream), "copy"); });
+    cudaFreeHost(pinned);
+    std::printf("copy 256 MiB  Tensor::to (pageable) H2D %.1f GB/s  D2H %.1f GB/s  pinned H2D %.1f GB/s  D2H %.1f GB/s\n",
+                bytes / h2d / 1e9, bytes / d2h / 1e9, bytes / h2d_pinned / 1e9, bytes / d2h_pinned / 1e9);
+    cublasDestroy(handle);
+    return 0;
+  });
 }

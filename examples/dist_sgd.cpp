@@ -1,4 +1,4 @@
-// The seed's distributed synchronous SGD on Fashion-MNIST: every rank trains the Net on its
+// The synchronous SGD of PyTorch's tutorial "Writing Distributed Applications with PyTorch" on Fashion-MNIST: every rank trains the Net on its
 // partition with batch 128 / world and gradients averaged across ranks after each backward.
 //   troupe launch --nproc 2 -- build/bin/dist_sgd [--epochs 10] [--sync ddp|naive|ring] [--json]
 //
@@ -9,8 +9,8 @@
 //          22k parameters (87 KB) fit one 1 MB bucket, so by default nothing overlaps backward and
 //          the gain is one call instead of one per parameter; --bucket-kb 32 cuts it in two (fc
 //          layers, then convolutions) and the fc bucket is reduced while the convolutions' backward runs.
-//   naive  the seed's average_gradients: one all_reduce(sum) per parameter, then a division.
-//   ring   the seed's hand-written ring all-reduce (p2p only) per parameter.
+//   naive  the distributed tutorial's average_gradients: one all_reduce(sum) per parameter, then a division.
+//   ring   the distributed tutorial's hand-written ring all-reduce (p2p only) per parameter.
 //
 // Recipes: `seed` is the tutorial's (SGD lr 0.01, momentum 0.5); `better` keeps the Net and the
 // budget and changes only the optimisation: SGD lr 0.05, Nesterov momentum 0.9, cosine decay of
@@ -40,14 +40,16 @@
 #include "models/train/gradient_reducer.h"
 #include "models/train/wide_net.h"
 #include "net/collectives.h"
-#include "net/seed_ring_allreduce.h"
+#include "net/seed_ring_all_reduce.h"
+#include "examples/json_line.h"
+#include "examples/run_example.h"
 
 using namespace troupe;
 using namespace troupe::models;
 
 namespace {
 
-// The seed's average_gradients (naive), or the same over its hand-written ring (ring).
+// The tutorial's average_gradients (naive), or the same over its hand-written ring (ring).
 void average_gradients(net::ProcessGroup& world, const std::vector<Tensor*>& params, const std::string& sync) {
   const double scale = 1.0 / world.size();
   for (Tensor* p : params) {
@@ -80,7 +82,7 @@ void check_replicas(net::ProcessGroup& world, const std::vector<Tensor*>& params
     throw ValueError("dist_sgd: parameters differ across ranks after step " + std::to_string(step));
 }
 
-// The network being trained: the seed's Net, or a WideNet (--model wide).
+// The network being trained: the distributed tutorial's Net, or a WideNet (--model wide).
 struct Model {
   std::unique_ptr<Module> module;
   std::function<Tensor(const Tensor&)> forward;
@@ -120,7 +122,7 @@ void progress(int epoch, int64_t done, int64_t total, double loss) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"distributed synchronous SGD on Fashion-MNIST (the seed's recipe)"};
+  CLI::App app{"distributed synchronous SGD on Fashion-MNIST (the recipe of PyTorch's distributed tutorial)"};
   int epochs = 10, threads = 1;
   int64_t subset = 0, bucket_kb = 1024;
   uint64_t seed = 1234;
@@ -129,18 +131,18 @@ int main(int argc, char** argv) {
   app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--data", data, "directory of the Fashion-MNIST .gz files");
   app.add_option("--sync", sync, "gradient averaging")->check(CLI::IsMember({"ddp", "naive", "ring"}));
-  app.add_option("--model", model_name, "net: the seed's Net; wide: WideNet (16/32 channels, 128 hidden)")
+  app.add_option("--model", model_name, "net: the distributed tutorial's Net; wide: WideNet (16/32 channels, 128 hidden)")
       ->check(CLI::IsMember({"net", "wide"}));
   app.add_option("--recipe", recipe, "optimisation recipe")->check(CLI::IsMember({"seed", "better"}));
   app.add_option("--bucket-kb", bucket_kb, "ddp: gradient bucket size")->check(CLI::PositiveNumber);
-  app.add_option("--seed", seed, "partition, shuffling, initial weights and dropout (the seed's 1234)");
+  app.add_option("--seed", seed, "partition, shuffling, initial weights and dropout (the distributed tutorial's 1234)");
   app.add_option("--subset", subset, "train on the first N images only (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads, "intra-op threads per rank")->check(CLI::PositiveNumber);
   app.add_flag("--verify", verify, "check after every step that all ranks hold bit-identical parameters");
   app.add_flag("--json", json, "rank 0 ends with one JSON line of figures");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return run_example("dist_sgd", [&] {
     auto world = net::init_process_group();
     const int rank = world->rank(), size = world->size();
     if (128 % size != 0) throw ValueError("dist_sgd: the global batch 128 does not split over " + std::to_string(size) + " ranks");
@@ -165,7 +167,7 @@ int main(int argc, char** argv) {
     const bool better = recipe == "better";
     const double base_lr = better ? 0.05 : 0.01;
     SGD optimizer(model.parameters(), {.lr = base_lr, .momentum = better ? 0.9 : 0.5, .nesterov = better});
-    manual_seed(seed + static_cast<uint64_t>(rank));  // dropout masks differ per rank, as in the seed
+    manual_seed(seed + static_cast<uint64_t>(rank));  // dropout masks differ per rank, as in the distributed tutorial
     const bool bar = rank == 0 && !json && isatty(STDOUT_FILENO);
 
     const auto start = std::chrono::steady_clock::now();
@@ -198,15 +200,17 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       const double acc = accuracy(model, load_fashion_mnist(data, "t10k"));
       if (json)
-        std::printf("{\"world\":%d,\"epochs\":%d,\"test_accuracy\":%.4f,\"train_s\":%.2f,\"sync\":\"%s\",\"recipe\":\"%s\"}\n",
-                    size, epochs, acc, train_s, sync.c_str(), recipe.c_str());
+        print_json_line(nlohmann::ordered_json{{"world", size},
+                                               {"epochs", epochs},
+                                               {"test_accuracy", rounded(acc, 4)},
+                                               {"train_s", rounded(train_s, 2)},
+                                               {"sync", sync},
+                                               {"recipe", recipe}});
       else
         std::printf("world=%d epochs=%d sync=%s recipe=%s test_accuracy=%.4f train_time=%.1fs\n", size, epochs,
                     sync.c_str(), recipe.c_str(), acc, train_s);
     }
     net::barrier(*world);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dist_sgd: %s\n", e.what());
-    return 1;
-  }
+    return 0;
+  });
 }

@@ -1,4 +1,4 @@
-// The seed's Better Transformer runs on an XLM-R-large-shaped encoder (d 1024, 16 heads, ffn 4096,
+// PyTorch's Better Transformer tutorial runs on an XLM-R-large-shaped encoder (d 1024, 16 heads, ffn 4096,
 // post-LN, gelu, batch first) over a padded batch of lengths 4, 5 and 250: the general path in
 // training mode, the fastpath over every padded position, the fastpath over real tokens only.
 //   encoder_bench [--layers 24] [--lengths 4,5,250] [--reps 3] [--json]
@@ -11,6 +11,7 @@
 #include "devices/ops.h"
 #include "devices/random.h"
 #include "examples/median_time.h"
+#include "examples/json_line.h"
 #include "examples/run_example.h"
 #include "models/transformer/encoder.h"
 
@@ -68,10 +69,13 @@ int main(int argc, char** argv) {
     for (int64_t L : lengths) flop += static_cast<double>(L) * (2.0 * (4 * d * d + 2 * d * ffn) + 4.0 * L * d);
     flop *= layers;
     if (json) {
-      std::printf("{\"layers\":%d,\"tokens\":%lld,\"slow_ms\":%.1f,\"fast_dense_ms\":%.1f,\"fast_nested_ms\":%.1f,"
-                  "\"max_abs_diff\":%.3g,\"gflops_nested\":%.1f}\n",
-                  layers, static_cast<long long>(tokens), slow * 1e3, fast_dense * 1e3, fast_nested * 1e3, max_diff,
-                  flop / fast_nested / 1e9);
+      print_json_line(nlohmann::ordered_json{{"layers", layers},
+                                             {"tokens", tokens},
+                                             {"slow_ms", rounded(slow * 1e3, 1)},
+                                             {"fast_dense_ms", rounded(fast_dense * 1e3, 1)},
+                                             {"fast_nested_ms", rounded(fast_nested * 1e3, 1)},
+                                             {"max_abs_diff", significant(max_diff, 3)},
+                                             {"gflops_nested", rounded(flop / fast_nested / 1e9, 1)}});
     } else {
       std::printf("encoder: %d layers, d %lld, 16 heads, ffn %lld, batch of %lld padded to %lld (%lld real tokens)\n",
                   layers, static_cast<long long>(d), static_cast<long long>(ffn), static_cast<long long>(B),

@@ -8,22 +8,22 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <iostream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "devices/cpu/gemm.h"
 #include "devices/ops.h"
 #include "devices/threads.h"
+#include "examples/json_line.h"
+#include "examples/run_example.h"
 
 using namespace troupe;
 
 namespace {
 
-constexpr double peak_gflops_per_core = 227.0;  // AVX-512 FMA peak of one core of the reference machine
+constexpr double kPeakGflopsPerCore = 227.0;  // AVX-512 FMA peak of one core of the reference machine
 
 struct Product {
   int64_t m, k, n;
@@ -60,7 +60,7 @@ std::vector<Row> measure(const std::string& backend, const std::vector<Product>&
     for (int t : threads) {
       set_intra_op_threads(t);
       const double gflops = 2.0 * double(p.m) * double(p.k) * double(p.n) / median_seconds(a, b, runs) / 1e9;
-      rows.push_back({gemm_choice().backend, p, t, gflops, gflops / (peak_gflops_per_core * t)});
+      rows.push_back({gemm_choice().backend, p, t, gflops, gflops / (kPeakGflopsPerCore * t)});
     }
   }
   return rows;
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   app.add_flag("--compare", compare, "also measure OpenBLAS (forced) in the same run");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return run_example("gemm_bench", [&] {
     const std::vector<Product> products{{2500, 1024, 4096}, {50, 1024, 4096}, {259, 1024, 4096}};
     std::vector<Row> rows = measure(backend, products, threads, runs);
     const std::string used = rows.empty() ? gemm_choice().backend : rows.front().backend;
@@ -96,21 +96,18 @@ int main(int argc, char** argv) {
       nlohmann::json out{{"backend", used}, {"gemm", nlohmann::json::array()}};
       for (const Row& r : rows)
         out["gemm"].push_back({{"m", r.product.m}, {"k", r.product.k}, {"n", r.product.n}, {"threads", r.threads},
-                               {"gflops", std::round(r.gflops * 10) / 10},
-                               {"peak_frac", std::round(r.peak_frac * 1000) / 1000}, {"backend", r.backend}});
-      std::cout << out.dump() << "\n";
+                               {"gflops", rounded(r.gflops, 1)}, {"peak_frac", rounded(r.peak_frac, 3)},
+                               {"backend", r.backend}});
+      print_json_line(out);
       return 0;
     }
     std::printf("gemm backend: %s (%s); %d core(s); peak %.0f GFLOP/s per thread\n", used.c_str(), reason.c_str(),
-                hardware_cores(), peak_gflops_per_core);
+                hardware_cores(), kPeakGflopsPerCore);
     std::printf("%-9s %7s %6s %6s %6s %9s %8s\n", "backend", "threads", "M", "K", "N", "GFLOP/s", "of peak");
     for (const Row& r : rows)
       std::printf("%-9s %7d %6ld %6ld %6ld %9.1f %7.1f%%\n", r.backend.c_str(), r.threads,
                   static_cast<long>(r.product.m), static_cast<long>(r.product.k), static_cast<long>(r.product.n),
                   r.gflops, 100 * r.peak_frac);
-  } catch (const std::exception& e) {
-    std::cerr << "gemm_bench: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -11,6 +11,8 @@
 
 #include "actors/runtime.h"
 #include "dataflow/executor.h"
+#include "examples/json_line.h"
+#include "examples/run_example.h"
 
 using namespace troupe;
 
@@ -75,7 +77,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON line");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return run_example("graph_bench", [&] {
     Runtime runtime({.workers = workers});
     long last = 0;
     double chain_us, chain_serial_us, fan_us, fan_serial_us;
@@ -96,11 +98,15 @@ int main(int argc, char** argv) {
       fan_serial_us = best_us_per_node(exec, invocations, fan_nodes, true, reps, last);
     }
     if (json) {
-      std::printf("{\"chain_node_us\":%.3f,\"fanout_node_us\":%.3f,\"chain_one_at_a_time_node_us\":%.3f,"
-                  "\"fanout_one_at_a_time_node_us\":%.3f,\"nodes\":%d,\"width\":%d,\"invocations\":%d,"
-                  "\"max_in_flight\":%d,\"workers\":%d}\n",
-                  chain_us, fan_us, chain_serial_us, fan_serial_us, nodes, width, invocations, max_in_flight,
-                  runtime.workers());
+      print_json_line(nlohmann::ordered_json{{"chain_node_us", rounded(chain_us, 3)},
+                                             {"fanout_node_us", rounded(fan_us, 3)},
+                                             {"chain_one_at_a_time_node_us", rounded(chain_serial_us, 3)},
+                                             {"fanout_one_at_a_time_node_us", rounded(fan_serial_us, 3)},
+                                             {"nodes", nodes},
+                                             {"width", width},
+                                             {"invocations", invocations},
+                                             {"max_in_flight", max_in_flight},
+                                             {"workers", runtime.workers()}});
     } else {
       std::printf("dataflow executor, %s\n", runtime.describe().c_str());
       std::printf("  chain of %d nodes:      %.2f us/node pipelined (%d in flight), %.2f us/node one at a time\n",
@@ -109,8 +115,5 @@ int main(int argc, char** argv) {
                   fan_serial_us);
     }
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "graph_bench: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -1,4 +1,4 @@
-// The seed's LSTM ensemble written as a dataflow graph: every direction of every member is a
+// The LSTM ensemble of the TorchScript fork/wait tutorial written as a dataflow graph: every direction of every member is a
 // module node (its own actor, holding its weights), the flips, concatenations and the final
 // stack+sum are op nodes. Checks the graph against LSTMEnsemble::serial and times both.
 //   graph_lstm [--models 4] [--T 50 --B 50 --C 256] [--reps 3] [--dot graph.dot] [--json]
@@ -14,6 +14,8 @@
 #include "dataflow/executor.h"
 #include "examples/median_time.h"
 #include "models/lstm.h"
+#include "examples/json_line.h"
+#include "examples/run_example.h"
 
 using namespace troupe;
 
@@ -52,16 +54,13 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON line of figures");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return run_example("graph_lstm", [&] {
     Runtime runtime({.workers = workers});
     // One set of weights for both: the ensemble's members, and the graph's direction modules.
-    std::map<std::string, Tensor> state;
-    for (int i = 0; i < models; ++i)
-      state.merge(models::BidirectionalLSTM(C, C, 1000 + i).state_dict("models." + std::to_string(i) + "."));
     models::LSTMEnsemble ensemble(models, C, C);
-    ensemble.load(state);
+    const auto state = ensemble.state_dict();
 
-    std::vector<std::unique_ptr<Module<models::LSTM>>> directions;
+    std::vector<std::unique_ptr<ModuleActor<models::LSTM>>> directions;
     Graph g("lstm_ensemble");
     Port x = g.input("x", TensorMeta{DType::f32, {T, B, C}, Device::cpu()});
     const Attrs time_axis{{"dims", std::vector<int64_t>{0}}};
@@ -70,10 +69,10 @@ int main(int argc, char** argv) {
     for (int i = 0; i < models; ++i) {
       const std::string m = "m" + std::to_string(i);
       const std::string prefix = "models." + std::to_string(i) + ".";
-      auto& fwd = *directions.emplace_back(std::make_unique<Module<models::LSTM>>(m + ".fwd", C, C));
-      auto& bwd = *directions.emplace_back(std::make_unique<Module<models::LSTM>>(m + ".bwd", C, C));
-      fwd->load(state, prefix + "cell_f.");
-      bwd->load(state, prefix + "cell_b.");
+      auto& fwd = *directions.emplace_back(std::make_unique<ModuleActor<models::LSTM>>(m + ".fwd", C, C));
+      auto& bwd = *directions.emplace_back(std::make_unique<ModuleActor<models::LSTM>>(m + ".bwd", C, C));
+      fwd->load(models::sub_state(state, prefix + "cell_f."));
+      bwd->load(models::sub_state(state, prefix + "cell_b."));
       Port out_f = g.module(m + "_fwd", fwd, {x});
       Port out_b = g.op("flip", {g.module(m + "_bwd", bwd, {x_reversed})}, time_axis, m + "_bwd_flipped");
       members.push_back(g.op("cat", {out_f, out_b}, {{"dim", int64_t{2}}}, m));
@@ -90,10 +89,14 @@ int main(int argc, char** argv) {
     const double serial_s = median_seconds([&] { ensemble.serial(xin); }, reps);
     const double graph_s = median_seconds([&] { exec({{"x", xin}}); }, reps);
     if (json) {
-      std::printf("{\"models\":%d,\"T\":%lld,\"B\":%lld,\"C\":%lld,\"serial_s\":%.4f,\"graph_s\":%.4f,"
-                  "\"max_abs_diff\":%.3g,\"node_actors\":%d}\n",
-                  models, static_cast<long long>(T), static_cast<long long>(B), static_cast<long long>(C), serial_s,
-                  graph_s, diff, exec.node_actors());
+      print_json_line(nlohmann::ordered_json{{"models", models},
+                                             {"T", T},
+                                             {"B", B},
+                                             {"C", C},
+                                             {"serial_s", rounded(serial_s, 4)},
+                                             {"graph_s", rounded(graph_s, 4)},
+                                             {"max_abs_diff", significant(diff, 3)},
+                                             {"node_actors", exec.node_actors()}});
     } else {
       std::printf("LSTM ensemble as a graph: %d bidirectional models, T=%lld B=%lld C=%lld, %d node actors, %s\n",
                   models, static_cast<long long>(T), static_cast<long long>(B), static_cast<long long>(C),
@@ -103,8 +106,5 @@ int main(int argc, char** argv) {
       if (!dot.empty()) std::printf("  graph drawn to %s\n", dot.c_str());
     }
     return diff < 1e-3 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "graph_lstm: %s\n", e.what());
-    return 1;
-  }
+  });
 }

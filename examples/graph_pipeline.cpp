@@ -13,6 +13,8 @@
 #include "actors/runtime.h"
 #include "dataflow/executor.h"
 #include "devices/ops.h"
+#include "examples/json_line.h"
+#include "examples/run_example.h"
 
 using namespace troupe;
 
@@ -86,7 +88,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON line of figures");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return run_example("graph_pipeline", [&] {
     Runtime runtime({.workers = workers});
     const Graph graph = service(features, hidden, classes);
     const std::vector<Request> stream = make_requests(requests, rows, features);
@@ -108,11 +110,15 @@ int main(int argc, char** argv) {
 
     const bool same = one_at_a_time == pipelined;
     if (json) {
-      std::printf("{\"requests\":%d,\"rows\":%lld,\"features\":%lld,\"hidden\":%lld,\"in_flight\":%d,"
-                  "\"one_at_a_time_rps\":%.1f,\"pipelined_rps\":%.1f,\"peak_in_flight\":%d,\"same_answers\":%s}\n",
-                  requests, static_cast<long long>(rows), static_cast<long long>(features),
-                  static_cast<long long>(hidden), in_flight, requests / serial_s, requests / pipelined_s,
-                  exec.peak_in_flight(), same ? "true" : "false");
+      print_json_line(nlohmann::ordered_json{{"requests", requests},
+                                             {"rows", rows},
+                                             {"features", features},
+                                             {"hidden", hidden},
+                                             {"in_flight", in_flight},
+                                             {"one_at_a_time_rps", rounded(requests / serial_s, 1)},
+                                             {"pipelined_rps", rounded(requests / pipelined_s, 1)},
+                                             {"peak_in_flight", exec.peak_in_flight()},
+                                             {"same_answers", same}});
     } else {
       std::printf("pipelined inference graph (preprocess -> model -> postprocess), %d requests of %lldx%lld, %s\n",
                   requests, static_cast<long long>(rows), static_cast<long long>(features),
@@ -122,8 +128,5 @@ int main(int argc, char** argv) {
                   requests / serial_s, requests / pipelined_s, serial_s / pipelined_s, in_flight, same ? "yes" : "NO");
     }
     return same ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "graph_pipeline: %s\n", e.what());
-    return 1;
-  }
+  });
 }

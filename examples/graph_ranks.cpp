@@ -12,6 +12,7 @@
 #include "dataflow/executor.h"
 #include "devices/ops.h"
 #include "net/process_group.h"
+#include "examples/run_example.h"
 
 using namespace troupe;
 
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
   app.add_option("--rows", rows, "rows per request")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return run_example("graph_ranks", [&] {
     Runtime runtime;
     auto world = net::init_process_group();
     if (world->size() != 2) throw ValueError("graph_ranks: run it on two ranks (troupe launch --nproc 2), got " +
@@ -78,8 +79,5 @@ int main(int argc, char** argv) {
                 "answers %s the one-process run\n",
                 requests, requests / seconds, in_flight, wrong == 0 ? "match" : "DIFFER from");
     return wrong == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "graph_ranks: %s\n", e.what());
-    return 1;
-  }
+  });
 }

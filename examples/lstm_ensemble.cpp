@@ -1,4 +1,4 @@
-// The seed's LSTM ensemble ("Dynamic Parallelism in TorchScript") on Troupe's actors:
+// The LSTM ensemble of PyTorch's tutorial "Dynamic Parallelism in TorchScript" on Troupe's actors:
 // (a) serial, (b) each model forks its forward direction, (c) ensemble members forked into
 // their module actors with directions forked too. Checks the three agree; prints medians.
 //   lstm_ensemble [--models 4] [--T 50 --B 50 --C 1024] [--reps 3] [--trace out.json] [--json]
@@ -12,6 +12,8 @@
 #include "actors/runtime.h"
 #include "examples/median_time.h"
 #include "models/lstm.h"
+#include "examples/json_line.h"
+#include "examples/run_example.h"
 
 using namespace troupe;
 
@@ -19,7 +21,7 @@ namespace {
 
 Tensor random_input(int64_t T, int64_t B, int64_t C, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(0.0f, 1.0f);  // torch.rand, as the seed
+  std::uniform_real_distribution<float> dist(0.0f, 1.0f);  // torch.rand, as the TorchScript fork/wait tutorial
   std::vector<float> v(static_cast<size_t>(T * B * C));
   for (auto& x : v) x = dist(rng);
   return Tensor::from_vector(v, {T, B, C});
@@ -35,7 +37,7 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"The seed's LSTM ensemble: serial vs fork/wait on actors"};
+  CLI::App app{"The TorchScript tutorial's LSTM ensemble: serial vs fork/wait on actors"};
   int models = 4, reps = 3, workers = 0;
   int64_t T = 50, B = 50, C = 1024;
   std::string trace;
@@ -50,7 +52,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON line of figures");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return run_example("lstm_ensemble", [&] {
     Runtime runtime({.workers = workers});
     models::LSTMEnsemble ensemble(models, C, C, /*seed=*/0);
     Tensor x = random_input(T, B, C, 1);
@@ -68,10 +70,16 @@ int main(int argc, char** argv) {
     }
     const double gflop = models * 2.0 * (2.0 * T * B * C * 4 * C * 2) / 1e9;  // input + recurrent GEMMs
     if (json) {
-      std::printf("{\"models\":%d,\"T\":%lld,\"B\":%lld,\"C\":%lld,\"serial_s\":%.4f,\"fork_bidir_s\":%.4f,"
-                  "\"fork_ensemble_s\":%.4f,\"max_abs_diff\":%.3g,\"gflop\":%.1f,\"best_gflops\":%.1f}\n",
-                  models, static_cast<long long>(T), static_cast<long long>(B), static_cast<long long>(C), serial_s,
-                  bidir_s, ensemble_s, diff, gflop, gflop / std::min({serial_s, bidir_s, ensemble_s}));
+      print_json_line(nlohmann::ordered_json{{"models", models},
+                                             {"T", T},
+                                             {"B", B},
+                                             {"C", C},
+                                             {"serial_s", rounded(serial_s, 4)},
+                                             {"fork_bidir_s", rounded(bidir_s, 4)},
+                                             {"fork_ensemble_s", rounded(ensemble_s, 4)},
+                                             {"max_abs_diff", significant(diff, 3)},
+                                             {"gflop", rounded(gflop, 1)},
+                                             {"best_gflops", rounded(gflop / std::min({serial_s, bidir_s, ensemble_s}), 1)}});
     } else {
       std::printf("LSTM ensemble: %d bidirectional models, T=%lld B=%lld C=%lld (%.0f GFLOP), %s\n", models,
                   static_cast<long long>(T), static_cast<long long>(B), static_cast<long long>(C), gflop,
@@ -83,8 +91,5 @@ int main(int argc, char** argv) {
       if (!trace.empty()) std::printf("  trace: %s\n", trace.c_str());
     }
     return diff < 1e-3 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "lstm_ensemble: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# The PyTorch peer of train_bench: the seed's Net (anchors/dist_sgd_torch.py), one thread, a batch of
+# The PyTorch peer of train_bench: the distributed tutorial's Net (anchors/dist_sgd_torch.py), one thread, a batch of
 # 64: median milliseconds of a training step (zero_grad, forward, nll_loss, backward, SGD step with
 # momentum 0.5) and of an inference forward; and the cost of a small op (add of two f32[16]) with
 # and without the tape. Prints one JSON line.

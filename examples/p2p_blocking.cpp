@@ -1,4 +1,4 @@
-// Blocking point-to-point, the seed tutorial's first example: rank 0 adds 1 to a zero tensor and
+// Blocking point-to-point, the first example of PyTorch's tutorial "Writing Distributed Applications with PyTorch": rank 0 adds 1 to a zero tensor and
 // sends it to rank 1, which receives it.
 //
 //   build/bin/troupe launch --nproc 2 -- build/bin/p2p_blocking

@@ -1,4 +1,4 @@
-// Non-blocking point-to-point, the seed tutorial's second example: isend/irecv return Work
+// Non-blocking point-to-point, the second example of PyTorch's tutorial "Writing Distributed Applications with PyTorch": isend/irecv return Work
 // handles at once; wait() completes them (and, for irecv, fills the tensor).
 //
 //   build/bin/troupe launch --nproc 2 -- build/bin/p2p_nonblocking

@@ -10,8 +10,8 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
-#include <nlohmann/json.hpp>
 
+#include "examples/json_line.h"
 #include "examples/median_time.h"
 #include "examples/run_example.h"
 #include "net/remote/remote_actor.h"
@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
     const double rtt_us = rtt * 1e6, gbs = static_cast<double>(big.nbytes()) / big_s / 1e9,
                  per_s = requests / pipelined_s;
     if (json) {
-      std::printf("%s\n", nlohmann::json{{"rtt_us_4B", rtt_us}, {"gbs_64MB", gbs}, {"requests_per_s", per_s}}.dump().c_str());
+      print_json_line(nlohmann::ordered_json{
+          {"rtt_us_4B", rounded(rtt_us, 1)}, {"gbs_64MB", rounded(gbs, 2)}, {"requests_per_s", rounded(per_s, 0)}});
     } else {
       std::printf("round trip, 4 B request and answer: %8.1f us (median of %d)\n", rtt_us, round_trips);
       std::printf("64 MB request:                      %8.2f GB/s (median of %d)\n", gbs, big_reps);

@@ -14,7 +14,7 @@ step "GEMM through troupe::matmul, against OpenBLAS (GFLOP/s)"
 step "GatherNd: per-row loop against gather_nd"
 "$bin/gathernd_bench"
 
-step "fork/wait: the seed's 100 forks of neg"
+step "fork/wait: TorchScript's tutorial: 100 forks of neg"
 "$bin/fork_overhead" --reps 200
 
 step "LSTM ensemble (4 bidirectional LSTMs, T=50 B=50 C=1024): serial, directions forked, members forked"
@@ -26,14 +26,14 @@ step "Dataflow graphs: per-node overhead, a pipelined service, the ensemble as a
 "$bin/graph_lstm"
 launch --nproc 2 -- "$bin/graph_ranks"
 
-step "Distributed: p2p, all_reduce in a group, the seed's hand-written ring beside the library's"
+step "Distributed: p2p, all_reduce in a group, the distributed tutorial's hand-written ring beside the library's"
 launch --nproc 2 -- "$bin/p2p_blocking"
 launch --nproc 2 -- "$bin/p2p_nonblocking"
-launch --nproc 2 -- "$bin/allreduce_group"
-launch --nproc 2 -- "$bin/ring_allreduce"
-launch --nproc 2 -- "$bin/allreduce_bench"
+launch --nproc 2 -- "$bin/all_reduce_group"
+launch --nproc 2 -- "$bin/ring_all_reduce"
+launch --nproc 2 -- "$bin/all_reduce_bench"
 
-step "Training: the seed's Net, one step on one core"
+step "Training: the distributed tutorial's Net, one step on one core"
 "$bin/train_bench"
 
 step "Better Transformer: an XLM-R-large-shaped encoder (24 layers) on lengths 4, 5, 250: general path, fastpath dense, fastpath nested"
@@ -47,5 +47,5 @@ spm_train --input="$(dirname "$0")/../tests/fixtures/xlmr/corpus.txt" --model_pr
 "$bin/xlmr_classify" --spm "$spm_dir/tour.model" --config base --classes 3 \
   "The river runs through the middle of the town." "A short one." "Der Fluss fliesst durch die Stadt."
 
-step "Distributed SGD on Fashion-MNIST, 2 ranks, one epoch (the seed's recipe; --epochs 10 for the full run)"
+step "Distributed SGD on Fashion-MNIST, 2 ranks, one epoch (the distributed tutorial's recipe; --epochs 10 for the full run)"
 launch --nproc 2 -- "$bin/dist_sgd" --epochs 1

@@ -1,4 +1,4 @@
-// train_bench: what training costs on one core. The seed's Net with a batch of 64: a training step
+// train_bench: what training costs on one core. The distributed tutorial's Net with a batch of 64: a training step
 // (zero_grad, forward, nll_loss, backward, SGD with momentum) and an inference forward, median
 // milliseconds; and the tape's cost on a small op (add of two f32[16]): inputs that do not require
 // grad, the same under NoGradGuard with inputs that do, and recorded. --torch runs the PyTorch peer
@@ -6,15 +6,11 @@
 //
 //   train_bench                # table
 //   train_bench --torch --json # one JSON line, with PyTorch's figures
-#include <algorithm>
 #include <array>
-#include <chrono>
 #include <cstdio>
 #include <functional>
-#include <iostream>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -25,23 +21,16 @@
 #include "devices/threads.h"
 #include "models/nn/net.h"
 #include "models/nn/optimizer.h"
+#include "examples/json_line.h"
+#include "examples/median_time.h"
+#include "examples/run_example.h"
 
 using namespace troupe;
 using namespace troupe::models;
 
 namespace {
 
-double median_ms(const std::function<void()>& fn, int runs) {
-  for (int i = 0; i < 3; ++i) fn();
-  std::vector<double> ms;
-  for (int i = 0; i < runs; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+double median_ms(const std::function<void()>& fn, int runs) { return median_seconds(fn, runs, /*warmups=*/3) * 1e3; }
 
 double per_call_ns(const std::function<void()>& fn, int calls = 20000) {
   return median_ms([&] { for (int i = 0; i < calls; ++i) fn(); }, 5) * 1e6 / calls;
@@ -68,56 +57,58 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
-  set_intra_op_threads(1);
-  manual_seed(1);
-  Net net;
-  SGD sgd(net.parameters(), {.lr = 0.01, .momentum = 0.5});
-  const Tensor x = rand_uniform({64, 1, 28, 28}, -1, 1);
-  std::vector<int64_t> labels(64);
-  for (int64_t i = 0; i < 64; ++i) labels[i] = i % 10;
-  const Tensor y = Tensor::from_vector<int64_t>(labels, {64});
+  return run_example("train_bench", [&] {
+    set_intra_op_threads(1);
+    manual_seed(1);
+    Net net;
+    SGD sgd(net.parameters(), {.lr = 0.01, .momentum = 0.5});
+    const Tensor x = rand_uniform({64, 1, 28, 28}, -1, 1);
+    std::vector<int64_t> labels(64);
+    for (int64_t i = 0; i < 64; ++i) labels[i] = i % 10;
+    const Tensor y = Tensor::from_vector<int64_t>(labels, {64});
 
-  nlohmann::json result;
-  result["step_ms"] = median_ms([&] {
-    sgd.zero_grad();
-    nll_loss(net(x), y).backward();
-    sgd.step();
-  }, steps);
-  net.eval();
-  result["forward_ms"] = median_ms([&] {
-    NoGradGuard no_grad;
-    net(x);
-  }, steps);
-  net.train();
+    nlohmann::json result;
+    result["step_ms"] = median_ms([&] {
+      sgd.zero_grad();
+      nll_loss(net(x), y).backward();
+      sgd.step();
+    }, steps);
+    net.eval();
+    result["forward_ms"] = median_ms([&] {
+      NoGradGuard no_grad;
+      net(x);
+    }, steps);
+    net.train();
 
-  const Tensor a = rand_uniform({16}, 0, 1), b = rand_uniform({16}, 0, 1);
-  Tensor ga = a.clone().set_requires_grad(), gb = b.clone().set_requires_grad();
-  result["add16_ns"] = per_call_ns([&] { add(a, b); });
-  result["add16_no_grad_guard_ns"] = per_call_ns([&] {
-    NoGradGuard no_grad;
-    add(ga, gb);
-  });
-  result["add16_taped_ns"] = per_call_ns([&] { add(ga, gb); });
-  if (torch) {
-    const nlohmann::json peer = run_torch(steps);
-    result["torch"] = peer;
-    result["step_ratio"] = result["step_ms"].get<double>() / peer["step_ms"].get<double>();
-    result["forward_ratio"] = result["forward_ms"].get<double>() / peer["forward_ms"].get<double>();
-  }
-  if (json) {
-    std::cout << result.dump() << "\n";
+    const Tensor a = rand_uniform({16}, 0, 1), b = rand_uniform({16}, 0, 1);
+    Tensor ga = a.clone().set_requires_grad(), gb = b.clone().set_requires_grad();
+    result["add16_ns"] = per_call_ns([&] { add(a, b); });
+    result["add16_no_grad_guard_ns"] = per_call_ns([&] {
+      NoGradGuard no_grad;
+      add(ga, gb);
+    });
+    result["add16_taped_ns"] = per_call_ns([&] { add(ga, gb); });
+    if (torch) {
+      const nlohmann::json peer = run_torch(steps);
+      result["torch"] = peer;
+      result["step_ratio"] = result["step_ms"].get<double>() / peer["step_ms"].get<double>();
+      result["forward_ratio"] = result["forward_ms"].get<double>() / peer["forward_ms"].get<double>();
+    }
+    if (json) {
+      print_json_line(result);
+      return 0;
+    }
+    std::printf("%-44s %10s %10s\n", "one thread, Net batch 64", "troupe", torch ? "pytorch" : "");
+    auto row = [&](const char* label, const char* key, const char* torch_key, const char* unit) {
+      std::printf("%-44s %8.3f %s", label, result[key].get<double>(), unit);
+      if (torch && torch_key) std::printf(" %8.3f %s", result["torch"][torch_key].get<double>(), unit);
+      std::printf("\n");
+    };
+    row("training step (forward, backward, SGD)", "step_ms", "step_ms", "ms");
+    row("inference forward", "forward_ms", "forward_ms", "ms");
+    row("add f32[16], no input requires grad", "add16_ns", "add16_ns", "ns");
+    row("add f32[16], requires grad, NoGradGuard", "add16_no_grad_guard_ns", nullptr, "ns");
+    row("add f32[16], recorded on the tape", "add16_taped_ns", "add16_taped_ns", "ns");
     return 0;
-  }
-  std::printf("%-44s %10s %10s\n", "one thread, Net batch 64", "troupe", torch ? "pytorch" : "");
-  auto row = [&](const char* label, const char* key, const char* torch_key, const char* unit) {
-    std::printf("%-44s %8.3f %s", label, result[key].get<double>(), unit);
-    if (torch && torch_key) std::printf(" %8.3f %s", result["torch"][torch_key].get<double>(), unit);
-    std::printf("\n");
-  };
-  row("training step (forward, backward, SGD)", "step_ms", "step_ms", "ms");
-  row("inference forward", "forward_ms", "forward_ms", "ms");
-  row("add f32[16], no input requires grad", "add16_ns", "add16_ns", "ns");
-  row("add f32[16], requires grad, NoGradGuard", "add16_no_grad_guard_ns", nullptr, "ns");
-  row("add f32[16], recorded on the tape", "add16_taped_ns", "add16_taped_ns", "ns");
-  return 0;
+  });
 }

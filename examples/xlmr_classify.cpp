@@ -16,6 +16,7 @@
 #include "devices/io/safetensors.h"
 #include "devices/ops.h"
 #include "examples/median_time.h"
+#include "examples/json_line.h"
 #include "examples/run_example.h"
 #include "models/xlmr/xlmr.h"
 #include "models/xlmr/xlmr_transform.h"
@@ -88,18 +89,21 @@ int main(int argc, char** argv) {
     const auto ids = tokens.to_vector<int64_t>();
     const int64_t S = tokens.size(1), C = config.num_classes;
     int64_t real_tokens = 0;
-    for (int64_t id : ids) real_tokens += id != XLMRTransform::pad_id;
+    for (int64_t id : ids) real_tokens += id != XLMRTransform::kPadId;
     if (json) {
-      std::printf("{\"config\":\"%s\",\"texts\":%zu,\"tokens\":%lld,\"padded\":%lld,\"load_s\":%.2f,\"run_ms\":%.2f}\n",
-                  config_name.c_str(), texts.size(), static_cast<long long>(real_tokens),
-                  static_cast<long long>(tokens.numel()), load_s, run_s * 1e3);
+      print_json_line(nlohmann::ordered_json{{"config", config_name},
+                                             {"texts", texts.size()},
+                                             {"tokens", real_tokens},
+                                             {"padded", tokens.numel()},
+                                             {"load_s", rounded(load_s, 2)},
+                                             {"run_ms", rounded(run_s * 1e3, 2)}});
       return 0;
     }
     std::printf("XLM-R %s (%s), %s weights, loaded in %.2f s\n", config_name.c_str(), config.str().c_str(),
                 checkpoint.empty() ? "random" : checkpoint_path.c_str(), load_s);
     for (size_t t = 0; t < texts.size(); ++t) {
       int64_t n = 0, best = 0;
-      for (int64_t s = 0; s < S; ++s) n += ids[t * S + s] != XLMRTransform::pad_id;
+      for (int64_t s = 0; s < S; ++s) n += ids[t * S + s] != XLMRTransform::kPadId;
       std::printf("  [%lld tokens] ", static_cast<long long>(n));
       for (int64_t c = 0; c < C; ++c) {
         std::printf("%s%+.4f", c ? " " : "logits ", values[t * C + c]);

@@ -1,28 +1,29 @@
 #pragma once
-// The seed's LSTM ensemble: LSTM (PyTorch's nn.LSTM, one layer, batch_first=false),
+// The LSTM ensemble of PyTorch's tutorial "Dynamic Parallelism in TorchScript" (the TorchScript
+// fork/wait tutorial): LSTM (PyTorch's nn.LSTM, one layer, batch_first=false),
 // BidirectionalLSTM (a forward and a backward LSTM over the same input, outputs concatenated),
-// and LSTMEnsemble (N bidirectional models, outputs summed).
+// and LSTMEnsemble (N bidirectional models, outputs summed). All three are Modules under
+// PyTorch's names (weight_ih_l0, cell_f.weight_ih_l0, models.0.cell_f.weight_ih_l0).
 //
 //   models::LSTM lstm(1024, 1024, /*seed=*/1);
-//   lstm.load(read_safetensors("lstm.safetensors"));  // weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0
-//   Tensor y = lstm(x);                                // x [T, B, C] -> y [T, B, H]
+//   lstm.load("lstm.safetensors");          // weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0
+//   Tensor y = lstm(x);                     // x [T, B, C] -> y [T, B, H]
 //
 //   models::LSTMEnsemble ensemble(4, 1024, 1024);
 //   Tensor a = ensemble.serial(x);          // one thread of control
 //   Tensor b = ensemble.fork_directions(x); // each model forks its forward direction
 //   Tensor c = ensemble.fork_members(x);    // each member in its own module actor, directions forked
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <string>
 #include <vector>
 
-#include "actors/module.h"
+#include "actors/module_actor.h"
 #include "devices/tensor.h"
+#include "models/nn/module.h"
 
 namespace troupe::models {
 
-class LSTM {
+class LSTM : public Module {
  public:
   struct Output {
     Tensor output;  // [T, B, H]
@@ -30,42 +31,38 @@ class LSTM {
     Tensor c_n;     // [B, H]
   };
 
-  // Weights drawn like PyTorch's default: uniform(-1/sqrt(H), 1/sqrt(H)), from `seed`.
+  // Weights drawn like PyTorch's default: uniform(-1/sqrt(H), 1/sqrt(H)), from Generator(seed).
   LSTM(int64_t input_size, int64_t hidden_size, uint64_t seed = 0);
 
   Output forward(const Tensor& x, const Tensor& h0 = {}, const Tensor& c0 = {}) const;
   Tensor operator()(const Tensor& x) const { return forward(x).output; }
 
-  // PyTorch's names, after an optional prefix: weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0.
-  void load(const std::map<std::string, Tensor>& state, const std::string& prefix = "");
-  std::map<std::string, Tensor> state_dict(const std::string& prefix = "") const;
-
   int64_t input_size() const { return input_size_; }
   int64_t hidden_size() const { return hidden_size_; }
 
+  Tensor weight_ih_l0, weight_hh_l0;  // [4H, C], [4H, H]; gates i, f, g, o
+  Tensor bias_ih_l0, bias_hh_l0;      // [4H]
+
  private:
   int64_t input_size_, hidden_size_;
-  Tensor weight_ih_, weight_hh_, bias_ih_, bias_hh_;
 };
 
-// cat(forward(x), flip(backward(flip(x)))) along the feature dim: [T, B, 2H].
-class BidirectionalLSTM {
+// cat(forward(x), flip(backward(flip(x)))) along the feature dim: [T, B, 2H]. The tutorial's names:
+// cell_f.weight_ih_l0, ..., cell_b.bias_hh_l0.
+class BidirectionalLSTM : public Module {
  public:
   BidirectionalLSTM(int64_t input_size, int64_t hidden_size, uint64_t seed = 0);
 
   Tensor operator()(const Tensor& x) const;  // both directions on this thread
-  Tensor forked(const Tensor& x) const;      // the forward direction forked, as the seed's BiFork
-
-  // Names as the seed's module: cell_f.weight_ih_l0, ..., cell_b.bias_hh_l0 (after prefix).
-  void load(const std::map<std::string, Tensor>& state, const std::string& prefix = "");
-  std::map<std::string, Tensor> state_dict(const std::string& prefix = "") const;
+  Tensor forked(const Tensor& x) const;      // the forward direction forked, as the TorchScript fork/wait tutorial's BiFork
 
  private:
-  std::shared_ptr<LSTM> forward_, backward_;
+  std::shared_ptr<LSTM> forward_, backward_;  // shared with a forked call, which may outlive this
 };
 
-// N bidirectional LSTMs over the same input, outputs summed (the seed's stack(...).sum(0)).
-class LSTMEnsemble {
+// N bidirectional LSTMs over the same input, outputs summed (the tutorial's stack(...).sum(0)).
+// Names: models.<i>.cell_f.weight_ih_l0 ...
+class LSTMEnsemble : public Module {
  public:
   LSTMEnsemble(int members, int64_t input_size, int64_t hidden_size, uint64_t seed = 0);
 
@@ -74,11 +71,9 @@ class LSTMEnsemble {
   Tensor fork_members(const Tensor& x);  // members are module actors
 
   int members() const { return static_cast<int>(members_.size()); }
-  // models.<i>.cell_f.weight_ih_l0 ...
-  void load(const std::map<std::string, Tensor>& state);
 
  private:
-  std::vector<Module<BidirectionalLSTM>> members_;
+  std::vector<ModuleActor<BidirectionalLSTM>> members_;
 };
 
 }  // namespace troupe::models

@@ -38,6 +38,8 @@ class Channel {
   int size() const { return group_->size(); }
   uint64_t group_id() const { return group_->id(); }
   ProcessGroup& group() { return *group_; }
+  // The group's next collective number: taken once per collective call, by its dispatcher
+  // (collectives.cpp), so that every rank's n-th call gets the same number.
   uint64_t next_collective_seq() { return group_->next_collective_seq(); }
   Deadline deadline(std::optional<std::chrono::milliseconds> timeout = std::nullopt) const {
     return deadline_after(timeout.value_or(group_->timeout()));

@@ -15,7 +15,7 @@ namespace {
 //   0 magic u32 | 4 version u8 | 5 kind u8 | 6 dtype u8 | 7 ndims u8 | 8 group u64 | 16 seq u64
 //   24 tag i64 | 32 source i32 | 36 op u8 | 37 reduce u8 | 38 op dtype u8 | 39 zero u8
 //   40 count u64 | 48 collective seq u64 | 56 payload bytes u64 | 64 root i32 | 68 zero u32
-//   72 dims i64 x ndims
+//   72 dims i64 x ndims | dataflow frames: the dataflow part (dataflow_frame.h)
 constexpr size_t kFixedHeader = 72;
 
 template <class T>
@@ -46,6 +46,7 @@ const char* name(FrameKind kind) {
     case FrameKind::heartbeat: return "heartbeat";
     case FrameKind::hello: return "hello";
     case FrameKind::goodbye: return "goodbye";
+    case FrameKind::dataflow: return "dataflow";
     case FrameKind::actor: return "actor";
   }
   return "unknown";
@@ -64,7 +65,9 @@ const char* name(ReduceOp op) {
   return i < std::size(names) ? names[i] : "unknown";
 }
 
-size_t header_size(size_t ndims) { return kFixedHeader + 8 * ndims; }
+size_t header_size(FrameKind kind, size_t ndims) {
+  return kFixedHeader + 8 * ndims + (kind == FrameKind::dataflow ? kDataflowHeaderBytes : 0);
+}
 
 void encode_header_into(const FrameHeader& h, uint8_t* out) {
   if (h.shape.size() > kMaxFrameDims)
@@ -89,10 +92,11 @@ void encode_header_into(const FrameHeader& h, uint8_t* out) {
   put<int32_t>(out, 64, h.op.root);
   put<uint32_t>(out, 68, 0);
   for (size_t i = 0; i < h.shape.size(); ++i) put<int64_t>(out, kFixedHeader + 8 * i, h.shape[i]);
+  if (h.kind == FrameKind::dataflow) encode_dataflow(h.dataflow, out + kFixedHeader + 8 * h.shape.size());
 }
 
 std::vector<uint8_t> encode_header(const FrameHeader& header) {
-  std::vector<uint8_t> out(header_size(std::min(header.shape.size(), kMaxFrameDims + 1)));
+  std::vector<uint8_t> out(header_size(header.kind, std::min(header.shape.size(), kMaxFrameDims + 1)));
   encode_header_into(header, out.data());
   return out;
 }
@@ -117,9 +121,9 @@ FrameHeader decode_header(const void* data, size_t size, size_t payload_size, in
   const uint8_t ndims = get<uint8_t>(in, 7);
   if (ndims > kMaxFrameDims)
     malformed("tensor rank " + std::to_string(ndims) + " exceeds " + std::to_string(kMaxFrameDims));
-  if (size != header_size(ndims))
+  if (size != header_size(h.kind, ndims))
     malformed("header of " + std::to_string(size) + " bytes for rank " + std::to_string(ndims) + ", expected " +
-              std::to_string(header_size(ndims)));
+              std::to_string(header_size(h.kind, ndims)));
 
   h.group = get<uint64_t>(in, 8);
   h.seq = get<uint64_t>(in, 16);
@@ -165,6 +169,8 @@ FrameHeader decode_header(const void* data, size_t size, size_t payload_size, in
     malformed("control frame must carry u8 text, got " + std::string(name(h.dtype)) + to_string(h.shape));
   if (h.kind == FrameKind::actor && (h.dtype != DType::u8 || ndims != 1 || h.payload_bytes == 0))
     malformed("actor frame must carry a u8 call frame, got " + std::string(name(h.dtype)) + to_string(h.shape));
+  if (h.kind == FrameKind::dataflow)
+    h.dataflow = decode_dataflow(in + kFixedHeader + 8 * ndims, h.payload_bytes, h.dtype == DType::u8 && ndims == 1);
   return h;
 }
 

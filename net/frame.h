@@ -1,6 +1,7 @@
 #pragma once
-// The wire format: one frame is a fixed little-endian header (plus shape dims) sent as one
-// ZeroMQ message part, followed by the tensor payload as a second part (sent zero-copy).
+// The wire format: one frame is a fixed little-endian header (plus shape dims, plus a dataflow
+// part for dataflow frames: dataflow_frame.h) sent as one ZeroMQ message part, followed by the
+// tensor payload as a second part (sent zero-copy).
 //
 //   FrameHeader h;
 //   h.kind = FrameKind::data; h.source = 0; h.tag = 7; h.dtype = DType::f32; h.shape = {2, 3};
@@ -10,7 +11,7 @@
 //
 // decode_header trusts nothing: magic, version, every enum, the source rank, the shape (rank <= 8,
 // dims >= 0, product * itemsize == payload bytes without overflow) and the exact header length
-// are checked before use, and anything malformed throws CommError. It allocates only the shape
+// and the dataflow part are checked before use, and anything malformed throws CommError. It allocates only the shape
 // vector, whose length is bounded by kMaxFrameDims.
 #include <cstddef>
 #include <cstdint>
@@ -19,11 +20,12 @@
 
 #include "devices/dtype.h"
 #include "devices/shape.h"
+#include "net/dataflow_frame.h"
 
 namespace troupe::net {
 
 inline constexpr uint32_t kFrameMagic = 0x45505254;  // "TRPE" in little-endian bytes
-inline constexpr uint8_t kFrameVersion = 2;
+inline constexpr uint8_t kFrameVersion = 3;
 inline constexpr size_t kMaxFrameDims = 8;
 
 enum class FrameKind : uint8_t {
@@ -33,7 +35,8 @@ enum class FrameKind : uint8_t {
   heartbeat = 4,   // liveness, every 200 ms to every peer
   hello = 5,       // the first frame on a connection: proves the peer is up (and authenticated)
   goodbye = 6,     // the peer shuts down cleanly
-  actor = 7,       // a remote actor's call, reply or notice: payload is the u8 call frame
+  dataflow = 7,    // an executor's message to its peer on another rank (lane dataflow, keyed by link id)
+  actor = 8,       // a remote actor's call, reply or notice: payload is the u8 call frame
                    // (net/remote/call_frame.h); its tensors follow as parts of their own
 };
 
@@ -57,11 +60,12 @@ struct FrameHeader {
   FrameKind kind = FrameKind::data;
   uint64_t group = 0;  // 0: the world group; sub-groups get derived ids
   uint64_t seq = 0;    // per-connection sequence number (detects loss or reordering)
-  int64_t tag = 0;     // p2p tag; for collective frames, the collective sequence number
+  int64_t tag = 0;     // p2p tag; collective frames: the collective sequence number; dataflow: the link id
   int32_t source = 0;  // global rank of the sender
   DType dtype = DType::u8;
   Shape shape;
   OpDescriptor op;
+  DataflowHeader dataflow;  // dataflow frames only
   uint64_t payload_bytes = 0;
 };
 
@@ -69,9 +73,9 @@ const char* name(FrameKind kind);
 const char* name(CollectiveOp op);
 const char* name(ReduceOp op);
 
-size_t header_size(size_t ndims);
+size_t header_size(FrameKind kind, size_t ndims);
 std::vector<uint8_t> encode_header(const FrameHeader& header);
-// Writes the header into out, which must hold header_size(header.shape.size()) bytes.
+// Writes the header into out, which must hold header_size(header.kind, header.shape.size()) bytes.
 void encode_header_into(const FrameHeader& header, uint8_t* out);
 // Validates and decodes a header; payload_size is the byte length of the payload part received
 // with it. Throws CommError naming what is wrong.

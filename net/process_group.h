@@ -96,14 +96,18 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   const std::shared_ptr<Transport>& shared_transport() const { return transport_; }
   int global_rank(int group_rank) const;
   int group_rank(int global_rank) const;  // -1 when not a member
-  uint64_t next_collective_seq() { return collective_seq_++; }
   // The thread that runs this group's async collectives in call order (net/collectives.h).
   collectives::CollectiveActor& collective_actor();
   // This group's shared-memory all_reduce (net/collectives/shm_all_reduce.h).
   collectives::SharedMemoryAllReduce& shared_memory_all_reduce();
 
  private:
+  friend class Channel;  // numbers the collectives: a stray call would desynchronise the ranks
+  friend class DataflowChannel;
+  uint64_t next_collective_seq() { return collective_seq_++; }
   void check_peer_rank(const char* op, int r, bool any_allowed) const;
+  // The n-th dataflow channel made on this group: the same n on every rank (an executor each).
+  uint64_t next_dataflow_channel_id() { return dataflow_channels_++; }
 
   std::shared_ptr<Transport> transport_;
   uint64_t id_;
@@ -112,6 +116,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::atomic<int64_t> timeout_ms_;
   std::atomic<uint64_t> collective_seq_{0};
   std::atomic<uint64_t> child_groups_{0};
+  std::atomic<uint64_t> dataflow_channels_{0};
   std::mutex actor_mutex_;
   std::unique_ptr<collectives::CollectiveActor> actor_;  // made on first use
   std::unique_ptr<collectives::SharedMemoryAllReduce> shm_;  // made on first use

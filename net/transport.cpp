@@ -151,7 +151,10 @@ void send_tensor_part(void* socket, const Tensor& host, int flags, const std::sh
   }
 }
 
-Lane lane_of(FrameKind kind) { return kind == FrameKind::data ? Lane::p2p : Lane::collective; }
+Lane lane_of(FrameKind kind) {
+  if (kind == FrameKind::data) return Lane::p2p;
+  return kind == FrameKind::dataflow ? Lane::dataflow : Lane::collective;
+}
 
 }  // namespace
 
@@ -363,7 +366,7 @@ void Transport::send_control_locked(Peer& peer, FrameKind kind) {
   h.seq = peer.next_seq++;
   uint8_t buffer[128];
   encode_header_into(h, buffer);
-  zmq_send(peer.dealer, buffer, header_size(1), ZMQ_DONTWAIT);
+  zmq_send(peer.dealer, buffer, header_size(kind, 1), ZMQ_DONTWAIT);
 }
 
 void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::shared_ptr<detail::Completion>& done) {
@@ -411,7 +414,7 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
   std::lock_guard lock(peer.send_mutex);
   h.seq = peer.next_seq++;
   zmq_msg_t header_msg;
-  zmq_msg_init_size(&header_msg, header_size(h.shape.size()));
+  zmq_msg_init_size(&header_msg, header_size(h.kind, h.shape.size()));
   encode_header_into(h, static_cast<uint8_t*>(zmq_msg_data(&header_msg)));
   const bool has_payload = h.payload_bytes > 0;
   if (!send_part(&header_msg, peer.dealer, has_payload ? ZMQ_SNDMORE : 0)) {
@@ -445,7 +448,7 @@ void Transport::send_actor_frame(int dst, const std::vector<uint8_t>& call_frame
   std::lock_guard lock(peer.send_mutex);
   h.seq = peer.next_seq++;
   zmq_msg_t header_msg;
-  zmq_msg_init_size(&header_msg, header_size(1));
+  zmq_msg_init_size(&header_msg, header_size(h.kind, 1));
   encode_header_into(h, static_cast<uint8_t*>(zmq_msg_data(&header_msg)));
   if (!send_part(&header_msg, peer.dealer, ZMQ_SNDMORE)) {
     zmq_msg_close(&header_msg);
@@ -828,7 +831,8 @@ void Transport::handle_frame(int r, FrameHeader h, zmq_msg_t* payload, std::vect
     }
     case FrameKind::data:
     case FrameKind::collective:
-    case FrameKind::control: {
+    case FrameKind::control:
+    case FrameKind::dataflow: {
       Tensor tensor = adopt_payload(payload, h.dtype, h.shape);
       std::lock_guard lock(mutex_);
       deliver(Message{r, std::move(h), std::move(tensor), {}});

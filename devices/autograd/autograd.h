@@ -20,7 +20,7 @@
 //   Tensor d = w.detach();      // the same bytes, no meta: off the tape
 //
 // Every op goes through the registry's call(); when grad mode is on and an input requires grad,
-// the call is recorded (a Node per call: op name, attributes, the inputs or outputs its backward
+// the call is recorded (a GradNode per call: op name, attributes, the inputs or outputs its backward
 // reads, edges to the inputs' producers). Otherwise recording costs one thread-local check and a
 // scan of the inputs for a meta. The Tensor view and copy methods (view, reshape, slice, select,
 // transpose, permute, expand, squeeze, unsqueeze, contiguous, clone, to(dtype)) record themselves

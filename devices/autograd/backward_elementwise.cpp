@@ -1,5 +1,5 @@
-// Backward of the elementwise ops. Binary ops broadcast, so each gradient is summed back to its
-// input's shape; unary ops whose derivative is a function of their output save the output.
+// Backward of the elementwise ops. Binary ops (and where) broadcast, so each gradient is summed
+// back to its input's shape; unary ops whose derivative is a function of their output save the output.
 #include "devices/autograd/backward_registry.h"
 #include "devices/autograd/grad_utils.h"
 
@@ -59,6 +59,14 @@ Grads extreme_backward(const BackwardCall& c, bool is_max) {
           c.needs[1] ? sum_to(sub(g, ga), in(c, 1).shape) : Tensor()};
 }
 
+// where(condition, x, y): the gradient goes to x where the condition holds, to y elsewhere.
+Grads where_backward(const BackwardCall& c) {
+  const Tensor &condition = c.inputs[0], &g = c.grads[0];
+  const Tensor zero = Tensor::zeros({}, g.dtype(), g.device());
+  return {Tensor(), c.needs[1] ? sum_to(where(condition, g, zero), in(c, 1).shape) : Tensor(),
+          c.needs[2] ? sum_to(where(condition, zero, g), in(c, 2).shape) : Tensor()};
+}
+
 const BackwardRegistrar registrars[] = {
     BackwardRegistrar({"add", add_backward, false}),
     BackwardRegistrar({"sub", sub_backward, false}),
@@ -75,6 +83,7 @@ const BackwardRegistrar registrars[] = {
     BackwardRegistrar({"sigmoid", sigmoid_grad, false, true}),
     BackwardRegistrar({"relu", relu_grad, false, true}),
     BackwardRegistrar({"gelu", gelu_grad}),
+    BackwardRegistrar({"where", where_backward}),
 };
 
 }  // namespace

@@ -26,9 +26,9 @@ void define_backward(BackwardDef def) {
   if (!def.fn) throw ValueError("define_backward: op '" + def.op + "' has no backward function");
   Table& t = table();
   std::unique_lock lock(t.mutex);
+  if (t.defs.contains(def.op)) throw ValueError("define_backward: op '" + def.op + "' already has a backward");
   std::string key = def.op;
-  if (!t.defs.emplace(std::move(key), std::move(def)).second)
-    throw ValueError("define_backward: op '" + def.op + "' already has a backward");
+  t.defs.emplace(std::move(key), std::move(def));
 }
 
 const BackwardDef* find_backward(std::string_view op) {
@@ -36,6 +36,14 @@ const BackwardDef* find_backward(std::string_view op) {
   std::shared_lock lock(t.mutex);
   auto it = t.defs.find(op);
   return it == t.defs.end() ? nullptr : &it->second;
+}
+
+std::vector<BackwardDef> backward_defs() {
+  Table& t = table();
+  std::shared_lock lock(t.mutex);
+  std::vector<BackwardDef> defs;
+  for (auto& [op, def] : t.defs) defs.push_back(def);
+  return defs;
 }
 
 }  // namespace troupe

@@ -36,10 +36,14 @@ struct BackwardDef {
   BackwardFn fn = nullptr;
   bool saves_inputs = true;
   bool saves_outputs = false;
+  // op names a Tensor method that records itself on the tape (tensor.cpp: slice, select, ...),
+  // which need not be a registry op too.
+  bool tensor_method = false;
 };
 
-void define_backward(BackwardDef def);           // ValueError when op already has one
+void define_backward(BackwardDef def);                  // ValueError when op already has one
 const BackwardDef* find_backward(std::string_view op);  // nullptr when none
+std::vector<BackwardDef> backward_defs();               // every one defined, by op name
 
 struct BackwardRegistrar {
   explicit BackwardRegistrar(BackwardDef def) { define_backward(std::move(def)); }

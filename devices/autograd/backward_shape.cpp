@@ -1,7 +1,7 @@
 // Backward of the ops that move elements without arithmetic: views (reshape, view, squeeze,
 // unsqueeze, transpose, permute, expand, slice, select), copies (contiguous, clone, cast),
-// joins and cuts (cat, stack, split, chunk, flip) and gathers (index_select, embedding), whose
-// backward scatters the gradient, adding where an index repeats.
+// joins and cuts (cat, stack, split, chunk, flip) and gathers (index_select, embedding,
+// gather_nd), whose backward scatters the gradient, adding where an index repeats.
 #include <functional>
 
 #include "devices/autograd/backward_registry.h"
@@ -135,18 +135,52 @@ Grads embedding_backward(const BackwardCall& c) {  // inputs: indices, weight [V
   return {Tensor(), index_add(w, 0, flat, c.grads[0].reshape({flat.numel(), w.shape[1]}))};
 }
 
+// GatherND: data viewed as [batches * addressed, slice] (addressed: the dims an index row names), the
+// gradient of each picked slice added to the row it came from.
+Grads gather_nd_backward(const BackwardCall& c) {  // inputs: data, indices [..., m]
+  const TensorMeta& data = c.input_metas[0];
+  const Tensor& indices = c.inputs[1];
+  const int64_t batch_dims = c.attrs.get<int64_t>("batch_dims"), m = indices.size(-1);
+  int64_t batches = 1, addressed = 1, slice = 1;
+  for (int64_t d = 0; d < static_cast<int64_t>(data.shape.size()); ++d) {
+    if (d < batch_dims) batches *= data.shape[d];
+    else if (d < batch_dims + m) addressed *= data.shape[d];
+    else slice *= data.shape[d];
+  }
+  const std::vector<int64_t> index = indices.to_vector<int64_t>();
+  const int64_t picked = static_cast<int64_t>(index.size()) / m, per_batch = batches ? picked / batches : 0;
+  std::vector<int64_t> rows(picked);
+  for (int64_t r = 0; r < picked; ++r) {
+    int64_t row = 0;
+    for (int64_t k = 0; k < m; ++k) {
+      const int64_t size = data.shape[batch_dims + k], i = index[r * m + k];
+      row = row * size + (i < 0 ? i + size : i);
+    }
+    rows[r] = r / per_batch * addressed + row;
+  }
+  const TensorMeta flat{data.dtype, {batches * addressed, slice}, data.device};
+  const Tensor grad = index_add(flat, 0, Tensor::from_vector(rows, {picked}), c.grads[0].reshape({picked, slice}));
+  return {grad.reshape(data.shape), Tensor()};
+}
+
+// The backward of a Tensor method that records itself (tensor.cpp; squeeze and unsqueeze record
+// "reshape"). Most of these are registry ops as well.
+BackwardDef method(const char* op, BackwardFn fn) {
+  return {.op = op, .fn = fn, .saves_inputs = false, .tensor_method = true};
+}
+
 const BackwardRegistrar registrars[] = {
-    BackwardRegistrar({"reshape", reshape_backward, false}),
+    BackwardRegistrar(method("reshape", reshape_backward)),
     BackwardRegistrar({"squeeze", reshape_backward, false}),
     BackwardRegistrar({"unsqueeze", reshape_backward, false}),
-    BackwardRegistrar({"transpose", transpose_backward, false}),
-    BackwardRegistrar({"permute", permute_backward, false}),
-    BackwardRegistrar({"expand", expand_backward, false}),
-    BackwardRegistrar({"contiguous", same_backward, false}),
-    BackwardRegistrar({"clone", same_backward, false}),
-    BackwardRegistrar({"cast", same_backward, false}),
-    BackwardRegistrar({"slice", slice_backward, false}),
-    BackwardRegistrar({"select", select_backward, false}),
+    BackwardRegistrar(method("transpose", transpose_backward)),
+    BackwardRegistrar(method("permute", permute_backward)),
+    BackwardRegistrar(method("expand", expand_backward)),
+    BackwardRegistrar(method("contiguous", same_backward)),
+    BackwardRegistrar(method("clone", same_backward)),
+    BackwardRegistrar(method("cast", same_backward)),
+    BackwardRegistrar(method("slice", slice_backward)),
+    BackwardRegistrar(method("select", select_backward)),
     BackwardRegistrar({"cat", cat_backward, false}),
     BackwardRegistrar({"stack", stack_backward, false}),
     BackwardRegistrar({"split", split_backward, false}),
@@ -154,6 +188,7 @@ const BackwardRegistrar registrars[] = {
     BackwardRegistrar({"flip", flip_backward, false}),
     BackwardRegistrar({"index_select", index_select_backward}),
     BackwardRegistrar({"embedding", embedding_backward}),
+    BackwardRegistrar({"gather_nd", gather_nd_backward}),
 };
 
 }  // namespace

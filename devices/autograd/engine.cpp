@@ -7,6 +7,7 @@
 #include "devices/autograd/grad_mode.h"
 #include "devices/autograd/node.h"
 #include "devices/ops.h"
+#include "devices/registry.h"
 
 namespace troupe {
 
@@ -39,7 +40,7 @@ void accumulate_leaf(AutogradMeta& leaf, const Tensor& grad) {
   if (leaf.grad_accumulated) leaf.grad_accumulated();
 }
 
-std::vector<Tensor> unpack(const Node& node, const std::vector<SavedTensor>& saved, const char* what) {
+std::vector<Tensor> unpack(const GradNode& node, const std::vector<SavedTensor>& saved, const char* what) {
   std::vector<Tensor> values;
   values.reserve(saved.size());
   for (size_t i = 0; i < saved.size(); ++i) {
@@ -53,10 +54,15 @@ std::vector<Tensor> unpack(const Node& node, const std::vector<SavedTensor>& sav
   return values;
 }
 
-std::vector<Tensor> run_node(Node& node, std::vector<Tensor>& grads) {
-  if (!node.backward)
-    throw ValueError(std::string(node.op) + ": no backward is defined for this op, so gradients cannot flow "
-                     "through it (detach its inputs, or compute it under NoGradGuard)");
+std::vector<Tensor> run_node(GradNode& node, std::vector<Tensor>& grads) {
+  if (!node.backward) {
+    const OpRegistry& registry = OpRegistry::global();
+    const std::string why = registry.contains(node.op) && !registry.get(node.op).differentiable()
+                                ? " (not differentiable: " + registry.get(node.op).not_differentiable + ")"
+                                : "";
+    throw ValueError(std::string(node.op) + ": no backward is defined for this op" + why +
+                     ", so gradients cannot flow through it (detach its inputs, or compute it under NoGradGuard)");
+  }
   if (node.released)
     throw ValueError(std::string(node.op) + ": backward through this part of the graph a second time; its saved "
                      "tensors were freed by the first pass (pass retain_graph = true to the first backward)");
@@ -84,7 +90,7 @@ std::vector<Tensor> run_node(Node& node, std::vector<Tensor>& grads) {
   return result;
 }
 
-void release(Node& node) {
+void release(GradNode& node) {
   node.saved_inputs.clear();
   node.saved_outputs.clear();
   node.saved_inputs.shrink_to_fit();
@@ -117,11 +123,11 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
     return;
   }
   // Dependencies: how many edges from reachable nodes point at each node.
-  std::unordered_map<Node*, int> pending;
-  std::vector<Node*> stack{autograd_->grad_fn.get()};
+  std::unordered_map<GradNode*, int> pending;
+  std::vector<GradNode*> stack{autograd_->grad_fn.get()};
   pending[stack[0]] = 0;
   while (!stack.empty()) {
-    Node* node = stack.back();
+    GradNode* node = stack.back();
     stack.pop_back();
     for (const Edge& e : node->edges) {
       if (!e.node) continue;
@@ -130,16 +136,16 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
       if (fresh) stack.push_back(e.node.get());
     }
   }
-  std::unordered_map<Node*, std::vector<Tensor>> buffers;
-  auto buffer_of = [&](Node* node) -> std::vector<Tensor>& {
+  std::unordered_map<GradNode*, std::vector<Tensor>> buffers;
+  auto buffer_of = [&](GradNode* node) -> std::vector<Tensor>& {
     auto& b = buffers[node];
     if (b.empty()) b.resize(node->output_metas.size());
     return b;
   };
   buffer_of(autograd_->grad_fn.get())[autograd_->output_nr] = root_grad;
-  std::vector<std::shared_ptr<Node>> ready{autograd_->grad_fn};
+  std::vector<std::shared_ptr<GradNode>> ready{autograd_->grad_fn};
   while (!ready.empty()) {
-    std::shared_ptr<Node> node = std::move(ready.back());
+    std::shared_ptr<GradNode> node = std::move(ready.back());
     ready.pop_back();
     std::vector<Tensor> grads = std::move(buffer_of(node.get()));
     buffers.erase(node.get());

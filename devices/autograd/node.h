@@ -1,8 +1,8 @@
 #pragma once
 // The tape: what a tensor handle knows about its gradient (AutogradMeta) and the recorded op calls
-// (Node) that backward() walks. Users rarely touch these; see devices/autograd/autograd.h.
+// (GradNode) that backward() walks. Users rarely touch these; see devices/autograd/autograd.h.
 //
-//   Tensor y = mul(x, w);                       // w requires grad: y's meta points at a "mul" Node
+//   Tensor y = mul(x, w);                       // w requires grad: y's meta points at a "mul" GradNode
 //   y.autograd_meta()->grad_fn->op;             // "mul"
 #include <cstdint>
 #include <functional>
@@ -16,16 +16,16 @@
 namespace troupe {
 
 struct BackwardDef;
-struct Node;
+struct GradNode;
 
 // Shared by every copy of one tensor handle (copies made after requires_grad was set or after
 // the op that produced it): the flag, the accumulated gradient, the producing node and a version
 // counter that every write through mutable_data() bumps.
 struct AutogradMeta {
-  bool requires_grad = false;     // a leaf the user asked gradients for
-  Tensor grad;                    // accumulated by backward() (leaves); undefined: none
-  std::shared_ptr<Node> grad_fn;  // the op call that produced this tensor; null for leaves
-  uint32_t output_nr = 0;         // which output of grad_fn
+  bool requires_grad = false;         // a leaf the user asked gradients for
+  Tensor grad;                        // accumulated by backward() (leaves); undefined: none
+  std::shared_ptr<GradNode> grad_fn;  // the op call that produced this tensor; null for leaves
+  uint32_t output_nr = 0;             // which output of grad_fn
   uint64_t version = 0;
   // Leaves: called each time backward() has added a gradient into grad, so data-parallel training
   // can start reducing a parameter's gradient while backward goes on (models/train/gradient_reducer.h).
@@ -34,7 +34,7 @@ struct AutogradMeta {
 
 // Where the gradient of one input goes: the node that produced it, or a leaf's meta.
 struct Edge {
-  std::shared_ptr<Node> node;
+  std::shared_ptr<GradNode> node;
   uint32_t output_nr = 0;
   std::shared_ptr<AutogradMeta> leaf;
 };
@@ -48,7 +48,7 @@ struct SavedTensor {
 };
 
 // One recorded op call.
-struct Node {
+struct GradNode {
   std::string_view op;             // registry names and method names live as long as the process
   const BackwardDef* backward = nullptr;  // null: the op has no backward (an error if reached)
   Attrs attrs;

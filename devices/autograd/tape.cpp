@@ -6,7 +6,18 @@
 
 namespace troupe {
 
+namespace detail {
+
+// The one place outside Tensor that sets a tensor's autograd meta.
+struct TapeAccess {
+  static void set_meta(Tensor& t, std::shared_ptr<AutogradMeta> meta) { t.autograd_ = std::move(meta); }
+};
+
+}  // namespace detail
+
 namespace {
+
+using detail::TapeAccess;
 
 SavedTensor save(const Tensor& t) {
   SavedTensor s;
@@ -22,11 +33,11 @@ std::vector<Tensor> attach(std::string_view op, const std::vector<Tensor>& input
                            std::vector<Tensor> outputs) {
   bool floating_output = false;
   for (Tensor& t : outputs) {
-    t.set_autograd_meta(nullptr);  // a kernel may hand back an input's handle
+    TapeAccess::set_meta(t, nullptr);  // a kernel may hand back an input's handle
     floating_output = floating_output || (t.defined() && is_floating(t.dtype()));
   }
   if (!floating_output) return outputs;
-  auto node = std::make_shared<Node>();
+  auto node = std::make_shared<GradNode>();
   node->op = op;
   node->backward = find_backward(op);
   node->attrs = attrs;
@@ -55,7 +66,7 @@ std::vector<Tensor> attach(std::string_view op, const std::vector<Tensor>& input
     auto meta = std::make_shared<AutogradMeta>();
     meta->grad_fn = node;
     meta->output_nr = static_cast<uint32_t>(j);
-    outputs[j].set_autograd_meta(meta);
+    TapeAccess::set_meta(outputs[j], meta);
     if (save_outputs) node->saved_outputs[j].meta = meta;
   }
   return outputs;
@@ -81,6 +92,11 @@ Tensor record_method(std::string_view op, const Tensor& x, const Attrs& attrs,
     y = fn(x.detach());
   }
   return attach(op, {x}, attrs, {y})[0];
+}
+
+void drop_autograd(std::vector<Tensor>& outputs) {
+  for (Tensor& t : outputs)
+    if (t.autograd_meta()) TapeAccess::set_meta(t, nullptr);
 }
 
 }  // namespace troupe

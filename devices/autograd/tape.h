@@ -18,7 +18,7 @@ inline bool any_requires_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-// Runs `run` with grad mode off and, when a floating output results, attaches a Node for `op` to
+// Runs `run` with grad mode off and, when a floating output results, attaches a GradNode for `op` to
 // the outputs. `op` must outlive the process's tapes (a registry name or a literal).
 std::vector<Tensor> record_call(std::string_view op, const std::vector<Tensor>& inputs, const Attrs& attrs,
                                 const std::function<std::vector<Tensor>()>& run);
@@ -28,9 +28,6 @@ Tensor record_method(std::string_view op, const Tensor& x, const Attrs& attrs,
                      const std::function<Tensor(const Tensor&)>& fn);
 
 // Outputs of an unrecorded call must not share an input's meta (a kernel may return its input).
-inline void drop_autograd(std::vector<Tensor>& outputs) {
-  for (Tensor& t : outputs)
-    if (t.autograd_meta()) t.set_autograd_meta(nullptr);
-}
+void drop_autograd(std::vector<Tensor>& outputs);
 
 }  // namespace troupe

@@ -82,7 +82,8 @@ OpDef backward_op(std::string name, std::string doc) {
                .infer = infer_pair,
                .kernels = {{DeviceType::cpu, [](const OpCall& c) {
                               return std::vector<Tensor>{apply<Op>(c.inputs[0], c.inputs[1])};
-                            }}}};
+                            }}},
+               .not_differentiable = kGradientKernel};
 }
 
 const OpRegistrar relu_backward_op{backward_op<ReluGrad>("relu_backward", "grad * (y > 0), y = relu(x)")};
@@ -106,7 +107,8 @@ const OpRegistrar gelu_backward_op{OpDef{
                    const bool tanh_form = c.attrs.get<std::string>("approximate") == "tanh";
                    return std::vector<Tensor>{tanh_form ? apply<GeluTanhGrad>(c.inputs[0], c.inputs[1])
                                                         : apply<GeluGrad>(c.inputs[0], c.inputs[1])};
-                 }}}}};
+                 }}},
+    .not_differentiable = kGradientKernel}};
 
 }  // namespace
 }  // namespace troupe

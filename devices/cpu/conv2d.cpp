@@ -459,7 +459,8 @@ const OpRegistrar conv2d_backward_input_op{OpDef{
           backward_geometry(c.op, c.inputs[0], input, c.inputs[1], c.attrs);
           return std::vector<TensorMeta>{input};
         },
-    .kernels = {{DeviceType::cpu, conv2d_backward_input_cpu}}}};
+    .kernels = {{DeviceType::cpu, conv2d_backward_input_cpu}},
+    .not_differentiable = kGradientKernel}};
 
 const OpRegistrar conv2d_backward_weight_op{OpDef{
     .name = "conv2d_backward_weight",
@@ -476,7 +477,8 @@ const OpRegistrar conv2d_backward_weight_op{OpDef{
           if (c.attrs.get<bool>("bias")) out.push_back(meta_of(weight.dtype, {g.o}, weight.device));
           return out;
         },
-    .kernels = {{DeviceType::cpu, conv2d_backward_weight_cpu}}}};
+    .kernels = {{DeviceType::cpu, conv2d_backward_weight_cpu}},
+    .not_differentiable = kGradientKernel}};
 
 }  // namespace
 }  // namespace troupe

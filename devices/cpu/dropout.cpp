@@ -112,7 +112,8 @@ const OpRegistrar dropout_backward_op{OpDef{
                    if (mask.numel() == 0) return std::vector<Tensor>{g};
                    const double p = call.attrs.get<double>("p");
                    return std::vector<Tensor>{apply_mask(g, mask, p < 1.0 ? 1.0 / (1.0 - p) : 0.0)};
-                 }}}}};
+                 }}},
+    .not_differentiable = kGradientKernel}};
 
 }  // namespace
 }  // namespace troupe

@@ -145,7 +145,8 @@ OpDef binary_op(std::string name, std::string doc, bool true_division = false) {
                .max_inputs = 2,
                .attrs = {},
                .infer = infer,
-               .kernels = {{DeviceType::cpu, kernel}}};
+               .kernels = {{DeviceType::cpu, kernel}},
+               .not_differentiable = comparison ? "comparison: bool output" : ""};
 }
 
 const OpRegistrar add_op{binary_op<Add>("add", "a + b elementwise (broadcasting, type promotion; bool: or)")};

@@ -19,16 +19,16 @@ namespace troupe {
 
 namespace {
 
-constexpr int64_t NR = PackedWeight::panel_width;
-constexpr int max_rows = 6;  // rows per register tile: 6 x 4 accumulators + 4 panel registers
-// k per block: a panel's block (kc x 64 floats, 256 KiB) stays in L2 while every row tile of the
+constexpr int64_t NR = PackedWeight::kPanelWidth;
+constexpr int kMaxRows = 6;  // rows per register tile: 6 x 4 accumulators + 4 panel registers
+// k per block: a panel's block (kKc x 64 floats, 256 KiB) stays in L2 while every row tile of the
 // block of rows uses it; C is read and written once per block. Measured on 1 thread (Zen 5, 219
-// GFLOP/s peak), [50 x 1024] @ [1024 x 4096]: kc 128: 190 GFLOP/s, 256: 201, 512: 211, 1024: 220;
+// GFLOP/s peak), [50 x 1024] @ [1024 x 4096]: kKc 128: 190 GFLOP/s, 256: 201, 512: 211, 1024: 220;
 // [2500 x 1024] @ [1024 x 4096]: 256: 202, 512 and 1024: 208.
-constexpr int64_t kc = 1024;
-// Rows per block: their kc-slice of A (384 KiB) stays in L2 with the panel block while the panels
+constexpr int64_t kKc = 1024;
+// Rows per block: their kKc-slice of A (384 KiB) stays in L2 with the panel block while the panels
 // stream past (48, 96 and 192 measured the same).
-constexpr int64_t mc = 96;
+constexpr int64_t kMc = 96;
 
 void check_sizes(const char* op, int64_t n, int64_t k, int64_t ld, const char* ld_name) {
   if (n < 0 || k < 0 || ld < std::max<int64_t>(1, k))
@@ -89,7 +89,7 @@ void tile(int64_t kn, const float* a, int64_t lda, const float* b, float* c, int
 #endif
 
 using TileFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t, bool, float);
-constexpr TileFn tiles[max_rows + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
+constexpr TileFn tiles[kMaxRows + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
 
 // Rows [r0, r1) by panels [p0, p1): k blocks outermost (C accumulates across them), then blocks
 // of rows, then panels, then row tiles. A block of rows is cut into tiles of equal height (50
@@ -97,14 +97,14 @@ constexpr TileFn tiles[max_rows + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile
 void product_block(int64_t r0, int64_t r1, int64_t p0, int64_t p1, const float* a, int64_t lda,
                    const PackedWeight& w, float beta, float* c, int64_t ldc) {
   const int64_t k = w.k(), n = w.n();
-  for (int64_t k0 = 0; k0 < k; k0 += kc) {
-    const int64_t kn = std::min(kc, k - k0);
+  for (int64_t k0 = 0; k0 < k; k0 += kKc) {
+    const int64_t kn = std::min(kKc, k - k0);
     // The first block scales C by beta (beta 0: C is not read); later ones accumulate onto it.
     const bool load_c = k0 > 0 || beta != 0.0f;
     const float scale = k0 > 0 ? 1.0f : beta;
-    for (int64_t i0 = r0; i0 < r1; i0 += mc) {
-      const int64_t rows = std::min(mc, r1 - i0);
-      const int64_t count = (rows + max_rows - 1) / max_rows;
+    for (int64_t i0 = r0; i0 < r1; i0 += kMc) {
+      const int64_t rows = std::min(kMc, r1 - i0);
+      const int64_t count = (rows + kMaxRows - 1) / kMaxRows;
       for (int64_t p = p0; p < p1; ++p) {
         const float* b = w.panel(p) + k0 * NR;
         const int64_t cols = std::min(NR, n - p * NR);
@@ -160,7 +160,7 @@ void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight&
   const double flops = 2.0 * double(m) * double(n) * double(k);
   const int threads = flops < 4e6 ? 1 : intra_op_threads();
   const bool by_panels = panels >= 2 * threads;
-  const int64_t units = by_panels ? panels : (m + max_rows - 1) / max_rows;
+  const int64_t units = by_panels ? panels : (m + kMaxRows - 1) / kMaxRows;
   const int64_t chunks = std::min<int64_t>(units, 8 * threads);
   if (threads <= 1 || chunks < 2) {
     product_block(0, m, 0, panels, a, lda, w, beta, c, ldc);
@@ -172,7 +172,7 @@ void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight&
     if (by_panels)
       product_block(0, m, begin, end, a, lda, w, beta, c, ldc);
     else
-      product_block(begin * max_rows, std::min(m, end * max_rows), 0, panels, a, lda, w, beta, c, ldc);
+      product_block(begin * kMaxRows, std::min(m, end * kMaxRows), 0, panels, a, lda, w, beta, c, ldc);
   }
 }
 

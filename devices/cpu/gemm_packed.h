@@ -16,7 +16,7 @@ namespace troupe {
 
 class PackedWeight {
  public:
-  static constexpr int64_t panel_width = 64;  // output columns per panel: four AVX-512 registers
+  static constexpr int64_t kPanelWidth = 64;  // output columns per panel: four AVX-512 registers
 
   // W [n, k] row-major with leading dimension ldw >= k. ValueError for bad sizes.
   PackedWeight(const float* w, int64_t n, int64_t k, int64_t ldw);
@@ -24,8 +24,8 @@ class PackedWeight {
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   int64_t panels() const { return panels_; }
-  // Panel p: k rows of panel_width floats (columns past n are zero).
-  const float* panel(int64_t p) const { return data_.data<float>() + p * k_ * panel_width; }
+  // Panel p: k rows of kPanelWidth floats (columns past n are zero).
+  const float* panel(int64_t p) const { return data_.data<float>() + p * k_ * kPanelWidth; }
   size_t nbytes() const { return data_.nbytes(); }
 
  private:

@@ -92,7 +92,8 @@ const OpRegistrar layer_norm_backward_op{OpDef{
     .attrs = {{"normalized_shape", AttrType::int_list, std::nullopt, "the trailing dims of x normalised over"},
               {"eps", AttrType::real, 1e-5, "added to the variance"}},
     .infer = infer_layer_norm_backward,
-    .kernels = {{DeviceType::cpu, layer_norm_backward_cpu}}}};
+    .kernels = {{DeviceType::cpu, layer_norm_backward_cpu}},
+    .not_differentiable = kGradientKernel}};
 
 }  // namespace
 }  // namespace troupe

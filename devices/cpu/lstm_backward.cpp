@@ -128,7 +128,8 @@ const OpRegistrar lstm_backward_op{OpDef{
     .max_inputs = 10,
     .attrs = {},
     .infer = infer_lstm_backward,
-    .kernels = {{DeviceType::cpu, lstm_backward_cpu}}}};
+    .kernels = {{DeviceType::cpu, lstm_backward_cpu}},
+    .not_differentiable = kGradientKernel}};
 
 }  // namespace
 }  // namespace troupe

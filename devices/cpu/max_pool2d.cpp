@@ -171,7 +171,8 @@ const OpRegistrar max_pool2d_backward_op{OpDef{
                    else
                      pool_backward(g.data<double>(), pi, planes, per_out, per_in, dx.mutable_data<double>());
                    return std::vector<Tensor>{dx};
-                 }}}}};
+                 }}},
+    .not_differentiable = kGradientKernel}};
 
 }  // namespace
 }  // namespace troupe

@@ -180,7 +180,8 @@ const OpRegistrar nll_loss_backward_op{OpDef{
     .max_inputs = 4,
     .attrs = loss_attrs(),
     .infer = infer_loss_backward,
-    .kernels = {{DeviceType::cpu, [](const OpCall& c) { return loss_backward_cpu(c, false); }}}}};
+    .kernels = {{DeviceType::cpu, [](const OpCall& c) { return loss_backward_cpu(c, false); }}},
+    .not_differentiable = kGradientKernel}};
 
 const OpRegistrar cross_entropy_backward_op{OpDef{
     .name = "cross_entropy_backward",
@@ -189,7 +190,8 @@ const OpRegistrar cross_entropy_backward_op{OpDef{
     .max_inputs = 4,
     .attrs = loss_attrs(),
     .infer = infer_loss_backward,
-    .kernels = {{DeviceType::cpu, [](const OpCall& c) { return loss_backward_cpu(c, true); }}}}};
+    .kernels = {{DeviceType::cpu, [](const OpCall& c) { return loss_backward_cpu(c, true); }}},
+    .not_differentiable = kGradientKernel}};
 
 }  // namespace
 }  // namespace troupe

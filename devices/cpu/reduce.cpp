@@ -281,7 +281,8 @@ const OpRegistrar argmax_op{OpDef{
           require_nonempty("argmax", x, plan);
           return std::vector<TensorMeta>{{DType::i64, plan.out_shape, x.device}};
         },
-    .kernels = {{DeviceType::cpu, argmax_kernel}}}};
+    .kernels = {{DeviceType::cpu, argmax_kernel}},
+    .not_differentiable = "integer output (i64 indices)"}};
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 //   troupe op split --attr size=2 x.npy --out-prefix part      # part0.npy, part1.npy, ...
 //   troupe op --list
 //   troupe op --describe gather_nd
+//   troupe op --check                  # the op, kernel and backward tables agree (exit 1 if not)
 #include <iomanip>
 #include <iostream>
 
@@ -22,6 +23,7 @@ struct OpOptions {
   std::string out_prefix;
   bool list = false;
   std::string describe;
+  bool check = false;
 };
 
 std::string arity(const OpDef& def) {
@@ -57,6 +59,16 @@ void describe_op(const std::string& op) {
   std::cout << "devices:";
   for (const auto& [device, kernel] : def.kernels) std::cout << " " << name(device);
   std::cout << "\n";
+  std::cout << (def.differentiable() ? "differentiable" : "not differentiable: " + def.not_differentiable) << "\n";
+}
+
+int check_tables() {
+  const std::vector<std::string> problems = check_op_tables();
+  for (const std::string& problem : problems) std::cout << problem << "\n";
+  if (!problems.empty()) return 1;
+  std::cout << OpRegistry::global().names().size() << " ops: every kernel names an op, every differentiable op has a "
+            << "backward\n";
+  return 0;
 }
 
 Attrs parse_attrs(const OpDef& def, const std::vector<std::string>& texts) {
@@ -88,6 +100,7 @@ int run_op(const OpOptions& o) {
     describe_op(o.describe);
     return 0;
   }
+  if (o.check) return check_tables();
   if (o.args.empty()) throw UsageError("missing the op NAME (troupe op --list shows them)");
   if (!o.outs.empty() && !o.out_prefix.empty()) throw UsageError("give either --out or --out-prefix, not both");
   if (o.outs.empty() && o.out_prefix.empty()) throw UsageError("missing --out FILE.npy (or --out-prefix P)");
@@ -128,6 +141,7 @@ Command add_op_command(CLI::App& parent) {
   app->add_option("--out-prefix", o->out_prefix, "Write outputs to PREFIX0.npy, PREFIX1.npy, ...");
   app->add_flag("--list", o->list, "List the registered ops with their inputs, attributes and docs");
   app->add_option("--describe", o->describe, "Describe one op: inputs, attributes with types and defaults");
+  app->add_flag("--check", o->check, "Check that the op, kernel and backward tables agree (exit 1 if not)");
   return {app, [o] { return run_op(*o); }};
 }
 

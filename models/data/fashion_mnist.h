@@ -1,5 +1,5 @@
 #pragma once
-// Fashion-MNIST from Debian's dataset-fashion-mnist package, normalised like the seed:
+// Fashion-MNIST from Debian's dataset-fashion-mnist package, normalised like PyTorch's distributed tutorial:
 // (pixel / 255 - 0.1307) / 0.3081.
 //
 //   Dataset train = load_fashion_mnist("/usr/share/datasets/fashion-mnist", "train");

@@ -1,5 +1,5 @@
 #pragma once
-// The seed's Net for 28x28 single-channel images (MNIST, Fashion-MNIST), PyTorch names and all:
+// The Net of PyTorch's distributed tutorial for 28x28 single-channel images (MNIST, Fashion-MNIST), PyTorch names and all:
 // conv1 1->10 k5, conv2 10->20 k5 with Dropout2d, fc1 320->50, dropout, fc2 50->10, log_softmax.
 //
 //   manual_seed(1234);

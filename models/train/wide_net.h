@@ -1,5 +1,5 @@
 #pragma once
-// The seed's Net made wider and with lighter dropout, for the "better" Fashion-MNIST recipe: two
+// The distributed tutorial's Net made wider and with lighter dropout, for the "better" Fashion-MNIST recipe: two
 // 5x5 convolutions (1 -> c1 -> c2 channels), each followed by 2x2 max pooling and relu, a hidden
 // layer of `hidden` units with dropout p, and 10 log-probabilities. No Dropout2d: with few
 // channels, dropping whole feature maps costs more accuracy than it saves in overfitting.

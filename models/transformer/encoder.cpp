@@ -34,13 +34,13 @@ LayerNorm::LayerNorm(int64_t d, double eps_) : weight(Tensor::ones({d})), bias(T
 
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, {weight.shape()[0]}, weight, bias, eps); }
 
-MultiheadAttention::MultiheadAttention(int64_t d, int64_t heads, double dropout_)
-    : embed_dim(d), num_heads(heads), dropout(dropout_), out_proj(d, d) {
+MultiheadAttention::MultiheadAttention(int64_t d, int64_t heads, double dropout_, Generator& generator)
+    : embed_dim(d), num_heads(heads), dropout(dropout_), out_proj(d, d, true, DType::f32, generator) {
   if (d <= 0 || heads <= 0 || d % heads != 0)
     throw ValueError("MultiheadAttention: embed_dim " + std::to_string(d) + " must be a positive multiple of num_heads " +
                      std::to_string(heads));
   const double bound = std::sqrt(6.0 / static_cast<double>(d + 3 * d));  // xavier_uniform_, like PyTorch
-  in_proj_weight = rand_uniform({3 * d, d}, -bound, bound);
+  in_proj_weight = rand_uniform({3 * d, d}, -bound, bound, DType::f32, generator);
   in_proj_bias = Tensor::zeros({3 * d});
   out_proj.bias = Tensor::zeros({d});
   register_parameter("in_proj_weight", in_proj_weight);
@@ -80,11 +80,11 @@ Tensor MultiheadAttention::forward_packed(const Tensor& tokens, const std::vecto
   return out_proj(contexts.size() == 1 ? contexts[0] : cat(contexts, 0));
 }
 
-TransformerEncoderLayer::TransformerEncoderLayer(const EncoderLayerOptions& o)
+TransformerEncoderLayer::TransformerEncoderLayer(const EncoderLayerOptions& o, Generator& generator)
     : options(o),
-      self_attn(o.d_model, o.nhead, o.dropout),
-      linear1(o.d_model, o.dim_feedforward),
-      linear2(o.dim_feedforward, o.d_model),
+      self_attn(o.d_model, o.nhead, o.dropout, generator),
+      linear1(o.d_model, o.dim_feedforward, true, DType::f32, generator),
+      linear2(o.dim_feedforward, o.d_model, true, DType::f32, generator),
       norm1(o.d_model, o.layer_norm_eps),
       norm2(o.d_model, o.layer_norm_eps),
       dropout(o.dropout),
@@ -127,10 +127,12 @@ Tensor TransformerEncoderLayer::forward_packed(const Tensor& x, const std::vecto
   return norm2(add(h, ff(h)));
 }
 
-TransformerEncoder::TransformerEncoder(const EncoderLayerOptions& o, int num_layers, bool final_norm) : options(o) {
+TransformerEncoder::TransformerEncoder(const EncoderLayerOptions& o, int num_layers, bool final_norm,
+                                       Generator& generator)
+    : options(o) {
   if (num_layers <= 0) throw ValueError("TransformerEncoder: num_layers must be positive, got " + std::to_string(num_layers));
   for (int i = 0; i < num_layers; ++i) {
-    layers.push_back(std::make_unique<TransformerEncoderLayer>(o));
+    layers.push_back(std::make_unique<TransformerEncoderLayer>(o, generator));
     register_module("layers." + std::to_string(i), *layers.back());
   }
   if (final_norm) {

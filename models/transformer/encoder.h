@@ -50,7 +50,8 @@ class LayerNorm : public Module {
 
 class MultiheadAttention : public Module {
  public:
-  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0);
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0,
+                     Generator& generator = thread_generator());
   // Self-attention over x [B, S, d] (batch first); key_padding_mask bool [B, S] or undefined.
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask = {}) const;
   // The fastpath: packed tokens [rows, d] with sequence offsets, attention within each sequence;
@@ -67,7 +68,7 @@ class MultiheadAttention : public Module {
 
 class TransformerEncoderLayer : public Module {
  public:
-  explicit TransformerEncoderLayer(const EncoderLayerOptions& options);
+  explicit TransformerEncoderLayer(const EncoderLayerOptions& options, Generator& generator = thread_generator());
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask = {}) const;       // batch first, general
   Tensor forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
                         const std::vector<int64_t>& key_lengths = {}) const;  // fastpath
@@ -84,7 +85,9 @@ class TransformerEncoderLayer : public Module {
 
 class TransformerEncoder : public Module {
  public:
-  TransformerEncoder(const EncoderLayerOptions& options, int num_layers, bool final_norm = false);
+  // Weights as PyTorch initialises them, drawn from generator (by default the calling thread's).
+  TransformerEncoder(const EncoderLayerOptions& options, int num_layers, bool final_norm = false,
+                     Generator& generator = thread_generator());
   // src [B, S, d] (batch_first) or [S, B, d]; key_padding_mask bool [B, S], true = padding.
   Tensor forward(const Tensor& src, const Tensor& key_padding_mask = {}) const;
   Tensor operator()(const Tensor& src, const Tensor& key_padding_mask = {}) const { return forward(src, key_padding_mask); }

@@ -1,30 +1,19 @@
 #include "models/xlmr/embeddings.h"
 
 #include <algorithm>
-#include <random>
 
 #include "devices/ops.h"
+#include "devices/random.h"
 
 namespace troupe::models {
 
 namespace {
 
-Tensor normal(const Shape& shape, float stddev, int64_t zero_row, std::mt19937_64& rng) {
-  std::normal_distribution<float> dist(0.0f, stddev);
-  std::vector<float> values(static_cast<size_t>(numel(shape)));
-  for (auto& v : values) v = dist(rng);
-  std::fill_n(values.begin() + zero_row * shape[1], shape[1], 0.0f);
-  return Tensor::from_vector(values, shape);
-}
-
-const Tensor& find(const std::map<std::string, Tensor>& state, const std::string& key, const Shape& shape) {
-  auto it = state.find(key);
-  if (it == state.end()) throw ValueError("XLMRobertaEmbeddings::load: missing weight '" + key + "'");
-  const TensorMeta expected{DType::f32, shape, Device::cpu()};
-  if (!(it->second.meta() == expected))
-    throw ShapeError("XLMRobertaEmbeddings::load: weight '" + key + "' is " + it->second.meta().str() +
-                     ", expected " + expected.str());
-  return it->second;
+// normal(0, stddev) from generator, row zero_row zero.
+Tensor normal_rows(const Shape& shape, double stddev, int64_t zero_row, Generator& generator) {
+  Tensor t = rand_normal(shape, 0.0, stddev, DType::f32, generator);
+  std::fill_n(t.mutable_data<float>() + zero_row * shape[1], shape[1], 0.0f);
+  return t;
 }
 
 }  // namespace
@@ -42,11 +31,16 @@ XLMRobertaEmbeddings::XLMRobertaEmbeddings(int64_t vocab_size, int64_t d_model, 
                      ") and leave positions in the table (" + std::to_string(max_positions) + ")");
   if (dropout < 0 || dropout >= 1)
     throw ValueError("XLMRobertaEmbeddings: dropout " + std::to_string(dropout) + " is outside [0, 1)");
-  std::mt19937_64 rng(seed);
-  token_embedding_ = normal({vocab_size, d_model}, 0.02f, padding_idx, rng);
-  position_embedding_ = normal({max_positions, d_model}, 0.02f, padding_idx, rng);
+  Generator generator(seed);
+  token_embedding_ = normal_rows({vocab_size, d_model}, 0.02, padding_idx, generator);
+  position_embedding_ = normal_rows({max_positions, d_model}, 0.02, padding_idx, generator);
   norm_weight_ = Tensor::ones({d_model});
   norm_bias_ = Tensor::zeros({d_model});
+  register_parameter("token_embedding.weight", token_embedding_);
+  register_parameter("positional_embedding.embedding.weight", position_embedding_);
+  register_parameter("embedding_layer_norm.weight", norm_weight_);
+  register_parameter("embedding_layer_norm.bias", norm_bias_);
+  for (Tensor* p : parameters()) p->set_requires_grad(false);  // frozen (see the header)
 }
 
 Tensor XLMRobertaEmbeddings::positions(const Tensor& tokens, int64_t padding_idx) {
@@ -77,21 +71,7 @@ Tensor XLMRobertaEmbeddings::operator()(const Tensor& tokens) const {
                      std::to_string(max_positions_ - padding_idx_ - 1) + " tokens per sequence)");
   Tensor x = add(embedding(tokens, token_embedding_), embedding(pos, position_embedding_));
   x = layer_norm(x, {d_model_}, norm_weight_, norm_bias_, eps_);
-  return dropout(x, dropout_, training_);
-}
-
-void XLMRobertaEmbeddings::load(const std::map<std::string, Tensor>& state, const std::string& prefix) {
-  token_embedding_ = find(state, prefix + "token_embedding.weight", {vocab_size_, d_model_});
-  position_embedding_ = find(state, prefix + "positional_embedding.embedding.weight", {max_positions_, d_model_});
-  norm_weight_ = find(state, prefix + "embedding_layer_norm.weight", {d_model_});
-  norm_bias_ = find(state, prefix + "embedding_layer_norm.bias", {d_model_});
-}
-
-std::map<std::string, Tensor> XLMRobertaEmbeddings::state_dict(const std::string& prefix) const {
-  return {{prefix + "token_embedding.weight", token_embedding_},
-          {prefix + "positional_embedding.embedding.weight", position_embedding_},
-          {prefix + "embedding_layer_norm.weight", norm_weight_},
-          {prefix + "embedding_layer_norm.bias", norm_bias_}};
+  return dropout(x, dropout_, is_training());
 }
 
 }  // namespace troupe::models

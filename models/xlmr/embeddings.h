@@ -6,17 +6,21 @@
 //
 //   XLMRobertaEmbeddings emb(250002, 768);          // max_positions 514, padding_idx 1
 //   Tensor x = emb(tokens);                         // i64 [B, S] -> f32 [B, S, 768]
+//
+// Parameters under torchtext's names: token_embedding.weight, positional_embedding.embedding.weight,
+// embedding_layer_norm.weight, embedding_layer_norm.bias. They are frozen (no grad): fine-tuning
+// XLM-R trains the encoder and the head.
 #include <cstdint>
-#include <map>
-#include <string>
 
 #include "devices/tensor.h"
+#include "models/nn/module.h"
 
 namespace troupe::models {
 
-class XLMRobertaEmbeddings {
+class XLMRobertaEmbeddings : public Module {
  public:
-  // Weights drawn like fairseq's RoBERTa: normal(0, 0.02), the padding rows zero; layer norm 1 and 0.
+  // Weights drawn like fairseq's RoBERTa from Generator(seed): normal(0, 0.02), the padding rows
+  // zero; layer norm 1 and 0.
   XLMRobertaEmbeddings(int64_t vocab_size, int64_t d_model, int64_t max_positions = 514, int64_t padding_idx = 1,
                        double eps = 1e-5, double dropout = 0.1, uint64_t seed = 0);
 
@@ -26,16 +30,6 @@ class XLMRobertaEmbeddings {
   Tensor operator()(const Tensor& tokens) const;
   static Tensor positions(const Tensor& tokens, int64_t padding_idx);  // i64 [B, S]
 
-  // torchtext's names after prefix: token_embedding.weight, positional_embedding.embedding.weight,
-  // embedding_layer_norm.weight, embedding_layer_norm.bias. ShapeError/ValueError naming a wrong or
-  // missing key.
-  void load(const std::map<std::string, Tensor>& state, const std::string& prefix = "");
-  std::map<std::string, Tensor> state_dict(const std::string& prefix = "") const;
-
-  void train(bool on = true) { training_ = on; }
-  void eval() { training_ = false; }
-  bool training() const { return training_; }
-
   int64_t vocab_size() const { return vocab_size_; }
   int64_t d_model() const { return d_model_; }
   int64_t max_positions() const { return max_positions_; }
@@ -44,7 +38,6 @@ class XLMRobertaEmbeddings {
  private:
   int64_t vocab_size_, d_model_, max_positions_, padding_idx_;
   double eps_, dropout_;
-  bool training_ = false;
   Tensor token_embedding_, position_embedding_, norm_weight_, norm_bias_;
 };
 

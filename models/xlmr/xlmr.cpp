@@ -1,21 +1,16 @@
 #include "models/xlmr/xlmr.h"
 
 #include "devices/error.h"
-#include "devices/io/safetensors.h"
 #include "devices/ops.h"
-#include "devices/random.h"
 #include "models/xlmr/checkpoint.h"
 
 namespace troupe::models {
 
 namespace {
 
-const std::string encoder_prefix = "encoder.transformer.layers.layers.";
-
-// Validates the config and seeds the generator the encoder and head draw their weights from.
-EncoderLayerOptions seeded_layer_options(const XLMRConfig& c, uint64_t seed) {
+// Validates the config (before the encoder is built from it).
+EncoderLayerOptions layer_options(const XLMRConfig& c) {
   c.validate();
-  manual_seed(seed);
   EncoderLayerOptions o;
   o.d_model = c.d_model;
   o.nhead = c.heads;
@@ -29,8 +24,12 @@ EncoderLayerOptions seeded_layer_options(const XLMRConfig& c, uint64_t seed) {
 
 }  // namespace
 
-XLMRClassificationHead::XLMRClassificationHead(int64_t d, int64_t classes, const std::string& activation_, double p)
-    : activation(activation_), dense(d, d), out_proj(d, classes), dropout(p) {
+XLMRClassificationHead::XLMRClassificationHead(int64_t d, int64_t classes, const std::string& activation_, double p,
+                                               Generator& generator)
+    : activation(activation_),
+      dense(d, d, true, DType::f32, generator),
+      out_proj(d, classes, true, DType::f32, generator),
+      dropout(p) {
   if (activation != "tanh" && activation != "relu")
     throw ValueError("XLMRClassificationHead: activation must be tanh or relu, got '" + activation + "'");
   register_module("dense", dense);
@@ -47,11 +46,18 @@ Tensor XLMRClassificationHead::forward(const Tensor& features) const {
   return out_proj(dropout(h));
 }
 
-XLMR::XLMR(const XLMRConfig& c, uint64_t seed)
+XLMR::XLMR(const XLMRConfig& c, uint64_t seed) : XLMR(c, seed, Generator(seed + 1)) {}
+
+// The encoder and then the head draw from one generator, which lives until this constructor returns.
+XLMR::XLMR(const XLMRConfig& c, uint64_t seed, Generator&& layers_generator)
     : config(c),
       embeddings(c.vocab_size, c.d_model, c.max_positions, c.padding_idx, c.layer_norm_eps, c.dropout, seed),
-      encoder(seeded_layer_options(c, seed + 1), static_cast<int>(c.layers)),
-      head(c.d_model, c.num_classes, c.head_activation, c.dropout) {}
+      encoder(layer_options(c), static_cast<int>(c.layers), false, layers_generator),
+      head(c.d_model, c.num_classes, c.head_activation, c.dropout, layers_generator) {
+  register_module("encoder.transformer", embeddings);
+  register_module("encoder.transformer.layers", encoder);
+  register_module("head", head);
+}
 
 Tensor XLMR::features(const Tensor& tokens) const {
   Tensor x = embeddings(tokens);  // checks the tokens' rank, dtype and range
@@ -62,30 +68,10 @@ Tensor XLMR::features(const Tensor& tokens) const {
 }
 
 void XLMR::load(const std::map<std::string, Tensor>& checkpoint) {
-  const auto state = xlmr_torchtext_state(checkpoint, config);
-  embeddings.load(state, "encoder.transformer.");
-  std::map<std::string, Tensor> layers, classifier;
-  for (const auto& [key, value] : state) {
-    if (key.rfind(encoder_prefix, 0) == 0) layers["layers." + key.substr(encoder_prefix.size())] = value;
-    if (key.rfind("head.", 0) == 0) classifier[key.substr(5)] = value;
-  }
-  encoder.load(layers);
-  if (!classifier.empty()) head.load(classifier);
-}
-
-void XLMR::load(const std::string& path) { load(read_safetensors(path)); }
-
-std::map<std::string, Tensor> XLMR::state_dict() {
-  auto state = embeddings.state_dict("encoder.transformer.");
-  for (auto& [key, value] : encoder.state_dict()) state["encoder.transformer.layers." + key] = value;
-  for (auto& [key, value] : head.state_dict()) state["head." + key] = value;
-  return state;
-}
-
-void XLMR::train(bool on) {
-  embeddings.train(on);
-  encoder.train(on);
-  head.train(on);
+  auto state = xlmr_torchtext_state(checkpoint, config);
+  if (!state.count("head.dense.weight"))  // a bare encoder: the head keeps its weights
+    for (auto& [name, value] : head.state_dict()) state.emplace("head." + name, value);
+  Module::load(state);
 }
 
 }  // namespace troupe::models

@@ -27,7 +27,8 @@ namespace troupe::models {
 // torchtext's RobertaClassificationHead: out_proj(dropout(activation(dense(dropout(x[:, 0]))))).
 class XLMRClassificationHead : public Module {
  public:
-  XLMRClassificationHead(int64_t d_model, int64_t num_classes, const std::string& activation, double dropout);
+  XLMRClassificationHead(int64_t d_model, int64_t num_classes, const std::string& activation, double dropout,
+                         Generator& generator = thread_generator());
   Tensor forward(const Tensor& features) const;  // [B, S, d] -> [B, classes], from each row's <s>
   Tensor operator()(const Tensor& features) const { return forward(features); }
 
@@ -36,9 +37,12 @@ class XLMRClassificationHead : public Module {
   Dropout dropout;
 };
 
-class XLMR {
+// Parameters under torchtext's names (checkpoint.h): encoder.transformer.* (the embeddings, and
+// the encoder's layers.layers.N.*) and head.*.
+class XLMR : public Module {
  public:
-  // Random weights (RoBERTa's embeddings initialisation, PyTorch's for the rest) from seed.
+  // Random weights (RoBERTa's embeddings initialisation, PyTorch's for the rest) from Generator(seed)
+  // and Generator(seed + 1): the thread's generator is left alone.
   explicit XLMR(const XLMRConfig& config, uint64_t seed = 0);
 
   // tokens i32/i64 [B, S], padded with config.padding_idx after each row's tokens (XLMRTransform's
@@ -50,17 +54,16 @@ class XLMR {
 
   // A checkpoint under torchtext's or Hugging Face's names (checkpoint.h), checked against the
   // config; one without head weights leaves the head as it was.
-  void load(const std::map<std::string, Tensor>& checkpoint);
-  void load(const std::string& safetensors_path);
-  std::map<std::string, Tensor> state_dict();  // torchtext's names
-
-  void train(bool on = true);
-  void eval() { train(false); }
+  void load(const std::map<std::string, Tensor>& checkpoint) override;
+  using Module::load;  // load(safetensors_path)
 
   XLMRConfig config;
   XLMRobertaEmbeddings embeddings;
   TransformerEncoder encoder;
   XLMRClassificationHead head;
+
+ private:
+  XLMR(const XLMRConfig& config, uint64_t seed, Generator&& layers_generator);
 };
 
 }  // namespace troupe::models

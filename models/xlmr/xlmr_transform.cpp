@@ -19,20 +19,20 @@ int64_t XLMRTransform::to_fairseq(int spm_id) const {
   if (spm_id < 0 || spm_id >= spm_->size())
     throw IndexError("XLMRTransform: SentencePiece id " + std::to_string(spm_id) + " is outside [0, " +
                      std::to_string(spm_->size()) + ")");
-  if (spm_id == 0) return unk_id;
-  if (spm_id == 1) return bos_id;
-  if (spm_id == 2) return eos_id;
-  return spm_id + fairseq_offset;
+  if (spm_id == 0) return kUnkId;
+  if (spm_id == 1) return kBosId;
+  if (spm_id == 2) return kEosId;
+  return spm_id + kFairseqOffset;
 }
 
 int XLMRTransform::from_fairseq(int64_t id) const {
   if (id < 0 || id >= vocab_size())
     throw IndexError("XLMRTransform: token id " + std::to_string(id) + " is outside [0, " +
                      std::to_string(vocab_size()) + ")");
-  if (id == unk_id) return spm_->unk_id();
-  if (id < unk_id || id == mask_id())
+  if (id == kUnkId) return spm_->unk_id();
+  if (id < kUnkId || id == mask_id())
     throw ValueError("XLMRTransform: token id " + std::to_string(id) + " is a fairseq special with no SentencePiece id");
-  return static_cast<int>(id - fairseq_offset);
+  return static_cast<int>(id - kFairseqOffset);
 }
 
 std::vector<int64_t> XLMRTransform::operator()(std::string_view text) const {
@@ -40,9 +40,9 @@ std::vector<int64_t> XLMRTransform::operator()(std::string_view text) const {
   const size_t keep = std::min(pieces.size(), static_cast<size_t>(max_seq_len_ - 2));
   std::vector<int64_t> ids;
   ids.reserve(keep + 2);
-  ids.push_back(bos_id);
+  ids.push_back(kBosId);
   for (size_t i = 0; i < keep; ++i) ids.push_back(to_fairseq(pieces[i]));
-  ids.push_back(eos_id);
+  ids.push_back(kEosId);
   return ids;
 }
 
@@ -50,7 +50,7 @@ Tensor XLMRTransform::batch(const std::vector<std::string>& texts) const {
   std::vector<std::vector<int64_t>> rows;
   rows.reserve(texts.size());
   for (const auto& text : texts) rows.push_back((*this)(text));
-  return pad_batch(rows, pad_id);
+  return pad_batch(rows, kPadId);
 }
 
 std::string XLMRTransform::decode(const std::vector<int64_t>& ids) const {
@@ -59,7 +59,7 @@ std::string XLMRTransform::decode(const std::vector<int64_t>& ids) const {
     if (id < 0 || id >= vocab_size())
       throw IndexError("XLMRTransform::decode: token id " + std::to_string(id) + " is outside [0, " +
                        std::to_string(vocab_size()) + ")");
-    if (id == bos_id || id == pad_id || id == eos_id || id == mask_id()) continue;
+    if (id == kBosId || id == kPadId || id == kEosId || id == mask_id()) continue;
     pieces.push_back(from_fairseq(id));
   }
   return spm_->decode(pieces);

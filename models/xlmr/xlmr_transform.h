@@ -23,15 +23,15 @@ namespace troupe::models {
 
 class XLMRTransform {
  public:
-  static constexpr int64_t bos_id = 0, pad_id = 1, eos_id = 2, unk_id = 3;
-  static constexpr int64_t fairseq_offset = 1;
+  static constexpr int64_t kBosId = 0, kPadId = 1, kEosId = 2, kUnkId = 3;
+  static constexpr int64_t kFairseqOffset = 1;
 
   // ValueError when max_seq_len < 2 or the model's specials are not XLM-R's layout
   // (SentencePiece <unk> = 0, <s> = 1, </s> = 2: spm_train's defaults, and XLM-R's model).
   explicit XLMRTransform(std::shared_ptr<const SentencePieceTokenizer> spm, int64_t max_seq_len = 256);
 
   std::vector<int64_t> operator()(std::string_view text) const;
-  // i64 [B, longest], rows padded with pad_id after </s>.
+  // i64 [B, longest], rows padded with kPadId after </s>.
   Tensor batch(const std::vector<std::string>& texts) const;
   // Text of fairseq ids, specials (<s>, <pad>, </s>, <mask>) skipped; IndexError for an id
   // outside [0, vocab_size()).
@@ -51,6 +51,6 @@ class XLMRTransform {
 
 // Rows of different lengths as one i64 [B, longest] tensor, padded with padding_value on the right.
 // ValueError for an empty batch or an empty row.
-Tensor pad_batch(const std::vector<std::vector<int64_t>>& rows, int64_t padding_value = XLMRTransform::pad_id);
+Tensor pad_batch(const std::vector<std::vector<int64_t>>& rows, int64_t padding_value = XLMRTransform::kPadId);
 
 }  // namespace troupe::models

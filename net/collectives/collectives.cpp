@@ -17,7 +17,7 @@ namespace {
 using collectives::Call;
 
 // Largest all_reduce that recursive doubling takes over ZeroMQ (then the ring), measured with
-// examples/allreduce_bench and TROUPE_SHM=0 on one host over ipc:// (2 cores, median us):
+// examples/all_reduce_bench and TROUPE_SHM=0 on one host over ipc:// (2 cores, median us):
 //   2 ranks: 64 KiB RD 177 / ring 338; 256 KiB RD 287 / ring 778; 1 MiB RD 494 / ring 566
 //   4 ranks: 64 KiB RD 1032 / ring 1517; 256 KiB RD 3365 / ring 2888
 // With two ranks doubling is one exchange of the whole tensor, and the ring's extra step only

@@ -2,7 +2,7 @@
 
 #include <iostream>
 
-#include "actors/module.h"
+#include "actors/module_actor.h"
 #include "actors/promise.h"
 
 namespace troupe::net {

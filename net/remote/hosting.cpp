@@ -2,7 +2,7 @@
 
 #include <iostream>
 
-#include "actors/module.h"
+#include "actors/module_actor.h"
 
 namespace troupe::net {
 

@@ -160,9 +160,13 @@ bool receive_for(ActorRef& actor, const troupe::detail::TaskBase& reply) {
                                    deadline_after(std::chrono::milliseconds(2)));
 }
 
-std::string describe_call(const std::shared_ptr<ActorRef>& actor, std::string_view method) {
-  std::lock_guard lock(actor->mutex);
-  return RemoteActors::Impl::describe(actor->name, actor->rank, method);
+std::exception_ptr result_error(const std::shared_ptr<ActorRef>& actor, std::string_view method) {
+  std::string what;
+  {
+    std::lock_guard lock(actor->mutex);
+    what = RemoteActors::Impl::describe(actor->name, actor->rank, method);
+  }
+  return with_context(what + "result: ", std::current_exception());
 }
 
 }  // namespace detail

@@ -43,13 +43,13 @@
 // - Shutdown: destroying RemoteActors cancels this rank's pending requests (CancelledError),
 //   drops calls not yet started and waits for the running ones.
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include "actors/future.h"
-#include "devices/error_kinds.h"
 #include "net/process_group.h"
 #include "net/remote/actor_type.h"
 #include "net/remote/value.h"
@@ -63,7 +63,9 @@ struct ActorRef;
 // The continuation of a request: the result, or the error (already naming actor, method, rank).
 using Answer = std::function<void(Value&& result, std::exception_ptr error)>;
 void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, Value arguments, Answer answer);
-std::string describe_call(const std::shared_ptr<ActorRef>& actor, std::string_view method);  // "remote actor 'a' on rank 1: m: "
+// The current exception (a result that did not decode) as the same type, its message naming the
+// call: "remote actor 'a' on rank 1: m: result: ...".
+std::exception_ptr result_error(const std::shared_ptr<ActorRef>& actor, std::string_view method);
 // Receives for a while on the waiting thread, when no other thread does (see ReplyState).
 bool receive_for(ActorRef& actor, const troupe::detail::TaskBase& reply);
 
@@ -177,8 +179,7 @@ Future<R> RemoteActor::request(std::string_view method, const Args&... args) con
                    try {
                      reply->set_value(Codec<R>::decode(result));
                    } catch (...) {
-                     reply->set_exception(
-                         with_context(detail::describe_call(actor, method) + "result: ", std::current_exception()));
+                     reply->set_exception(detail::result_error(actor, method));
                    }
                  }
                });

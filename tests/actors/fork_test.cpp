@@ -9,7 +9,7 @@
 #include "actors/fork.h"
 #include "actors/promise.h"
 #include "actors/runtime.h"
-#include "two_workers.h"
+#include "support/two_workers.h"
 #include "devices/ops.h"
 
 using namespace troupe;
@@ -57,7 +57,7 @@ TEST_CASE("fork returns at once and wait returns the value", "[fork]") {
   CHECK_THROWS_AS(f.get(), ValueError);
 }
 
-TEST_CASE("the seed's 100 forks of neg", "[fork]") {
+TEST_CASE("the TorchScript tutorial's 100 forks of neg", "[fork]") {
   two_workers();
   Tensor x = Tensor::ones({});
   std::vector<Future<Tensor>> futures;
@@ -112,7 +112,7 @@ TEST_CASE("forks from many threads at once", "[fork]") {
 
 TEST_CASE("module calls are serialised in fork order", "[fork][module]") {
   two_workers();
-  Module<Counter> counter("counter");
+  ModuleActor<Counter> counter("counter");
   std::vector<Future<int>> calls;
   for (int i = 0; i < 200; ++i) calls.push_back(fork(counter, i));
   auto results = wait_all(calls);
@@ -125,7 +125,7 @@ TEST_CASE("module calls are serialised in fork order", "[fork][module]") {
 
 TEST_CASE("module calls forked from inside tasks", "[fork][module]") {
   two_workers();
-  Module<Counter> counter("shared");
+  ModuleActor<Counter> counter("shared");
   std::vector<Future<int>> outer;
   for (int i = 0; i < 8; ++i)
     outer.push_back(fork([&counter, i] {
@@ -143,10 +143,10 @@ TEST_CASE("module calls forked from inside tasks", "[fork][module]") {
 TEST_CASE("a module call that waits for a later call of itself is an error, not a hang", "[fork][module][errors]") {
   two_workers();
   struct SelfWaiter {
-    Module<SelfWaiter>* self = nullptr;
+    ModuleActor<SelfWaiter>* self = nullptr;
     int operator()(int depth) { return depth == 0 ? 0 : wait(fork(*self, depth - 1)); }
   };
-  Module<SelfWaiter> m("self_waiter");
+  ModuleActor<SelfWaiter> m("self_waiter");
   m->self = &m;
   auto f = fork(m, 1);
   CHECK_THROWS_WITH(wait(f), Catch::Contains("self_waiter") && Catch::Contains("deadlock"));

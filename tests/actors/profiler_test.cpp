@@ -7,7 +7,7 @@
 #include "actors/fork.h"
 #include "actors/profiler.h"
 #include "actors/runtime.h"
-#include "two_workers.h"
+#include "support/two_workers.h"
 #include "devices/ops.h"
 
 using namespace troupe;

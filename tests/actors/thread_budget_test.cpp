@@ -4,7 +4,7 @@
 
 #include "actors/fork.h"
 #include "devices/threads.h"
-#include "two_workers.h"
+#include "support/two_workers.h"
 
 using namespace troupe;
 

@@ -5,13 +5,14 @@
 #include <string>
 #include <thread>
 
-#include "actors/module.h"
+#include "actors/module_actor.h"
 #include "actors/profiler.h"
 #include "actors/runtime.h"
 #include "dataflow/executor.h"
 #include "devices/backend.h"
 #include "devices/ops.h"
-#include "two_workers.h"
+#include "support/skip.h"
+#include "support/two_workers.h"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -360,7 +361,7 @@ TEST_CASE("executor: bounded loops run until their condition or their bound", "[
 
 TEST_CASE("executor: module nodes run in the module's actor, in order", "[dataflow]") {
   two_workers();
-  Module<Accumulator> acc("accumulator");
+  ModuleActor<Accumulator> acc("accumulator");
   Graph g("g");
   g.output("total", g.module("acc", acc, {g.input("x")}));
   Executor exec(g);
@@ -391,10 +392,7 @@ TEST_CASE("executor: the profiler shows one lane per node actor", "[dataflow]") 
 
 TEST_CASE("executor: nodes placed on a device get their inputs there", "[dataflow]") {
   two_workers();
-  if (!has_backend(DeviceType::cuda)) {
-    SUCCEED("no cuda device: " + cuda_unavailable_reason());
-    return;
-  }
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
   Graph g("g");
   Port on_gpu = g.op("mul", {g.input("x"), g.input("y")}).named("gpu_mul").on(Device::cuda(0));
   g.output("z", g.call("back", [](const Tensor& t) { return t.to(Device::cpu()); }, {on_gpu}));

@@ -1,12 +1,11 @@
 #include <catch2/catch.hpp>
 
-#include <mutex>
 #include <string>
 
 #include "dataflow/executor.h"
 #include "devices/ops.h"
-#include "net/launcher.h"
 #include "net/process_group.h"
+#include "support/ranks.h"
 
 using namespace troupe;
 
@@ -32,8 +31,8 @@ Graph two_rank_graph() {
 
 }  // namespace
 
-// One rank of the two-process test below (hidden: the launcher starts it with RANK set).
-TEST_CASE("dataflow ranks worker", "[.ranks]") {
+// One rank of the two-process test below (hidden: run_ranks starts it with RANK set).
+TEST_CASE("dataflow rank: two-rank graph", "[.rank]") {
   auto world = net::init_process_group();
   Executor exec(two_rank_graph(), {.max_in_flight = 4, .group = world});
   if (world->rank() != 0) {
@@ -63,19 +62,10 @@ TEST_CASE("dataflow ranks worker", "[.ranks]") {
 }
 
 TEST_CASE("executor: nodes placed on two ranks run in two processes", "[dataflow]") {
-  std::mutex mutex;
-  std::string output;
-  net::LaunchOptions options;
-  options.nproc = 2;
-  options.command = {std::string(TROUPE_BIN_DIR) + "/test_dataflow", "dataflow ranks worker"};
-  options.on_line = [&](int rank, bool, const std::string& line) {
-    std::lock_guard lock(mutex);
-    output += "[rank " + std::to_string(rank) + "] " + line + "\n";
-  };
-  net::LaunchResult result = net::launch(options);
-  INFO(output);
-  CHECK(result.exit_code == 0);
-  CHECK(output.find("All tests passed") != std::string::npos);
+  RankRun run = run_ranks(2, "dataflow rank: two-rank graph");
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.passed_ranks() == 2);
 }
 
 TEST_CASE("executor: rank placement needs a group that has the rank", "[dataflow]") {

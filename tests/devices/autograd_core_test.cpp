@@ -122,8 +122,9 @@ TEST_CASE("autograd: error paths") {
   CHECK_THROWS_AS(vec({1}).set_grad(vec({1})), ValueError);
   CHECK_THROWS_AS(x.set_grad(vec({1, 2, 3})), ShapeError);
   CHECK_THROWS_AS(Tensor().backward(), ValueError);
-  // An op without a backward fails when backward reaches it, naming it.
-  Tensor m = max(x);
-  CHECK(m.requires_grad());
-  CHECK_THROWS_WITH(m.backward(), Catch::Contains("max") && Catch::Contains("no backward"));
+  // An op that is not differentiable fails when backward reaches it, naming it and why.
+  Tensor r = sum(relu_backward(x, vec({1, 1})));
+  CHECK(r.requires_grad());
+  CHECK_THROWS_WITH(r.backward(), Catch::Contains("relu_backward") && Catch::Contains("no backward") &&
+                                      Catch::Contains("gradients of gradients are not supported"));
 }

@@ -7,6 +7,7 @@
 
 #include "devices/io/safetensors.h"
 #include "devices/registry.h"
+#include "support/close.h"
 #include "tests/devices/gradcheck.h"
 
 using namespace troupe;
@@ -28,15 +29,6 @@ const Tensor& fx(const std::string& name) {
   return nn_fixture().at(name);
 }
 
-void check_close(const Tensor& got, const Tensor& want, double tolerance = 1e-4) {
-  REQUIRE(got.shape() == want.shape());
-  const auto g = got.to_vector<double>(), w = want.to_vector<double>();
-  for (size_t i = 0; i < g.size(); ++i) {
-    INFO("element " << i << ": got " << g[i] << ", PyTorch " << w[i]);
-    CHECK(std::abs(g[i] - w[i]) <= tolerance * (1 + std::abs(w[i])));
-  }
-}
-
 // Runs fn on the fixture's inputs (leaves requiring grad where PyTorch recorded a gradient),
 // backpropagates the fixture's gy and compares output and gradients.
 void check_against_torch(const std::string& prefix, size_t inputs,
@@ -49,10 +41,10 @@ void check_against_torch(const std::string& prefix, size_t inputs,
     in.push_back(t);
   }
   const Tensor y = fn(in);
-  check_close(y, fx(prefix + ".out"));
+  check_close(y, fx(prefix + ".out"), {.rtol = 1e-4, .atol = 1e-4});
   y.backward(fx(prefix + ".gy"));
   for (size_t i = 0; i < inputs; ++i)
-    if (in[i].requires_grad()) check_close(in[i].grad(), fx(prefix + ".grad" + std::to_string(i)));
+    if (in[i].requires_grad()) check_close(in[i].grad(), fx(prefix + ".grad" + std::to_string(i)), {.rtol = 1e-4, .atol = 1e-4});
 }
 
 }  // namespace
@@ -74,7 +66,8 @@ TEST_CASE("conv2d gradient checks in f64") {
   // f32 (oneDNN) and f64 (loops) agree.
   const Tensor x = random_f64({2, 3, 9, 8}, 6), w = random_f64({4, 3, 3, 3}, 7), b = random_f64({4}, 8);
   const Conv2dOptions o{.stride = {1, 2}, .padding = {1}, .dilation = {2}};
-  check_close(conv2d(x.to(DType::f32), w.to(DType::f32), b.to(DType::f32), o), conv2d(x, w, b, o));
+  check_close(conv2d(x.to(DType::f32), w.to(DType::f32), b.to(DType::f32), o).to(DType::f64), conv2d(x, w, b, o),
+              {.rtol = 1e-4, .atol = 1e-4});
 }
 
 TEST_CASE("conv2d errors name the op, shapes and dtypes") {
@@ -237,7 +230,7 @@ TEST_CASE("lstm backward matches the tape through the same recurrence built from
   composite(f64).backward(gy);
   for (size_t i = 0; i < in.size(); ++i) {
     INFO("input " << i);
-    check_close(f32[i].grad(), f64[i].grad(), 1e-4);
+    check_close(f32[i].grad().to(DType::f64), f64[i].grad(), {.rtol = 1e-4, .atol = 1e-4});
   }
   // Without h0 and c0 (zeros), only some outputs used.
   Tensor x = in[0].to(DType::f32).set_requires_grad();

@@ -1,5 +1,5 @@
 // Gradient checks (tape vs central finite differences, f64) for the elementwise ops with
-// broadcasting, reductions, matrix products, softmax, log_softmax and layer_norm.
+// broadcasting, where, reductions, matrix products, softmax, log_softmax and layer_norm.
 #include <catch2/catch.hpp>
 
 #include "tests/devices/gradcheck.h"
@@ -43,6 +43,23 @@ TEST_CASE("autograd: sum and mean over dims, with and without keepdim") {
   check_gradients([](const Inputs& x) { return sum(x[0], {0, 2}); }, in);
   check_gradients([](const Inputs& x) { return mean(x[0], {-1}, true); }, in);
   check_gradients([](const Inputs& x) { return mean(x[0]); }, in);
+}
+
+TEST_CASE("autograd: max and min over dims, ties sharing the gradient") {
+  const Inputs in{random_f64({2, 3, 4}, 10)};
+  check_gradients([](const Inputs& x) { return max(x[0]); }, in);
+  check_gradients([](const Inputs& x) { return max(x[0], {1}); }, in);
+  check_gradients([](const Inputs& x) { return min(x[0], {0, 2}, true); }, in);
+  // Like PyTorch's amax: two equal maxima get half the gradient each.
+  Tensor x = Tensor::from_vector<double>({1, 3, 3, 2}, {4}).set_requires_grad();
+  max(x).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 0.5, 0.5, 0});
+}
+
+TEST_CASE("autograd: where sends the gradient to x where the condition holds, to y elsewhere") {
+  const Tensor condition = Tensor::from_vector<bool>({true, false, false, true, true, false}, {2, 3});
+  check_gradients([&](const Inputs& x) { return where(condition, x[0], x[1]); },
+                  {random_f64({2, 3}, 11), random_f64({3}, 12)});  // y broadcast over the rows
 }
 
 TEST_CASE("autograd: matmul in every form, bmm and linear") {

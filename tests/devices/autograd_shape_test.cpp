@@ -58,3 +58,10 @@ TEST_CASE("autograd: index_select and embedding add gradients where indices repe
   sum(embedding(Tensor::from_vector<int64_t>({2, 2, 0}, {3}), w)).backward();
   CHECK(w.grad().to_vector<double>() == std::vector<double>{1, 1, 0, 0, 2, 2});
 }
+
+TEST_CASE("autograd: gather_nd adds gradients where index rows repeat, with batch dims and negative indices") {
+  const Tensor rows = Tensor::from_vector<int64_t>({0, 1, 2, 3, 0, 1, -3, -4}, {4, 2});
+  check_gradients([&](const Inputs& x) { return gather_nd(x[0], rows); }, {random_f64({3, 4, 2}, 14)});
+  const Tensor batched = Tensor::from_vector<int32_t>({1, 1, 0, 2, 0, 2}, {2, 3, 1});
+  check_gradients([&](const Inputs& x) { return gather_nd(x[0], batched, 1); }, {random_f64({2, 3, 2}, 15)});
+}

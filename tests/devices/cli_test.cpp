@@ -139,7 +139,7 @@ TEST_CASE("troupe op reports errors on stderr with exit codes", "[cli][errors]")
   CHECK(troupe_cmd(dir, "").code == 2);
 }
 
-TEST_CASE("troupe op lists and describes ops; --help everywhere", "[cli]") {
+TEST_CASE("troupe op lists, describes and checks ops; --help everywhere", "[cli]") {
   TempDir dir;
   const Result list = troupe_cmd(dir, "op --list");
   CHECK(list.code == 0);
@@ -148,6 +148,10 @@ TEST_CASE("troupe op lists and describes ops; --help everywhere", "[cli]") {
   CHECK(describe.code == 0);
   CHECK_THAT(describe.out, Catch::Contains("--attr batch_dims=<int>") && Catch::Contains("default 0"));
   CHECK(troupe_cmd(dir, "op --describe no_such_op").code == 1);
+  CHECK_THAT(troupe_cmd(dir, "op --describe argmax").out, Catch::Contains("not differentiable: integer output"));
+  const Result check = troupe_cmd(dir, "op --check");
+  CHECK(check.code == 0);
+  CHECK_THAT(check.out, Catch::Contains("every differentiable op has a backward"));
   for (const char* args : {"--help", "op --help", "info --help"}) {
     INFO(args);
     const Result help = troupe_cmd(dir, args);

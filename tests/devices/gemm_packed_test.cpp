@@ -5,6 +5,7 @@
 #include "devices/cpu/gemm_packed.h"
 #include "devices/ops.h"
 #include "devices/threads.h"
+#include "support/close.h"
 
 using namespace troupe;
 
@@ -32,12 +33,6 @@ std::vector<float> reference(int64_t m, int64_t n, int64_t k, const std::vector<
   return out;
 }
 
-double max_diff(const std::vector<float>& x, const std::vector<float>& y) {
-  double d = 0;
-  for (size_t i = 0; i < x.size(); ++i) d = std::max(d, double(std::abs(x[i] - y[i])));
-  return d;
-}
-
 }  // namespace
 
 TEST_CASE("packed GEMM matches the naive product for ragged sizes, strides and beta", "[gemm][packed]") {
@@ -57,7 +52,7 @@ TEST_CASE("packed GEMM matches the naive product for ragged sizes, strides and b
     CHECK(packed.panels() == (cs.n + 63) / 64);
     gemm_packed_f32(cs.m, a.data(), cs.lda, packed, cs.beta, c.data(), cs.ldc);
     INFO("m=" << cs.m << " n=" << cs.n << " k=" << cs.k);
-    CHECK(max_diff(c, expected) < 1e-5 * std::sqrt(double(cs.k)) + 1e-6);  // also: padding columns untouched
+    CHECK(max_abs_diff(c, expected) < 1e-5 * std::sqrt(double(cs.k)) + 1e-6);  // also: padding columns untouched
   }
 }
 
@@ -67,7 +62,7 @@ TEST_CASE("packed GEMM: beta 0 never reads C, k 0 scales C, results do not depen
   PackedWeight packed(w.data(), n, k, k);
   std::vector<float> c(m * n, std::nanf(""));
   gemm_packed_f32(m, a.data(), k, packed, 0.0f, c.data(), n);
-  CHECK(max_diff(c, reference(m, n, k, a, k, w, k, 0.0f, c, n)) < 1e-4);
+  CHECK(max_abs_diff(c, reference(m, n, k, a, k, w, k, 0.0f, c, n)) < 1e-4);
 
   // Each C column is computed by one thread in the same order: bit-identical on 1 and 2 threads.
   const int before = thread_intra_op_threads();
@@ -173,7 +168,7 @@ TEST_CASE("second_use packs a weight the second time it is seen; linear then use
       const Tensor y = with_bias ? linear(x, w, bias) : linear(x, w);
       INFO("bias " << with_bias << " call " << call);
       CHECK(y.shape() == Shape{9, 130});
-      CHECK(max_diff(y.to_vector<float>(), expected) < 1e-5);
+      CHECK(max_abs_diff(y.to_vector<float>(), expected) < 1e-5);
     }
   }
   CHECK(packed_weight_cache_bytes() == packed->nbytes());  // linear packed the current version

@@ -7,6 +7,7 @@
 #include "devices/ops.h"
 #include "devices/registry.h"
 #include "devices/threads.h"
+#include "support/close.h"
 
 using namespace troupe;
 
@@ -29,7 +30,7 @@ Tensor random_ints(const Shape& shape, DType dtype, unsigned seed) {
 }
 
 // The naive triple loop in double over (already transposed) operands of rank >= 2, batch dims
-// broadcast; also the sum of |a||b| per element, the scale a rounding error is relative to.
+// broadcast; also the sum of |a||b| per element (at least 1), the scale a rounding error is relative to.
 struct Reference {
   Shape shape;
   std::vector<double> values, scale;
@@ -55,18 +56,15 @@ Reference naive_matmul(const Tensor& a, const Tensor& b) {
           scale += std::abs(x * y);
         }
         r.values[(t * m + i) * n + j] = sum;
-        r.scale[(t * m + i) * n + j] = scale;
+        r.scale[(t * m + i) * n + j] = std::max(1.0, scale);
       }
   return r;
 }
 
-void check_close(const Tensor& got, const Reference& want, double rtol) {
-  REQUIRE(got.shape() == want.shape);
-  const std::vector<double> g = got.to_vector<double>();
-  for (size_t i = 0; i < g.size(); ++i) {
-    INFO("element " << i << ": got " << g[i] << ", want " << want.values[i]);
-    CHECK(std::abs(g[i] - want.values[i]) <= rtol * std::max(1.0, want.scale[i]));
-  }
+// got within rtol of each element's scale.
+void check_product(const Tensor& got, const Reference& want, double rtol) {
+  check_close(got.to(DType::f64), Tensor::from_vector<double>(want.values, want.shape),
+              {.rtol = rtol, .scale = Tensor::from_vector<double>(want.scale, want.shape)});
 }
 
 double rtol_for(DType t) { return t == DType::f64 ? 1e-12 : 1e-5; }
@@ -91,13 +89,13 @@ TEST_CASE("matmul matches the naive loop for every transpose, f32 and f64", "[ma
         const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, dtype, 1);
         const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, dtype, 2);
         const Reference want = naive_matmul(ta ? a.transpose(0, 1) : a, tb ? b.transpose(0, 1) : b);
-        check_close(matmul(a, b, ta, tb), want, rtol_for(dtype));
+        check_product(matmul(a, b, ta, tb), want, rtol_for(dtype));
         // Batched, with broadcast batch dims: [2,1,..] @ [3,..] -> [2,3,..].
         const Tensor ab = random_tensor(ta ? Shape{2, 1, k, m} : Shape{2, 1, m, k}, dtype, 3);
         const Tensor bb = random_tensor(tb ? Shape{3, n, k} : Shape{3, k, n}, dtype, 4);
         const Reference want_batched =
             naive_matmul(ta ? ab.transpose(-2, -1) : ab, tb ? bb.transpose(-2, -1) : bb);
-        check_close(matmul(ab, bb, ta, tb), want_batched, rtol_for(dtype));
+        check_product(matmul(ab, bb, ta, tb), want_batched, rtol_for(dtype));
       }
 }
 
@@ -106,41 +104,41 @@ TEST_CASE("matmul reads strided views in place or copies them when it must", "[m
   const Tensor b = random_tensor({12, 7}, DType::f32, 6);
   // Rows with a leading dimension larger than the width.
   const Tensor rows = big.slice(0, 2, 11).slice(1, 3, 15);
-  check_close(matmul(rows, b), naive_matmul(rows, b), 1e-5);
+  check_product(matmul(rows, b), naive_matmul(rows, b), 1e-5);
   // A transposed view without the flag, and the flag on a transposed view.
   const Tensor cols = big.slice(1, 0, 12).slice(0, 0, 9).transpose(0, 1);  // [12, 9], rows unit-stride
-  check_close(matmul(cols, random_tensor({9, 4}, DType::f32, 7)),
+  check_product(matmul(cols, random_tensor({9, 4}, DType::f32, 7)),
               naive_matmul(cols, random_tensor({9, 4}, DType::f32, 7)), 1e-5);
-  check_close(matmul(cols, cols, true, false), naive_matmul(cols.transpose(0, 1), cols), 1e-5);
+  check_product(matmul(cols, cols, true, false), naive_matmul(cols.transpose(0, 1), cols), 1e-5);
   // Neither dim unit-stride: a copy first.
   const Tensor every_other = big.slice(1, 0, 24, 2).slice(0, 0, 20, 2);  // [10, 12]
-  check_close(matmul(every_other, b), naive_matmul(every_other, b), 1e-5);
+  check_product(matmul(every_other, b), naive_matmul(every_other, b), 1e-5);
   // Stride-0 (expanded) operands.
   const Tensor row = random_tensor({1, 12}, DType::f32, 8).expand({5, 12});
-  check_close(matmul(row, b), naive_matmul(row, b), 1e-5);
+  check_product(matmul(row, b), naive_matmul(row, b), 1e-5);
   const Tensor shared = random_tensor({12, 7}, DType::f32, 9).unsqueeze(0).expand({4, 12, 7});
   const Tensor batch = random_tensor({4, 3, 12}, DType::f32, 10);
-  check_close(matmul(batch, shared), naive_matmul(batch, shared), 1e-5);
-  check_close(bmm(batch, shared), naive_matmul(batch, shared), 1e-5);
+  check_product(matmul(batch, shared), naive_matmul(batch, shared), 1e-5);
+  check_product(bmm(batch, shared), naive_matmul(batch, shared), 1e-5);
 }
 
 TEST_CASE("matmul folds the batch into rows or loops over it", "[matmul]") {
   const Tensor w = random_tensor({16, 24}, DType::f32, 11);
   // [B,T,K] @ [K,N]: one GEMM over B*T rows.
   const Tensor x = random_tensor({3, 5, 16}, DType::f32, 12);
-  check_close(matmul(x, w), naive_matmul(x, w), 1e-5);
+  check_product(matmul(x, w), naive_matmul(x, w), 1e-5);
   // Rows that do not fuse (a slice of T) and a transposed a: a GEMM per batch.
   const Tensor sliced = random_tensor({3, 8, 16}, DType::f32, 13).slice(1, 1, 6);
-  check_close(matmul(sliced, w), naive_matmul(sliced, w), 1e-5);
+  check_product(matmul(sliced, w), naive_matmul(sliced, w), 1e-5);
   const Tensor xt = random_tensor({3, 16, 5}, DType::f32, 14);
-  check_close(matmul(xt, w, true, false), naive_matmul(xt.transpose(-2, -1), w), 1e-5);
+  check_product(matmul(xt, w, true, false), naive_matmul(xt.transpose(-2, -1), w), 1e-5);
   // One row per batch, rows a fixed stride apart: still one GEMM (lda = that stride).
   const Tensor spaced = random_tensor({6, 16}, DType::f32, 38).slice(0, 0, 6, 2).unsqueeze(1);
-  check_close(matmul(spaced, w), naive_matmul(spaced, w), 1e-5);
+  check_product(matmul(spaced, w), naive_matmul(spaced, w), 1e-5);
   // A shared a against a batch of b: [M,K] @ [B,K,N].
   const Tensor bs = random_tensor({2, 3, 24, 6}, DType::f64, 15);
   const Tensor a = random_tensor({4, 24}, DType::f64, 16);
-  check_close(matmul(a, bs), naive_matmul(a, bs), 1e-12);
+  check_product(matmul(a, bs), naive_matmul(a, bs), 1e-12);
 }
 
 TEST_CASE("matmul promotes 1-d operands and squeezes them away", "[matmul]") {
@@ -158,10 +156,10 @@ TEST_CASE("matmul promotes 1-d operands and squeezes them away", "[matmul]") {
   const Tensor vf = v.to(DType::f32);
   Tensor bv = matmul(batch, vf);
   CHECK(bv.shape() == Shape{4, 2});
-  check_close(bv.unsqueeze(-1), naive_matmul(batch, vf.unsqueeze(-1)), 1e-5);
+  check_product(bv.unsqueeze(-1), naive_matmul(batch, vf.unsqueeze(-1)), 1e-5);
   Tensor vb = matmul(vf.slice(0, 0, 2), batch);
   CHECK(vb.shape() == Shape{4, 3});
-  check_close(vb.unsqueeze(-2), naive_matmul(vf.slice(0, 0, 2).unsqueeze(0), batch), 1e-5);
+  check_product(vb.unsqueeze(-2), naive_matmul(vf.slice(0, 0, 2).unsqueeze(0), batch), 1e-5);
 }
 
 TEST_CASE("matmul in f16, bf16, i32 and i64", "[matmul][dtypes]") {
@@ -170,7 +168,7 @@ TEST_CASE("matmul in f16, bf16, i32 and i64", "[matmul][dtypes]") {
     const Tensor c = matmul(a, b);
     CHECK(c.dtype() == dtype);
     // Inputs exact in f32; the result rounds once to the 16-bit type.
-    check_close(c, naive_matmul(a, b), dtype == DType::f16 ? 2e-3 : 1e-2);
+    check_product(c, naive_matmul(a, b), dtype == DType::f16 ? 2e-3 : 1e-2);
   }
   for (DType dtype : {DType::i32, DType::i64}) {
     const Tensor a = random_ints({2, 4, 7}, dtype, 20), b = random_ints({7, 3}, dtype, 21);
@@ -188,9 +186,9 @@ TEST_CASE("matmul in f16, bf16, i32 and i64", "[matmul][dtypes]") {
 
 TEST_CASE("bmm multiplies matching batches", "[matmul][bmm]") {
   const Tensor a = random_tensor({3, 4, 5}, DType::f32, 23), b = random_tensor({3, 5, 2}, DType::f32, 24);
-  check_close(bmm(a, b), naive_matmul(a, b), 1e-5);
+  check_product(bmm(a, b), naive_matmul(a, b), 1e-5);
   const Tensor bt = random_tensor({3, 2, 5}, DType::f32, 25).transpose(1, 2);
-  check_close(bmm(a, bt), naive_matmul(a, bt), 1e-5);
+  check_product(bmm(a, bt), naive_matmul(a, bt), 1e-5);
 }
 
 TEST_CASE("linear is x @ W^T + b over all leading dims", "[matmul][linear]") {
@@ -204,15 +202,15 @@ TEST_CASE("linear is x @ W^T + b over all leading dims", "[matmul][linear]") {
     const Tensor x3 = random_tensor({2, 5, 33}, dtype, 26), w3 = random_tensor({17, 33}, dtype, 27);
     const Tensor b3 = random_tensor({17}, dtype, 28);
     const Reference product = naive_matmul(x3, w3.transpose(0, 1));
-    check_close(linear(x3, w3), product, rtol_for(dtype));
+    check_product(linear(x3, w3), product, rtol_for(dtype));
     Reference with_bias = product;
     const std::vector<double> bv = b3.to_vector<double>();
     for (size_t i = 0; i < with_bias.values.size(); ++i) with_bias.values[i] += bv[i % 17];
-    check_close(linear(x3, w3, b3), with_bias, rtol_for(dtype));
+    check_product(linear(x3, w3, b3), with_bias, rtol_for(dtype));
     // Strided input and a transposed weight view.
     const Tensor xs = x3.slice(1, 0, 5, 2);
     const Tensor wt = random_tensor({33, 17}, dtype, 29).transpose(0, 1);
-    check_close(linear(xs, wt), naive_matmul(xs, wt.transpose(0, 1)), rtol_for(dtype));
+    check_product(linear(xs, wt), naive_matmul(xs, wt.transpose(0, 1)), rtol_for(dtype));
   }
   const Tensor xi = random_ints({3, 4}, DType::i64, 30), wi = random_ints({2, 4}, DType::i64, 31);
   const Tensor bi = Tensor::from_vector<int64_t>({100, -100}, {2});
@@ -221,7 +219,7 @@ TEST_CASE("linear is x @ W^T + b over all leading dims", "[matmul][linear]") {
   CHECK(linear(xi, wi, bi).to_vector<double>() == want);
   const Tensor xh = random_tensor({3, 8}, DType::bf16, 32), wh = random_tensor({4, 8}, DType::bf16, 33);
   CHECK(linear(xh, wh).dtype() == DType::bf16);
-  check_close(linear(xh, wh), naive_matmul(xh, wh.transpose(0, 1)), 1e-2);
+  check_product(linear(xh, wh), naive_matmul(xh, wh.transpose(0, 1)), 1e-2);
 }
 
 TEST_CASE("matmul, bmm and linear with zero-size dims", "[matmul][empty]") {
@@ -303,7 +301,7 @@ TEST_CASE("gemm entry points: backend choice, zero sizes, bad leading dimensions
   for (const char* backend : {"onednn", "openblas"}) {
     set_gemm_backend(backend);
     CHECK(gemm_choice().backend == backend);
-    check_close(matmul(a, b, false, false), naive_matmul(a, b), 1e-5);
+    check_product(matmul(a, b, false, false), naive_matmul(a, b), 1e-5);
   }
   set_gemm_backend("auto");
   CHECK(gemm_choice().backend == before);
@@ -325,7 +323,7 @@ TEST_CASE("intra-op thread settings", "[threads]") {
   CHECK(intra_op_threads() == 1);
   // A product runs under whatever count was applied last.
   const Tensor a = random_tensor({40, 30}, DType::f32, 36), b = random_tensor({30, 20}, DType::f32, 37);
-  check_close(matmul(a, b), naive_matmul(a, b), 1e-5);
+  check_product(matmul(a, b), naive_matmul(a, b), 1e-5);
   CHECK_THROWS_AS(set_intra_op_threads(0), ValueError);
   CHECK_THROWS_WITH(set_intra_op_threads(-2), Catch::Contains("set_intra_op_threads"));
   CHECK_THROWS_AS(set_thread_intra_op_threads(-1), ValueError);

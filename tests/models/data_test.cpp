@@ -11,7 +11,7 @@
 #include "models/data/idx.h"
 #include "models/data/loader.h"
 #include "models/data/partition.h"
-#include "two_workers.h"
+#include "support/two_workers.h"
 
 using namespace troupe;
 using namespace troupe::models;

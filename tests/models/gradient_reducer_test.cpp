@@ -6,25 +6,17 @@
 #include "models/nn/net.h"
 #include "models/train/gradient_reducer.h"
 #include "models/train/wide_net.h"
-#include "net/launcher.h"
-#include "net/process_group.h"
+#include "support/ranks.h"
 
 using namespace troupe;
 using namespace troupe::models;
 
 namespace {
 
-// A world of one in this process: its average is the identity, so the reduced gradients must
-// equal plain backward's bit for bit (the 2-rank run is in data_test.cpp).
+// A world of one: its average is the identity, so the reduced gradients must equal plain
+// backward's bit for bit (the 2-rank run is in data_test.cpp).
 net::ProcessGroup& solo() {
-  static std::shared_ptr<net::ProcessGroup> group = [] {
-    net::InitOptions o;
-    o.init_method = "tcp://127.0.0.1:" + std::to_string(net::free_tcp_port());
-    o.rank = 0;
-    o.world_size = 1;
-    o.timeout = std::chrono::seconds(5);
-    return net::init_process_group(o);
-  }();
+  static std::shared_ptr<net::ProcessGroup> group = world_of_one();
   return *group;
 }
 

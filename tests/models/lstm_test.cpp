@@ -3,10 +3,11 @@
 #include <random>
 
 #include "actors/runtime.h"
-#include "two_workers.h"
 #include "devices/io/safetensors.h"
 #include "devices/ops.h"
 #include "models/lstm.h"
+#include "support/close.h"
+#include "support/two_workers.h"
 
 using namespace troupe;
 
@@ -17,24 +18,12 @@ const std::map<std::string, Tensor>& fixture() {
   return tensors;
 }
 
-// max |a - b| / max(1, max |b|): the tolerance is relative to the reference's scale.
-double relative_error(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  double diff = 0, scale = 1;
-  for (size_t i = 0; i < x.size(); ++i) {
-    diff = std::max(diff, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return diff / scale;
-}
-
 }  // namespace
 
 TEST_CASE("LSTM matches PyTorch's nn.LSTM on the same weights", "[lstm]") {
   auto& f = fixture();
   models::LSTM lstm(6, 4);
-  lstm.load(f, "cell_f.");
+  lstm.load(models::sub_state(f, "cell_f."));
   auto out = lstm.forward(f.at("x"));
   CHECK(relative_error(out.output, f.at("out_f")) < 1e-4);
   CHECK(relative_error(out.h_n, f.at("h_n_f")) < 1e-4);
@@ -105,16 +94,46 @@ TEST_CASE("the lstm op matches the equations across GEMM panel and tile edges", 
   }
 }
 
-TEST_CASE("BidirectionalLSTM matches the seed's BiSerial, serial and forked", "[lstm]") {
+TEST_CASE("BidirectionalLSTM matches the TorchScript tutorial's BiSerial, serial and forked", "[lstm]") {
   two_workers();
   auto& f = fixture();
   models::BidirectionalLSTM bi(6, 4);
-  bi.load(f);
+  std::map<std::string, Tensor> weights;  // the fixture holds inputs and outputs too
+  for (const auto& [name, value] : f)
+    if (name.rfind("cell_", 0) == 0) weights.emplace(name, value);
+  bi.load(weights);
   CHECK(relative_error(bi(f.at("x")), f.at("bi")) < 1e-4);
   CHECK(relative_error(bi.forked(f.at("x")), f.at("bi")) < 1e-4);
   auto state = bi.state_dict();
+  CHECK(state.size() == 8);
   CHECK(state.count("cell_f.weight_ih_l0") == 1);
   CHECK(state.count("cell_b.bias_hh_l0") == 1);
+}
+
+TEST_CASE("LSTM modules: registered parameters under PyTorch's names, state_dict round trips", "[lstm]") {
+  two_workers();
+  models::LSTM lstm(6, 4, /*seed=*/1);
+  std::vector<std::string> names;
+  for (auto& [name, p] : lstm.named_parameters()) {
+    names.push_back(name);
+    CHECK(p->requires_grad());
+  }
+  CHECK(names == std::vector<std::string>{"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"});
+  CHECK(lstm.parameter_count() == 16 * 6 + 16 * 4 + 16 + 16);
+  // Same seed, same weights; another seed, others.
+  CHECK(models::LSTM(6, 4, 1).weight_hh_l0.to_vector<float>() == lstm.weight_hh_l0.to_vector<float>());
+  CHECK(models::LSTM(6, 4, 2).weight_hh_l0.to_vector<float>() != lstm.weight_hh_l0.to_vector<float>());
+  for (double w : lstm.weight_ih_l0.to_vector<double>()) CHECK(std::abs(w) <= 0.5);  // 1 / sqrt(H)
+
+  models::LSTMEnsemble a(2, 6, 4, /*seed=*/3), b(2, 6, 4, /*seed=*/4);
+  auto state = a.state_dict();
+  CHECK(state.size() == 2 * 2 * 4);
+  CHECK(state.count("models.1.cell_b.weight_hh_l0") == 1);
+  const Tensor x = models::LSTM(6, 6, 9).state_dict().at("weight_ih_l0").reshape({4, 6, 6});  // any data
+  CHECK(relative_error(b.serial(x), a.serial(x)) > 0);
+  b.load(state);
+  CHECK(relative_error(b.serial(x), a.serial(x)) == 0);
+  CHECK(relative_error(b.fork_members(x), a.serial(x)) < 1e-6);  // the members' actors see the loaded weights
 }
 
 TEST_CASE("the ensemble's three variants agree", "[lstm]") {

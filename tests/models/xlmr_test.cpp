@@ -20,6 +20,8 @@
 #include "models/xlmr/embeddings.h"
 #include "models/xlmr/xlmr.h"
 #include "models/xlmr/xlmr_transform.h"
+#include "support/close.h"
+#include "support/skip.h"
 
 using namespace troupe;
 using namespace troupe::models;
@@ -58,27 +60,14 @@ struct TrainedModel {
   }
 };
 
-// The trained model's path, or empty after a warning that the test is skipped.
+// The trained model's path; empty when spm_train is missing.
 std::string trained_model() {
   static TrainedModel trained;
-  if (trained.model.empty()) WARN("skipped: needs spm_train (Debian package sentencepiece) to train a model");
   return trained.model;
 }
 
 std::map<std::string, Tensor> fixture(const std::string& name) {
   return read_safetensors(std::string(TROUPE_FIXTURES) + "/xlmr/tiny_xlmr_" + name + ".safetensors");
-}
-
-// max |a - b| / max(1, max |b|): the tolerance is relative to the reference's scale.
-double relative_error(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  double diff = 0, scale = 1;
-  for (size_t i = 0; i < x.size(); ++i) {
-    diff = std::max(diff, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return diff / scale;
 }
 
 const XLMRConfig tiny = XLMRConfig::tiny(202, 3);
@@ -98,7 +87,7 @@ TEST_CASE("SentencePieceTokenizer: an unreadable model file is an IOError naming
 
 TEST_CASE("SentencePieceTokenizer: pieces, ids and decoding of a trained model", "[xlmr][tokenizer]") {
   const std::string model = trained_model();
-  if (model.empty()) return;
+  if (model.empty()) SKIP_TEST("needs spm_train (Debian package sentencepiece) to train a model");
   SentencePieceTokenizer spm(model);
   CHECK(spm.size() == 200);
   CHECK(spm.unk_id() == 0);
@@ -119,7 +108,7 @@ TEST_CASE("SentencePieceTokenizer: pieces, ids and decoding of a trained model",
 
 TEST_CASE("XLMRTransform: <s> ... </s> around SentencePiece ids shifted into the fairseq vocabulary", "[xlmr][tokenizer]") {
   const std::string model = trained_model();
-  if (model.empty()) return;
+  if (model.empty()) SKIP_TEST("needs spm_train (Debian package sentencepiece) to train a model");
   auto spm = tokenizer(model);
   XLMRTransform transform(spm);
   CHECK(transform.max_seq_len() == 256);
@@ -149,12 +138,12 @@ TEST_CASE("XLMRTransform: <s> ... </s> around SentencePiece ids shifted into the
   CHECK_THROWS_AS(transform.to_fairseq(200), IndexError);
   // A character the corpus never had (a snowman) is <unk>, fairseq 3.
   auto unknown = transform("\xE2\x98\x83");
-  CHECK(std::count(unknown.begin(), unknown.end(), XLMRTransform::unk_id) == 1);
+  CHECK(std::count(unknown.begin(), unknown.end(), XLMRTransform::kUnkId) == 1);
 }
 
 TEST_CASE("XLMRTransform: truncation keeps <s>, the first max_seq_len - 2 pieces and </s>", "[xlmr][tokenizer]") {
   const std::string model = trained_model();
-  if (model.empty()) return;
+  if (model.empty()) SKIP_TEST("needs spm_train (Debian package sentencepiece) to train a model");
   auto spm = tokenizer(model);
   const std::string text = "A journey of a thousand miles begins with a single step.";
   auto full = XLMRTransform(spm)(text);
@@ -172,7 +161,7 @@ TEST_CASE("XLMRTransform: truncation keeps <s>, the first max_seq_len - 2 pieces
 
 TEST_CASE("XLMRTransform: a batch is padded with 1 after </s>, and decodes back to the texts", "[xlmr][tokenizer]") {
   const std::string model = trained_model();
-  if (model.empty()) return;
+  if (model.empty()) SKIP_TEST("needs spm_train (Debian package sentencepiece) to train a model");
   XLMRTransform transform(tokenizer(model));
   const std::vector<std::string> texts{"The cat sleeps.", "The bakery on the corner makes the best bread.", "the end"};
   Tensor batch = transform.batch(texts);
@@ -226,11 +215,11 @@ TEST_CASE("XLMRobertaEmbeddings: token + position rows, layer norm, by hand", "[
   for (size_t i = 0; i < tok.size(); ++i) tok[i] = 0.1f * static_cast<float>(i * i % 7) - 0.2f;
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = 0.05f * static_cast<float>(i % 5);
   const std::vector<float> gamma{1.5f, 0.5f, -1.0f}, beta{0.1f, 0.0f, 0.2f};
-  emb.load({{"x.token_embedding.weight", Tensor::from_vector(tok, {V, D})},
-            {"x.positional_embedding.embedding.weight", Tensor::from_vector(pos, {P, D})},
-            {"x.embedding_layer_norm.weight", Tensor::from_vector(gamma, {D})},
-            {"x.embedding_layer_norm.bias", Tensor::from_vector(beta, {D})}},
-           "x.");
+  emb.load(std::map<std::string, Tensor>{{"token_embedding.weight", Tensor::from_vector(tok, {V, D})},
+                                         {"positional_embedding.embedding.weight", Tensor::from_vector(pos, {P, D})},
+                                         {"embedding_layer_norm.weight", Tensor::from_vector(gamma, {D})},
+                                         {"embedding_layer_norm.bias", Tensor::from_vector(beta, {D})}});
+  emb.eval();
   const std::vector<int64_t> ids{0, 4, 5, 2, 1, 0, 3, 2, 1, 1};
   const std::vector<int64_t> positions{2, 3, 4, 5, 1, 2, 3, 4, 1, 1};
   Tensor out = emb(Tensor::from_vector(ids, {2, 5}));
@@ -246,18 +235,20 @@ TEST_CASE("XLMRobertaEmbeddings: token + position rows, layer norm, by hand", "[
     for (int d = 0; d < 3; ++d)
       CHECK(got[t * 3 + d] == Approx((x[d] - mean) / std::sqrt(var + 1e-5) * gamma[d] + beta[d]).margin(1e-5));
   }
-  auto state = emb.state_dict("p.");
+  auto state = emb.state_dict();
   CHECK(state.size() == 4);
-  CHECK(state.at("p.token_embedding.weight").to_vector<float>() == tok);
+  CHECK(state.at("token_embedding.weight").to_vector<float>() == tok);
+  for (Tensor* p : emb.parameters()) CHECK_FALSE(p->requires_grad());  // frozen
 }
 
 TEST_CASE("XLMRobertaEmbeddings: dropout only while training", "[xlmr][embeddings]") {
   XLMRobertaEmbeddings emb(10, 64, 12, 1, 1e-5, /*dropout=*/0.5, 2);
   Tensor tokens = Tensor::from_vector<int64_t>({0, 4, 5, 6, 2, 1}, {1, 6});
+  emb.eval();
   Tensor eval = emb(tokens);
-  CHECK_FALSE(emb.training());
+  CHECK_FALSE(emb.is_training());
   emb.train();
-  CHECK(emb.training());
+  CHECK(emb.is_training());
   auto dropped = emb(tokens).to_vector<float>(), kept = eval.to_vector<float>();
   size_t zeros = 0;
   for (size_t i = 0; i < kept.size(); ++i) {
@@ -420,7 +411,8 @@ TEST_CASE("XLMR: state_dict round trip, a headless checkpoint keeps the head, gr
   fresh.load(headless);
   CHECK(relative_error(fresh.head.out_proj.weight, head_before) == 0);
   fresh.eval();
-  CHECK(relative_error(fresh.features(tokens), model.features(tokens)) == 0);
+  // model's weights are on their second use, so packed (devices/cpu/matmul.cpp): rounded differently.
+  CHECK(relative_error(fresh.features(tokens), model.features(tokens)) < 1e-6);
 }
 
 TEST_CASE("XLMR: training mode records the encoder and head for backward", "[xlmr][model]") {

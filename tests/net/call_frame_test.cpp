@@ -199,7 +199,7 @@ TEST_CASE("values: codecs check what they decode", "[net][remote]") {
 }
 
 TEST_CASE("actor types: methods answer to their member's name", "[net][remote]") {
-  CHECK((detail::member_names("&Stage::forward, &Stage::calls") == std::vector<std::string>{"forward", "calls"}));
-  CHECK((detail::member_names("&ns::Outer<int, 2>::step") == std::vector<std::string>{"step"}));
-  CHECK(detail::member_names("").empty());
+  CHECK((net::detail::member_names("&Stage::forward, &Stage::calls") == std::vector<std::string>{"forward", "calls"}));
+  CHECK((net::detail::member_names("&ns::Outer<int, 2>::step") == std::vector<std::string>{"step"}));
+  CHECK(net::detail::member_names("").empty());
 }

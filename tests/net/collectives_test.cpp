@@ -1,16 +1,16 @@
 // Collectives: argument checks and one-rank semantics in this process; every collective, dtype,
-// async variant and sub-group with 2, 3 and 4 real processes (collectives_worker), over ZeroMQ and
+// async variant and sub-group with 2, 3 and 4 real processes (collectives_ranks.cpp), over ZeroMQ and
 // with all_reduce through shared memory; a rank killed mid-collective; mismatched calls; per-call
 // timeouts.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <mutex>
 
 #include "net/collectives.h"
 #include "net/collectives/reduce_kernels.h"
 #include "net/launcher.h"
+#include "support/ranks.h"
 
 using namespace troupe;
 using namespace troupe::net;
@@ -18,98 +18,67 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Job {
-  LaunchResult result;
-  std::string output;  // "[rank R] line" per line, stdout and stderr together
-  double seconds = 0;
-  int count(const std::string& part) const {
-    int n = 0;
-    for (size_t at = output.find(part); at != std::string::npos; at = output.find(part, at + 1)) ++n;
-    return n;
-  }
-};
-
-// shared_memory false: every collective goes over ZeroMQ even between ranks on this host.
-Job launch_workers(int nproc, const std::string& scenario, bool stop_on_failure = true, bool shared_memory = true) {
+// Ranks of a collectives_ranks.cpp test case; shared_memory false: every collective goes over
+// ZeroMQ even between ranks on this host.
+RankRun run_collective_ranks(int nproc, const std::string& rank_test, bool stop_on_failure = true,
+                             bool shared_memory = true) {
   LaunchOptions o;
   if (!shared_memory) o.env = {{"TROUPE_SHM", "0"}};
-  o.nproc = nproc;
-  o.command = {std::string(TROUPE_BIN_DIR) + "/collectives_worker", scenario};
-  o.grace = 2s;
   o.stop_on_failure = stop_on_failure;
-  Job job;
-  std::mutex mutex;
-  o.on_line = [&](int rank, bool, const std::string& line) {
-    std::lock_guard lock(mutex);
-    job.output += "[rank " + std::to_string(rank) + "] " + line + "\n";
-  };
-  const auto start = std::chrono::steady_clock::now();
-  job.result = launch(o);
-  job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return job;
-}
-
-// A world of one, in this process.
-std::shared_ptr<ProcessGroup> solo() {
-  InitOptions o;
-  o.init_method = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
-  o.rank = 0;
-  o.world_size = 1;
-  o.timeout = 5s;
-  return init_process_group(o);
+  return run_ranks(nproc, rank_test, o);
 }
 
 }  // namespace
 
 TEST_CASE("collectives: every collective, dtype and async variant on 2, 3 and 4 ranks over ZeroMQ", "[net][collectives]") {
   for (int n : {2, 3, 4}) {
-    Job job = launch_workers(n, "all", true, false);
-    INFO(job.output);
-    CHECK(job.result.exit_code == 0);
-    CHECK(job.count("ok all rank") == n);
+    RankRun run = run_collective_ranks(n, "collectives rank: all", true, false);
+    INFO(run.output);
+    CHECK(run.result.exit_code == 0);
+    CHECK(run.passed_ranks() == n);
   }
 }
 
 TEST_CASE("collectives: the same with all_reduce through shared memory, 2 and 3 ranks", "[net][collectives]") {
   for (int n : {2, 3}) {
-    Job job = launch_workers(n, "all");
-    INFO(job.output);
-    CHECK(job.result.exit_code == 0);
-    CHECK(job.count("ok all rank") == n);
+    RankRun run = run_collective_ranks(n, "collectives rank: all");
+    INFO(run.output);
+    CHECK(run.result.exit_code == 0);
+    CHECK(run.passed_ranks() == n);
   }
 }
 
 TEST_CASE("collectives: kill -9 of a rank mid-collective gives every survivor PeerLostError", "[net][collectives]") {
   for (bool shared_memory : {true, false}) {
-    Job job = launch_workers(3, "kill", false, shared_memory);
-    INFO(job.output);
-    REQUIRE(job.result.ranks.size() == 3);
-    CHECK(job.result.ranks[1].signal == 9);
-    CHECK(job.result.ranks[0].exit_code == 0);
-    CHECK(job.result.ranks[2].exit_code == 0);
-    CHECK(job.count("ok kill survivor rank") == 2);
+    RankRun run = run_collective_ranks(3, "collectives rank: kill", false, shared_memory);
+    INFO(run.output);
+    REQUIRE(run.result.ranks.size() == 3);
+    CHECK(run.result.ranks[1].signal == 9);
+    CHECK(run.result.ranks[0].exit_code == 0);
+    CHECK(run.result.ranks[2].exit_code == 0);
+    CHECK(run.passed_ranks() == 2);
   }
 }
 
 TEST_CASE("collectives: mismatched calls fail on every rank, naming both calls", "[net][collectives]") {
   for (bool shared_memory : {true, false})
     for (int n : {2, 3}) {
-      Job job = launch_workers(n, "mismatch", true, shared_memory);
-      INFO(job.output);
-      CHECK(job.result.exit_code == 0);
-      CHECK(job.count("ok mismatch rank") == n);
+      RankRun run = run_collective_ranks(n, "collectives rank: mismatch", true, shared_memory);
+      INFO(run.output);
+      CHECK(run.result.exit_code == 0);
+      CHECK(run.passed_ranks() == n);
     }
 }
 
 TEST_CASE("collectives: a per-call timeout fails the caller and aborts the call for the others", "[net][collectives]") {
-  Job job = launch_workers(2, "timeout");
-  INFO(job.output);
-  CHECK(job.result.exit_code == 0);
-  CHECK(job.count("ok timeout rank") == 2);
+  RankRun run = run_collective_ranks(2, "collectives rank: timeout");
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.passed_ranks() == 2);
 }
 
 TEST_CASE("collectives: one rank, and bad arguments are typed errors", "[net][collectives]") {
-  auto world = solo();
+  auto world = world_of_one();
   ProcessGroup& g = *world;
 
   Tensor t = Tensor::from_vector<float>({1, 2, 3}, {3});

@@ -1,5 +1,6 @@
 // Real processes on loopback, started by the launcher: p2p with 2 and 4 ranks, init methods,
-// timeouts, kill -9 of a rank, CURVE, the collectives' channel, and the launcher itself.
+// timeouts, kill -9 of a rank, CURVE, the collectives' channel (the ranks: multiprocess_ranks.cpp),
+// and the launcher itself.
 #include <unistd.h>
 
 #include <csignal>
@@ -10,135 +11,107 @@
 #include <mutex>
 
 #include "net/launcher.h"
+#include "support/ranks.h"
 
 using namespace troupe::net;
 using namespace std::chrono_literals;
 
 namespace {
 
-struct Job {
-  LaunchResult result;
-  std::vector<std::string> lines;  // "[rank R] line", stdout and stderr together
-  double seconds = 0;
-  std::string text() const {
-    std::string out;
-    for (const auto& l : lines) out += l + "\n";
-    return out;
-  }
-  int count(const std::string& part) const {
-    int n = 0;
-    for (const auto& l : lines) n += l.find(part) != std::string::npos;
-    return n;
-  }
-};
-
-Job run(int nproc, std::vector<std::string> args, LaunchOptions options = {}) {
-  options.nproc = nproc;
-  options.command = {std::string(TROUPE_BIN_DIR) + "/net_worker"};
-  options.command.insert(options.command.end(), args.begin(), args.end());
-  if (options.grace == std::chrono::milliseconds(5000)) options.grace = 2s;
-  Job job;
-  std::mutex mutex;
-  options.on_line = [&](int rank, bool, const std::string& line) {
-    std::lock_guard lock(mutex);
-    job.lines.push_back("[rank " + std::to_string(rank) + "] " + line);
-  };
-  const auto start = std::chrono::steady_clock::now();
-  job.result = launch(options);
-  job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return job;
-}
-
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("troupe-test-" + std::to_string(::getpid()) + "-" + name)).string();
+}
+
+LaunchOptions with_env(std::vector<std::pair<std::string, std::string>> env) {
+  LaunchOptions o;
+  o.env = std::move(env);
+  return o;
 }
 
 }  // namespace
 
 TEST_CASE("multiprocess: blocking and non-blocking p2p, 2 and 4 ranks", "[net][p2p]") {
   for (int n : {2, 4}) {
-    Job job = run(n, {"p2p"});
-    INFO(job.text());
-    CHECK(job.result.exit_code == 0);
-    CHECK(job.count("ok p2p rank") == n);
+    RankRun run = run_ranks(n, "net rank: p2p");
+    INFO(run.output);
+    CHECK(run.result.exit_code == 0);
+    CHECK(run.passed_ranks() == n);
   }
 }
 
 TEST_CASE("multiprocess: p2p over tcp only", "[net][p2p]") {
-  LaunchOptions o;
-  o.env = {{"TROUPE_TRANSPORT", "tcp"}};
-  Job job = run(2, {"p2p"}, o);
-  INFO(job.text());
-  CHECK(job.result.exit_code == 0);
-  CHECK(job.count("ok p2p rank") == 2);
+  RankRun run = run_ranks(2, "net rank: p2p", with_env({{"TROUPE_TRANSPORT", "tcp"}}));
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.passed_ranks() == 2);
 }
 
 TEST_CASE("multiprocess: init methods tcp:// and file://", "[net][init]") {
-  Job tcp = run(2, {"init", "tcp://127.0.0.1:" + std::to_string(free_tcp_port())});
-  INFO(tcp.text());
+  const std::string tcp_method = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  RankRun tcp = run_ranks(2, "net rank: p2p", with_env({{"TROUPE_TEST_INIT_METHOD", tcp_method}}));
+  INFO(tcp.output);
   CHECK(tcp.result.exit_code == 0);
-  CHECK(tcp.count("ok p2p rank") == 2);
+  CHECK(tcp.passed_ranks() == 2);
 
   const std::string file = temp_path("rendezvous");
   std::filesystem::remove(file);
-  Job shared = run(4, {"init", "file://" + file});
-  INFO(shared.text());
+  RankRun shared = run_ranks(4, "net rank: p2p", with_env({{"TROUPE_TEST_INIT_METHOD", "file://" + file}}));
+  INFO(shared.output);
   CHECK(shared.result.exit_code == 0);
-  CHECK(shared.count("ok p2p rank") == 4);
+  CHECK(shared.passed_ranks() == 4);
   std::filesystem::remove(file);
 }
 
 TEST_CASE("multiprocess: rendezvous timeouts name the missing rank", "[net][init]") {
   // Two ranks start, three are expected: rank 2 never comes.
-  Job env = run(2, {"rendezvous_timeout"});
-  INFO(env.text());
+  RankRun env = run_ranks(2, "net rank: rendezvous timeout");
+  INFO(env.output);
   CHECK(env.result.exit_code == 0);
-  CHECK(env.count("ok rendezvous_timeout") == 2);
-  CHECK(env.count("rank(s) 2 did not register") == 2);
+  CHECK(env.passed_ranks() == 2);
 
   const std::string file = temp_path("rendezvous-timeout");
   std::filesystem::remove(file);
-  Job shared = run(2, {"rendezvous_timeout", "file://" + file});
-  INFO(shared.text());
+  RankRun shared = run_ranks(2, "net rank: rendezvous timeout", with_env({{"TROUPE_TEST_INIT_METHOD", "file://" + file}}));
+  INFO(shared.output);
   CHECK(shared.result.exit_code == 0);
-  CHECK(shared.count("rank(s) 2 did not register") == 2);
+  CHECK(shared.passed_ranks() == 2);
   std::filesystem::remove(file);
 }
 
 TEST_CASE("multiprocess: operation timeouts", "[net][timeout]") {
-  Job job = run(2, {"timeouts"});
-  INFO(job.text());
-  CHECK(job.result.exit_code == 0);
-  CHECK(job.count("ok timeouts rank") == 2);
+  RankRun run = run_ranks(2, "net rank: timeouts");
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.passed_ranks() == 2);
 }
 
 TEST_CASE("multiprocess: kill -9 of a rank fails every survivor with PeerLostError within 5 s", "[net][failure]") {
   LaunchOptions o;
   o.stop_on_failure = false;  // let the survivors report
-  Job job = run(4, {"kill"}, o);
-  INFO(job.text());
-  REQUIRE(job.result.ranks.size() == 4);
-  CHECK(job.result.ranks[1].signal == 9);
-  CHECK(job.result.failure.find("rank 1") != std::string::npos);
-  for (int r : {0, 2, 3}) CHECK(job.result.ranks[r].exit_code == 0);
-  CHECK(job.count("ok survivor rank") == 3);
-  CHECK(job.seconds < 15);
+  RankRun run = run_ranks(4, "net rank: kill", o);
+  INFO(run.output);
+  REQUIRE(run.result.ranks.size() == 4);
+  CHECK(run.result.ranks[1].signal == 9);
+  CHECK(run.result.failure.find("rank 1") != std::string::npos);
+  for (int r : {0, 2, 3}) CHECK(run.result.ranks[r].exit_code == 0);
+  CHECK(run.passed_ranks() == 3);
+  CHECK(run.seconds < 15);
 }
 
 TEST_CASE("multiprocess: CURVE on, forged frames from keyless processes never arrive", "[net][curve]") {
   LaunchOptions o;
   o.curve = true;
-  Job job = run(2, {"curve"}, o);
-  INFO(job.text());
-  CHECK(job.result.exit_code == 0);
-  CHECK(job.count("ok curve rank") == 2);
+  RankRun run = run_ranks(2, "net rank: curve", o);
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.passed_ranks() == 2);
 }
 
 TEST_CASE("multiprocess: the collectives' channel detects mismatched calls on both ranks", "[net][channel]") {
-  Job job = run(2, {"channel"});
-  INFO(job.text());
-  CHECK(job.result.exit_code == 0);
-  CHECK(job.count("ok channel rank") == 2);
+  RankRun run = run_ranks(2, "net rank: channel");
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.passed_ranks() == 2);
 }
 
 TEST_CASE("launcher: environment, prefixed output, exit codes", "[net][launch]") {

@@ -1,14 +1,16 @@
 // Two ranks in two network namespaces joined by a veth pair: p2p and remote actors over tcp://
-// with CURVE, as across two hosts. Needs root and `ip netns`; skipped with a message otherwise.
+// with CURVE, as across two hosts (the ranks: multiprocess_ranks.cpp, remote_ranks.cpp). Needs
+// root and `ip netns`; skipped otherwise.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
 
 #include "net/curve.h"
 #include "net/launcher.h"
+#include "support/ranks.h"
+#include "support/skip.h"
 
 using namespace troupe::net;
 
@@ -41,45 +43,25 @@ struct Namespaces {
 }  // namespace
 
 TEST_CASE("netns: two namespaces over a veth pair, tcp:// with CURVE, p2p and remote actors", "[net][netns]") {
-  if (::geteuid() != 0 || !sh("ip netns list")) {
-    WARN("skipped: needs root and `ip netns` (iproute2)");
-    return;
-  }
+  if (::geteuid() != 0 || !sh("ip netns list")) SKIP_TEST("needs root and `ip netns` (iproute2)");
   Namespaces ns;
-  if (!ns.ok) {
-    WARN("skipped: could not create network namespaces and a veth pair here");
-    return;
-  }
+  if (!ns.ok) SKIP_TEST("could not create network namespaces and a veth pair here");
   const std::string key =
       (std::filesystem::temp_directory_path() / ("troupe-netns-" + std::to_string(::getpid()) + ".key")).string();
   write_curve_key_file(key, generate_curve_keys());
-  const std::pair<std::string, std::string> runs[] = {
-      {"net_worker", "p2p"}, {"net_worker", "curve"}, {"remote_worker", "basic"}};
-  for (const auto& [worker, scenario] : runs) {
+  for (const char* rank_test : {"net rank: p2p", "net rank: curve", "remote rank: basic"}) {
     LaunchOptions o;
-    o.nproc = 2;
     o.master = "10.231.0.1:29500";
     o.curve_key_file = key;
-    o.grace = std::chrono::seconds(2);
     o.env = {{"TROUPE_TRANSPORT", "tcp"}};
     // Rank 0 runs in the first namespace, rank 1 in the second.
     o.command = {"sh", "-c",
-                 "if [ $RANK = 0 ]; then ns=" + ns.a + "; else ns=" + ns.b + "; fi; exec ip netns exec $ns " +
-                     std::string(TROUPE_BIN_DIR) + "/" + worker + " " + scenario};
-    std::vector<std::string> lines;
-    std::mutex mutex;
-    o.on_line = [&](int rank, bool, const std::string& line) {
-      std::lock_guard lock(mutex);
-      lines.push_back("[rank " + std::to_string(rank) + "] " + line);
-    };
-    LaunchResult r = launch(o);
-    std::string text;
-    for (const auto& l : lines) text += l + "\n";
-    INFO(scenario << "\n" << text);
-    CHECK(r.exit_code == 0);
-    CHECK(std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
-            return l.find("ok " + scenario + " rank") != std::string::npos;
-          }) == 2);
+                 "if [ $RANK = 0 ]; then ns=" + ns.a + "; else ns=" + ns.b + "; fi; exec ip netns exec $ns \"$@\"",
+                 "sh"};
+    RankRun run = run_ranks(2, rank_test, o);
+    INFO(rank_test << "\n" << run.output);
+    CHECK(run.result.exit_code == 0);
+    CHECK(run.passed_ranks() == 2);
   }
   std::filesystem::remove(key);
 }

@@ -72,7 +72,7 @@ TEST_CASE("transport: p2p both ways over tcp and ipc, small and zero-copy", "[ne
     CHECK(p.a->address().ipc.rfind("ipc://", 0) == 0);
     Tensor small = Tensor::from_vector<int32_t>({1, 2, 3}, {3});
     Tensor big = Tensor::arange(1 << 16, DType::f32);  // 256 KB: sent by reference
-    auto sent = std::make_shared<detail::Completion>();
+    auto sent = std::make_shared<net::detail::Completion>();
     p.a->send(1, data_header(1), small);
     p.a->send(1, data_header(2), big, sent);
     p.b->send(0, data_header(3), small.to(DType::f64));

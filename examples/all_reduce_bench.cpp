@@ -1,7 +1,7 @@
 // all_reduce latency and bus bandwidth across the ranks of a job, side by side with the Gloo
 // anchor (/work/shared/anchors/allreduce_gloo.py). Rank 0 prints one row (or JSON line) per size.
 //
-//   build/bin/troupe launch --nproc 2 -- build/bin/allreduce_bench [--sizes 4,4096] [--op sum] [--json]
+//   build/bin/troupe launch --nproc 2 -- build/bin/all_reduce_bench [--sizes 4,4096] [--op sum] [--json]
 //   {"ranks":2,"bytes":4,"time_us":21.3,"busbw_gbs":0.0004}
 //
 // busbw = bytes / time * 2(n-1)/n, as nccl-tests define it. Each size: two warm-up calls, a
@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "net/collectives.h"
+#include "examples/json_line.h"
 #include "examples/run_example.h"
 
 int main(int argc, char** argv) {
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sum", "product", "max", "min", "avg"}));
   app.add_flag("--json", json, "one JSON line per size instead of a table");
   CLI11_PARSE(app, argc, argv);
-  return troupe::run_example("allreduce_bench", [&] {
+  return troupe::run_example("all_reduce_bench", [&] {
     const ReduceOp op = op_name == "sum"       ? ReduceOp::sum
                         : op_name == "product" ? ReduceOp::product
                         : op_name == "max"     ? ReduceOp::max
@@ -60,8 +61,8 @@ int main(int argc, char** argv) {
       const double busbw = static_cast<double>(bytes) / (median * 1e-6) * 2.0 * (n - 1) / n / 1e9;
       if (world->rank() != 0) continue;
       if (json)
-        std::printf("{\"ranks\":%d,\"bytes\":%lld,\"time_us\":%.1f,\"busbw_gbs\":%.4f}\n", n,
-                    static_cast<long long>(bytes), median, busbw);
+        print_json_line(nlohmann::ordered_json{
+            {"ranks", n}, {"bytes", bytes}, {"time_us", rounded(median, 1)}, {"busbw_gbs", rounded(busbw, 4)}});
       else
         std::printf("%6d %12lld %12.1f %12.3f\n", n, static_cast<long long>(bytes), median, busbw);
       std::fflush(stdout);

@@ -1,7 +1,7 @@
-// The seed tutorial's collective example: ranks 0 and 1 form a group and all-reduce (sum) a
+// The collective example of PyTorch's tutorial "Writing Distributed Applications with PyTorch": ranks 0 and 1 form a group and all-reduce (sum) a
 // tensor of ones, so each ends with 2.
 //
-//   build/bin/troupe launch --nproc 2 -- build/bin/allreduce_group
+//   build/bin/troupe launch --nproc 2 -- build/bin/all_reduce_group
 //   [rank 0] Rank 0 has data tensor(2.)
 //   [rank 1] Rank 1 has data tensor(2.)
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include "examples/run_example.h"
 
 int main() {
-  return troupe::run_example("allreduce_group", [&] {
+  return troupe::run_example("all_reduce_group", [&] {
     using namespace troupe;
     auto world = net::init_process_group();
     auto group = world->new_group({0, 1});  // every rank calls it; ranks outside get nullptr

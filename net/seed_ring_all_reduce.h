@@ -1,5 +1,5 @@
 #pragma once
-// The seed tutorial's hand-written ring all-reduce (sum), built only from point-to-point
+// The hand-written ring all-reduce (sum), built only from point-to-point
 // isend/recv: a teaching version of what net/collectives/ring_all_reduce.cpp does with pipelined
 // chunks, zero-copy forwarding and in-place reduction. Every rank calls it; tensor becomes the sum.
 //

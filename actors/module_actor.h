@@ -1,11 +1,11 @@
 #pragma once
-// Module<M>: a stateful object (an LSTM with its weights, a model shard) living in its own actor.
-// Calls to it are requests to its mailbox, run one at a time in the order they were forked.
+// ModuleActor<M>: a stateful object (an LSTM with its weights, a model shard) living in its own
+// actor. Calls to it are requests to its mailbox, run one at a time in the order they were forked.
 //
-//   Module<LSTM> cell("cell_f", input_size, hidden_size);   // M's constructor arguments follow the name
-//   Future<Tensor> f = fork(cell, x);                        // runs (*cell)(x) in the actor
+//   ModuleActor<LSTM> cell("cell_f", input_size, hidden_size);   // M's constructor arguments follow the name
+//   Future<Tensor> f = fork(cell, x);                             // runs (*cell)(x) in the actor
 //   Tensor y = wait(f);
-//   cell->load(weights);                                     // direct access, e.g. for set-up
+//   cell->load(weights);                                          // direct access, e.g. for set-up
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,10 +20,10 @@ std::shared_ptr<ModuleQueue> spawn_module_actor(std::string name);
 }  // namespace detail
 
 template <class M>
-class Module {
+class ModuleActor {
  public:
   template <class... Args>
-  explicit Module(std::string name, Args&&... args)
+  explicit ModuleActor(std::string name, Args&&... args)
       : object_(std::make_shared<M>(std::forward<Args>(args)...)),
         queue_(detail::spawn_module_actor(std::move(name))) {}
 

@@ -1,4 +1,4 @@
-#include "net/seed_ring_allreduce.h"
+#include "net/seed_ring_all_reduce.h"
 
 #include "devices/ops.h"
 

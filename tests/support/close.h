@@ -1,0 +1,29 @@
+#pragma once
+// Comparing computed tensors with references: one vocabulary for every test.
+//
+//   check_close(got, want);                               // equal: dtype, shape, device, values
+//   check_close(got, want, {.rtol = 1e-4, .atol = 1e-6});  // |got - want| <= atol + rtol * |want|
+//   check_close(got, want, {.rtol = 1e-5, .scale = s});    // |got - want| <= rtol * s, s per element
+//   CHECK(relative_error(out, reference) < 1e-4);          // max |got - want| / max(1, max |want|)
+//   CHECK(max_abs_diff(got, want) < 1e-5);                 // of host vectors
+//
+// A NaN on either side makes relative_error and max_abs_diff infinite.
+//
+// check_close is numpy.allclose element by element on values read as double, reporting how many
+// elements differ and the first of them; integer and bool dtypes compare exactly and NaN matches
+// NaN. `scale` serves references that know each element's rounding scale (a sum of |products|).
+#include <vector>
+
+#include "devices/tensor.h"
+
+struct Tolerance {
+  double rtol = 0;
+  double atol = 0;
+  troupe::Tensor scale{};  // when defined (want's shape): rtol applies to it instead of |want|
+};
+
+void check_close(const troupe::Tensor& got, const troupe::Tensor& want, const Tolerance& tolerance = {});
+
+double relative_error(const troupe::Tensor& got, const troupe::Tensor& want);
+
+double max_abs_diff(const std::vector<float>& got, const std::vector<float>& want);
