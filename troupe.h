@@ -46,11 +46,12 @@
 #include "dataflow/graph.h"
 #include "dataflow/value.h"
 
-// net/: process groups, p2p, collectives, the launcher, CURVE keys.
+// net/: process groups, p2p, collectives, the launcher, CURVE keys, remote actors.
 #include "net/collectives.h"
 #include "net/curve.h"
 #include "net/launcher.h"
 #include "net/process_group.h"
+#include "net/remote/remote_actor.h"
 #include "net/seed_ring_all_reduce.h"
 #include "net/work.h"
 

@@ -240,6 +240,8 @@ void TaskBase::wait() {
     if (auto other = help.pop()) {
       other->try_run();
       idle_spins = 0;
+    } else if (help_complete()) {
+      idle_spins = 0;
     } else if (++idle_spins < 64) {
       _mm_pause();
     } else {

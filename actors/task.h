@@ -43,6 +43,9 @@ class TaskBase {
 
  protected:
   virtual void execute() = 0;  // throws: the exception is kept and rethrown by wait()
+  // What a waiter may do instead of sleeping to complete a task finished from outside: a remote
+  // reply's waiter receives it itself, saving a thread hand-off. False: nothing to do now.
+  virtual bool help_complete() { return false; }
   // Marks an External task done (with an error, or not) and wakes its waiters.
   void finish(std::exception_ptr error);
 

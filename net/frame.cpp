@@ -47,6 +47,7 @@ const char* name(FrameKind kind) {
     case FrameKind::hello: return "hello";
     case FrameKind::goodbye: return "goodbye";
     case FrameKind::dataflow: return "dataflow";
+    case FrameKind::actor: return "actor";
   }
   return "unknown";
 }
@@ -111,7 +112,7 @@ FrameHeader decode_header(const void* data, size_t size, size_t payload_size, in
 
   FrameHeader h;
   const uint8_t kind = get<uint8_t>(in, 5);
-  if (kind < static_cast<uint8_t>(FrameKind::data) || kind > static_cast<uint8_t>(FrameKind::dataflow))
+  if (kind < static_cast<uint8_t>(FrameKind::data) || kind > static_cast<uint8_t>(FrameKind::actor))
     malformed("unknown kind " + std::to_string(kind));
   h.kind = static_cast<FrameKind>(kind);
   const uint8_t dtype = get<uint8_t>(in, 6);
@@ -166,6 +167,8 @@ FrameHeader decode_header(const void* data, size_t size, size_t payload_size, in
     malformed(std::string(name(h.kind)) + " frame with " + std::to_string(h.payload_bytes) + " payload bytes");
   if (h.kind == FrameKind::control && (h.dtype != DType::u8 || ndims != 1))
     malformed("control frame must carry u8 text, got " + std::string(name(h.dtype)) + to_string(h.shape));
+  if (h.kind == FrameKind::actor && (h.dtype != DType::u8 || ndims != 1 || h.payload_bytes == 0))
+    malformed("actor frame must carry a u8 call frame, got " + std::string(name(h.dtype)) + to_string(h.shape));
   if (h.kind == FrameKind::dataflow)
     h.dataflow = decode_dataflow(in + kFixedHeader + 8 * ndims, h.payload_bytes, h.dtype == DType::u8 && ndims == 1);
   return h;

@@ -36,6 +36,8 @@ enum class FrameKind : uint8_t {
   hello = 5,       // the first frame on a connection: proves the peer is up (and authenticated)
   goodbye = 6,     // the peer shuts down cleanly
   dataflow = 7,    // an executor's message to its peer on another rank (lane dataflow, keyed by link id)
+  actor = 8,       // a remote actor's call, reply or notice: payload is the u8 call frame
+                   // (net/remote/call_frame.h); its tensors follow as parts of their own
 };
 
 // What a collective is doing, so ranks detect mismatched calls instead of corrupting data.

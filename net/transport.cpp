@@ -24,6 +24,7 @@ constexpr int kLingerMs = 2000;
 constexpr auto kDisconnectGrace = std::chrono::milliseconds(500);
 constexpr auto kGoodbyeWait = std::chrono::milliseconds(200);
 constexpr auto kLeadSlice = std::chrono::milliseconds(2);  // then the I/O thread gets a turn
+constexpr size_t kMaxActorParts = 1 << 16;  // tensors of one actor frame
 
 [[noreturn]] void zmq_fail(const std::string& what) {
   throw CommError("transport: " + what + ": " + zmq_strerror(zmq_errno()));
@@ -92,9 +93,9 @@ std::string ipc_path(int rank) {
          std::to_string(counter++) + ".sock";
 }
 
-Tensor adopt_payload(zmq_msg_t* msg, const FrameHeader& header) {
+Tensor adopt_payload(zmq_msg_t* msg, DType dtype, const Shape& shape) {
   const size_t size = zmq_msg_size(msg);
-  if (size == 0) return Tensor::empty(header.shape, header.dtype);
+  if (size == 0) return Tensor::empty(shape, dtype);
   // Move first: a small message keeps its bytes inside the zmq_msg_t itself.
   auto* owned = new zmq_msg_t;
   zmq_msg_init(owned);
@@ -102,8 +103,8 @@ Tensor adopt_payload(zmq_msg_t* msg, const FrameHeader& header) {
   void* data = zmq_msg_data(owned);
   // ZeroMQ may hand small messages out of a shared receive buffer at any offset: copy those
   // whose elements would be misaligned, adopt the rest (large ones are 8-byte aligned mallocs).
-  if (reinterpret_cast<uintptr_t>(data) % itemsize(header.dtype) != 0) {
-    Tensor t = Tensor::empty(header.shape, header.dtype);
+  if (reinterpret_cast<uintptr_t>(data) % itemsize(dtype) != 0) {
+    Tensor t = Tensor::empty(shape, dtype);
     std::memcpy(t.mutable_raw_data(), data, size);
     zmq_msg_close(owned);
     delete owned;
@@ -113,7 +114,7 @@ Tensor adopt_payload(zmq_msg_t* msg, const FrameHeader& header) {
     zmq_msg_close(owned);
     delete owned;
   });
-  return Tensor(storage, header.dtype, header.shape, contiguous_strides(header.shape), 0);
+  return Tensor(storage, dtype, shape, contiguous_strides(shape), 0);
 }
 
 // Keeps a sent tensor's bytes alive until ZeroMQ has written them out.
@@ -126,6 +127,28 @@ void release_send_hold(void*, void* hint) {
   auto* hold = static_cast<SendHold*>(hint);
   if (hold->done) hold->done->finish();
   delete hold;
+}
+
+// Sends a host tensor's bytes as one message part: by reference above kCopyBelow (the storage is
+// held until ZeroMQ lets go, then done finishes), copied below.
+void send_tensor_part(void* socket, const Tensor& host, int flags, const std::shared_ptr<detail::Completion>& done,
+                      int dst) {
+  const size_t bytes = host.nbytes();
+  zmq_msg_t body;
+  if (bytes > kCopyBelow) {
+    auto* hold = new SendHold{host.storage(), done};
+    if (zmq_msg_init_data(&body, const_cast<void*>(host.raw_data()), bytes, release_send_hold, hold) != 0) {
+      delete hold;
+      zmq_fail("zmq_msg_init_data");
+    }
+  } else {
+    zmq_msg_init_size(&body, bytes);
+    if (bytes > 0) std::memcpy(zmq_msg_data(&body), host.raw_data(), bytes);
+  }
+  if (!send_part(&body, socket, flags)) {
+    zmq_msg_close(&body);
+    zmq_fail("send to rank " + std::to_string(dst));
+  }
 }
 
 Lane lane_of(FrameKind kind) {
@@ -158,6 +181,8 @@ struct Transport::Peer {
   Clock::time_point suspect_since;
   bool hello = false;          // under mutex_
   std::atomic<bool> departed{false};
+  std::atomic<bool> lost{false};  // crashed, cut off, or sent a bad frame
+  std::exception_ptr lost_error;  // under mutex_
   bool local = false;          // set once by connect(): same host, ipc:// allowed
 };
 
@@ -250,23 +275,19 @@ Transport::~Transport() {
     // Peers ending at the same time say goodbye too; who did need not be waited for on close.
     std::unique_lock lock(mutex_);
     hello_cv_.wait_for(lock, kGoodbyeWait, [&] {
-      if (broken_) return true;
       for (int r = 0; r < world_size(); ++r)
-        if (r != rank() && !peers_[r]->departed) return false;
+        if (r != rank() && !peers_[r]->departed && !peers_[r]->lost) return false;
       return true;
     });
   }
   stopping_ = true;
   wake();
   io_thread_.join();
-  const bool broken = [&] {
-    std::lock_guard lock(mutex_);
-    return broken_ != nullptr;
-  }();
   for (auto& peer : peers_) {
     if (!peer->dealer) continue;
-    // Flush what we sent to live peers; drop what is queued for the gone and the never heard from.
-    set_int(peer->dealer, ZMQ_LINGER, broken || peer->departed || !peer->hello ? 0 : kLingerMs);
+    // Flush what we sent to live peers, also after another rank was lost (remote actors on the
+    // survivors still talk); drop what is queued for the gone and the never heard from.
+    set_int(peer->dealer, ZMQ_LINGER, peer->lost || peer->departed || !peer->hello ? 0 : kLingerMs);
     zmq_close(peer->dealer);
   }
   zmq_close(wake_tx_);
@@ -371,7 +392,7 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
   if (dst == rank()) {
     {
       std::lock_guard lock(mutex_);
-      deliver(Message{rank(), std::move(h), host});
+      deliver(Message{rank(), std::move(h), host, {}});
     }
     if (done) done->finish();
     return;
@@ -400,24 +421,73 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
     zmq_msg_close(&header_msg);
     zmq_fail("send to rank " + std::to_string(dst));
   }
-  if (has_payload) {
-    zmq_msg_t body;
-    if (zero_copy) {
-      auto* hold = new SendHold{host.storage(), done};
-      if (zmq_msg_init_data(&body, const_cast<void*>(host.raw_data()), h.payload_bytes, release_send_hold, hold) != 0) {
-        delete hold;
-        zmq_fail("zmq_msg_init_data");
-      }
-    } else {
-      zmq_msg_init_size(&body, h.payload_bytes);
-      std::memcpy(zmq_msg_data(&body), host.raw_data(), h.payload_bytes);
-    }
-    if (!send_part(&body, peer.dealer, 0)) {
-      zmq_msg_close(&body);
-      zmq_fail("send to rank " + std::to_string(dst));
+  if (has_payload) send_tensor_part(peer.dealer, host, 0, zero_copy ? done : nullptr, dst);
+  if (done && !zero_copy) done->finish();
+}
+
+void Transport::send_actor_frame(int dst, const std::vector<uint8_t>& call_frame, const std::vector<Tensor>& tensors) {
+  if (dst < 0 || dst >= world_size() || dst == rank())
+    throw IndexError("send: actor frame to rank " + std::to_string(dst) + " (world of " + std::to_string(world_size()) +
+                     ", this is rank " + std::to_string(rank()) + ")");
+  if (tensors.size() > kMaxActorParts)
+    throw ValueError("send: " + std::to_string(tensors.size()) + " tensors in one actor call, at most " +
+                     std::to_string(kMaxActorParts));
+  Peer& peer = *peers_[dst];
+  if (peer.lost) {
+    std::lock_guard lock(mutex_);
+    std::rethrow_exception(peer.lost_error);
+  }
+  check_peer(dst);
+  if (!peer.dealer) throw CommError("send: the transport is not connected yet");
+  FrameHeader h;
+  h.kind = FrameKind::actor;
+  h.source = rank();
+  h.dtype = DType::u8;
+  h.shape = {static_cast<int64_t>(call_frame.size())};
+  h.payload_bytes = call_frame.size();
+  std::lock_guard lock(peer.send_mutex);
+  h.seq = peer.next_seq++;
+  zmq_msg_t header_msg;
+  zmq_msg_init_size(&header_msg, header_size(h.kind, 1));
+  encode_header_into(h, static_cast<uint8_t*>(zmq_msg_data(&header_msg)));
+  if (!send_part(&header_msg, peer.dealer, ZMQ_SNDMORE)) {
+    zmq_msg_close(&header_msg);
+    zmq_fail("send to rank " + std::to_string(dst));
+  }
+  zmq_msg_t call_msg;
+  zmq_msg_init_size(&call_msg, call_frame.size());
+  std::memcpy(zmq_msg_data(&call_msg), call_frame.data(), call_frame.size());
+  if (!send_part(&call_msg, peer.dealer, tensors.empty() ? 0 : ZMQ_SNDMORE)) {
+    zmq_msg_close(&call_msg);
+    zmq_fail("send to rank " + std::to_string(dst));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    const Tensor host = (t.device().is_cpu() ? t : t.to(Device::cpu())).contiguous();
+    send_tensor_part(peer.dealer, host, i + 1 < tensors.size() ? ZMQ_SNDMORE : 0, nullptr, dst);
+  }
+}
+
+void Transport::set_actor_handler(std::shared_ptr<ActorHandler> handler) {
+  // Holding the ROUTER, no frame is handled meanwhile: the backlog reaches the handler first.
+  std::lock_guard router(router_mutex_);
+  std::deque<Message> backlog;
+  {
+    std::lock_guard lock(mutex_);
+    actor_handler_ = handler;
+    actor_handler_set_ = true;
+    backlog.swap(actor_backlog_);
+  }
+  if (!handler) return;
+  for (Message& m : backlog) {
+    const int source = m.source;
+    try {
+      handler->on_frame(std::move(m));
+    } catch (const CommError& e) {
+      lose_peer(source, std::make_exception_ptr(
+                            CommError("transport: rank " + std::to_string(source) + " sent a bad frame: " + e.what())));
     }
   }
-  if (done && !zero_copy) done->finish();
 }
 
 std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Lane lane, int64_t tag, int source) {
@@ -454,24 +524,40 @@ std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Lane lane, int6
   return slot;
 }
 
+void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline) {
+  const Deadline slice = std::min(deadline, Clock::now() + kLeadSlice);
+  while (true) {
+    handle_router();
+    if (done()) break;
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(slice - Clock::now()).count();
+    if (left <= 0) break;
+    pollfd p{router_fd_, POLLIN, 0};
+    const timespec ts{left / 1000000000, left % 1000000000};
+    ::ppoll(&p, 1, &ts, nullptr);
+  }
+}
+
+bool Transport::try_drive(const std::function<bool()>& done, Deadline deadline) {
+  std::unique_lock router(router_mutex_, std::try_to_lock);
+  if (!router.owns_lock()) return false;
+  lead_locked(done, deadline);
+  return true;
+}
+
+void Transport::drive(const std::function<bool()>& done, Deadline deadline) {
+  while (!done() && Clock::now() < deadline) {
+    std::lock_guard router(router_mutex_);
+    lead_locked(done, deadline);
+  }
+}
+
 std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadline deadline) {
   // Leader/followers: the first waiter takes the ROUTER and receives for everyone, woken by
   // ZeroMQ's own descriptor, so a small message costs no hand-off through the I/O thread. The
   // others sleep on their slot; the leader (or the I/O thread) completes it.
-  while (!slot->ready.load(std::memory_order_acquire) && Clock::now() < deadline) {
-    std::unique_lock router(router_mutex_, std::try_to_lock);
-    if (router.owns_lock()) {
-      const Deadline slice = std::min(deadline, Clock::now() + kLeadSlice);
-      while (true) {
-        handle_router();
-        if (slot->ready.load(std::memory_order_acquire)) break;
-        const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(slice - Clock::now()).count();
-        if (left <= 0) break;
-        pollfd p{router_fd_, POLLIN, 0};
-        const timespec ts{left / 1000000000, left % 1000000000};
-        ::ppoll(&p, 1, &ts, nullptr);
-      }
-    } else {
+  const auto ready = [&] { return slot->ready.load(std::memory_order_acquire); };
+  while (!ready() && Clock::now() < deadline) {
+    if (!try_drive(ready, deadline)) {
       std::unique_lock lock(mutex_);
       slot->cv.wait_until(lock, std::min(deadline, Clock::now() + kLeadSlice), [&] { return slot->done; });
     }
@@ -550,6 +636,29 @@ void Transport::break_transport(std::exception_ptr error) {
     if (auto done = weak.lock()) done->finish(error);
 }
 
+void Transport::lose_peer(int r, std::exception_ptr error) {
+  Peer& peer = *peers_[r];
+  {
+    std::lock_guard lock(mutex_);
+    if (peer.lost) return;
+    peer.lost_error = error;
+    peer.lost = true;
+  }
+  break_transport(error);
+  tell_actor_handler(r, error);
+}
+
+void Transport::tell_actor_handler(int r, std::exception_ptr error) {
+  std::shared_ptr<ActorHandler> handler;
+  {
+    std::lock_guard lock(mutex_);
+    handler = actor_handler_;
+  }
+  if (handler) handler->on_peer_lost(r, error);
+}
+
+bool Transport::is_gone(int r) const { return r != rank() && (peers_[r]->lost || peers_[r]->departed); }
+
 void Transport::peer_departed(int r) {
   peers_[r]->departed = true;
   auto error = std::make_exception_ptr(
@@ -568,6 +677,7 @@ void Transport::peer_departed(int r) {
     }
   }
   hello_cv_.notify_all();
+  tell_actor_handler(r, error);
 }
 
 void Transport::io_loop() {
@@ -642,12 +752,13 @@ void Transport::handle_router() {
     };
     int count = 0;
     bool too_many = false, more = true;
+    std::vector<Tensor> extra;  // an actor frame's tensors
     while (more) {
-      zmq_msg_t extra;
-      zmq_msg_init(&extra);
-      zmq_msg_t* target = count < 3 ? &parts[count] : &extra;
+      zmq_msg_t part;
+      zmq_msg_init(&part);
+      zmq_msg_t* target = count < 3 ? &parts[count] : &part;
       if (zmq_msg_recv(target, router_, count == 0 ? ZMQ_DONTWAIT : 0) < 0) {
-        zmq_msg_close(&extra);
+        zmq_msg_close(&part);
         if (count == 0) {
           close_all();
           return;
@@ -656,8 +767,9 @@ void Transport::handle_router() {
       }
       more = zmq_msg_more(target);
       if (count < 3) ++count;
+      else if (extra.size() < kMaxActorParts) extra.push_back(adopt_payload(&part, DType::u8, {int64_t(zmq_msg_size(&part))}));
       else too_many = true;
-      zmq_msg_close(&extra);
+      zmq_msg_close(&part);
     }
     const int peer = rank_of_routing_id(&parts[0], world_size());
     if (peer < 0 || peer == rank()) {
@@ -671,16 +783,18 @@ void Transport::handle_router() {
       FrameHeader h = decode_header(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), payload_size, world_size());
       if (h.source != peer)
         throw CommError("frame: malformed: claims source rank " + std::to_string(h.source));
-      handle_frame(peer, std::move(h), &parts[2]);
+      if (!extra.empty() && h.kind != FrameKind::actor)
+        throw CommError("frame: malformed: " + std::to_string(count + extra.size()) + " message parts");
+      handle_frame(peer, std::move(h), &parts[2], std::move(extra));
     } catch (const CommError& e) {
-      break_transport(std::make_exception_ptr(
-          CommError("transport: rank " + std::to_string(peer) + " sent a bad frame: " + e.what())));
+      lose_peer(peer, std::make_exception_ptr(
+                          CommError("transport: rank " + std::to_string(peer) + " sent a bad frame: " + e.what())));
     }
     close_all();
   }
 }
 
-void Transport::handle_frame(int r, FrameHeader h, zmq_msg_t* payload) {
+void Transport::handle_frame(int r, FrameHeader h, zmq_msg_t* payload, std::vector<Tensor> extra) {
   Peer& peer = *peers_[r];
   if (h.seq != peer.expected_seq)
     throw CommError("frame: sequence number " + std::to_string(h.seq) + ", expected " +
@@ -700,13 +814,28 @@ void Transport::handle_frame(int r, FrameHeader h, zmq_msg_t* payload) {
     case FrameKind::goodbye:
       peer_departed(r);
       return;
+    case FrameKind::actor: {
+      if (peer.lost) return;
+      Message m{r, h, adopt_payload(payload, h.dtype, h.shape), std::move(extra)};
+      std::shared_ptr<ActorHandler> handler;
+      {
+        std::lock_guard lock(mutex_);
+        if (!actor_handler_) {
+          if (!actor_handler_set_) actor_backlog_.push_back(std::move(m));
+          return;
+        }
+        handler = actor_handler_;
+      }
+      handler->on_frame(std::move(m));
+      return;
+    }
     case FrameKind::data:
     case FrameKind::collective:
     case FrameKind::control:
     case FrameKind::dataflow: {
-      Tensor tensor = adopt_payload(payload, h);
+      Tensor tensor = adopt_payload(payload, h.dtype, h.shape);
       std::lock_guard lock(mutex_);
-      deliver(Message{r, std::move(h), std::move(tensor)});
+      deliver(Message{r, std::move(h), std::move(tensor), {}});
       return;
     }
   }
@@ -771,7 +900,7 @@ void Transport::tick(Clock::time_point now) {
     Clock::time_point suspect_since;
     {
       std::lock_guard lock(mutex_);
-      if (broken_) continue;
+      if (peer.lost) continue;
       hello = peer.hello;
       suspect = peer.suspect;
       suspect_since = peer.suspect_since;
@@ -780,11 +909,11 @@ void Transport::tick(Clock::time_point now) {
     const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(
         now - Clock::time_point(Clock::duration(peer.last_seen.load())));
     if (silent > options_.peer_timeout)
-      break_transport(std::make_exception_ptr(PeerLostError(
+      lose_peer(r, std::make_exception_ptr(PeerLostError(
           "rank " + std::to_string(r) + " was lost: no message or heartbeat for " + std::to_string(silent.count()) +
           " ms")));
     else if (suspect && now - suspect_since > kDisconnectGrace)
-      break_transport(std::make_exception_ptr(
+      lose_peer(r, std::make_exception_ptr(
           PeerLostError("rank " + std::to_string(r) + " was lost: its connection closed (process died or network broke)")));
   }
 }

@@ -27,7 +27,8 @@
 // - Failure: every 200 ms each rank sends every peer a heartbeat; a peer silent for 3 s, or whose
 //   connection closes (ZeroMQ monitor events) without a goodbye, breaks the transport: every
 //   pending and later operation throws PeerLostError naming it. A peer that said goodbye only
-//   fails operations that need it.
+//   fails operations that need it. Actor frames to the surviving ranks still go: remote actors
+//   are supervised per rank (net/remote/).
 // - CURVE: with keys, the ROUTER is a CURVE server and a ZAP handler admits only clients holding
 //   the job's key pair (one pair per job; see curve.h), so a process without the secret key can
 //   neither connect nor inject frames.
@@ -35,6 +36,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -72,6 +74,15 @@ struct Message {
   int source = -1;
   FrameHeader header;
   Tensor payload;
+  std::vector<Tensor> parts;  // an actor frame's tensors, as the u8 bytes that came (zero-copy)
+};
+
+// Where actor frames go (net/remote/): to a handler instead of the inboxes, and, for the remote
+// actors' supervision, word of each lost peer. Both run on whichever thread noticed (the one
+// draining the ROUTER, or the I/O thread's heartbeat check), so they must not block.
+struct ActorHandler {
+  std::function<void(Message&&)> on_frame;
+  std::function<void(int rank, std::exception_ptr error)> on_peer_lost;  // died, cut off, said goodbye
 };
 
 struct TransportOptions {
@@ -109,6 +120,17 @@ class Transport {
   // blocks. done, if given, finishes once ZeroMQ released the payload (its bytes are on the wire).
   void send(int dst, FrameHeader header, const Tensor& payload,
             const std::shared_ptr<detail::Completion>& done = nullptr);
+  // An actor frame to another rank: the call frame bytes, then each tensor as its own part
+  // (zero-copy). Only the destination's health matters: remote actors outlive other ranks' deaths.
+  void send_actor_frame(int dst, const std::vector<uint8_t>& call_frame, const std::vector<Tensor>& tensors);
+  // Installs the handler of actor frames (nullptr: none; later ones are dropped). Frames that
+  // came before the first handler are handed to it first, in order.
+  void set_actor_handler(std::shared_ptr<ActorHandler> handler);
+  // Receives on this thread (leading the ROUTER, see above; taking turns with other leaders) until
+  // done() or the deadline: how a thread that waits for actor frames skips the I/O thread's hand-off.
+  void drive(const std::function<bool()>& done, Deadline deadline);
+  // The same for one slice at most, and only when no other thread leads: false then at once.
+  bool try_drive(const std::function<bool()>& done, Deadline deadline);
 
   struct Slot;  // a posted receive
   // Posts a receive for (group, lane, tag) from global rank source (-1: any). Matching is in post order.
@@ -127,6 +149,8 @@ class Transport {
   void check_healthy();
   // Throws PeerLostError when global rank r has gone (crashed or said goodbye).
   void check_peer(int r);
+  // Whether global rank r was lost or said goodbye.
+  bool is_gone(int r) const;
 
   // Frames dropped for carrying an unknown identity (not a rank of this job).
   uint64_t dropped_frames() const { return dropped_frames_.load(); }
@@ -137,14 +161,18 @@ class Transport {
 
   void io_loop();
   void handle_router();
-  void handle_frame(int peer, FrameHeader header, zmq_msg_t* payload);
+  void handle_frame(int peer, FrameHeader header, zmq_msg_t* payload, std::vector<Tensor> extra);
+  // Leads for one slice with the ROUTER held: receives until done() or the slice's end.
+  void lead_locked(const std::function<bool()>& done, Deadline deadline);
   void handle_monitor(int peer);
   void handle_zap();
   void tick(Clock::time_point now);
   void deliver(Message message);  // with mutex_ held
   void send_control_locked(Peer& peer, FrameKind kind);
   void break_transport(std::exception_ptr error);
+  void lose_peer(int r, std::exception_ptr error);  // a crash or a bad frame: breaks the transport
   void peer_departed(int r);
+  void tell_actor_handler(int r, std::exception_ptr error);
   void wake();
 
   TransportOptions options_;
@@ -169,6 +197,9 @@ class Transport {
   std::map<Key, std::deque<std::shared_ptr<Slot>>> posted_;
   std::vector<std::weak_ptr<detail::Completion>> pending_sends_;
   std::exception_ptr broken_;
+  std::shared_ptr<ActorHandler> actor_handler_;
+  bool actor_handler_set_ = false;
+  std::deque<Message> actor_backlog_;  // actor frames that came before any handler
 };
 
 }  // namespace troupe::net

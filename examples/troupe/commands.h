@@ -18,6 +18,7 @@ struct Command {
 Command add_info_command(CLI::App& parent);  // troupe info [--json]
 Command add_op_command(CLI::App& parent);    // troupe op NAME [--attr K=V]... IN.npy... --out OUT.npy
 Command add_launch_command(CLI::App& parent);  // troupe launch --nproc N [...] -- PROGRAM ARGS...
+Command add_serve_command(CLI::App& parent);   // troupe serve --load LIBRARY.so...
 
 // Usage errors found after parsing (exit code 2, like CLI11's own).
 struct UsageError : std::runtime_error {

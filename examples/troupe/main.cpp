@@ -1,4 +1,4 @@
-// The `troupe` command: `troupe info`, `troupe op` and `troupe launch` (see commands.h). Errors go
+// The `troupe` command: `troupe info`, `troupe op`, `troupe launch` and `troupe serve` (see commands.h). Errors go
 // to stderr as "troupe <command>: <message>"; exit code 1 for failures, 2 for usage errors.
 #include <iostream>
 
@@ -9,7 +9,8 @@ int main(int argc, char** argv) {
   CLI::App app{"troupe: an actor-model dataflow runtime for tensors"};
   app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION);
   app.require_subcommand(1);
-  const std::vector<Command> commands = {add_info_command(app), add_op_command(app), add_launch_command(app)};
+  const std::vector<Command> commands = {add_info_command(app), add_op_command(app), add_launch_command(app),
+                                         add_serve_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

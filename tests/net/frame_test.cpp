@@ -99,7 +99,7 @@ TEST_CASE("frame: every malformed field is a CommError", "[net][frame]") {
   check_malformed(with([](auto& b) { b[0] ^= 1; }), payload, "bad magic");
   check_malformed(with([](auto& b) { b[4] = 2; }), payload, "version 2");
   check_malformed(with([](auto& b) { b[5] = 0; }), payload, "unknown kind 0");
-  check_malformed(with([](auto& b) { b[5] = 8; }), payload, "unknown kind 8");
+  check_malformed(with([](auto& b) { b[5] = 9; }), payload, "unknown kind 9");
   check_malformed(with([](auto& b) { b[6] = 8; }), payload, "unknown dtype 8");
   check_malformed(with([](auto& b) { b[7] = 9; }), payload, "rank 9 exceeds 8");
   check_malformed(with([](auto& b) { b[7] = 2; }), payload, "for rank 2");
@@ -135,6 +135,13 @@ TEST_CASE("frame: every malformed field is a CommError", "[net][frame]") {
   control.payload_bytes = 4;
   b = encode_header(control);
   check_malformed(b, 4, "control frame must carry u8 text");
+  FrameHeader actor;
+  actor.kind = FrameKind::actor;
+  actor.dtype = DType::i32;
+  actor.shape = {1};
+  actor.payload_bytes = 4;
+  b = encode_header(actor);
+  check_malformed(b, 4, "actor frame must carry a u8 call frame");
 
   FrameHeader deep;
   deep.shape = Shape(9, 1);

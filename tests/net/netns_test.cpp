@@ -1,6 +1,6 @@
-// Two ranks in two network namespaces joined by a veth pair: p2p over tcp:// with CURVE, as
-// across two hosts (the ranks: multiprocess_ranks.cpp). Needs root and `ip netns`; skipped
-// otherwise.
+// Two ranks in two network namespaces joined by a veth pair: p2p and remote actors over tcp://
+// with CURVE, as across two hosts (the ranks: multiprocess_ranks.cpp, remote_ranks.cpp). Needs
+// root and `ip netns`; skipped otherwise.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -42,14 +42,14 @@ struct Namespaces {
 
 }  // namespace
 
-TEST_CASE("netns: two namespaces over a veth pair, tcp:// with CURVE", "[net][netns]") {
+TEST_CASE("netns: two namespaces over a veth pair, tcp:// with CURVE, p2p and remote actors", "[net][netns]") {
   if (::geteuid() != 0 || !sh("ip netns list")) SKIP_TEST("needs root and `ip netns` (iproute2)");
   Namespaces ns;
   if (!ns.ok) SKIP_TEST("could not create network namespaces and a veth pair here");
   const std::string key =
       (std::filesystem::temp_directory_path() / ("troupe-netns-" + std::to_string(::getpid()) + ".key")).string();
   write_curve_key_file(key, generate_curve_keys());
-  for (const char* rank_test : {"net rank: p2p", "net rank: curve"}) {
+  for (const char* rank_test : {"net rank: p2p", "net rank: curve", "remote rank: basic"}) {
     LaunchOptions o;
     o.master = "10.231.0.1:29500";
     o.curve_key_file = key;
@@ -59,7 +59,7 @@ TEST_CASE("netns: two namespaces over a veth pair, tcp:// with CURVE", "[net][ne
                  "if [ $RANK = 0 ]; then ns=" + ns.a + "; else ns=" + ns.b + "; fi; exec ip netns exec $ns \"$@\"",
                  "sh"};
     RankRun run = run_ranks(2, rank_test, o);
-    INFO(run.output);
+    INFO(rank_test << "\n" << run.output);
     CHECK(run.result.exit_code == 0);
     CHECK(run.passed_ranks() == 2);
   }

@@ -1,0 +1,127 @@
+#pragma once
+// Actor types: a C++ class made spawnable on any rank by name, with the methods other ranks may
+// call. TROUPE_ACTOR registers one when the program or library loads.
+//
+//   struct Stage {
+//     explicit Stage(const Config& config);
+//     Tensor forward(const Tensor& x);
+//     int64_t calls() const;
+//   };
+//   TROUPE_ACTOR(Stage(const Config&), "xlmr.stage", &Stage::forward, &Stage::calls);
+//
+// The first argument is the constructor spawn_on calls, written as its signature (a class name
+// alone: the default constructor). A method is called by its member's name ("forward"); its
+// arguments and result travel through their Codecs (net/remote/value.h), so arguments arrive as
+// values (a Tensor& parameter cannot be written back). Every rank that hosts the type registers it:
+// the same program on every rank does. Write TROUPE_ACTOR once, in a .cpp file.
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "net/remote/value.h"
+
+namespace troupe::net {
+
+struct ActorType {
+  struct Method {
+    std::string name;
+    std::function<Value(void* object, const Value& arguments)> call;  // arguments: a list
+  };
+  std::string name;
+  std::function<std::shared_ptr<void>(const Value& arguments)> construct;
+  std::vector<Method> methods;
+
+  const Method* method(std::string_view name) const;  // nullptr: none
+  std::string method_names() const;                   // "forward, calls"
+};
+
+void register_actor_type(ActorType type);  // ValueError when the name is taken
+const ActorType* find_actor_type(std::string_view name);  // nullptr: none
+std::string actor_type_names();                          // "counter, xlmr.stage"
+
+namespace detail {
+
+template <class Constructor>
+struct ConstructorOf {  // a class name alone
+  using type = Constructor;
+  using arguments = std::tuple<>;
+};
+template <class T, class... A>
+struct ConstructorOf<T(A...)> {
+  using type = T;
+  using arguments = std::tuple<std::remove_cvref_t<A>...>;
+};
+
+template <class M>
+struct MethodOf;
+template <class R, class C, class... A>
+struct MethodOf<R (C::*)(A...)> {
+  using result = R;
+  using arguments = std::tuple<std::remove_cvref_t<A>...>;
+};
+template <class R, class C, class... A>
+struct MethodOf<R (C::*)(A...) const> : MethodOf<R (C::*)(A...)> {};
+template <class R, class C, class... A>
+struct MethodOf<R (C::*)(A...) noexcept> : MethodOf<R (C::*)(A...)> {};
+template <class R, class C, class... A>
+struct MethodOf<R (C::*)(A...) const noexcept> : MethodOf<R (C::*)(A...)> {};
+
+template <class... A>
+std::tuple<A...> decode_arguments(const Value& arguments, std::tuple<A...>*) {
+  return decode_tuple<A...>(arguments, "argument");
+}
+
+// "&Stage::forward, &Stage::calls" -> {"forward", "calls"}: the names TROUPE_ACTOR's methods answer to.
+std::vector<std::string> member_names(const char* member_pointers);
+
+template <class T, class M>
+ActorType::Method bind_method(std::string name, M method) {
+  using Of = MethodOf<M>;
+  return {std::move(name), [method](void* object, const Value& arguments) -> Value {
+            auto decoded = decode_arguments(arguments, static_cast<typename Of::arguments*>(nullptr));
+            auto invoke = [&](auto&&... a) -> decltype(auto) {
+              return (static_cast<T*>(object)->*method)(std::move(a)...);
+            };
+            if constexpr (std::is_void_v<typename Of::result>) {
+              std::apply(invoke, std::move(decoded));
+              return Value();
+            } else {
+              return to_value(std::apply(invoke, std::move(decoded)));
+            }
+          }};
+}
+
+template <class Constructor>
+struct ActorTypeRegistrar {
+  template <class... M>
+  ActorTypeRegistrar(const char* name, const char* member_pointers, M... methods) {
+    using T = typename ConstructorOf<Constructor>::type;
+    using Arguments = typename ConstructorOf<Constructor>::arguments;
+    ActorType type;
+    type.name = name;
+    type.construct = [](const Value& arguments) -> std::shared_ptr<void> {
+      return std::apply([](auto&&... a) { return std::make_shared<T>(std::move(a)...); },
+                        decode_arguments(arguments, static_cast<Arguments*>(nullptr)));
+    };
+    const std::vector<std::string> names = member_names(member_pointers);
+    size_t i = 0;
+    (type.methods.push_back(bind_method<T>(names.at(i++), methods)), ...);
+    register_actor_type(std::move(type));
+  }
+};
+
+}  // namespace detail
+
+#define TROUPE_ACTOR_CONCAT_(a, b) a##b
+#define TROUPE_ACTOR_CONCAT(a, b) TROUPE_ACTOR_CONCAT_(a, b)
+#define TROUPE_ACTOR(Constructor, name, ...)                                                  \
+  static const ::troupe::net::detail::ActorTypeRegistrar<Constructor> TROUPE_ACTOR_CONCAT( \
+      troupe_actor_type_, __LINE__) {                                                         \
+    name, #__VA_ARGS__, __VA_ARGS__                                                           \
+  }
+
+}  // namespace troupe::net

@@ -1,0 +1,286 @@
+#include "net/remote/call_frame.h"
+
+#include <bit>
+#include <cstring>
+#include <iterator>
+
+#include "net/frame.h"
+
+namespace troupe::net {
+
+namespace {
+
+constexpr size_t kFixed = 40;
+
+enum Tag : uint8_t { none = 0, false_ = 1, true_ = 2, integer = 3, real = 4, string = 5, tensor = 6, list = 7 };
+
+[[noreturn]] void malformed(const std::string& what) { throw CommError("call frame: malformed: " + what); }
+
+template <class T>
+void append(std::vector<uint8_t>& out, T value) {
+  static_assert(std::endian::native == std::endian::little);
+  const auto* p = reinterpret_cast<const uint8_t*>(&value);
+  out.insert(out.end(), p, p + sizeof(T));
+}
+
+template <class T>
+void put(std::vector<uint8_t>& out, size_t offset, T value) {
+  std::memcpy(out.data() + offset, &value, sizeof(T));
+}
+
+void encode_value(const Value& v, std::vector<uint8_t>& out, std::vector<Tensor>& tensors, size_t depth) {
+  if (depth > kMaxValueDepth)
+    throw ValueError("to_value: nested deeper than " + std::to_string(kMaxValueDepth) + " lists");
+  switch (v.kind()) {
+    case Value::Kind::none: out.push_back(none); return;
+    case Value::Kind::boolean: out.push_back(v.as_bool() ? true_ : false_); return;
+    case Value::Kind::integer:
+      out.push_back(integer);
+      append<int64_t>(out, v.as_int());
+      return;
+    case Value::Kind::real:
+      out.push_back(real);
+      append<double>(out, v.as_real());
+      return;
+    case Value::Kind::string: {
+      const std::string& s = v.as_string();
+      if (s.size() > UINT32_MAX) throw ValueError("to_value: a string of " + std::to_string(s.size()) + " bytes");
+      out.push_back(string);
+      append<uint32_t>(out, static_cast<uint32_t>(s.size()));
+      out.insert(out.end(), s.begin(), s.end());
+      return;
+    }
+    case Value::Kind::tensor: {
+      const Tensor& t = v.as_tensor();
+      if (t.dim() > static_cast<int64_t>(kMaxFrameDims))
+        throw ShapeError("remote call: cannot send " + t.meta().str() + ": at most " + std::to_string(kMaxFrameDims) +
+                         " dims");
+      out.push_back(tensor);
+      out.push_back(static_cast<uint8_t>(t.dtype()));
+      out.push_back(static_cast<uint8_t>(t.dim()));
+      for (int64_t d : t.shape()) append<int64_t>(out, d);
+      tensors.push_back((t.device().is_cpu() ? t : t.to(Device::cpu())).contiguous());
+      return;
+    }
+    case Value::Kind::list: {
+      const Value::List& items = v.as_list();
+      out.push_back(list);
+      append<uint32_t>(out, static_cast<uint32_t>(items.size()));
+      for (const Value& item : items) encode_value(item, out, tensors, depth + 1);
+      return;
+    }
+  }
+}
+
+// Reads the value tree, checking every length against the bytes left.
+class Reader {
+ public:
+  Reader(const uint8_t* data, size_t size, const std::vector<Tensor>& parts) : p_(data), end_(data + size), parts_(parts) {}
+
+  Value value(size_t depth) {
+    if (depth > kMaxValueDepth) malformed("lists nested deeper than " + std::to_string(kMaxValueDepth));
+    const uint8_t tag = take<uint8_t>("a value tag");
+    switch (tag) {
+      case none: return Value();
+      case false_: return Value::boolean(false);
+      case true_: return Value::boolean(true);
+      case integer: return Value::integer(take<int64_t>("an int"));
+      case real: return Value::real(take<double>("a float"));
+      case string: {
+        const uint32_t n = take<uint32_t>("a string length");
+        need(n, "a string");
+        std::string s(reinterpret_cast<const char*>(p_), n);
+        p_ += n;
+        return Value::string(std::move(s));
+      }
+      case tensor: return Value::tensor(next_tensor());
+      case list: {
+        const uint32_t n = take<uint32_t>("a list length");
+        need(n, "a list's items");  // every item takes at least one byte: bounds the allocation
+        Value::List items;
+        items.reserve(n);
+        for (uint32_t i = 0; i < n; ++i) items.push_back(value(depth + 1));
+        return Value::list(std::move(items));
+      }
+    }
+    malformed("unknown value tag " + std::to_string(tag));
+  }
+
+  void finish() const {
+    if (p_ != end_) malformed(std::to_string(end_ - p_) + " bytes after the value");
+    if (next_part_ != parts_.size())
+      malformed("the value names " + std::to_string(next_part_) + " tensors, " + std::to_string(parts_.size()) +
+                " came");
+  }
+
+ private:
+  void need(size_t n, const char* what) const {
+    if (static_cast<size_t>(end_ - p_) < n)
+      malformed(std::string(what) + " needs " + std::to_string(n) + " bytes, " + std::to_string(end_ - p_) + " left");
+  }
+  template <class T>
+  T take(const char* what) {
+    need(sizeof(T), what);
+    T value;
+    std::memcpy(&value, p_, sizeof(T));
+    p_ += sizeof(T);
+    return value;
+  }
+
+  Tensor next_tensor() {
+    const uint8_t dtype = take<uint8_t>("a tensor dtype");
+    if (dtype > static_cast<uint8_t>(DType::boolean)) malformed("unknown tensor dtype " + std::to_string(dtype));
+    const uint8_t ndims = take<uint8_t>("a tensor rank");
+    if (ndims > kMaxFrameDims)
+      malformed("tensor rank " + std::to_string(ndims) + " exceeds " + std::to_string(kMaxFrameDims));
+    const DType t = static_cast<DType>(dtype);
+    Shape shape(ndims);
+    uint64_t bytes = itemsize(t);
+    for (auto& d : shape) {
+      d = take<int64_t>("a tensor dim");
+      if (d < 0) malformed("negative tensor dim " + std::to_string(d));
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) malformed("tensor shape overflows");
+    }
+    if (next_part_ >= parts_.size())
+      malformed("tensor " + std::to_string(next_part_ + 1) + " named, " + std::to_string(parts_.size()) + " came");
+    const Tensor& part = parts_[next_part_++];
+    if (part.nbytes() != bytes)
+      malformed(std::string(troupe::name(t)) + to_string(shape) + " needs " + std::to_string(bytes) + " bytes, its part has " +
+                std::to_string(part.nbytes()));
+    return view_as(part, t, shape);
+  }
+
+  // The received bytes as dtype[shape]: a view when aligned for the dtype, else a copy.
+  static Tensor view_as(const Tensor& part, DType dtype, const Shape& shape) {
+    if (part.nbytes() == 0) return Tensor::empty(shape, dtype);
+    const size_t size = itemsize(dtype);
+    const size_t offset = static_cast<size_t>(part.offset()) * itemsize(part.dtype());
+    if (reinterpret_cast<uintptr_t>(part.raw_data()) % size == 0 && offset % size == 0)
+      return Tensor(part.storage(), dtype, shape, contiguous_strides(shape), static_cast<int64_t>(offset / size));
+    Tensor copy = Tensor::empty(shape, dtype);
+    std::memcpy(copy.mutable_raw_data(), part.raw_data(), part.nbytes());
+    return copy;
+  }
+
+  const uint8_t* p_;
+  const uint8_t* end_;
+  const std::vector<Tensor>& parts_;
+  size_t next_part_ = 0;
+};
+
+// What each kind must carry.
+struct Rule {
+  bool actor;      // a nonzero actor id
+  int request;     // 1: nonzero, 0: zero, -1: either
+  bool text;       // a nonempty text
+  Value::Kind value;
+};
+
+Rule rule(CallKind kind) {
+  using K = Value::Kind;
+  switch (kind) {
+    case CallKind::spawn: return {false, 1, true, K::list};
+    case CallKind::request: return {true, 1, true, K::list};
+    case CallKind::tell: return {true, 0, true, K::list};
+    case CallKind::reply: return {false, 1, false, K::none};  // any value: checked by kind below
+    case CallKind::failure: return {false, 1, true, K::none};
+    case CallKind::enroll: return {true, 1, true, K::list};
+    case CallKind::withdraw: return {false, 0, true, K::none};
+    case CallKind::lookup: return {false, 1, true, K::none};
+    case CallKind::stop: return {true, -1, false, K::none};
+    case CallKind::monitor: return {true, 0, false, K::none};
+    case CallKind::down: return {true, 0, false, K::none};
+    case CallKind::serving: return {false, 0, false, K::none};
+    case CallKind::done: return {false, 0, false, K::none};
+  }
+  return {};
+}
+
+}  // namespace
+
+const char* name(CallKind kind) {
+  static const char* names[] = {"?",       "spawn",  "request", "tell",    "reply", "failure", "enroll",
+                                "withdraw", "lookup", "stop",    "monitor", "down",  "serving", "done"};
+  auto i = static_cast<size_t>(kind);
+  return i < std::size(names) ? names[i] : "unknown";
+}
+
+EncodedCall encode_call(const CallFrame& call) {
+  EncodedCall out;
+  if (call.text.size() > kMaxCallText)
+    throw ValueError("remote call: a name of " + std::to_string(call.text.size()) + " bytes (at most " +
+                     std::to_string(kMaxCallText) + ")");
+  out.bytes.resize(kFixed + call.text.size());
+  std::memcpy(out.bytes.data() + kFixed, call.text.data(), call.text.size());
+  encode_value(call.value, out.bytes, out.tensors, 0);
+  const size_t value_bytes = out.bytes.size() - kFixed - call.text.size();
+  if (value_bytes > UINT32_MAX)
+    throw ValueError("remote call: arguments of " + std::to_string(value_bytes) + " bytes besides their tensors");
+  put<uint32_t>(out.bytes, 0, kCallMagic);
+  put<uint8_t>(out.bytes, 4, kCallVersion);
+  put<uint8_t>(out.bytes, 5, static_cast<uint8_t>(call.kind));
+  put<uint16_t>(out.bytes, 6, 0);
+  put<uint64_t>(out.bytes, 8, call.actor);
+  put<uint64_t>(out.bytes, 16, call.request);
+  put<uint32_t>(out.bytes, 24, static_cast<uint32_t>(call.text.size()));
+  put<uint32_t>(out.bytes, 28, static_cast<uint32_t>(value_bytes));
+  put<uint32_t>(out.bytes, 32, static_cast<uint32_t>(out.tensors.size()));
+  put<uint32_t>(out.bytes, 36, 0);
+  return out;
+}
+
+CallFrame decode_call(const void* data, size_t size, const std::vector<Tensor>& parts) {
+  const auto* in = static_cast<const uint8_t*>(data);
+  auto get = [&]<class T>(size_t offset, T) {
+    T value;
+    std::memcpy(&value, in + offset, sizeof(T));
+    return value;
+  };
+  if (size < kFixed) malformed(std::to_string(size) + " bytes, at least " + std::to_string(kFixed) + " expected");
+  if (get(0, uint32_t()) != kCallMagic) malformed("bad magic (not a call frame)");
+  if (const uint8_t v = get(4, uint8_t()); v != kCallVersion)
+    malformed("version " + std::to_string(v) + ", this build speaks " + std::to_string(kCallVersion));
+  const uint8_t kind = get(5, uint8_t());
+  if (kind < static_cast<uint8_t>(CallKind::spawn) || kind > static_cast<uint8_t>(CallKind::done))
+    malformed("unknown kind " + std::to_string(kind));
+  if (get(6, uint16_t()) != 0 || get(36, uint32_t()) != 0) malformed("reserved bytes are not zero");
+  CallFrame call;
+  call.kind = static_cast<CallKind>(kind);
+  call.actor = get(8, uint64_t());
+  call.request = get(16, uint64_t());
+  const uint64_t text = get(24, uint32_t()), value = get(28, uint32_t()), tensors = get(32, uint32_t());
+  if (text > kMaxCallText) malformed("text of " + std::to_string(text) + " bytes");
+  if (kFixed + text + value != size)
+    malformed(std::to_string(size) + " bytes, the header accounts for " + std::to_string(kFixed + text + value));
+  if (tensors != parts.size())
+    malformed("header names " + std::to_string(tensors) + " tensors, " + std::to_string(parts.size()) + " came");
+  call.text.assign(reinterpret_cast<const char*>(in + kFixed), text);
+  Reader reader(in + kFixed + text, value, parts);
+  call.value = reader.value(0);
+  reader.finish();
+
+  const Rule r = rule(call.kind);
+  const std::string what = std::string(name(call.kind)) + " ";
+  if (r.actor && call.actor == 0) malformed(what + "without an actor id");
+  if (r.request == 1 && call.request == 0) malformed(what + "without a request id");
+  if (r.request == 0 && call.request != 0) malformed(what + "with a request id");
+  if (r.text && call.text.empty()) malformed(what + "without a name");
+  if (r.value != Value::Kind::none && call.value.kind() != r.value)
+    malformed(what + "carrying " + call.value.describe());
+  auto item_is = [&](size_t i, Value::Kind kind) { return call.value.as_list()[i].kind() == kind; };
+  if (call.kind == CallKind::spawn &&
+      (call.value.as_list().size() != 4 || !(item_is(0, Value::Kind::none) || item_is(0, Value::Kind::string)) ||
+       !item_is(1, Value::Kind::list) || !item_is(2, Value::Kind::integer) || !item_is(3, Value::Kind::integer)))
+    malformed("spawn carrying " + call.value.describe() + ", not [name, arguments, replaced rank, replaced id]");
+  if (call.kind == CallKind::enroll &&
+      (call.value.as_list().size() != 3 || !item_is(0, Value::Kind::string) || !item_is(1, Value::Kind::integer) ||
+       !item_is(2, Value::Kind::integer)))
+    malformed("enroll carrying " + call.value.describe() + ", not [type, replaced rank, replaced id]");
+  // A failure carries an error record; a down notice one too, or nothing (a plain stop).
+  if ((call.kind == CallKind::failure || (call.kind == CallKind::down && !call.text.empty())) &&
+      call.text.find('\0') == std::string::npos)
+    malformed(what + "without an error record");
+  return call;
+}
+
+}  // namespace troupe::net

@@ -1,0 +1,194 @@
+#pragma once
+// The endpoint behind RemoteActors (internal to net/remote/), one per rank: it sends and receives
+// call frames, hosts this rank's actors (hosting.cpp), keeps rank 0's directory (directory.cpp),
+// watches and restarts actors (supervision.cpp), and runs serve().
+//
+// Threads: frames are handled on whichever thread drains the transport's ROUTER (the I/O thread,
+// the thread in serve(), or a thread waiting for an answer), and those handlers never block. A
+// mailbox runs on the thread in serve() or on its actor's CAF actor; constructors run on one CAF
+// actor, in spawn order.
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "actors/module_queue.h"
+#include "devices/error_kinds.h"
+#include "net/remote/call_frame.h"
+#include "net/remote/remote_actor.h"
+#include "net/transport.h"
+
+namespace troupe::net {
+
+namespace detail {
+
+// What a RemoteActor handle points at. A restart moves the actor, so rank and id are read under
+// the mutex.
+struct ActorRef {
+  std::weak_ptr<RemoteActors::Impl> node;
+  std::string name, type;
+  std::mutex mutex;
+  int rank = -1;
+  uint64_t id = 0;
+  bool watched = false;  // the rank that holds this handle hears of the actor's end
+  bool down = false;
+  std::exception_ptr down_error;  // null: stopped
+  std::vector<std::function<void(std::exception_ptr)>> on_down;
+  // Supervision, on the rank that spawned it with max_restarts > 0:
+  Value arguments;  // the constructor's, for a respawn
+  int restarts_left = 0;
+  bool restarting = false;
+  std::vector<std::function<void()>> held;  // calls made during a restart, made again after it
+};
+
+// A call waiting in a hosted actor's mailbox (a request, a tell, or the stop that ends it).
+struct Call {
+  CallKind kind = CallKind::request;
+  int source = -1;
+  uint64_t request = 0;
+  std::string method;
+  Value arguments;
+};
+
+// An actor this rank hosts: the object, its mailbox, and who watches it.
+struct Hosted {
+  uint64_t id = 0;
+  std::string name;
+  const ActorType* type = nullptr;
+  std::shared_ptr<void> object;          // null once stopped
+  std::shared_ptr<ModuleQueue> executor;  // its CAF actor, for calls that no serving thread takes
+  std::set<int> watchers;                 // ranks to tell when it stops (under Impl::mutex)
+  std::mutex mutex;                       // guards the mailbox
+  std::deque<Call> mailbox;
+  bool scheduled = false;  // a thread runs (or is about to run) the mailbox
+};
+
+// The thread in serve(), while it waits for frames: calls it receives for idle actors run on it.
+struct ServeLoop {
+  RemoteActors::Impl* node;
+  std::vector<std::shared_ptr<Hosted>> ready;
+};
+extern thread_local ServeLoop* serve_loop_here;
+
+inline std::string error_text(std::exception_ptr error) { return encode_error(std::move(error)).serialize(); }
+
+template <class E>
+inline std::exception_ptr error(const std::string& message) {
+  return std::make_exception_ptr(E(message));
+}
+
+}  // namespace detail
+
+struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
+  using ActorRef = detail::ActorRef;
+  using Answer = detail::Answer;
+  using Call = detail::Call;
+  using Hosted = detail::Hosted;
+
+  explicit Impl(std::shared_ptr<ProcessGroup> world_group);
+
+  enum class Role { driving, serving, done, lost };
+  struct Pending {
+    int rank;
+    std::string what;  // "remote actor 'a' on rank 1: m: ", put before errors raised here
+    Answer answer;
+  };
+  struct Entry {
+    int rank;
+    uint64_t id;
+    std::string type;
+  };
+
+  std::shared_ptr<ProcessGroup> world;
+  Transport& transport;
+  const int rank, size;
+
+  std::mutex mutex;  // guards everything below
+  std::unordered_map<uint64_t, std::shared_ptr<Hosted>> hosted;
+  uint64_t next_actor = 1;
+  std::map<std::string, int> spawned;  // actors of each type spawned here so far: default names
+  int running = 0;                     // mailboxes being run and constructors being called
+  std::condition_variable idle;
+  std::unordered_map<uint64_t, Pending> pending;
+  uint64_t next_request = 1;
+  std::multimap<std::pair<int, uint64_t>, std::weak_ptr<ActorRef>> watched;  // (rank, id) -> handle
+  std::map<std::string, Entry> directory;                                   // rank 0's
+  std::vector<Role> roles;
+  std::exception_ptr driver_lost;
+  std::condition_variable roles_changed;
+  std::atomic<bool> drivers_done{false};
+  std::shared_ptr<ModuleQueue> constructor;  // spawns run their constructors in order, off the receiving thread
+
+  // --- sending, receiving, calls from this rank, serving and closing (endpoint.cpp) ----------
+  // To another rank over the transport; to this rank, handled at once on this thread.
+  void post(int dst, CallFrame call);
+  // Sends a call whose answer goes to `answer`; errors raised here get `what` in front.
+  void ask(int dst, CallFrame call, std::string what, Answer answer);
+  void fail_pending(uint64_t id, std::exception_ptr e);
+  std::optional<Pending> take_pending(uint64_t id);
+  // Answers a request; the caller's rank may be gone, which nobody needs to hear of.
+  void respond(int dst, uint64_t request, Value result, const std::string& what);
+  void refuse(int dst, uint64_t request, std::exception_ptr e);
+  void post_quietly(int dst, CallFrame call);
+  void broadcast(CallKind kind);
+  void on_frame(Message&& m);
+  void dispatch(int source, CallFrame&& call);
+  void on_peer_lost(int r, std::exception_ptr why);
+  void call(const std::shared_ptr<ActorRef>& ref, std::string_view method, Value arguments, Answer answer);
+  // Waits for an answer to a call made here.
+  Value ask_and_wait(int dst, CallFrame call, std::string what);
+  void set_role(int r, Role role);
+  // With mutex held.
+  void update_drivers_done();
+  void serve();
+  void close();
+
+  // --- this rank's actors: mailboxes and spawns (hosting.cpp) --------------------------------
+  std::shared_ptr<Hosted> find_hosted(uint64_t id);
+  void deliver(int source, CallFrame&& call);
+  // Runs a mailbox that just got its first call: on the serving thread when it is the one that
+  // received it (no hand-off), else on the actor's own CAF actor.
+  void schedule(const std::shared_ptr<Hosted>& actor);
+  void drain_on_executor(const std::shared_ptr<Hosted>& actor);
+  // Runs the mailbox's calls until it is empty.
+  void drain(Hosted& actor);
+  void finished_running();
+  std::string where(const Hosted& actor) const;
+  void run(Hosted& actor, Call& call);
+  // A stop, reached in the mailbox after the calls sent before it.
+  void end(Hosted& actor, const Call& call);
+  void add_watcher(int source, uint64_t id);
+  // spawn: the constructor runs off the receiving thread, in spawn order; then the name is enrolled
+  // in rank 0's directory, and only then is the spawner answered (so a lookup after spawn_on finds it).
+  void host_spawn(int source, CallFrame&& call);
+  void construct(const ActorType* type, int source, uint64_t request, std::string name, const Value& arguments,
+                 int replaces_rank, uint64_t replaces_id);
+
+  // --- rank 0's directory of names (directory.cpp) -------------------------------------------
+  void enroll(int source, const CallFrame& call);
+  void withdraw(int source, const std::string& name);
+  void answer_lookup(int source, const CallFrame& call);
+
+  // --- handles, watching and restarts (supervision.cpp) --------------------------------------
+  std::shared_ptr<ActorRef> make_ref(std::string name, std::string type, int at, uint64_t id);
+  // From now on this rank hears when the actor ends: its rank lost (noticed here) or stopped (the
+  // host's down notice).
+  void watch(const std::shared_ptr<ActorRef>& ref);
+  // The host says the actor stopped (why null) or never existed.
+  void actor_ended(int source, uint64_t id, std::exception_ptr why);
+  // Its rank was lost: respawned when restarts are left, else down for good.
+  void actor_down(const std::shared_ptr<ActorRef>& ref, std::exception_ptr why);
+  void finish_down(const std::shared_ptr<ActorRef>& ref, std::exception_ptr why);
+  void respawn(const std::shared_ptr<ActorRef>& ref, int from, std::exception_ptr why);
+
+  // "remote actor 'a' on rank 1: m: ", what errors about a call start with.
+  static std::string describe(const std::string& name, int at, std::string_view method) {
+    return "remote actor '" + name + "' on rank " + std::to_string(at) + ": " + std::string(method) + ": ";
+  }
+};
+
+}  // namespace troupe::net

@@ -1,0 +1,199 @@
+#include "net/remote/endpoint.h"
+
+#include <iostream>
+
+#include "actors/module_actor.h"
+
+namespace troupe::net {
+
+using detail::error;
+using detail::error_text;
+
+namespace detail {
+thread_local ServeLoop* serve_loop_here = nullptr;
+}  // namespace detail
+
+std::shared_ptr<detail::Hosted> RemoteActors::Impl::find_hosted(uint64_t id) {
+  std::lock_guard lock(mutex);
+  auto it = hosted.find(id);
+  return it == hosted.end() ? nullptr : it->second;
+}
+
+void RemoteActors::Impl::deliver(int source, CallFrame&& call) {
+  std::shared_ptr<Hosted> actor = find_hosted(call.actor);
+  if (!actor) {
+    if (call.kind == CallKind::stop && call.request == 0) return;
+    refuse(source, call.request,
+           error<ValueError>("remote actor #" + std::to_string(call.actor) + " on rank " + std::to_string(rank) +
+                             ": " + call.text + (call.text.empty() ? "" : ": ") +
+                             "no such actor (it was stopped, or never spawned here)"));
+    return;
+  }
+  bool start;
+  {
+    std::lock_guard lock(actor->mutex);
+    actor->mailbox.push_back(Call{call.kind, source, call.request, std::move(call.text), std::move(call.value)});
+    start = !actor->scheduled;
+    actor->scheduled = true;
+  }
+  if (start) schedule(actor);
+}
+
+void RemoteActors::Impl::schedule(const std::shared_ptr<Hosted>& actor) {
+  {
+    std::lock_guard lock(mutex);
+    ++running;
+  }
+  if (detail::serve_loop_here && detail::serve_loop_here->node == this) {
+    detail::serve_loop_here->ready.push_back(actor);
+    return;
+  }
+  drain_on_executor(actor);
+}
+
+void RemoteActors::Impl::drain_on_executor(const std::shared_ptr<Hosted>& actor) {
+  auto run = [self = shared_from_this(), actor] { self->drain(*actor); };
+  actor->executor->submit(std::make_shared<troupe::detail::Task<void, decltype(run)>>(std::move(run), actor->executor));
+}
+
+void RemoteActors::Impl::drain(Hosted& actor) {
+  while (true) {
+    Call call;
+    {
+      std::lock_guard lock(actor.mutex);
+      if (actor.mailbox.empty()) {
+        actor.scheduled = false;
+        break;
+      }
+      call = std::move(actor.mailbox.front());
+      actor.mailbox.pop_front();
+    }
+    run(actor, call);
+  }
+  finished_running();
+}
+
+void RemoteActors::Impl::finished_running() {
+  std::lock_guard lock(mutex);
+  if (--running == 0) idle.notify_all();
+}
+
+std::string RemoteActors::Impl::where(const detail::Hosted& actor) const {
+  return "remote actor '" + actor.name + "' on rank " + std::to_string(rank) + ": ";
+}
+
+void RemoteActors::Impl::run(Hosted& actor, Call& call) {
+  if (call.kind == CallKind::stop) return end(actor, call);
+  const std::string what = where(actor) + call.method + ": ";
+  Value result;
+  std::exception_ptr failure;
+  const ActorType::Method* method = actor.type->method(call.method);
+  if (!actor.object) {
+    failure = error<ValueError>(what + "the actor was stopped");
+  } else if (!method) {
+    failure = error<ValueError>(what + "no such method; " + actor.type->name + " has " + actor.type->method_names());
+  } else {
+    try {
+      result = method->call(actor.object.get(), call.arguments);
+    } catch (...) {
+      failure = with_context(what, std::current_exception());
+    }
+  }
+  if (failure) refuse(call.source, call.request, failure);
+  else if (call.request != 0) respond(call.source, call.request, std::move(result), what);
+}
+
+void RemoteActors::Impl::end(Hosted& actor, const Call& call) {
+  std::set<int> watchers;
+  {
+    std::lock_guard lock(mutex);
+    hosted.erase(actor.id);
+    watchers.swap(actor.watchers);
+  }
+  if (actor.object) {
+    actor.object.reset();  // its destructor runs here, in the mailbox's order
+    if (rank == 0) withdraw(rank, actor.name);
+    else post_quietly(0, CallFrame{CallKind::withdraw, 0, 0, actor.name, Value()});
+  }
+  if (call.request != 0) respond(call.source, call.request, Value(), where(actor));
+  for (int r : watchers) post_quietly(r, CallFrame{CallKind::down, actor.id, 0, "", Value()});
+}
+
+void RemoteActors::Impl::add_watcher(int source, uint64_t id) {
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = hosted.find(id); it != hosted.end()) return (void)it->second->watchers.insert(source);
+  }
+  post_quietly(source, CallFrame{CallKind::down, id, 0,
+                                 error_text(error<ValueError>("remote actor #" + std::to_string(id) + " on rank " +
+                                                              std::to_string(rank) + ": no such actor")),
+                                 Value()});
+}
+
+void RemoteActors::Impl::host_spawn(int source, CallFrame&& call) {
+  const ActorType* type = find_actor_type(call.text);
+  const uint64_t request = call.request;
+  if (!type) {
+    refuse(source, request,
+           error<ValueError>("spawn_on: rank " + std::to_string(rank) + " has no actor type '" + call.text +
+                             "' (registered there: " + actor_type_names() + ")"));
+    return;
+  }
+  Value::List& items = call.value.as_list();
+  std::string name = items[0].is_none() ? "" : items[0].as_string();
+  const int replaces_rank = items.size() > 2 ? static_cast<int>(items[2].as_int()) : -1;
+  const uint64_t replaces_id = items.size() > 3 ? static_cast<uint64_t>(items[3].as_int()) : 0;
+  {
+    std::lock_guard lock(mutex);
+    ++running;
+  }
+  auto construct = [self = shared_from_this(), type, source, request, name = std::move(name),
+                    arguments = std::move(items[1]), replaces_rank, replaces_id]() mutable {
+    self->construct(type, source, request, std::move(name), arguments, replaces_rank, replaces_id);
+    self->finished_running();
+  };
+  constructor->submit(std::make_shared<troupe::detail::Task<void, decltype(construct)>>(std::move(construct), constructor));
+}
+
+void RemoteActors::Impl::construct(const ActorType* type, int source, uint64_t request, std::string name, const Value& arguments,
+               int replaces_rank, uint64_t replaces_id) {
+  const std::string what = "spawn_on: " + type->name + " on rank " + std::to_string(rank) + ": ";
+  auto actor = std::make_shared<Hosted>();
+  actor->type = type;
+  try {
+    actor->object = type->construct(arguments);
+  } catch (...) {
+    refuse(source, request, with_context(what, std::current_exception()));
+    return;
+  }
+  {
+    std::lock_guard lock(mutex);
+    actor->id = next_actor++;
+    if (name.empty()) {
+      const int n = spawned[type->name]++;
+      name = type->name + "/" + std::to_string(rank) + (n == 0 ? "" : "." + std::to_string(n));
+    }
+    actor->name = name;
+    hosted.emplace(actor->id, actor);
+  }
+  actor->executor = troupe::detail::spawn_module_actor(actor->name);
+  auto enrolled = [self = shared_from_this(), actor, source, request, what](Value&&, std::exception_ptr e) {
+    if (e) {
+      {
+        std::lock_guard lock(self->mutex);
+        self->hosted.erase(actor->id);
+      }
+      self->refuse(source, request, with_context(what, e));
+      return;
+    }
+    self->respond(source, request,
+                  Value::list({Value::integer(static_cast<int64_t>(actor->id)), Value::string(actor->name)}), what);
+  };
+  ask(0,
+      CallFrame{CallKind::enroll, actor->id, 0, actor->name,
+                Value::list({Value::string(type->name), Value::integer(replaces_rank),
+                             Value::integer(static_cast<int64_t>(replaces_id))})},
+      what + "enrolling '" + actor->name + "' with rank 0: ", std::move(enrolled));
+}
+
+}  // namespace troupe::net

@@ -1,0 +1,173 @@
+#include "net/remote/endpoint.h"
+
+#include <thread>
+
+namespace troupe::net {
+
+using detail::ActorRef;
+using detail::Answer;
+using detail::error;
+
+namespace {
+
+std::mutex current_mutex;
+std::shared_ptr<RemoteActors::Impl> current_node;
+
+std::shared_ptr<RemoteActors::Impl> current(const char* what) {
+  std::lock_guard lock(current_mutex);
+  if (!current_node)
+    throw ValueError(std::string(what) + ": this rank has no RemoteActors (make one from the world group first)");
+  return current_node;
+}
+
+}  // namespace
+
+RemoteActors::RemoteActors(std::shared_ptr<ProcessGroup> world) {
+  if (!world) throw ValueError("RemoteActors: no process group");
+  if (world->id() != 0 || world->size() != world->transport().world_size())
+    throw ValueError("RemoteActors: needs the world group (init_process_group's), not a sub-group");
+  impl_ = std::make_shared<Impl>(std::move(world));
+  {
+    std::lock_guard lock(current_mutex);
+    if (current_node) throw ValueError("RemoteActors: this process has one already; one at a time");
+    current_node = impl_;
+  }
+  auto handler = std::make_shared<ActorHandler>();
+  std::weak_ptr<Impl> weak = impl_;
+  handler->on_frame = [weak](Message&& m) {
+    if (auto node = weak.lock()) node->on_frame(std::move(m));
+  };
+  handler->on_peer_lost = [weak](int r, std::exception_ptr why) {
+    if (auto node = weak.lock()) node->on_peer_lost(r, why);
+  };
+  impl_->transport.set_actor_handler(std::move(handler));
+  // Ranks lost before this point are not reported again.
+  for (int r = 0; r < impl_->size; ++r)
+    if (impl_->transport.is_gone(r)) impl_->on_peer_lost(r, error<PeerLostError>("rank " + std::to_string(r) + " is gone"));
+}
+
+RemoteActors::~RemoteActors() {
+  impl_->close();
+  std::lock_guard lock(current_mutex);
+  if (current_node == impl_) current_node.reset();
+}
+
+const std::string& RemoteActor::name() const {
+  if (!ref_) throw ValueError("RemoteActor: the handle is empty");
+  return ref_->name;
+}
+
+const std::string& RemoteActor::type() const {
+  if (!ref_) throw ValueError("RemoteActor: the handle is empty");
+  return ref_->type;
+}
+
+int RemoteActor::rank() const {
+  if (!ref_) throw ValueError("RemoteActor: the handle is empty");
+  std::lock_guard lock(ref_->mutex);
+  return ref_->rank;
+}
+
+void RemoteActor::on_down(std::function<void(std::exception_ptr why)> fn) const {
+  auto node = ref_ ? ref_->node.lock() : nullptr;
+  if (!node) throw ValueError("RemoteActor::on_down: the handle is empty, or its RemoteActors is gone");
+  bool first, down;
+  std::exception_ptr why;
+  {
+    std::lock_guard lock(ref_->mutex);
+    down = ref_->down;
+    why = ref_->down_error;
+    if (!down) ref_->on_down.push_back(fn);
+    first = !ref_->watched;
+  }
+  if (down) return fn(why);
+  if (first) node->watch(ref_);
+}
+
+void RemoteActor::stop() const {
+  auto node = ref_ ? ref_->node.lock() : nullptr;
+  if (!node) throw ValueError("RemoteActor::stop: the handle is empty, or its RemoteActors is gone");
+  int at;
+  uint64_t id;
+  {
+    std::lock_guard lock(ref_->mutex);
+    if (ref_->down) return;
+    at = ref_->rank;
+    id = ref_->id;
+  }
+  node->ask_and_wait(at, CallFrame{CallKind::stop, id, 0, "", Value()}, RemoteActors::Impl::describe(ref_->name, at, "stop"));
+  node->finish_down(ref_, nullptr);
+}
+
+RemoteActor lookup(std::string_view name, std::chrono::milliseconds wait_for) {
+  auto node = current("lookup");
+  const Deadline deadline = deadline_after(wait_for);
+  while (true) {
+    try {
+      Value found = node->ask_and_wait(0, CallFrame{CallKind::lookup, 0, 0, std::string(name), Value()},
+                                       "lookup('" + std::string(name) + "'): ");
+      const Value::List& items = found.as_list();
+      return RemoteActor(node->make_ref(std::string(name), items.at(2).as_string(), static_cast<int>(items.at(0).as_int()),
+                                        static_cast<uint64_t>(items.at(1).as_int())));
+    } catch (const ValueError&) {
+      if (Clock::now() >= deadline) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+void serve() { current("serve")->serve(); }
+
+namespace detail {
+
+RemoteActor spawn(const SpawnOptions& options, std::string_view type, Value arguments) {
+  auto node = current("spawn_on");
+  if (options.rank < 0 || options.rank >= node->size)
+    throw IndexError("spawn_on: rank " + std::to_string(options.rank) + " outside a world of " +
+                     std::to_string(node->size));
+  if (options.max_restarts < 0) throw ValueError("spawn_on: max_restarts must be >= 0");
+  Value name = options.name.empty() ? Value() : Value::string(options.name);
+  Value answer = node->ask_and_wait(
+      options.rank,
+      CallFrame{CallKind::spawn, 0, 0, std::string(type), Value::list({name, arguments, Value::integer(-1), Value::integer(0)})},
+      "spawn_on: " + std::string(type) + " on rank " + std::to_string(options.rank) + ": ");
+  const Value::List& items = answer.as_list();
+  auto ref = node->make_ref(items.at(1).as_string(), std::string(type), options.rank,
+                            static_cast<uint64_t>(items.at(0).as_int()));
+  if (options.max_restarts > 0) {
+    ref->arguments = std::move(arguments);
+    ref->restarts_left = options.max_restarts;
+    node->watch(ref);
+  }
+  return RemoteActor(ref);
+}
+
+void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, Value arguments, Answer answer) {
+  if (!actor) throw ValueError("RemoteActor: the handle is empty");
+  auto node = actor->node.lock();
+  if (!node) throw ValueError("remote actor '" + actor->name + "': this rank's RemoteActors is gone");
+  node->call(actor, method, std::move(arguments), std::move(answer));
+}
+
+bool receive_for(ActorRef& actor, const troupe::detail::TaskBase& reply) {
+  auto node = actor.node.lock();
+  if (!node) return false;
+  {
+    std::lock_guard lock(actor.mutex);
+    if (actor.rank == node->rank) return false;  // answered here, not through the transport
+  }
+  return node->transport.try_drive([&] { return reply.is_done(); },
+                                   deadline_after(std::chrono::milliseconds(2)));
+}
+
+std::exception_ptr result_error(const std::shared_ptr<ActorRef>& actor, std::string_view method) {
+  std::string what;
+  {
+    std::lock_guard lock(actor->mutex);
+    what = RemoteActors::Impl::describe(actor->name, actor->rank, method);
+  }
+  return with_context(what + "result: ", std::current_exception());
+}
+
+}  // namespace detail
+}  // namespace troupe::net

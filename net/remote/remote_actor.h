@@ -1,0 +1,189 @@
+#pragma once
+// Remote actors: actors living on any rank of a job, spawned, named, called and supervised from
+// every other rank, with tensors as zero-copy payloads.
+//
+//   TROUPE_ACTOR(Stage(const Config&), "xlmr.stage", &Stage::forward);  // once, in a .cpp
+//
+//   auto world = net::init_process_group();
+//   net::RemoteActors actors(world);                       // this rank hosts, calls and looks up
+//   if (world->rank() == 0) {                              // the driver
+//     RemoteActor s1 = spawn_on(1, "xlmr.stage", config);  // Stage(config) runs on rank 1
+//     Future<Value> f = s1.request("forward", x);          // request/response
+//     Tensor y = wait(f);                                  // (or s1.request<Tensor>(...))
+//     s1.send("forward", x);                               // fire and forget
+//     RemoteActor same = lookup("xlmr.stage/1");           // names, not handles
+//   } else {
+//     serve();                                             // host calls until the driver is done
+//   }
+//
+// Semantics
+// - Names: spawn_on calls an actor "<type>/<rank>", then "<type>/<rank>.1", ... on that rank,
+//   unless SpawnOptions::name says otherwise. Names are unique in the job: rank 0 keeps the
+//   directory (name -> rank, actor id), so rank 0 must live as long as the job; lookup() asks it.
+// - Mailbox: an actor's calls run one at a time, in the order they arrive; calls from one rank
+//   arrive in the order they were made. A call runs on the thread in serve() when that thread
+//   received it and is free (no hand-off), else on the actor's own CAF actor, so every rank can
+//   host actors while it also drives. An actor that waits for a call to itself (directly or
+//   around a cycle of actors) waits forever, as in Erlang.
+// - Waiting: the thread that waits for a request's future receives the answer itself when no
+//   other thread is receiving (no hand-off through the transport's I/O thread).
+// - Values: arguments and results go through their Codecs (net/remote/value.h): each tensor as a
+//   message part of its own, sent from and received into its own bytes (up to 4 KiB copied into
+//   the ZeroMQ message, as every small payload is); scalars, strings, lists, optionals, tuples and
+//   TROUPE_FIELDS structs in a small tagged encoding. See call_frame.h.
+// - Errors: a handler's exception comes back as the same type (devices/error_kinds.h), its message
+//   naming the actor, the method and the rank; so do an unknown type, method or name, wrong
+//   arguments, and a result of the wrong type. Errors of send() calls are printed on the host.
+// - Supervision: when an actor's rank is lost, every pending request to it fails with
+//   PeerLostError within 5 s naming the actor and the rank, while the other ranks' actors go on.
+//   on_down() hears of it, and of stop(); its callback runs on a transport thread (keep it short,
+//   wait for nothing there). An actor spawned with max_restarts > 0 is respawned from its
+//   constructor arguments on the next live rank by the rank that spawned it, under the same name;
+//   calls made meanwhile wait for the new one; on_down fires once the restarts are spent.
+// - Shutdown: destroying RemoteActors cancels this rank's pending requests (CancelledError),
+//   drops calls not yet started and waits for the running ones.
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "actors/future.h"
+#include "net/process_group.h"
+#include "net/remote/actor_type.h"
+#include "net/remote/value.h"
+
+namespace troupe::net {
+
+class RemoteActor;
+
+namespace detail {
+struct ActorRef;
+// The continuation of a request: the result, or the error (already naming actor, method, rank).
+using Answer = std::function<void(Value&& result, std::exception_ptr error)>;
+void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, Value arguments, Answer answer);
+// The current exception (a result that did not decode) as the same type, its message naming the
+// call: "remote actor 'a' on rank 1: m: result: ...".
+std::exception_ptr result_error(const std::shared_ptr<ActorRef>& actor, std::string_view method);
+// Receives for a while on the waiting thread, when no other thread does (see ReplyState).
+bool receive_for(ActorRef& actor, const troupe::detail::TaskBase& reply);
+
+// The state behind a request's future, completed by the answer. A thread that waits for it
+// receives from the transport itself meanwhile, so the answer wakes no other thread first.
+template <class T>
+class ReplyState final : public troupe::detail::TaskResult<T> {
+ public:
+  explicit ReplyState(std::shared_ptr<ActorRef> actor)
+      : troupe::detail::TaskResult<T>(troupe::detail::TaskBase::External{}), actor_(std::move(actor)) {}
+  template <class... V>
+  void set_value(V&&... value) {
+    if constexpr (!std::is_void_v<T>) this->value_.emplace(std::forward<V>(value)...);
+    this->finish(nullptr);
+  }
+  void set_exception(std::exception_ptr error) { this->finish(std::move(error)); }
+
+ private:
+  void execute() override {}
+  bool help_complete() override { return receive_for(*actor_, *this); }
+  std::shared_ptr<ActorRef> actor_;
+};
+}  // namespace detail
+
+struct SpawnOptions {
+  int rank = 0;
+  std::string name;      // empty: "<type>/<rank>" (then "<type>/<rank>.1", ...)
+  int max_restarts = 0;  // respawns on another live rank after its rank is lost
+};
+
+// This rank's part in the job's remote actors: it hosts actors spawned here, answers the calls to
+// them, and lets this rank spawn, call and look up actors anywhere. One per process; the free
+// functions below use it. Destroying it tells the other ranks this one is done.
+class RemoteActors {
+ public:
+  explicit RemoteActors(std::shared_ptr<ProcessGroup> world);
+  ~RemoteActors();
+  RemoteActors(const RemoteActors&) = delete;
+  RemoteActors& operator=(const RemoteActors&) = delete;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+class RemoteActor {
+ public:
+  RemoteActor() = default;
+  explicit RemoteActor(std::shared_ptr<detail::ActorRef> ref) : ref_(std::move(ref)) {}
+
+  bool valid() const { return ref_ != nullptr; }
+  const std::string& name() const;
+  const std::string& type() const;
+  int rank() const;  // where it lives now
+
+  // Calls `method` with the arguments; the future holds its result decoded as R (Value: as it
+  // came) or rethrows its error.
+  template <class R = Value, class... Args>
+  Future<R> request(std::string_view method, const Args&... args) const;
+  // Queues the call and returns; nothing comes back.
+  template <class... Args>
+  void send(std::string_view method, const Args&... args) const {
+    detail::call(ref_, method, Value::list({to_value(args)...}), nullptr);
+  }
+  // Calls fn(why) once when the actor is down for good: stopped (why is null) or its rank lost.
+  void on_down(std::function<void(std::exception_ptr why)> fn) const;
+  // Stops the actor after the calls sent before have run, and waits for that.
+  void stop() const;
+
+ private:
+  std::shared_ptr<detail::ActorRef> ref_;
+};
+
+// Spawns an actor of a registered type (actor_type.h) on a rank, from constructor arguments;
+// returns once it is constructed. The constructor's exception comes back as the same type.
+template <class... Args>
+RemoteActor spawn_on(const SpawnOptions& options, std::string_view type, const Args&... args);
+template <class... Args>
+RemoteActor spawn_on(int rank, std::string_view type, const Args&... args) {
+  SpawnOptions options;
+  options.rank = rank;
+  return spawn_on(options, type, args...);
+}
+
+// The actor called `name`. Not there yet: waits up to `wait` for it to appear, then ValueError.
+RemoteActor lookup(std::string_view name, std::chrono::milliseconds wait = std::chrono::milliseconds(0));
+
+// Hosts this rank's actors on the calling thread until every rank that drives (does not serve)
+// is done. Throws PeerLostError when a driving rank is lost first.
+void serve();
+
+namespace detail {
+RemoteActor spawn(const SpawnOptions& options, std::string_view type, Value arguments);
+}
+
+template <class... Args>
+RemoteActor spawn_on(const SpawnOptions& options, std::string_view type, const Args&... args) {
+  return detail::spawn(options, type, Value::list({to_value(args)...}));
+}
+
+template <class R, class... Args>
+Future<R> RemoteActor::request(std::string_view method, const Args&... args) const {
+  auto reply = std::make_shared<detail::ReplyState<R>>(ref_);
+  detail::call(ref_, method, Value::list({to_value(args)...}),
+               [reply, actor = ref_, method = std::string(method)](Value&& result, std::exception_ptr error) {
+                 if (error) return reply->set_exception(error);
+                 if constexpr (std::is_void_v<R>) {
+                   reply->set_value();
+                 } else {
+                   try {
+                     reply->set_value(Codec<R>::decode(result));
+                   } catch (...) {
+                     reply->set_exception(detail::result_error(actor, method));
+                   }
+                 }
+               });
+  return Future<R>(std::move(reply));
+}
+
+}  // namespace troupe::net

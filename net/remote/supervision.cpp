@@ -1,0 +1,122 @@
+#include "net/remote/endpoint.h"
+
+namespace troupe::net {
+
+using detail::error;
+
+std::shared_ptr<detail::ActorRef> RemoteActors::Impl::make_ref(std::string name, std::string type, int at, uint64_t id) {
+  auto ref = std::make_shared<ActorRef>();
+  ref->node = weak_from_this();
+  ref->name = std::move(name);
+  ref->type = std::move(type);
+  ref->rank = at;
+  ref->id = id;
+  return ref;
+}
+
+void RemoteActors::Impl::watch(const std::shared_ptr<ActorRef>& ref) {
+  int at;
+  uint64_t id;
+  {
+    std::lock_guard ref_lock(ref->mutex);
+    if (ref->down || ref->restarting) return;
+    ref->watched = true;
+    at = ref->rank;
+    id = ref->id;
+  }
+  {
+    std::lock_guard lock(mutex);
+    watched.emplace(std::make_pair(at, id), ref);
+  }
+  if (transport.is_gone(at)) return actor_down(ref, error<PeerLostError>("rank " + std::to_string(at) + " is gone"));
+  post_quietly(at, CallFrame{CallKind::monitor, id, 0, "", Value()});
+}
+
+void RemoteActors::Impl::actor_ended(int source, uint64_t id, std::exception_ptr why) {
+  std::vector<std::shared_ptr<ActorRef>> ended;
+  {
+    std::lock_guard lock(mutex);
+    auto [first, last] = watched.equal_range({source, id});
+    for (auto it = first; it != last; ++it)
+      if (auto ref = it->second.lock()) ended.push_back(std::move(ref));
+    watched.erase(first, last);
+  }
+  for (auto& ref : ended) finish_down(ref, why);
+}
+
+void RemoteActors::Impl::actor_down(const std::shared_ptr<ActorRef>& ref, std::exception_ptr why) {
+  int from;
+  {
+    std::lock_guard lock(ref->mutex);
+    if (ref->down || ref->restarting) return;
+    if (ref->restarts_left <= 0) {
+      from = -1;
+    } else {
+      --ref->restarts_left;
+      ref->restarting = true;
+      from = ref->rank;
+    }
+  }
+  if (from < 0) return finish_down(ref, why);
+  respawn(ref, from, why);
+}
+
+void RemoteActors::Impl::finish_down(const std::shared_ptr<ActorRef>& ref, std::exception_ptr why) {
+  std::vector<std::function<void(std::exception_ptr)>> callbacks;
+  std::vector<std::function<void()>> held;
+  {
+    std::lock_guard lock(ref->mutex);
+    if (ref->down) return;
+    ref->down = true;
+    ref->restarting = false;
+    ref->down_error = why;
+    callbacks.swap(ref->on_down);
+    held.swap(ref->held);
+  }
+  for (auto& call : held) call();  // they fail now, as the actor is down
+  for (auto& fn : callbacks) fn(why);
+}
+
+void RemoteActors::Impl::respawn(const std::shared_ptr<ActorRef>& ref, int from, std::exception_ptr why) {
+  int to = -1;
+  for (int k = 1; k <= size && to < 0; ++k) {
+    const int candidate = (from + k) % size;
+    if (candidate != from && !transport.is_gone(candidate)) to = candidate;
+  }
+  if (to < 0) {
+    {
+      std::lock_guard lock(ref->mutex);
+      ref->restarting = false;
+    }
+    return finish_down(ref, why);
+  }
+  uint64_t old_id;
+  Value arguments;
+  {
+    std::lock_guard lock(ref->mutex);
+    old_id = ref->id;
+    arguments = ref->arguments;
+  }
+  auto respawned = [self = shared_from_this(), ref, to, why](Value&& result, std::exception_ptr e) {
+    std::vector<std::function<void()>> held;
+    {
+      std::lock_guard lock(ref->mutex);
+      ref->restarting = false;
+      ref->rank = to;  // on failure too: the next attempt starts after it
+      if (!e) {
+        ref->id = static_cast<uint64_t>(result.as_list().at(0).as_int());
+        held.swap(ref->held);
+      }
+    }
+    if (e) return self->actor_down(ref, e);  // tries the next rank while restarts are left
+    self->watch(ref);
+    for (auto& call : held) call();
+  };
+  ask(to,
+      CallFrame{CallKind::spawn, 0, 0, ref->type,
+                Value::list({Value::string(ref->name), std::move(arguments), Value::integer(from),
+                             Value::integer(static_cast<int64_t>(old_id))})},
+      "restarting remote actor '" + ref->name + "' on rank " + std::to_string(to) + ": ", std::move(respawned));
+}
+
+}  // namespace troupe::net

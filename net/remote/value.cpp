@@ -1,0 +1,32 @@
+#include "net/remote/value.h"
+
+#include "devices/error_kinds.h"
+
+namespace troupe::net {
+
+double Value::as_real() const {
+  if (kind() == Kind::integer) return static_cast<double>(std::get<int64_t>(v_));
+  return get<3>("a float");
+}
+
+std::string Value::describe() const {
+  switch (kind()) {
+    case Kind::none: return "none";
+    case Kind::boolean: return "a bool";
+    case Kind::integer: return "an int";
+    case Kind::real: return "a float";
+    case Kind::string: return "a string";
+    case Kind::tensor: return "a tensor " + std::get<Tensor>(v_).meta().str();
+    case Kind::list: return "a list of " + std::to_string(std::get<List>(v_).size());
+  }
+  return "?";
+}
+
+void Value::expected(const char* wanted) const { throw ValueError(std::string("expected ") + wanted + ", got " + describe()); }
+
+namespace detail {
+
+void rethrow_in(const std::string& where) { std::rethrow_exception(with_context(where, std::current_exception())); }
+
+}  // namespace detail
+}  // namespace troupe::net

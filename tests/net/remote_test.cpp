@@ -1,0 +1,70 @@
+// Remote actors between real processes on loopback, started by the launcher (the ranks:
+// remote_ranks.cpp): rank 0 drives, the others serve.
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "net/launcher.h"
+#include "support/ranks.h"
+
+using namespace troupe::net;
+
+TEST_CASE("remote actors: spawn, calls with every kind of value, names, stop, on 2 and 3 ranks", "[net][remote]") {
+  for (int n : {2, 3}) {
+    RankRun run = run_ranks(n, "remote rank: basic");
+    INFO(run.output);
+    CHECK(run.result.exit_code == 0);
+    CHECK(run.passed_ranks() == n);
+  }
+}
+
+TEST_CASE("remote actors: over tcp only", "[net][remote]") {
+  LaunchOptions o;
+  o.env = {{"TROUPE_TRANSPORT", "tcp"}};
+  RankRun run = run_ranks(3, "remote rank: basic", o);
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.passed_ranks() == 3);
+}
+
+TEST_CASE("remote actors: calls from each rank to an actor stay in order", "[net][remote]") {
+  RankRun run = run_ranks(3, "remote rank: order");  // ranks 0 and 2 both call the actor on rank 1
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.passed_ranks() == 3);
+}
+
+TEST_CASE("remote actors: errors come back typed, naming the actor, the method and the rank", "[net][remote]") {
+  RankRun run = run_ranks(2, "remote rank: errors");
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.passed_ranks() == 2);
+  // The failing send() is reported where it ran.
+  CHECK(run.count("[rank 1] remote actors: rank 1: a call sent by rank 0 failed: remote actor 'test.echo/1' on rank 1: "
+                  "fail: bad shape") == 1);
+}
+
+TEST_CASE("remote actors: a killed rank fails pending requests within 5 s, the others go on, restarts", "[net][remote]") {
+  LaunchOptions o;
+  o.stop_on_failure = false;  // let the survivors finish
+  RankRun run = run_ranks(3, "remote rank: kill", o);
+  INFO(run.output);
+  REQUIRE(run.result.ranks.size() == 3);
+  CHECK(run.result.ranks[1].signal == 9);
+  CHECK(run.result.ranks[0].exit_code == 0);
+  CHECK(run.result.ranks[2].exit_code == 0);
+  CHECK(run.passed_ranks() == 2);
+}
+
+TEST_CASE("remote actors: ranks that only host, by `troupe serve --load`", "[net][remote]") {
+  // Rank 0 runs its test case; the others are the `troupe` command hosting the plugin library.
+  const std::string bin = TROUPE_BIN_DIR;
+  LaunchOptions o;
+  o.command = {"sh", "-c",
+               "if [ $RANK = 0 ]; then exec \"$@\"; else exec " + bin + "/troupe serve --load " + bin +
+                   "/../lib/libremote_plugin.so; fi",
+               "sh"};
+  RankRun run = run_ranks(3, "remote rank: plugin", o);
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.count("[rank 0] All tests passed") == 1);
+}
