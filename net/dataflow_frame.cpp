@@ -5,6 +5,7 @@
 #include <string>
 
 #include "devices/error.h"
+#include "net/wire_bytes.h"
 
 namespace troupe::net {
 
@@ -15,18 +16,8 @@ namespace {
 //   12 zero u32 | 16 invocation u64
 constexpr uint8_t kLive = 1, kError = 2;
 
-template <class T>
-void put(uint8_t* out, size_t offset, T value) {
-  static_assert(std::endian::native == std::endian::little);
-  std::memcpy(out + offset, &value, sizeof(T));
-}
-
-template <class T>
-T get(const uint8_t* in, size_t offset) {
-  T value;
-  std::memcpy(&value, in + offset, sizeof(T));
-  return value;
-}
+using wire::get;
+using wire::put;
 
 [[noreturn]] void malformed(const std::string& what) { throw CommError("frame: malformed dataflow header: " + what); }
 

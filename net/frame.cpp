@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "devices/error.h"
+#include "net/wire_bytes.h"
 
 namespace troupe::net {
 
@@ -18,19 +19,8 @@ namespace {
 //   72 dims i64 x ndims | dataflow frames: the dataflow part (dataflow_frame.h)
 constexpr size_t kFixedHeader = 72;
 
-template <class T>
-void put(uint8_t* out, size_t offset, T value) {
-  // Every host we build for is little-endian; memcpy keeps unaligned stores defined.
-  static_assert(std::endian::native == std::endian::little);
-  std::memcpy(out + offset, &value, sizeof(T));
-}
-
-template <class T>
-T get(const uint8_t* in, size_t offset) {
-  T value;
-  std::memcpy(&value, in + offset, sizeof(T));
-  return value;
-}
+using wire::get;
+using wire::put;
 
 [[noreturn]] void malformed(const std::string& what) { throw CommError("frame: malformed: " + what); }
 
