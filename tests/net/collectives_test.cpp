@@ -33,18 +33,14 @@ RankRun run_collective_ranks(int nproc, const std::string& rank_test, bool stop_
 TEST_CASE("collectives: every collective, dtype and async variant on 2, 3 and 4 ranks over ZeroMQ", "[net][collectives]") {
   for (int n : {2, 3, 4}) {
     RankRun run = run_collective_ranks(n, "collectives rank: all", true, false);
-    INFO(run.output);
-    CHECK(run.result.exit_code == 0);
-    CHECK(run.passed_ranks() == n);
+    check_all_passed(run, n);
   }
 }
 
 TEST_CASE("collectives: the same with all_reduce through shared memory, 2 and 3 ranks", "[net][collectives]") {
   for (int n : {2, 3}) {
     RankRun run = run_collective_ranks(n, "collectives rank: all");
-    INFO(run.output);
-    CHECK(run.result.exit_code == 0);
-    CHECK(run.passed_ranks() == n);
+    check_all_passed(run, n);
   }
 }
 
@@ -64,17 +60,13 @@ TEST_CASE("collectives: mismatched calls fail on every rank, naming both calls",
   for (bool shared_memory : {true, false})
     for (int n : {2, 3}) {
       RankRun run = run_collective_ranks(n, "collectives rank: mismatch", true, shared_memory);
-      INFO(run.output);
-      CHECK(run.result.exit_code == 0);
-      CHECK(run.passed_ranks() == n);
+      check_all_passed(run, n);
     }
 }
 
 TEST_CASE("collectives: a per-call timeout fails the caller and aborts the call for the others", "[net][collectives]") {
   RankRun run = run_collective_ranks(2, "collectives rank: timeout");
-  INFO(run.output);
-  CHECK(run.result.exit_code == 0);
-  CHECK(run.passed_ranks() == 2);
+  check_all_passed(run, 2);
 }
 
 TEST_CASE("collectives: one rank, and bad arguments are typed errors", "[net][collectives]") {

@@ -33,56 +33,42 @@ LaunchOptions with_env(std::vector<std::pair<std::string, std::string>> env) {
 TEST_CASE("multiprocess: blocking and non-blocking p2p, 2 and 4 ranks", "[net][p2p]") {
   for (int n : {2, 4}) {
     RankRun run = run_ranks(n, "net rank: p2p");
-    INFO(run.output);
-    CHECK(run.result.exit_code == 0);
-    CHECK(run.passed_ranks() == n);
+    check_all_passed(run, n);
   }
 }
 
 TEST_CASE("multiprocess: p2p over tcp only", "[net][p2p]") {
   RankRun run = run_ranks(2, "net rank: p2p", with_env({{"TROUPE_TRANSPORT", "tcp"}}));
-  INFO(run.output);
-  CHECK(run.result.exit_code == 0);
-  CHECK(run.passed_ranks() == 2);
+  check_all_passed(run, 2);
 }
 
 TEST_CASE("multiprocess: init methods tcp:// and file://", "[net][init]") {
   const std::string tcp_method = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
   RankRun tcp = run_ranks(2, "net rank: p2p", with_env({{"TROUPE_TEST_INIT_METHOD", tcp_method}}));
-  INFO(tcp.output);
-  CHECK(tcp.result.exit_code == 0);
-  CHECK(tcp.passed_ranks() == 2);
+  check_all_passed(tcp, 2);
 
   const std::string file = temp_path("rendezvous");
   std::filesystem::remove(file);
   RankRun shared = run_ranks(4, "net rank: p2p", with_env({{"TROUPE_TEST_INIT_METHOD", "file://" + file}}));
-  INFO(shared.output);
-  CHECK(shared.result.exit_code == 0);
-  CHECK(shared.passed_ranks() == 4);
+  check_all_passed(shared, 4);
   std::filesystem::remove(file);
 }
 
 TEST_CASE("multiprocess: rendezvous timeouts name the missing rank", "[net][init]") {
   // Two ranks start, three are expected: rank 2 never comes.
   RankRun env = run_ranks(2, "net rank: rendezvous timeout");
-  INFO(env.output);
-  CHECK(env.result.exit_code == 0);
-  CHECK(env.passed_ranks() == 2);
+  check_all_passed(env, 2);
 
   const std::string file = temp_path("rendezvous-timeout");
   std::filesystem::remove(file);
   RankRun shared = run_ranks(2, "net rank: rendezvous timeout", with_env({{"TROUPE_TEST_INIT_METHOD", "file://" + file}}));
-  INFO(shared.output);
-  CHECK(shared.result.exit_code == 0);
-  CHECK(shared.passed_ranks() == 2);
+  check_all_passed(shared, 2);
   std::filesystem::remove(file);
 }
 
 TEST_CASE("multiprocess: operation timeouts", "[net][timeout]") {
   RankRun run = run_ranks(2, "net rank: timeouts");
-  INFO(run.output);
-  CHECK(run.result.exit_code == 0);
-  CHECK(run.passed_ranks() == 2);
+  check_all_passed(run, 2);
 }
 
 TEST_CASE("multiprocess: kill -9 of a rank fails every survivor with PeerLostError within 5 s", "[net][failure]") {
@@ -102,16 +88,12 @@ TEST_CASE("multiprocess: CURVE on, forged frames from keyless processes never ar
   LaunchOptions o;
   o.curve = true;
   RankRun run = run_ranks(2, "net rank: curve", o);
-  INFO(run.output);
-  CHECK(run.result.exit_code == 0);
-  CHECK(run.passed_ranks() == 2);
+  check_all_passed(run, 2);
 }
 
 TEST_CASE("multiprocess: the collectives' channel detects mismatched calls on both ranks", "[net][channel]") {
   RankRun run = run_ranks(2, "net rank: channel");
-  INFO(run.output);
-  CHECK(run.result.exit_code == 0);
-  CHECK(run.passed_ranks() == 2);
+  check_all_passed(run, 2);
 }
 
 TEST_CASE("launcher: environment, prefixed output, exit codes", "[net][launch]") {

@@ -11,9 +11,7 @@ using namespace troupe::net;
 TEST_CASE("remote actors: spawn, calls with every kind of value, names, stop, on 2 and 3 ranks", "[net][remote]") {
   for (int n : {2, 3}) {
     RankRun run = run_ranks(n, "remote rank: basic");
-    INFO(run.output);
-    CHECK(run.result.exit_code == 0);
-    CHECK(run.passed_ranks() == n);
+    check_all_passed(run, n);
   }
 }
 
@@ -21,23 +19,17 @@ TEST_CASE("remote actors: over tcp only", "[net][remote]") {
   LaunchOptions o;
   o.env = {{"TROUPE_TRANSPORT", "tcp"}};
   RankRun run = run_ranks(3, "remote rank: basic", o);
-  INFO(run.output);
-  CHECK(run.result.exit_code == 0);
-  CHECK(run.passed_ranks() == 3);
+  check_all_passed(run, 3);
 }
 
 TEST_CASE("remote actors: calls from each rank to an actor stay in order", "[net][remote]") {
   RankRun run = run_ranks(3, "remote rank: order");  // ranks 0 and 2 both call the actor on rank 1
-  INFO(run.output);
-  CHECK(run.result.exit_code == 0);
-  CHECK(run.passed_ranks() == 3);
+  check_all_passed(run, 3);
 }
 
 TEST_CASE("remote actors: errors come back typed, naming the actor, the method and the rank", "[net][remote]") {
   RankRun run = run_ranks(2, "remote rank: errors");
-  INFO(run.output);
-  CHECK(run.result.exit_code == 0);
-  CHECK(run.passed_ranks() == 2);
+  check_all_passed(run, 2);
   // The failing send() is reported where it ran.
   CHECK(run.count("[rank 1] remote actors: rank 1: a call sent by rank 0 failed: remote actor 'test.echo/1' on rank 1: "
                   "fail: bad shape") == 1);

@@ -1,5 +1,6 @@
 #include "support/ranks.h"
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <mutex>
@@ -10,6 +11,12 @@ int RankRun::count(const std::string& part) const {
   int n = 0;
   for (size_t at = output.find(part); at != std::string::npos; at = output.find(part, at + 1)) ++n;
   return n;
+}
+
+void check_all_passed(const RankRun& run, int ranks) {
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.passed_ranks() == ranks);
 }
 
 std::vector<std::string> rank_command(const std::string& rank_test) {

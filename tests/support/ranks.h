@@ -9,9 +9,7 @@
 //   }
 //   TEST_CASE("p2p on 4 ranks", "[net]") {
 //     RankRun run = run_ranks(4, "net rank: p2p");
-//     INFO(run.output);
-//     CHECK(run.result.exit_code == 0);
-//     CHECK(run.passed_ranks() == 4);                 // each printed Catch's "All tests passed"
+//     check_all_passed(run, 4);   // exit 0, and each rank printed Catch's "All tests passed"
 //   }
 //
 // A world of one rank in this process (tcp:// on a free port) serves the tests of one rank's
@@ -44,6 +42,9 @@ std::vector<std::string> rank_command(const std::string& rank_test);
 // given, is a prefix that runs each rank's command line (`sh -c '... exec ip netns exec $ns "$@"' sh`);
 // options.grace defaults to 2 s.
 RankRun run_ranks(int nproc, const std::string& rank_test, troupe::net::LaunchOptions options = {});
+
+// CHECKs that the launch exited 0 and that `ranks` ranks passed, with the ranks' output as context.
+void check_all_passed(const RankRun& run, int ranks);
 
 // A world of one: rank 0 of 1, in this process.
 std::shared_ptr<troupe::net::ProcessGroup> world_of_one();
