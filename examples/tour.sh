@@ -33,6 +33,11 @@ launch --nproc 2 -- "$bin/all_reduce_group"
 launch --nproc 2 -- "$bin/ring_all_reduce"
 launch --nproc 2 -- "$bin/all_reduce_bench"
 
+step "Remote actors: the LSTM ensemble's members spread over 2 ranks, XLM-R in 2 pipeline stages, call costs"
+launch --nproc 2 -- "$bin/remote_ensemble" --C 512 --reps 1
+launch --nproc 2 -- "$bin/pipeline_xlmr" --batch 16 --reps 1
+TROUPE_TRANSPORT=tcp TROUPE_SHM=0 launch --nproc 2 -- "$bin/remote_bench"
+
 step "Training: the distributed tutorial's Net, one step on one core"
 "$bin/train_bench"
 

@@ -1,7 +1,9 @@
 // Remote actors between real processes on loopback, started by the launcher (the ranks:
 // remote_ranks.cpp): rank 0 drives, the others serve.
 #include <catch2/catch.hpp>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "net/launcher.h"
 #include "support/ranks.h"
@@ -59,4 +61,29 @@ TEST_CASE("remote actors: ranks that only host, by `troupe serve --load`", "[net
   INFO(run.output);
   CHECK(run.result.exit_code == 0);
   CHECK(run.count("[rank 0] All tests passed") == 1);
+}
+
+// The two remote-actor examples at small sizes, as `troupe launch` runs them: each checks its
+// result against one process and exits 1 when they differ.
+TEST_CASE("remote actors: remote_ensemble and pipeline_xlmr agree with one process", "[net][remote]") {
+  const std::string bin = TROUPE_BIN_DIR;
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{bin + "/remote_ensemble", "--models", "4", "--T", "6", "--B", "3", "--C", "32",
+                                 "--reps", "1", "--json"},
+        std::vector<std::string>{bin + "/pipeline_xlmr", "--config", "tiny", "--batch", "6", "--micro", "2",
+                                 "--max-length", "12", "--reps", "1", "--json"}}) {
+    LaunchOptions o;
+    o.nproc = 2;
+    o.command = command;
+    std::string output;
+    std::mutex mutex;
+    o.on_line = [&](int rank, bool, const std::string& line) {
+      std::lock_guard lock(mutex);
+      output += "[rank " + std::to_string(rank) + "] " + line + "\n";
+    };
+    const LaunchResult result = launch(o);
+    INFO(output);
+    CHECK(result.exit_code == 0);
+    CHECK_THAT(output, Catch::Contains("\"max_abs_diff\":0"));
+  }
 }

@@ -33,6 +33,7 @@ struct RankRun {
 
   int count(const std::string& part) const;  // occurrences in output
   int passed_ranks() const { return count("All tests passed"); }
+  std::string digest() const;                // output without Catch's banners and blank lines
 };
 
 // The command line of one rank: this test executable running the hidden test case `rank_test`.
@@ -43,7 +44,7 @@ std::vector<std::string> rank_command(const std::string& rank_test);
 // options.grace defaults to 2 s.
 RankRun run_ranks(int nproc, const std::string& rank_test, troupe::net::LaunchOptions options = {});
 
-// CHECKs that the launch exited 0 and that `ranks` ranks passed, with the ranks' output as context.
+// CHECKs that the launch exited 0 and that `ranks` ranks passed, with the ranks' digest as context.
 void check_all_passed(const RankRun& run, int ranks);
 
 // A world of one: rank 0 of 1, in this process.
