@@ -29,7 +29,7 @@ TROUPE_ACTOR(Sink, "bench.sink", &Sink::echo, &Sink::bytes);
 int main(int argc, char** argv) {
   using namespace troupe;
   using namespace troupe::net;
-  int round_trips = 2000, requests = 50000, window = 256, big_reps = 5;
+  int round_trips = 2000, requests = 50000, window = 256, big_reps = 11;
   bool json = false;
   CLI::App app{"remote actor round trip, bandwidth and pipelined requests"};
   app.add_option("--round-trips", round_trips, "timed 4-byte round trips");

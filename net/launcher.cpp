@@ -140,6 +140,11 @@ LaunchResult launch(const LaunchOptions& o) {
   base_env["NODE_RANK"] = std::to_string(o.node_rank);
   base_env["TROUPE_RUN_ID"] = run_id;
   if (!key_file.empty()) base_env["TROUPE_CURVE_SECRET_FILE"] = std::filesystem::absolute(key_file).string();
+  if (o.huge_pages) {
+    std::string& tunables = base_env["GLIBC_TUNABLES"];
+    if (tunables.find("glibc.malloc.hugetlb") == std::string::npos)
+      tunables += (tunables.empty() ? "" : ":") + std::string("glibc.malloc.hugetlb=1");
+  }
   for (const auto& [k, v] : o.env) base_env[k] = v;
 
   struct sigaction action {}, old_int {}, old_term {};

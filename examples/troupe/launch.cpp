@@ -21,6 +21,7 @@ Command add_launch_command(CLI::App& parent) {
   app->add_option("--grace", *grace_s, "Seconds between SIGTERM and SIGKILL when a rank fails")
       ->check(CLI::NonNegativeNumber);
   app->add_flag("--curve", o->curve, "Authenticate and encrypt with a fresh CURVE key (single node)");
+  app->add_flag("!--no-huge-pages", o->huge_pages, "Leave malloc's pages as they are (no glibc.malloc.hugetlb=1)");
   app->add_option("--curve-key", o->curve_key_file, "CURVE key file shared by every node (created if missing)");
   app->add_option("command", o->command, "-- PROGRAM ARGS...")->required();
   return {app, [o, grace_s] {

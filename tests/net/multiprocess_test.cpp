@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 
@@ -127,6 +128,24 @@ TEST_CASE("launcher: environment, prefixed output, exit codes", "[net][launch]")
   CHECK(launch(o).exit_code == 0);
   CHECK(std::count(out.begin(), out.end(), "2 O 2/4/29999/1") == 1);
   CHECK(std::count(out.begin(), out.end(), "3 O 3/4/29999/1") == 1);
+
+  // Huge pages for malloc's large blocks, added to the tunables a user set; off on request.
+  ::unsetenv("GLIBC_TUNABLES");
+  o = LaunchOptions{};
+  o.on_line = [&](int, bool, const std::string& line) { out.push_back(line); };
+  o.command = {"sh", "-c", "echo \"$GLIBC_TUNABLES\""};
+  for (bool huge_pages : {true, false}) {
+    o.huge_pages = huge_pages;
+    out.clear();
+    CHECK(launch(o).exit_code == 0);
+    CHECK(out == std::vector<std::string>{huge_pages ? "glibc.malloc.hugetlb=1" : ""});
+  }
+  ::setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2", 1);
+  o.huge_pages = true;
+  out.clear();
+  CHECK(launch(o).exit_code == 0);
+  ::unsetenv("GLIBC_TUNABLES");
+  CHECK(out == std::vector<std::string>{"glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"});
 }
 
 TEST_CASE("launcher: a failed rank stops the others and is named", "[net][launch]") {
