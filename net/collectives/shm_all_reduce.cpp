@@ -274,7 +274,12 @@ std::optional<Tensor> SharedMemoryAllReduce::run(Call& call, uint64_t ticket, co
     Transport& t;
     std::shared_ptr<Transport::Slot>& probe;
     ~CancelProbe() {
-      t.wait(probe, Clock::now());  // cancels it (nothing more is expected on this lane)
+      // Cancels it (nothing more is expected on this lane). It may hold a lost peer's error: that
+      // is the call's to report (it may be unwinding with it now), never this destructor's.
+      try {
+        t.wait(probe, Clock::now());
+      } catch (const Error&) {
+      }
       probe.reset();
     }
   } cancel{t, probe_};
