@@ -13,6 +13,7 @@
 #include "net/channel.h"
 #include "net/collectives/collective_actor.h"
 #include "net/collectives/shm_all_reduce.h"
+#include "net/engine_env.h"
 #include "net/rendezvous.h"
 #include "net/transport.h"
 
@@ -176,9 +177,14 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
   std::string method = options.init_method;
   if (method == "env://") {
     const std::string addr = env_string("MASTER_ADDR"), port = env_string("MASTER_PORT");
-    if (addr.empty() || port.empty())
-      throw ValueError("init_process_group: env:// needs MASTER_ADDR and MASTER_PORT (troupe launch sets them)");
-    method = "tcp://" + addr + ":" + port;
+    if (!addr.empty() && !port.empty()) {
+      method = "tcp://" + addr + ":" + port;
+    } else if (auto master = detail::master_from_engine(std::getenv)) {
+      method = "tcp://" + master->host + ":" + std::to_string(master->port);
+    } else {
+      throw ValueError("init_process_group: env:// needs MASTER_ADDR and MASTER_PORT (troupe launch sets them; "
+                       "under mpirun or srun they are derived from the job)");
+    }
   }
 
   TransportOptions t;

@@ -47,7 +47,8 @@ class SharedMemoryAllReduce;
 
 struct InitOptions {
   // env:// (MASTER_ADDR, MASTER_PORT and RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE or
-  // SLURM_PROCID/NTASKS), tcp://HOST:PORT (rank 0 serves there) or file:///PATH.
+  // SLURM_PROCID/NTASKS; under mpirun or srun without MASTER_*, the address is derived from the
+  // job: net/engine_env.h), tcp://HOST:PORT (rank 0 serves there) or file:///PATH.
   std::string init_method = "env://";
   int rank = -1;        // -1: from the environment
   int world_size = -1;  // -1: from the environment

@@ -1,0 +1,122 @@
+// Ranks started by job engines instead of `troupe launch`: where rank 0's rendezvous is, from
+// OpenMPI's and Slurm's variables (net/engine_env.h), and a real `mpirun` running the collectives'
+// rank test and all_reduce_bench with no Troupe launcher in between.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "devices/error.h"
+#include "net/engine_env.h"
+#include "net/launcher.h"
+#include "support/ranks.h"
+#include "support/skip.h"
+#include "support/thrown.h"
+
+using namespace troupe;
+using namespace troupe::net;
+
+namespace {
+
+std::optional<net::detail::MasterAddress> master_in(const std::map<std::string, std::string>& env) {
+  return net::detail::master_from_engine([&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+// The directory of an executable on PATH, or empty.
+std::string on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::string rest = path ? path : "";
+  while (!rest.empty()) {
+    const size_t colon = rest.find(':');
+    const std::string dir = rest.substr(0, colon);
+    if (std::filesystem::exists(dir + "/" + program)) return dir;
+    rest = colon == std::string::npos ? "" : rest.substr(colon + 1);
+  }
+  return "";
+}
+
+// Runs a command line as one process (the engine starts the ranks), without the variables the
+// launcher would set, so that the ranks see only the engine's.
+RankRun run_engine(std::vector<std::string> command) {
+  LaunchOptions o;
+  o.command = {"env", "-u", "RANK", "-u", "WORLD_SIZE", "-u", "LOCAL_RANK", "-u", "LOCAL_WORLD_SIZE",
+               "-u", "MASTER_ADDR", "-u", "MASTER_PORT", "-u", "NODE_RANK"};
+  o.command.insert(o.command.end(), command.begin(), command.end());
+  RankRun run;
+  std::mutex mutex;
+  o.on_line = [&](int, bool, const std::string& line) {
+    std::lock_guard lock(mutex);
+    run.output += line + "\n";
+  };
+  run.result = launch(o);
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("engines: rank 0's address from OpenMPI's and Slurm's variables", "[net][engines]") {
+  CHECK_FALSE(master_in({{"RANK", "0"}}).has_value());
+
+  const std::map<std::string, std::string> mpi{{"OMPI_COMM_WORLD_SIZE", "2"},
+                                               {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                               {"OMPI_MCA_ess_base_jobid", "1432682497"}};
+  auto m = master_in(mpi);
+  REQUIRE(m.has_value());
+  CHECK(m->engine == "OpenMPI");
+  CHECK(m->host == "127.0.0.1");
+  CHECK(m->port == 20000 + 1432682497 % 20000);
+  auto over = mpi;
+  over["MASTER_PORT"] = "31000";
+  CHECK(master_in(over)->port == 31000);
+  auto spans = mpi;
+  spans["OMPI_COMM_WORLD_LOCAL_SIZE"] = "1";
+  CHECK_THAT(thrown<ValueError>([&] { master_in(spans); }), Catch::Contains("mpirun -x MASTER_ADDR"));
+  spans["MASTER_ADDR"] = "node1";
+  CHECK(master_in(spans)->host == "node1");
+  auto no_job = mpi;
+  no_job.erase("OMPI_MCA_ess_base_jobid");
+  CHECK_THAT(thrown<ValueError>([&] { master_in(no_job); }), Catch::Contains("MASTER_PORT"));
+
+  std::map<std::string, std::string> slurm{{"SLURM_PROCID", "1"}, {"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "2"},
+                                           {"SLURM_NNODES", "1"}, {"SLURM_STEP_NODELIST", "node07"}};
+  m = master_in(slurm);
+  REQUIRE(m.has_value());
+  CHECK(m->engine == "Slurm");
+  CHECK(m->host == "127.0.0.1");
+  CHECK(m->port == 20000 + (77 * 64 + 2) % 20000);
+  slurm["SLURM_NNODES"] = "3";
+  slurm["SLURM_STEP_NODELIST"] = "gpu[07-09]";
+  CHECK(master_in(slurm)->host == "gpu07");
+
+  CHECK(net::detail::first_slurm_host("node[07-09,12],gpu1") == "node07");
+  CHECK(net::detail::first_slurm_host("node3,node1") == "node3");
+  CHECK(net::detail::first_slurm_host("rack[2,5]-n[10-11]") == "rack2-n10");
+  CHECK(net::detail::first_slurm_host("solo") == "solo");
+}
+
+TEST_CASE("engines: mpirun starts the ranks, no troupe launcher in between", "[net][engines]") {
+  if (on_path("mpirun").empty()) SKIP_TEST("no mpirun (apt-get install openmpi-bin)");
+  const std::string bin = TROUPE_BIN_DIR;
+  const std::vector<std::string> mpirun{"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"};
+
+  std::vector<std::string> ranks = mpirun;
+  for (std::string& part : rank_command("collectives rank: all")) ranks.push_back(part);
+  RankRun run = run_engine(ranks);
+  INFO(run.digest());
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.passed_ranks() == 2);
+
+  std::vector<std::string> bench = mpirun;
+  for (const char* part : {"/all_reduce_bench", "--sizes", "4,1048576", "--json"})
+    bench.push_back(part[0] == '/' ? bin + part : part);
+  run = run_engine(bench);
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.count("\"bytes\":1048576") == 1);  // one JSON line per size, from rank 0
+}
