@@ -1,6 +1,9 @@
 // Ranks started by job engines instead of `troupe launch`: where rank 0's rendezvous is, from
-// OpenMPI's and Slurm's variables (net/engine_env.h), and a real `mpirun` running the collectives'
-// rank test and all_reduce_bench with no Troupe launcher in between.
+// OpenMPI's and Slurm's variables (net/engine_env.h); a real `mpirun` running the collectives'
+// rank test and all_reduce_bench, and a real `srun` on a one-node Slurm running the rank test and
+// dist_sgd, with no Troupe launcher in between.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -119,4 +122,37 @@ TEST_CASE("engines: mpirun starts the ranks, no troupe launcher in between", "[n
   INFO(run.output);
   CHECK(run.result.exit_code == 0);
   CHECK(run.count("\"bytes\":1048576") == 1);  // one JSON line per size, from rank 0
+}
+
+// A one-node Slurm made by scripts/slurm_one_node.sh (root, slurm-wlm, munge), then srun starts
+// the ranks: the collectives' rank test and two ranks of dist_sgd on a subset of Fashion-MNIST.
+TEST_CASE("engines: srun starts the ranks on a one-node Slurm, no troupe launcher in between", "[net][engines]") {
+  if (::geteuid() != 0) SKIP_TEST("needs root to start slurmctld and slurmd");
+  for (const char* program : {"srun", "slurmctld", "slurmd", "munged"})
+    if (on_path(program).empty()) SKIP_TEST("no " << program << " (apt-get install slurm-wlm munge)");
+  const std::string script = std::string(TROUPE_SOURCE_DIR) + "/scripts/slurm_one_node.sh";
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("troupe-slurm-" + std::to_string(::getpid()))).string();
+  RankRun cluster = run_engine({script, "start", dir});
+  struct Stop {
+    std::string script, dir;
+    ~Stop() { run_engine({script, "stop", dir}); }
+  } stop{script, dir};
+  // A machine where the daemons cannot run (a container without a resolvable hostname, ...) is one
+  // where this test cannot run: say why, visibly.
+  if (cluster.result.exit_code != 0) SKIP_TEST("the one-node Slurm did not start: " << cluster.output);
+  const std::string conf = "SLURM_CONF=" + dir + "/slurm.conf";
+
+  std::vector<std::string> ranks{"env", conf, "srun", "-n", "2"};
+  for (std::string& part : rank_command("collectives rank: all")) ranks.push_back(part);
+  RankRun run = run_engine(ranks);
+  INFO(run.digest());
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.passed_ranks() == 2);
+
+  run = run_engine({"env", conf, "srun", "-n", "2", std::string(TROUPE_BIN_DIR) + "/dist_sgd", "--epochs", "1",
+                    "--subset", "2048", "--json"});
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK(run.count("\"world\":2") == 1);
 }
