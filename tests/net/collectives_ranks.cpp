@@ -272,6 +272,33 @@ TEST_CASE("collectives rank: kill", "[.rank]") {
   std::this_thread::sleep_for(2s);
 }
 
+// Every rank all-reduces until the transport fails: the cluster test pulls rank 1's host's cable
+// meanwhile. The survivors must hear of rank 1 within 5 s of the call it broke.
+TEST_CASE("collectives rank: link down", "[.rank]") {
+  auto group = launched_world();
+  ProcessGroup& world = *group;
+  barrier(world);
+  Tensor t = Tensor::ones({1 << 20});
+  double call_s = 0;
+  const std::string m = thrown<PeerLostError>([&] {
+    for (;;) {
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        all_reduce(world, t, ReduceOp::avg, 60s);
+      } catch (...) {
+        call_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        throw;
+      }
+    }
+  });
+  INFO(m);
+  CHECK(call_s < 5.0);
+  if (world.rank() != 1) CHECK_THAT(m, Catch::Contains("rank 1"));
+  // Stay until the other survivor has seen it too: leaving first would fail that one with "rank R
+  // has shut down" instead.
+  std::this_thread::sleep_for(5s);
+}
+
 // Each case: rank 0 (or the last rank) calls something else; every rank must get CommError
 // naming both calls. The sequence numbers stay aligned (each rank makes one call per case).
 TEST_CASE("collectives rank: mismatch", "[.rank]") {

@@ -1,0 +1,108 @@
+// Ranks on 2 and 4 "hosts" of a test cluster (scripts/netns_cluster.sh: a network namespace per
+// host, joined by a bridge): the collectives, remote actors and dist_sgd across hosts, and a host
+// whose link goes down mid-collective. Needs root and iproute2; skipped otherwise.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "net/launcher.h"
+#include "support/ranks.h"
+#include "support/skip.h"
+
+using namespace troupe::net;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kScript = std::string(TROUPE_SOURCE_DIR) + "/scripts/netns_cluster.sh";
+
+bool sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
+
+std::string first_line_of(const std::string& command) {
+  std::string out;
+  if (FILE* p = ::popen(command.c_str(), "r")) {
+    char line[256];
+    if (std::fgets(line, sizeof line, p)) out = line;
+    ::pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+// A cluster of `hosts` namespaces, removed again on scope exit.
+struct Cluster {
+  std::string prefix = "tc" + std::to_string(::getpid() % 100000);
+  int hosts;
+  bool ok;
+  explicit Cluster(int n) : hosts(n), ok(sh(kScript + " up " + std::to_string(n) + " " + prefix)) {}
+  ~Cluster() { sh(kScript + " down " + prefix); }
+  std::string address(int host) const { return first_line_of(kScript + " addr " + std::to_string(host) + " " + prefix); }
+
+  // Launch options that put rank r on host r / ranks_per_host, rank 0's rendezvous on host 0.
+  LaunchOptions options(int ranks_per_host) const {
+    LaunchOptions o;
+    o.master = address(0) + ":29400";
+    o.command = {"sh", "-c",
+                 "exec ip netns exec " + prefix + "-h$((RANK / " + std::to_string(ranks_per_host) + ")) \"$@\"", "sh"};
+    return o;
+  }
+};
+
+}  // namespace
+
+#define REQUIRE_CLUSTER(cluster)                                                             \
+  if (::geteuid() != 0 || !sh("ip netns list")) SKIP_TEST("needs root and `ip netns` (iproute2)"); \
+  if (!(cluster).ok) SKIP_TEST("could not create the namespaces and the bridge here")
+
+TEST_CASE("cluster: collectives and remote actors with one rank on each of 2 and 4 hosts", "[net][cluster]") {
+  for (int hosts : {2, 4}) {
+    Cluster cluster(hosts);
+    REQUIRE_CLUSTER(cluster);
+    for (const char* rank_test : {"collectives rank: all", "remote rank: basic"}) {
+      RankRun run = run_ranks(hosts, rank_test, cluster.options(1));
+      INFO(hosts << " hosts, " << rank_test);
+      check_all_passed(run, hosts);
+    }
+  }
+}
+
+TEST_CASE("cluster: dist_sgd with 2 ranks on each of 2 hosts", "[net][cluster]") {
+  Cluster cluster(2);
+  REQUIRE_CLUSTER(cluster);
+  LaunchOptions o = cluster.options(2);
+  o.nproc = 4;
+  for (const char* part : {"/dist_sgd", "--epochs", "1", "--subset", "2048", "--json"})
+    o.command.push_back(part[0] == '/' ? std::string(TROUPE_BIN_DIR) + part : part);
+  std::string output;
+  std::mutex mutex;
+  o.on_line = [&](int rank, bool, const std::string& line) {
+    std::lock_guard lock(mutex);
+    output += "[rank " + std::to_string(rank) + "] " + line + "\n";
+  };
+  const LaunchResult result = launch(o);
+  INFO(output);
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(output, Catch::Contains("\"world\":4"));
+}
+
+TEST_CASE("cluster: a host's link goes down mid-collective, every survivor gets PeerLostError within 5 s",
+          "[net][cluster]") {
+  Cluster cluster(3);
+  REQUIRE_CLUSTER(cluster);
+  LaunchOptions o = cluster.options(1);
+  o.stop_on_failure = false;
+  // The ranks all-reduce in a loop; host 1's cable comes out once they are well under way.
+  std::thread cut([&] {
+    std::this_thread::sleep_for(3s);
+    sh(kScript + " link 1 down " + cluster.prefix);
+  });
+  RankRun run = run_ranks(3, "collectives rank: link down", o);
+  cut.join();
+  check_all_passed(run, 3);
+}
