@@ -12,6 +12,7 @@
 #include "devices/error.h"
 #include "net/channel.h"
 #include "net/collectives/collective_actor.h"
+#include "net/collectives/host_groups.h"
 #include "net/collectives/shm_all_reduce.h"
 #include "net/engine_env.h"
 #include "net/rendezvous.h"
@@ -297,6 +298,12 @@ collectives::CollectiveActor& ProcessGroup::collective_actor() {
   std::lock_guard lock(actor_mutex_);
   if (!actor_) actor_ = std::make_unique<collectives::CollectiveActor>();
   return *actor_;
+}
+
+const collectives::HostGroups& ProcessGroup::host_groups() {
+  std::lock_guard lock(actor_mutex_);
+  if (!host_groups_) host_groups_ = std::make_unique<collectives::HostGroups>(collectives::make_host_groups(*this));
+  return *host_groups_;
 }
 
 collectives::SharedMemoryAllReduce& ProcessGroup::shared_memory_all_reduce() {

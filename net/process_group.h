@@ -43,6 +43,7 @@ class Channel;
 namespace collectives {
 class CollectiveActor;
 class SharedMemoryAllReduce;
+struct HostGroups;
 }
 
 struct InitOptions {
@@ -101,6 +102,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   collectives::CollectiveActor& collective_actor();
   // This group's shared-memory all_reduce (net/collectives/shm_all_reduce.h).
   collectives::SharedMemoryAllReduce& shared_memory_all_reduce();
+  // This group's ranks by host, and the sub-groups of the two-level collectives (host_groups.h).
+  const collectives::HostGroups& host_groups();
 
  private:
   friend class Channel;  // numbers the collectives: a stray call would desynchronise the ranks
@@ -121,6 +124,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::mutex actor_mutex_;
   std::unique_ptr<collectives::CollectiveActor> actor_;  // made on first use
   std::unique_ptr<collectives::SharedMemoryAllReduce> shm_;  // made on first use
+  std::unique_ptr<collectives::HostGroups> host_groups_;     // made on first use
 };
 
 }  // namespace troupe::net

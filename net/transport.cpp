@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -77,19 +78,29 @@ std::string read_line(const char* path) {
   return line;
 }
 
+std::string ipc_dir() {
+  const char* t = std::getenv("TMPDIR");
+  return t && *t && std::strlen(t) < 60 ? t : "/tmp";
+}
+
 std::string host_id() {
-  // Same boot, same mount namespace (the ipc path resolves to the same socket file) and same
-  // network namespace (so a netns test really goes over tcp).
+  // Same boot; the same directory for ipc sockets (device and inode: `ip netns exec` gives each
+  // process a mount namespace of its own over the same files); the same pid namespace (shared
+  // memory is mapped through /proc/<pid>); the same network namespace (so a netns test really goes
+  // over tcp).
   std::error_code ec;
   auto ns = [&](const char* p) { return std::filesystem::read_symlink(p, ec).string(); };
-  return read_line("/proc/sys/kernel/random/boot_id") + "/" + ns("/proc/self/ns/mnt") + "/" + ns("/proc/self/ns/net");
+  struct stat dir {};
+  const std::string where = ::stat(ipc_dir().c_str(), &dir) == 0
+                                ? std::to_string(dir.st_dev) + ":" + std::to_string(dir.st_ino)
+                                : ns("/proc/self/ns/mnt");
+  return read_line("/proc/sys/kernel/random/boot_id") + "/" + where + "/" + ns("/proc/self/ns/pid") + "/" +
+         ns("/proc/self/ns/net");
 }
 
 std::string ipc_path(int rank) {
   static std::atomic<int> counter{0};
-  std::string dir = "/tmp";
-  if (const char* t = std::getenv("TMPDIR"); t && *t && std::strlen(t) < 60) dir = t;
-  return dir + "/troupe-" + std::to_string(::getpid()) + "-" + std::to_string(rank) + "-" +
+  return ipc_dir() + "/troupe-" + std::to_string(::getpid()) + "-" + std::to_string(rank) + "-" +
          std::to_string(counter++) + ".sock";
 }
 
@@ -304,6 +315,9 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
   if (static_cast<int>(table.size()) != world_size())
     throw CommError("transport: address table has " + std::to_string(table.size()) + " ranks, world has " +
                     std::to_string(world_size()));
+  host_ids_.clear();
+  for (const PeerAddress& a : table) host_ids_.push_back(a.host_id);
+  host_ids_[static_cast<size_t>(rank())] = address_.host_id;
   for (int r = 0; r < world_size(); ++r) {
     if (r == rank()) continue;
     const PeerAddress& a = table[r];
@@ -580,6 +594,10 @@ std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadli
 }
 
 bool Transport::is_local(int r) const { return r == rank() || peers_[r]->local; }
+
+const std::string& Transport::host_id_of(int r) const {
+  return r == rank() ? address_.host_id : host_ids_.at(static_cast<size_t>(r));
+}
 
 bool Transport::is_ready(const Slot& slot) {
   std::lock_guard lock(mutex_);

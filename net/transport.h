@@ -143,6 +143,9 @@ class Transport {
   // Whether global rank r runs on this host and may be reached without the network (itself
   // included); false for everyone when tcp:// is forced.
   bool is_local(int r) const;
+  // Which host global rank r runs on (boot, mount and network namespace): equal ids, same host.
+  // Known once connected; the same table on every rank.
+  const std::string& host_id_of(int r) const;
   bool shared_memory() const { return options_.shared_memory; }
 
   // Throws the failure that broke the transport, if any.
@@ -177,6 +180,7 @@ class Transport {
 
   TransportOptions options_;
   PeerAddress address_;
+  std::vector<std::string> host_ids_;  // by global rank, set by connect()
   void* context_ = nullptr;
   void* router_ = nullptr;
   int router_fd_ = -1;       // ZeroMQ's descriptor that fires when frames may be waiting

@@ -2,6 +2,7 @@
 // The algorithms, one per file (internal to net/collectives/; the public API is net/collectives.h,
 // whose dispatcher validates arguments and picks among them). Every tensor here is contiguous and
 // 1-D unless said otherwise; results are fresh tensors or received buffers, never the caller's.
+#include <optional>
 #include <vector>
 
 #include "net/collectives/call.h"
@@ -27,5 +28,21 @@ std::vector<Tensor> direct_gather(Call& call, const Tensor& mine, int root);
 std::vector<Tensor> direct_all_to_all(Call& call, const std::vector<Tensor>& inputs);
 // Dissemination barrier: ceil(log2 n) rounds of header-only frames (barrier.cpp).
 void dissemination_barrier(Call& call);
+
+// The flat all_reduce the dispatcher picks by size (collectives.cpp).
+Tensor choose_all_reduce(Call& call, const Tensor& data, ReduceOp op);
+
+// Two levels (two_level.cpp), for groups whose HostGroups::two_level(): within each host, among
+// one leader per host, within each host again. The dispatcher numbers the levels' calls on the
+// sub-groups when the outer call is made (so async and blocking calls pair up alike on every
+// rank); a level this rank takes no part in is empty.
+struct TwoLevel {
+  std::optional<Call> within_first, leaders, within_last;
+  std::optional<uint64_t> shm_ticket;  // within_first's turn on its host's shared memory
+  Deadline deadline;                   // the outer call's, given to every level
+};
+Tensor two_level_all_reduce(TwoLevel& levels, const Tensor& data, ReduceOp op, int group_size);
+// Each level's op.root is the rank it broadcasts from.
+Tensor two_level_broadcast(TwoLevel& levels, const Tensor& data);
 
 }  // namespace troupe::net::collectives

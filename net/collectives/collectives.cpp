@@ -2,11 +2,14 @@
 // number, the choice of algorithm, and running the rank's part here or on the group's actor.
 #include "net/collectives.h"
 
+#include <algorithm>
 #include <functional>
+#include <memory>
 
 #include "devices/error.h"
 #include "net/collectives/algorithms.h"
 #include "net/collectives/collective_actor.h"
+#include "net/collectives/host_groups.h"
 #include "net/collectives/reduce_kernels.h"
 #include "net/collectives/shm_all_reduce.h"
 
@@ -77,6 +80,18 @@ Tensor restore(const Tensor& result, const TensorMeta& like) {
   return like.device.is_cpu() ? shaped : shaped.to(like.device);
 }
 
+// When the group's collectives take two levels (host_groups.h), the levels' calls, numbered now by
+// number_levels(hosts, levels); else null. Shared: a plan's body is copied into std::function.
+template <class NumberLevels>
+std::shared_ptr<collectives::TwoLevel> two_level(ProcessGroup& g, NumberLevels number_levels) {
+  if (g.size() < 2) return nullptr;
+  const collectives::HostGroups& hosts = g.host_groups();
+  if (!hosts.two_level()) return nullptr;
+  auto levels = std::make_shared<collectives::TwoLevel>();
+  number_levels(hosts, *levels);
+  return levels;
+}
+
 // A collective ready to run: its descriptor (sequence number taken in call order) and the rank's part.
 struct Plan {
   Call call;
@@ -119,23 +134,31 @@ Work run_async(ProcessGroup& g, Plan plan, Timeout timeout, const char* what) {
   return Work::from_completion(std::move(done), timeout.value_or(g.timeout()), what);
 }
 
-Tensor choose_all_reduce(Call& call, const Tensor& flat, ReduceOp op) {
-  if (call.size() == 1) return flat;
-  // Recursive doubling needs log2(n) latencies but sends the whole tensor each round; the ring
-  // needs 2(n-1) latencies and sends 2(n-1)/n of it in total.
-  const size_t limit = call.size() == 2 ? kRecursiveDoublingMaxBytesTwoRanks : kRecursiveDoublingMaxBytes;
-  if (flat.nbytes() <= limit) return collectives::recursive_doubling_all_reduce(call, flat, op);
-  return collectives::ring_all_reduce(call, flat, op);
-}
 
 Plan plan_broadcast(ProcessGroup& g, Tensor& tensor, int root) {
   check_defined("broadcast", g, tensor, "tensor");
   check_root("broadcast", g, root);
   const TensorMeta meta = tensor.meta();
   Call call = begin(g, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), root);
-  return {std::move(call), [data = host(tensor), meta, root, out = &tensor](Call& c) {
+  auto levels = two_level(g, [&](const collectives::HostGroups& hosts, collectives::TwoLevel& l) {
+    const int root_host = hosts.host_of[static_cast<size_t>(root)];
+    const bool on_root_host = hosts.host_of[static_cast<size_t>(g.rank())] == root_host;
+    const auto& root_members = hosts.members[static_cast<size_t>(root_host)];
+    const int root_within = static_cast<int>(std::find(root_members.begin(), root_members.end(), root) - root_members.begin());
+    const bool shared_host = hosts.local->size() > 1;
+    if (on_root_host && shared_host) l.within_first = begin(*hosts.local, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), root_within);
+    if (hosts.leaders) l.leaders = begin(*hosts.leaders, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), root_host);
+    if (!on_root_host && shared_host) l.within_last = begin(*hosts.local, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), 0);
+  });
+  return {std::move(call), [data = host(tensor), meta, root, levels, out = &tensor](Call& c) {
             if (c.size() == 1) return;
-            Tensor got = collectives::binomial_broadcast(c, data, root);
+            Tensor got;
+            if (levels) {
+              levels->deadline = c.deadline;
+              got = collectives::two_level_broadcast(*levels, data);
+            } else {
+              got = collectives::binomial_broadcast(c, data, root);
+            }
             if (c.rank() != root) *out = restore(got, meta);
           }};
 }
@@ -162,8 +185,24 @@ Plan plan_all_reduce(ProcessGroup& g, Tensor& tensor, ReduceOp op) {
   if (g.size() > 1 && collectives::SharedMemoryAllReduce::eligible(g))
     ticket = g.shared_memory_all_reduce().take_ticket();
   Call call = begin(g, CollectiveOp::all_reduce, op, meta.dtype, tensor.numel());
-  return {std::move(call), [data = host_flat(tensor), meta, op, ticket, out = &tensor](Call& c) {
+  auto levels = two_level(g, [&](const collectives::HostGroups& hosts, collectives::TwoLevel& l) {
+    const ReduceOp combine = op == ReduceOp::avg ? ReduceOp::sum : op;
+    const uint64_t count = static_cast<uint64_t>(tensor.numel());
+    if (hosts.local->size() > 1) {
+      if (collectives::SharedMemoryAllReduce::eligible(*hosts.local))
+        l.shm_ticket = hosts.local->shared_memory_all_reduce().take_ticket();
+      l.within_first = begin(*hosts.local, CollectiveOp::all_reduce, combine, meta.dtype, count);
+    }
+    if (hosts.leaders) l.leaders = begin(*hosts.leaders, CollectiveOp::all_reduce, combine, meta.dtype, count);
+    if (hosts.local->size() > 1) l.within_last = begin(*hosts.local, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, count, 0);
+  });
+  return {std::move(call), [data = host_flat(tensor), meta, op, ticket, levels, out = &tensor](Call& c) {
             if (c.size() == 1) return;
+            if (levels) {
+              levels->deadline = c.deadline;
+              *out = restore(collectives::two_level_all_reduce(*levels, data, op, c.size()), meta);
+              return;
+            }
             if (ticket) {
               auto& shm = c.channel.group().shared_memory_all_reduce();
               if (std::optional<Tensor> sum = shm.run(c, *ticket, data, op)) {
@@ -171,7 +210,7 @@ Plan plan_all_reduce(ProcessGroup& g, Tensor& tensor, ReduceOp op) {
                 return;
               }
             }
-            *out = restore(choose_all_reduce(c, data, op), meta);
+            *out = restore(collectives::choose_all_reduce(c, data, op), meta);
           }};
 }
 
@@ -263,6 +302,17 @@ Plan plan_barrier(ProcessGroup& g) {
 }
 
 }  // namespace
+
+namespace collectives {
+Tensor choose_all_reduce(Call& call, const Tensor& flat, ReduceOp op) {
+  if (call.size() == 1) return flat;
+  // Recursive doubling needs log2(n) latencies but sends the whole tensor each round; the ring
+  // needs 2(n-1) latencies and sends 2(n-1)/n of it in total.
+  const size_t limit = call.size() == 2 ? kRecursiveDoublingMaxBytesTwoRanks : kRecursiveDoublingMaxBytes;
+  if (flat.nbytes() <= limit) return collectives::recursive_doubling_all_reduce(call, flat, op);
+  return collectives::ring_all_reduce(call, flat, op);
+}
+}  // namespace collectives
 
 void broadcast(ProcessGroup& group, Tensor& tensor, int root, Timeout timeout) {
   Plan plan = plan_broadcast(group, tensor, root);

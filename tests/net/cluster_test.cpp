@@ -45,11 +45,12 @@ struct Cluster {
   std::string address(int host) const { return first_line_of(kScript + " addr " + std::to_string(host) + " " + prefix); }
 
   // Launch options that put rank r on host r / ranks_per_host, rank 0's rendezvous on host 0.
-  LaunchOptions options(int ranks_per_host) const {
+  LaunchOptions options(int ranks_per_host) const { return placed("$((RANK / " + std::to_string(ranks_per_host) + "))"); }
+  // The same with rank r on the host that the shell arithmetic `host` gives for $RANK.
+  LaunchOptions placed(const std::string& host) const {
     LaunchOptions o;
     o.master = address(0) + ":29400";
-    o.command = {"sh", "-c",
-                 "exec ip netns exec " + prefix + "-h$((RANK / " + std::to_string(ranks_per_host) + ")) \"$@\"", "sh"};
+    o.command = {"sh", "-c", "exec ip netns exec " + prefix + "-h" + host + " \"$@\"", "sh"};
     return o;
   }
 };
@@ -69,6 +70,23 @@ TEST_CASE("cluster: collectives and remote actors with one rank on each of 2 and
       INFO(hosts << " hosts, " << rank_test);
       check_all_passed(run, hosts);
     }
+  }
+}
+
+TEST_CASE("cluster: several ranks per host, the collectives take two levels", "[net][cluster]") {
+  Cluster cluster(2);
+  REQUIRE_CLUSTER(cluster);
+  struct Layout {
+    int ranks;
+    std::string host, hosts;  // the shell's host of $RANK; every rank's, for the ranks to check
+  };
+  for (const Layout& l : {Layout{4, "$((RANK / 2))", "0,0,1,1"}, Layout{4, "$((RANK % 2))", "0,1,0,1"},
+                          Layout{3, "$((RANK / 2))", "0,0,1"}}) {
+    LaunchOptions o = cluster.placed(l.host);
+    o.env = {{"TROUPE_TEST_HOSTS", l.hosts}};
+    RankRun run = run_ranks(l.ranks, "collectives rank: two levels", o);
+    INFO("hosts " << l.hosts);
+    check_all_passed(run, l.ranks);
   }
 }
 

@@ -5,12 +5,16 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
 #include <thread>
+#include <vector>
 
 #include "net/collectives.h"
+#include "net/collectives/host_groups.h"
+#include "net/process_group.h"
 #include "net/seed_ring_all_reduce.h"
 #include "support/close.h"
 #include "support/thrown.h"
@@ -241,6 +245,33 @@ TEST_CASE("collectives rank: all", "[.rank]") {
   auto world = launched_world();
   reductions(*world);
   seed_ring(*world);
+  movers(*world);
+  async_and_groups(*world);
+}
+
+// Ranks on several hosts, several on some (the cluster test sets TROUPE_TEST_HOSTS to each rank's
+// host, "0,0,1"): the group sees those hosts, all_reduce and broadcast take two levels, and every
+// collective gives what it gives on one host.
+TEST_CASE("collectives rank: two levels", "[.rank]") {
+  auto world = launched_world();
+  std::vector<int> expected_host;
+  for (const char* c = std::getenv("TROUPE_TEST_HOSTS"); c && *c; ++c)
+    if (*c != ',') expected_host.push_back(*c - '0');
+  REQUIRE(expected_host.size() == static_cast<size_t>(world->size()));
+  const collectives::HostGroups& hosts = world->host_groups();
+  // Hosts are numbered by their lowest rank: renumber the expectation the same way.
+  std::vector<int> renumbered(expected_host.size()), first_seen;
+  for (size_t r = 0; r < expected_host.size(); ++r) {
+    auto it = std::find(first_seen.begin(), first_seen.end(), expected_host[r]);
+    if (it == first_seen.end()) it = first_seen.insert(first_seen.end(), expected_host[r]);
+    renumbered[r] = static_cast<int>(it - first_seen.begin());
+  }
+  CHECK(hosts.host_of == renumbered);
+  CHECK(hosts.two_level());
+  CHECK(hosts.local->size() == static_cast<int>(std::count(renumbered.begin(), renumbered.end(), renumbered[world->rank()])));
+  CHECK((hosts.leaders != nullptr) == (std::find(renumbered.begin(), renumbered.end(), renumbered[world->rank()]) -
+                                           renumbered.begin() == world->rank()));
+  reductions(*world);
   movers(*world);
   async_and_groups(*world);
 }

@@ -1,0 +1,64 @@
+// Two-level collectives for groups spread over hosts with several ranks each: within a host
+// through shared memory and ipc://, across hosts between one leader per host over the network, so
+// each host's data crosses the network once instead of once per rank. Each level is a call of its
+// own on HostGroups' sub-groups, numbered by the dispatcher when the outer call was made.
+#include "net/collectives/host_groups.h"
+#include "net/collectives/reduce_kernels.h"
+#include "net/collectives/shm_all_reduce.h"
+#include "net/collectives/algorithms.h"
+#include "net/process_group.h"
+
+namespace troupe::net::collectives {
+
+namespace {
+
+// Runs the levels in order; a level that fails here is aborted for its other ranks (they would
+// otherwise wait for this one until their deadline), and so are the levels not reached yet.
+template <class Body>
+Tensor run_levels(TwoLevel& levels, Body body) {
+  for (std::optional<Call>* level : {&levels.within_first, &levels.leaders, &levels.within_last})
+    if (*level) (*level)->deadline = levels.deadline;
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    const CommError error(std::string("two-level collective failed on this rank: ") + e.what());
+    for (std::optional<Call>* level : {&levels.within_first, &levels.leaders, &levels.within_last})
+      if (*level) (*level)->channel.abort((*level)->op.collective_seq, error);
+    throw;
+  }
+}
+
+}  // namespace
+
+// Sum (or max, ...) within each host, then among the leaders, then the leader's result to its host.
+Tensor two_level_all_reduce(TwoLevel& levels, const Tensor& data, ReduceOp op, int group_size) {
+  return run_levels(levels, [&] {
+    const ReduceOp combine = op == ReduceOp::avg ? ReduceOp::sum : op;
+    Tensor t = data;
+    if (Call* within = levels.within_first ? &*levels.within_first : nullptr) {
+      std::optional<Tensor> shared;
+      if (levels.shm_ticket)
+        shared = within->channel.group().shared_memory_all_reduce().run(*within, *levels.shm_ticket, t, combine);
+      t = shared ? *shared : choose_all_reduce(*within, t, combine);
+    }
+    if (levels.leaders) t = choose_all_reduce(*levels.leaders, t, combine);
+    if (levels.within_last) t = binomial_broadcast(*levels.within_last, t, 0);
+    if (op == ReduceOp::avg) {
+      t = t.contiguous();
+      divide_buffer(t.mutable_raw_data(), static_cast<size_t>(t.numel()), t.dtype(), group_size);
+    }
+    return t;
+  });
+}
+
+// Root to its host, root's leader to the other leaders, each other leader to its host.
+Tensor two_level_broadcast(TwoLevel& levels, const Tensor& data) {
+  return run_levels(levels, [&] {
+    Tensor t = data;
+    for (std::optional<Call>* level : {&levels.within_first, &levels.leaders, &levels.within_last})
+      if (*level) t = binomial_broadcast(**level, t, (*level)->op.root);
+    return t;
+  });
+}
+
+}  // namespace troupe::net::collectives
