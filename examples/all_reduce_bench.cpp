@@ -6,6 +6,8 @@
 //
 // busbw = bytes / time * 2(n-1)/n, as nccl-tests define it. Each size: two warm-up calls, a
 // barrier, then `reps` timed calls (as many as the anchor makes); the median is reported.
+// --collective broadcast times a broadcast from rank 0 followed by a barrier instead (the root
+// may return before the others have the data); busbw = bytes / time.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -19,12 +21,13 @@ int main(int argc, char** argv) {
   using namespace troupe;
   using namespace troupe::net;
   std::vector<int64_t> sizes = {4, 4096, 1 << 20, 16 << 20, 64 << 20};
-  std::string op_name = "sum";
+  std::string op_name = "sum", collective = "all_reduce";
   bool json = false;
   CLI::App app{"all_reduce latency and bus bandwidth"};
   app.add_option("--sizes", sizes, "message sizes in bytes (f32 elements = bytes / 4)")->delimiter(',');
   app.add_option("--op", op_name, "sum, product, max, min or avg")
       ->check(CLI::IsMember({"sum", "product", "max", "min", "avg"}));
+  app.add_option("--collective", collective, "all_reduce or broadcast")->check(CLI::IsMember({"all_reduce", "broadcast"}));
   app.add_flag("--json", json, "one JSON line per size instead of a table");
   CLI11_PARSE(app, argc, argv);
   return troupe::run_example("all_reduce_bench", [&] {
@@ -53,16 +56,22 @@ int main(int argc, char** argv) {
       for (int i = 0; i < reps; ++i) {
         Tensor t = input;  // the result is a fresh tensor: the input stays ones
         const auto start = std::chrono::steady_clock::now();
-        all_reduce(*world, t, op);
+        if (collective == "broadcast") {
+          broadcast(*world, t, 0);
+          barrier(*world);
+        } else {
+          all_reduce(*world, t, op);
+        }
         us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
       }
       std::nth_element(us.begin(), us.begin() + reps / 2, us.end());
       const double median = us[static_cast<size_t>(reps / 2)];
-      const double busbw = static_cast<double>(bytes) / (median * 1e-6) * 2.0 * (n - 1) / n / 1e9;
+      const double busbw =
+          static_cast<double>(bytes) / (median * 1e-6) * (collective == "broadcast" ? 1.0 : 2.0 * (n - 1) / n) / 1e9;
       if (world->rank() != 0) continue;
       if (json)
         print_json_line(nlohmann::ordered_json{
-            {"ranks", n}, {"bytes", bytes}, {"time_us", rounded(median, 1)}, {"busbw_gbs", rounded(busbw, 4)}});
+            {"collective", collective}, {"ranks", n}, {"bytes", bytes}, {"time_us", rounded(median, 1)}, {"busbw_gbs", rounded(busbw, 4)}});
       else
         std::printf("%6d %12lld %12.1f %12.3f\n", n, static_cast<long long>(bytes), median, busbw);
       std::fflush(stdout);

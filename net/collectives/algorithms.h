@@ -38,7 +38,7 @@ Tensor choose_all_reduce(Call& call, const Tensor& data, ReduceOp op);
 // rank); a level this rank takes no part in is empty.
 struct TwoLevel {
   std::optional<Call> within_first, leaders, within_last;
-  std::optional<uint64_t> shm_ticket;  // within_first's turn on its host's shared memory
+  std::optional<uint64_t> shm_ticket, shm_ticket_last;  // the within levels' turns on the host's shared memory
   Deadline deadline;                   // the outer call's, given to every level
 };
 Tensor two_level_all_reduce(TwoLevel& levels, const Tensor& data, ReduceOp op, int group_size);

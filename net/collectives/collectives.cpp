@@ -27,6 +27,12 @@ using collectives::Call;
 // pays off once chunks pipeline; with more ranks the ring's smaller messages win sooner.
 constexpr size_t kRecursiveDoublingMaxBytesTwoRanks = 1 << 20;
 constexpr size_t kRecursiveDoublingMaxBytes = 128 << 10;
+// Largest all_reduce that takes two levels on a group over several hosts (then the flat ring,
+// whose pipeline keeps every rank busy while the levels run one after the other). Measured with
+// all_reduce_bench, 2 hosts x 2 ranks (scripts/netns_cluster.sh; the hosts share 2 cores), median
+// us, two levels / flat: 4 B 150-220 / 297-434; 64 KiB 344-364 / 525-704; 1 MiB 1688-3133 /
+// 3416-4061; 16 MiB 46023-56222 / 34512-57583; 64 MiB 173274-175565 / 155364-179398.
+constexpr size_t kTwoLevelAllReduceMaxBytes = 4 << 20;
 
 std::string at(const char* op, const ProcessGroup& g) {
   return std::string(op) + ": rank " + std::to_string(g.rank());
@@ -185,7 +191,7 @@ Plan plan_all_reduce(ProcessGroup& g, Tensor& tensor, ReduceOp op) {
   if (g.size() > 1 && collectives::SharedMemoryAllReduce::eligible(g))
     ticket = g.shared_memory_all_reduce().take_ticket();
   Call call = begin(g, CollectiveOp::all_reduce, op, meta.dtype, tensor.numel());
-  auto levels = two_level(g, [&](const collectives::HostGroups& hosts, collectives::TwoLevel& l) {
+  auto levels = tensor.nbytes() > kTwoLevelAllReduceMaxBytes ? nullptr : two_level(g, [&](const collectives::HostGroups& hosts, collectives::TwoLevel& l) {
     const ReduceOp combine = op == ReduceOp::avg ? ReduceOp::sum : op;
     const uint64_t count = static_cast<uint64_t>(tensor.numel());
     if (hosts.local->size() > 1) {
@@ -194,7 +200,10 @@ Plan plan_all_reduce(ProcessGroup& g, Tensor& tensor, ReduceOp op) {
       l.within_first = begin(*hosts.local, CollectiveOp::all_reduce, combine, meta.dtype, count);
     }
     if (hosts.leaders) l.leaders = begin(*hosts.leaders, CollectiveOp::all_reduce, combine, meta.dtype, count);
-    if (hosts.local->size() > 1) l.within_last = begin(*hosts.local, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, count, 0);
+    if (hosts.local->size() > 1) {
+      if (l.shm_ticket) l.shm_ticket_last = hosts.local->shared_memory_all_reduce().take_ticket();
+      l.within_last = begin(*hosts.local, CollectiveOp::all_reduce, combine, meta.dtype, count);
+    }
   });
   return {std::move(call), [data = host_flat(tensor), meta, op, ticket, levels, out = &tensor](Call& c) {
             if (c.size() == 1) return;

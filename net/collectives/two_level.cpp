@@ -28,21 +28,31 @@ Tensor run_levels(TwoLevel& levels, Body body) {
   }
 }
 
+// An all_reduce within a host: through its shared memory when the group has it.
+Tensor within_host(Call& within, const std::optional<uint64_t>& ticket, const Tensor& t, ReduceOp op) {
+  std::optional<Tensor> shared;
+  if (ticket) shared = within.channel.group().shared_memory_all_reduce().run(within, *ticket, t, op);
+  return shared ? *shared : choose_all_reduce(within, t, op);
+}
+
 }  // namespace
 
-// Sum (or max, ...) within each host, then among the leaders, then the leader's result to its host.
+// Reduce within each host, then among the leaders, then hand the leader's result to its host. The
+// hand-off is a second all_reduce within the host (shared memory, no rooted protocol) in which the
+// others add zeros (multiply by ones); for max and min they give their host's partial result, which
+// the whole group's result dominates.
 Tensor two_level_all_reduce(TwoLevel& levels, const Tensor& data, ReduceOp op, int group_size) {
   return run_levels(levels, [&] {
     const ReduceOp combine = op == ReduceOp::avg ? ReduceOp::sum : op;
     Tensor t = data;
-    if (Call* within = levels.within_first ? &*levels.within_first : nullptr) {
-      std::optional<Tensor> shared;
-      if (levels.shm_ticket)
-        shared = within->channel.group().shared_memory_all_reduce().run(*within, *levels.shm_ticket, t, combine);
-      t = shared ? *shared : choose_all_reduce(*within, t, combine);
-    }
+    if (levels.within_first) t = within_host(*levels.within_first, levels.shm_ticket, t, combine);
     if (levels.leaders) t = choose_all_reduce(*levels.leaders, t, combine);
-    if (levels.within_last) t = binomial_broadcast(*levels.within_last, t, 0);
+    if (levels.within_last) {
+      Tensor contribution = t;
+      if (!levels.leaders && combine == ReduceOp::sum) contribution = Tensor::zeros(t.shape(), t.dtype());
+      if (!levels.leaders && combine == ReduceOp::product) contribution = Tensor::ones(t.shape(), t.dtype());
+      t = within_host(*levels.within_last, levels.shm_ticket_last, contribution, combine);
+    }
     if (op == ReduceOp::avg) {
       t = t.contiguous();
       divide_buffer(t.mutable_raw_data(), static_cast<size_t>(t.numel()), t.dtype(), group_size);
