@@ -285,10 +285,15 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ra
     if (!seen.insert(r).second) throw ValueError("new_group: rank " + std::to_string(r) + " listed twice");
   }
   // Every rank derives the same id from (parent id, how many groups the parent made so far).
-  const uint64_t id = splitmix64(id_ ^ splitmix64(++child_groups_)) | 1;  // never 0, the world's id
+  const uint64_t key = ++child_groups_;
   if (!seen.count(rank_)) return nullptr;
+  return keyed_group(key, ranks);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::keyed_group(uint64_t key, const std::vector<int>& ranks) {
   std::vector<int> globals;
   for (int r : ranks) globals.push_back(global_rank(r));
+  const uint64_t id = splitmix64(id_ ^ splitmix64(key)) | 1;  // never 0, the world's id
   return std::make_shared<ProcessGroup>(transport_, id, std::move(globals), timeout());
 }
 

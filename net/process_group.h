@@ -40,10 +40,12 @@ namespace troupe::net {
 
 class Transport;
 class Channel;
+class ProcessGroup;
 namespace collectives {
 class CollectiveActor;
 class SharedMemoryAllReduce;
 struct HostGroups;
+HostGroups make_host_groups(ProcessGroup& group);
 }
 
 struct InitOptions {
@@ -108,6 +110,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  private:
   friend class Channel;  // numbers the collectives: a stray call would desynchronise the ranks
   friend class DataflowChannel;
+  friend collectives::HostGroups collectives::make_host_groups(ProcessGroup& group);  // keyed_group
+  // The group of `ranks` (group ranks, this one among them) whose id every rank derives from this
+  // group's id and `key`, with no message: new_group's keys count its calls; internal sub-groups
+  // use keys of their own.
+  std::shared_ptr<ProcessGroup> keyed_group(uint64_t key, const std::vector<int>& ranks);
   uint64_t next_collective_seq() { return collective_seq_++; }
   void check_peer_rank(const char* op, int r, bool any_allowed) const;
   // The n-th dataflow channel made on this group: the same n on every rank (an executor each).

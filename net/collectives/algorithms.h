@@ -32,7 +32,7 @@ void dissemination_barrier(Call& call);
 // The flat all_reduce the dispatcher picks by size (collectives.cpp).
 Tensor choose_all_reduce(Call& call, const Tensor& data, ReduceOp op);
 
-// Two levels (two_level.cpp), for groups whose HostGroups::two_level(): within each host, among
+// Two levels (two_level.cpp), for groups whose HostGroups::two_level: within each host, among
 // one leader per host, within each host again. The dispatcher numbers the levels' calls on the
 // sub-groups when the outer call is made (so async and blocking calls pair up alike on every
 // rank); a level this rank takes no part in is empty.

@@ -92,7 +92,7 @@ template <class NumberLevels>
 std::shared_ptr<collectives::TwoLevel> two_level(ProcessGroup& g, NumberLevels number_levels) {
   if (g.size() < 2) return nullptr;
   const collectives::HostGroups& hosts = g.host_groups();
-  if (!hosts.two_level()) return nullptr;
+  if (!hosts.two_level) return nullptr;
   auto levels = std::make_shared<collectives::TwoLevel>();
   number_levels(hosts, *levels);
   return levels;

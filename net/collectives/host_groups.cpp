@@ -1,5 +1,6 @@
 #include "net/collectives/host_groups.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -12,30 +13,10 @@ namespace troupe::net::collectives {
 
 namespace {
 
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-constexpr uint64_t kLocalSalt = 0x6c6f63616c000000ull, kLeadersSalt = 0x6c65616465727300ull;
+// Keys of the sub-groups (ProcessGroup::keyed_group), far from new_group's counted keys.
+constexpr uint64_t kLocalKey = 0x6c6f63616c000000ull, kLeadersKey = 0x6c65616465727300ull;
 
 }  // namespace
-
-bool HostGroups::two_level() const {
-  if (const char* v = std::getenv("TROUPE_HIERARCHICAL"); v && std::strcmp(v, "0") == 0) return false;
-  if (hosts() < 2) return false;
-  for (const auto& m : members)
-    if (m.size() > 1) return true;
-  return false;
-}
-
-bool HostGroups::balanced() const {
-  for (const auto& m : members)
-    if (m.size() != members[0].size()) return false;
-  return true;
-}
 
 HostGroups make_host_groups(ProcessGroup& group) {
   HostGroups h;
@@ -47,20 +28,16 @@ HostGroups make_host_groups(ProcessGroup& group) {
     h.host_of.push_back(it->second);
     h.members[static_cast<size_t>(it->second)].push_back(r);
   }
+  const char* flat = std::getenv("TROUPE_HIERARCHICAL");
+  const bool shared_host = std::any_of(h.members.begin(), h.members.end(), [](const auto& m) { return m.size() > 1; });
+  h.two_level = h.hosts() > 1 && shared_host && !(flat && std::strcmp(flat, "0") == 0);
   const int mine = h.host_of[static_cast<size_t>(group.rank())];
-  auto globals = [&](const std::vector<int>& ranks) {
-    std::vector<int> g;
-    for (int r : ranks) g.push_back(group.global_rank(r));
-    return g;
-  };
-  h.local = std::make_shared<ProcessGroup>(group.shared_transport(),
-                                           mix(group.id() ^ kLocalSalt ^ mix(static_cast<uint64_t>(mine))) | 1,
-                                           globals(h.members[static_cast<size_t>(mine)]), group.timeout());
-  if (h.members[static_cast<size_t>(mine)].front() == group.rank()) {
+  const std::vector<int>& here = h.members[static_cast<size_t>(mine)];
+  h.local = group.keyed_group(kLocalKey + static_cast<uint64_t>(mine), here);
+  if (here.front() == group.rank()) {
     std::vector<int> leaders;
     for (const auto& m : h.members) leaders.push_back(m.front());
-    h.leaders = std::make_shared<ProcessGroup>(group.shared_transport(), mix(group.id() ^ kLeadersSalt) | 1,
-                                               globals(leaders), group.timeout());
+    h.leaders = group.keyed_group(kLeadersKey, leaders);
   }
   return h;
 }

@@ -3,7 +3,7 @@
 // one host talk through shared memory and ipc://, one leader per host over the network.
 //
 //   const HostGroups& h = group.host_groups();
-//   if (h.two_level()) { all_reduce(*h.local, t); if (h.leaders) all_reduce(*h.leaders, t); ... }
+//   if (h.two_level) ...   // h.local: this rank's host; h.leaders: one rank per host (on leaders)
 //
 // Every rank derives the same hosts from the transport's address table (hosts numbered by their
 // lowest group rank; the leader of a host is its lowest group rank), and the same sub-group ids
@@ -26,9 +26,7 @@ struct HostGroups {
   int hosts() const { return static_cast<int>(members.size()); }
   // More than one host, and some host with more than one rank: the two levels differ from the flat
   // algorithms. Off when TROUPE_HIERARCHICAL=0 (to measure the flat ones beside them).
-  bool two_level() const;
-  // Every host has as many ranks (the two-level all_gather needs it).
-  bool balanced() const;
+  bool two_level = false;
 };
 
 HostGroups make_host_groups(ProcessGroup& group);

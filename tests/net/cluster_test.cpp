@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <string>
 #include <thread>
 
@@ -97,16 +96,10 @@ TEST_CASE("cluster: dist_sgd with 2 ranks on each of 2 hosts", "[net][cluster]")
   o.nproc = 4;
   for (const char* part : {"/dist_sgd", "--epochs", "1", "--subset", "2048", "--json"})
     o.command.push_back(part[0] == '/' ? std::string(TROUPE_BIN_DIR) + part : part);
-  std::string output;
-  std::mutex mutex;
-  o.on_line = [&](int rank, bool, const std::string& line) {
-    std::lock_guard lock(mutex);
-    output += "[rank " + std::to_string(rank) + "] " + line + "\n";
-  };
-  const LaunchResult result = launch(o);
-  INFO(output);
-  CHECK(result.exit_code == 0);
-  CHECK_THAT(output, Catch::Contains("\"world\":4"));
+  const RankRun run = launch_collecting(o);
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK_THAT(run.output, Catch::Contains("\"world\":4"));
 }
 
 TEST_CASE("cluster: a host's link goes down mid-collective, every survivor gets PeerLostError within 5 s",

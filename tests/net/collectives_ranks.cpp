@@ -267,7 +267,7 @@ TEST_CASE("collectives rank: two levels", "[.rank]") {
     renumbered[r] = static_cast<int>(it - first_seen.begin());
   }
   CHECK(hosts.host_of == renumbered);
-  CHECK(hosts.two_level());
+  CHECK(hosts.two_level);
   CHECK(hosts.local->size() == static_cast<int>(std::count(renumbered.begin(), renumbered.end(), renumbered[world->rank()])));
   CHECK((hosts.leaders != nullptr) == (std::find(renumbered.begin(), renumbered.end(), renumbered[world->rank()]) -
                                            renumbered.begin() == world->rank()));

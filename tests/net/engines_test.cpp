@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -51,14 +50,7 @@ RankRun run_engine(std::vector<std::string> command) {
   o.command = {"env", "-u", "RANK", "-u", "WORLD_SIZE", "-u", "LOCAL_RANK", "-u", "LOCAL_WORLD_SIZE",
                "-u", "MASTER_ADDR", "-u", "MASTER_PORT", "-u", "NODE_RANK"};
   o.command.insert(o.command.end(), command.begin(), command.end());
-  RankRun run;
-  std::mutex mutex;
-  o.on_line = [&](int, bool, const std::string& line) {
-    std::lock_guard lock(mutex);
-    run.output += line + "\n";
-  };
-  run.result = launch(o);
-  return run;
+  return launch_collecting(o);
 }
 
 }  // namespace

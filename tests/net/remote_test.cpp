@@ -1,7 +1,6 @@
 // Remote actors between real processes on loopback, started by the launcher (the ranks:
 // remote_ranks.cpp): rank 0 drives, the others serve.
 #include <catch2/catch.hpp>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -75,15 +74,9 @@ TEST_CASE("remote actors: remote_ensemble and pipeline_xlmr agree with one proce
     LaunchOptions o;
     o.nproc = 2;
     o.command = command;
-    std::string output;
-    std::mutex mutex;
-    o.on_line = [&](int rank, bool, const std::string& line) {
-      std::lock_guard lock(mutex);
-      output += "[rank " + std::to_string(rank) + "] " + line + "\n";
-    };
-    const LaunchResult result = launch(o);
-    INFO(output);
-    CHECK(result.exit_code == 0);
-    CHECK_THAT(output, Catch::Contains("\"max_abs_diff\":0"));
+    const RankRun run = launch_collecting(o);
+    INFO(run.output);
+    CHECK(run.result.exit_code == 0);
+    CHECK_THAT(run.output, Catch::Contains("\"max_abs_diff\":0"));
   }
 }

@@ -48,6 +48,10 @@ RankRun run_ranks(int nproc, const std::string& rank_test, troupe::net::LaunchOp
   options.nproc = nproc;
   for (std::string& part : rank_command(rank_test)) options.command.push_back(std::move(part));
   if (options.grace == troupe::net::LaunchOptions{}.grace) options.grace = 2s;
+  return launch_collecting(std::move(options));
+}
+
+RankRun launch_collecting(troupe::net::LaunchOptions options) {
   RankRun run;
   std::mutex mutex;
   options.on_line = [&](int rank, bool, const std::string& line) {

@@ -44,6 +44,10 @@ std::vector<std::string> rank_command(const std::string& rank_test);
 // options.grace defaults to 2 s.
 RankRun run_ranks(int nproc, const std::string& rank_test, troupe::net::LaunchOptions options = {});
 
+// Launches options.command as given (an example, a script, a job engine) and collects its output
+// as run_ranks does.
+RankRun launch_collecting(troupe::net::LaunchOptions options);
+
 // CHECKs that the launch exited 0 and that `ranks` ranks passed, with the ranks' digest as context.
 void check_all_passed(const RankRun& run, int ranks);
 
