@@ -65,6 +65,7 @@
 #include "models/nn/module.h"
 #include "models/nn/net.h"
 #include "models/nn/optimizer.h"
+#include "models/train/checkpoint.h"
 #include "models/train/gradient_reducer.h"
 #include "models/train/wide_net.h"
 #include "models/transformer/encoder.h"

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "devices/error.h"
+
 namespace troupe {
 
 namespace {
@@ -36,6 +38,13 @@ ThreadState& state() {
 
 Generator::Generator(uint64_t seed) {
   for (uint64_t& word : s_) word = splitmix64(seed);
+}
+
+Generator::State Generator::state() const { return {s_[0], s_[1], s_[2], s_[3]}; }
+
+void Generator::set_state(const State& state) {
+  if (state == State{}) throw ValueError("Generator::set_state: the all-zero state is not a xoshiro256** state");
+  for (size_t i = 0; i < state.size(); ++i) s_[i] = state[i];
 }
 
 uint64_t Generator::next() {

@@ -10,6 +10,9 @@
 //   double u = thread_generator().uniform();           // in [0, 1)
 //   Generator local(7);
 //   Tensor e = rand_normal({10, 4}, 0.0, 0.02, DType::f32, local);   // the thread's stream untouched
+//   Generator::State saved = thread_generator().state();            // a checkpoint's RNG state
+//   thread_generator().set_state(saved);                             // the same draws follow
+#include <array>
 #include <cstdint>
 
 #include "devices/tensor.h"
@@ -23,6 +26,10 @@ class Generator {
   uint64_t next();
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }        // [0, 1)
   double normal();  // standard normal (Box-Muller, two draws per value)
+
+  using State = std::array<uint64_t, 4>;
+  State state() const;
+  void set_state(const State& state);  // ValueError for all zeros, the one state xoshiro never leaves
 
  private:
   uint64_t s_[4];

@@ -22,12 +22,16 @@ int64_t BatchLoader::batches_per_epoch() const {
   return (static_cast<int64_t>(indices_.size()) + batch_size_ - 1) / batch_size_;
 }
 
-void BatchLoader::start_epoch(int epoch) {
+void BatchLoader::start_epoch(int epoch, int64_t first_batch) {
+  if (first_batch < 0 || first_batch > batches_per_epoch())
+    throw IndexError("BatchLoader::start_epoch: batch " + std::to_string(first_batch) + " outside an epoch of " +
+                     std::to_string(batches_per_epoch()) + " batches");
   if (pending_) pending_->get();  // never leave a task running over the order it reads
   const auto perm = seeded_permutation(static_cast<int64_t>(indices_.size()), seed_ + static_cast<uint64_t>(epoch));
   order_.resize(indices_.size());
   for (size_t i = 0; i < perm.size(); ++i) order_[i] = indices_[static_cast<size_t>(perm[i])];
-  cursor_ = 0;
+  cursor_ = first_batch * batch_size_;
+  position_ = first_batch;
   pending_.reset();
   prefetch();
 }
@@ -49,6 +53,7 @@ std::optional<Batch> BatchLoader::next() {
   if (!pending_) return std::nullopt;
   Batch batch = pending_->get();
   pending_.reset();
+  ++position_;
   prefetch();
   return batch;
 }

@@ -7,6 +7,7 @@
 //     loader.start_epoch(epoch);
 //     while (auto batch = loader.next()) train_step(batch->images, batch->labels);
 //   }
+//   loader.start_epoch(epoch, position);   // resuming: the epoch's order, from batch `position` on
 #include <optional>
 #include <vector>
 
@@ -24,9 +25,11 @@ class BatchLoader {
  public:
   BatchLoader(Dataset data, std::vector<int64_t> indices, int64_t batch_size, uint64_t seed);
 
-  void start_epoch(int epoch);   // shuffles with seed + epoch and prefetches the first batch
+  // Shuffles with seed + epoch and prefetches batch first_batch (0..batches_per_epoch()).
+  void start_epoch(int epoch, int64_t first_batch = 0);
   std::optional<Batch> next();   // nullopt at the end of the epoch
   int64_t batches_per_epoch() const;
+  int64_t position() const { return position_; }  // batches of this epoch handed out, those skipped included
 
  private:
   Batch gather(int64_t first) const;
@@ -37,6 +40,7 @@ class BatchLoader {
   int64_t batch_size_;
   uint64_t seed_;
   int64_t cursor_ = 0;
+  int64_t position_ = 0;
   std::optional<Future<Batch>> pending_;
 };
 

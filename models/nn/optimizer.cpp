@@ -30,6 +30,34 @@ void Optimizer::zero_grad() {
     if (p->requires_grad()) p->set_grad(Tensor());
 }
 
+std::vector<Optimizer::Entry> Optimizer::checked_entries(const char* who, const std::map<std::string, Tensor>& state,
+                                                         const std::vector<std::string>& slots,
+                                                         const std::string& scalar_slot) const {
+  std::vector<Entry> entries;
+  for (const auto& [name, value] : state) {
+    const auto dot = name.find('.');
+    const std::string index_text = name.substr(0, dot);
+    const std::string slot = dot == std::string::npos ? std::string() : name.substr(dot + 1);
+    size_t index = params_.size();
+    if (!index_text.empty() && index_text.size() < 10 &&
+        index_text.find_first_not_of("0123456789") == std::string::npos)
+      index = std::stoul(index_text);
+    if (index >= params_.size() || std::find(slots.begin(), slots.end(), slot) == slots.end())
+      throw ValueError(std::string(who) + ".load_state_dict: unexpected entry '" + name + "' for " +
+                       std::to_string(params_.size()) + " parameters");
+    const Tensor& p = *params_[index];
+    if (slot == scalar_slot) {
+      if (value.dtype() != DType::i64 || value.numel() != 1)
+        throw DTypeError(std::string(who) + ".load_state_dict: " + name + " must be one i64, got " + value.meta().str());
+    } else if (value.dtype() != p.dtype() || value.shape() != p.shape()) {
+      throw ShapeError(std::string(who) + ".load_state_dict: " + name + " is " + value.meta().str() +
+                       ", its parameter is " + p.meta().str());
+    }
+    entries.push_back({index, slot, value});
+  }
+  return entries;
+}
+
 SGD::SGD(std::vector<Tensor*> params, SGDOptions opts)
     : Optimizer(std::move(params)), options(opts), momentum_(params_.size()) {
   if (options.lr < 0 || options.momentum < 0 || options.weight_decay < 0)
@@ -69,6 +97,20 @@ void SGD::step() {
       }
     });
   }
+}
+
+std::map<std::string, Tensor> SGD::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (size_t k = 0; k < momentum_.size(); ++k)
+    if (momentum_[k].defined()) out.emplace(std::to_string(k) + ".momentum_buffer", momentum_[k].clone());
+  return out;
+}
+
+void SGD::load_state_dict(const std::map<std::string, Tensor>& state) {
+  const auto entries = checked_entries("SGD", state, {"momentum_buffer"});
+  std::vector<Tensor> momentum(params_.size());
+  for (const Entry& e : entries) momentum[e.index] = e.value.contiguous().clone();
+  momentum_ = std::move(momentum);
 }
 
 Adam::Adam(std::vector<Tensor*> params, AdamOptions opts)
@@ -116,6 +158,40 @@ void Adam::step() {
       }
     });
   }
+}
+
+std::map<std::string, Tensor> Adam::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (size_t k = 0; k < state_.size(); ++k) {
+    const State& s = state_[k];
+    if (s.steps == 0) continue;
+    const std::string i = std::to_string(k) + ".";
+    out.emplace(i + "step", Tensor::scalar<int64_t>(s.steps));
+    out.emplace(i + "exp_avg", s.m.clone());
+    out.emplace(i + "exp_avg_sq", s.v.clone());
+    if (s.v_max.defined()) out.emplace(i + "max_exp_avg_sq", s.v_max.clone());
+  }
+  return out;
+}
+
+void Adam::load_state_dict(const std::map<std::string, Tensor>& state) {
+  const auto entries = checked_entries("Adam", state, {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"}, "step");
+  std::vector<State> loaded(params_.size());
+  for (const Entry& e : entries) {
+    State& s = loaded[e.index];
+    if (e.slot == "step") s.steps = e.value.item<int64_t>();
+    else (e.slot == "exp_avg" ? s.m : e.slot == "exp_avg_sq" ? s.v : s.v_max) = e.value.contiguous().clone();
+  }
+  for (size_t k = 0; k < loaded.size(); ++k) {
+    const State& s = loaded[k];
+    const bool complete = s.steps > 0 && s.m.defined() && s.v.defined() && s.v_max.defined() == options.amsgrad;
+    const bool empty = s.steps == 0 && !s.m.defined() && !s.v.defined() && !s.v_max.defined();
+    if (!complete && !empty)
+      throw ValueError("Adam.load_state_dict: parameter " + std::to_string(k) +
+                       "'s state is incomplete (step >= 1, exp_avg, exp_avg_sq" +
+                       (options.amsgrad ? ", max_exp_avg_sq" : "") + " go together)");
+  }
+  state_ = std::move(loaded);
 }
 
 Tensor flatten_grads(const std::vector<Tensor*>& params) {

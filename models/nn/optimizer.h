@@ -9,8 +9,14 @@
 //   sgd.step();
 //   sgd.zero_grad();
 //
+// state_dict() names the optimizer's per-parameter state by the parameter's index, as PyTorch's
+// does ("3.momentum_buffer", "3.exp_avg", "3.step"); load_state_dict() checks every name, shape and
+// dtype against the parameters before it changes anything (checkpoints: models/train/checkpoint.h).
+//
 // For data-parallel training, flatten_grads() packs every gradient into one tensor for a single
 // all_reduce and assign_flat_grads() unpacks the reduced result.
+#include <map>
+#include <string>
 #include <vector>
 
 #include "devices/tensor.h"
@@ -25,7 +31,22 @@ class Optimizer {
   void zero_grad();  // every parameter's grad to none
   const std::vector<Tensor*>& params() const { return params_; }
 
+  virtual std::map<std::string, Tensor> state_dict() const = 0;
+  // ValueError, ShapeError or DTypeError naming the entry when the state does not fit these
+  // parameters (unknown names, another model's shapes); nothing is changed then.
+  virtual void load_state_dict(const std::map<std::string, Tensor>& state) = 0;
+
  protected:
+  // The parameter index and slot of a state entry "<index>.<slot>", checked against the parameters
+  // (index in range; dtype and, unless scalar, shape of that parameter; slot among `slots`).
+  struct Entry {
+    size_t index;
+    std::string slot;
+    const Tensor& value;
+  };
+  std::vector<Entry> checked_entries(const char* who, const std::map<std::string, Tensor>& state,
+                                     const std::vector<std::string>& slots, const std::string& scalar_slot = {}) const;
+
   std::vector<Tensor*> params_;
 };
 
@@ -41,6 +62,8 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor*> params, SGDOptions options);
   void step() override;
+  std::map<std::string, Tensor> state_dict() const override;  // "<i>.momentum_buffer"
+  void load_state_dict(const std::map<std::string, Tensor>& state) override;
   SGDOptions options;
 
  private:
@@ -59,6 +82,8 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor*> params, AdamOptions options);
   void step() override;
+  std::map<std::string, Tensor> state_dict() const override;  // "<i>.step" (i64), exp_avg, exp_avg_sq, max_exp_avg_sq
+  void load_state_dict(const std::map<std::string, Tensor>& state) override;
   AdamOptions options;
 
  private:
