@@ -85,78 +85,13 @@ int free_tcp_port() {
   return port;
 }
 
-LaunchResult launch(const LaunchOptions& o) {
-  if (o.nproc < 1) throw ValueError("launch: --nproc must be at least 1, got " + std::to_string(o.nproc));
-  if (o.nnodes < 1) throw ValueError("launch: --nnodes must be at least 1, got " + std::to_string(o.nnodes));
-  if (o.node_rank < 0 || o.node_rank >= o.nnodes)
-    throw ValueError("launch: --node-rank " + std::to_string(o.node_rank) + " outside " + std::to_string(o.nnodes) +
-                     " nodes");
-  if (o.command.empty()) throw ValueError("launch: no program given (troupe launch --nproc N -- PROGRAM ARGS...)");
-  if (o.nnodes > 1 && o.master.empty()) throw ValueError("launch: --nnodes > 1 needs --master HOST:PORT");
-  if (o.curve && o.nnodes > 1)
-    throw ValueError("launch: --curve makes a key for one node; pass the same --curve-key FILE on every node");
-
-  auto print = o.on_line ? o.on_line : [](int rank, bool is_stderr, const std::string& line) {
-    const std::string text = (rank < 0 ? "[launch] " : "[rank " + std::to_string(rank) + "] ") + line + "\n";
-    std::FILE* out = is_stderr ? stderr : stdout;
-    std::fwrite(text.data(), 1, text.size(), out);
-    std::fflush(out);
-  };
-
-  std::string master_addr = "127.0.0.1";
-  int master_port = 0;
-  if (o.master.empty()) {
-    master_port = free_tcp_port();
-  } else {
-    std::tie(master_addr, master_port) = split_host_port(o.master);
-  }
-
-  // The key file the ranks read: given (created when missing) or generated for this job.
-  std::string key_file = o.curve_key_file;
-  bool remove_key_file = false;
-  if (!key_file.empty()) {
-    if (!std::filesystem::exists(key_file)) write_curve_key_file(key_file, generate_curve_keys());
-    load_curve_key_file(key_file);  // validates before any rank starts
-  } else if (o.curve) {
-    const char* tmp = std::getenv("TMPDIR");
-    key_file = std::string(tmp && *tmp ? tmp : "/tmp") + "/troupe-key-" + random_hex(8);
-    write_curve_key_file(key_file, generate_curve_keys());
-    remove_key_file = true;
-  }
-
-  const int world = o.nproc * o.nnodes;
-  const char* run_env = std::getenv("TROUPE_RUN_ID");
-  const std::string run_id = run_env && *run_env ? run_env : random_hex(8);
-  std::map<std::string, std::string> base_env;
-  for (char** e = environ; *e; ++e) {
-    const std::string entry = *e;
-    const auto eq = entry.find('=');
-    if (eq != std::string::npos) base_env[entry.substr(0, eq)] = entry.substr(eq + 1);
-  }
-  base_env["MASTER_ADDR"] = master_addr;
-  base_env["MASTER_PORT"] = std::to_string(master_port);
-  base_env["WORLD_SIZE"] = std::to_string(world);
-  base_env["LOCAL_WORLD_SIZE"] = std::to_string(o.nproc);
-  base_env["NODE_RANK"] = std::to_string(o.node_rank);
-  base_env["TROUPE_RUN_ID"] = run_id;
-  if (!key_file.empty()) base_env["TROUPE_CURVE_SECRET_FILE"] = std::filesystem::absolute(key_file).string();
-  if (o.huge_pages) {
-    std::string& tunables = base_env["GLIBC_TUNABLES"];
-    if (tunables.find("glibc.malloc.hugetlb") == std::string::npos)
-      tunables += (tunables.empty() ? "" : ":") + std::string("glibc.malloc.hugetlb=1");
-  }
-  for (const auto& [k, v] : o.env) base_env[k] = v;
-
-  struct sigaction action {}, old_int {}, old_term {};
-  action.sa_handler = on_interrupt;
-  sigemptyset(&action.sa_mask);
-  g_interrupt = 0;
-  sigaction(SIGINT, &action, &old_int);
-  sigaction(SIGTERM, &action, &old_term);
-
+// One run of this node's ranks: starts them, forwards their output, and when one fails stops the
+// others; returns when all have exited.
+LaunchResult run_ranks(const LaunchOptions& o, const std::map<std::string, std::string>& base_env,
+                       const std::function<void(int, bool, const std::string&)>& print) {
+  LaunchResult result;
   std::vector<Child> children;
   std::vector<Stream> streams;
-  LaunchResult result;
   auto stop_all = [&](int sig) {
     for (auto& c : children)
       if (c.running) ::kill(c.pid, sig);
@@ -292,6 +227,90 @@ LaunchResult launch(const LaunchOptions& o) {
       emit_lines(s, true);
       ::close(s.fd);
     }
+  return result;
+}
+
+LaunchResult launch(const LaunchOptions& o) {
+  if (o.nproc < 1) throw ValueError("launch: --nproc must be at least 1, got " + std::to_string(o.nproc));
+  if (o.nnodes < 1) throw ValueError("launch: --nnodes must be at least 1, got " + std::to_string(o.nnodes));
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes)
+    throw ValueError("launch: --node-rank " + std::to_string(o.node_rank) + " outside " + std::to_string(o.nnodes) +
+                     " nodes");
+  if (o.command.empty()) throw ValueError("launch: no program given (troupe launch --nproc N -- PROGRAM ARGS...)");
+  if (o.nnodes > 1 && o.master.empty()) throw ValueError("launch: --nnodes > 1 needs --master HOST:PORT");
+  if (o.max_restarts < 0) throw ValueError("launch: --max-restarts must be >= 0, got " + std::to_string(o.max_restarts));
+  if (o.max_restarts > 0 && o.nnodes > 1)
+    throw ValueError("launch: --max-restarts restarts the ranks of one node; a job of " + std::to_string(o.nnodes) +
+                     " nodes would need every node's launcher to restart together, which is not supported");
+  if (o.curve && o.nnodes > 1)
+    throw ValueError("launch: --curve makes a key for one node; pass the same --curve-key FILE on every node");
+
+  auto print = o.on_line ? o.on_line : [](int rank, bool is_stderr, const std::string& line) {
+    const std::string text = (rank < 0 ? "[launch] " : "[rank " + std::to_string(rank) + "] ") + line + "\n";
+    std::FILE* out = is_stderr ? stderr : stdout;
+    std::fwrite(text.data(), 1, text.size(), out);
+    std::fflush(out);
+  };
+
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  if (!o.master.empty()) std::tie(master_addr, master_port) = split_host_port(o.master);
+
+  // The key file the ranks read: given (created when missing) or generated for this job.
+  std::string key_file = o.curve_key_file;
+  bool remove_key_file = false;
+  if (!key_file.empty()) {
+    if (!std::filesystem::exists(key_file)) write_curve_key_file(key_file, generate_curve_keys());
+    load_curve_key_file(key_file);  // validates before any rank starts
+  } else if (o.curve) {
+    const char* tmp = std::getenv("TMPDIR");
+    key_file = std::string(tmp && *tmp ? tmp : "/tmp") + "/troupe-key-" + random_hex(8);
+    write_curve_key_file(key_file, generate_curve_keys());
+    remove_key_file = true;
+  }
+
+  const int world = o.nproc * o.nnodes;
+  const char* run_env = std::getenv("TROUPE_RUN_ID");
+  const std::string run_id = run_env && *run_env ? run_env : random_hex(8);
+  std::map<std::string, std::string> base_env;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos) base_env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  base_env["MASTER_ADDR"] = master_addr;
+  base_env["WORLD_SIZE"] = std::to_string(world);
+  base_env["LOCAL_WORLD_SIZE"] = std::to_string(o.nproc);
+  base_env["NODE_RANK"] = std::to_string(o.node_rank);
+  base_env["TROUPE_RUN_ID"] = run_id;
+  if (!key_file.empty()) base_env["TROUPE_CURVE_SECRET_FILE"] = std::filesystem::absolute(key_file).string();
+  if (o.huge_pages) {
+    std::string& tunables = base_env["GLIBC_TUNABLES"];
+    if (tunables.find("glibc.malloc.hugetlb") == std::string::npos)
+      tunables += (tunables.empty() ? "" : ":") + std::string("glibc.malloc.hugetlb=1");
+  }
+  for (const auto& [k, v] : o.env) base_env[k] = v;
+
+  struct sigaction action {}, old_int {}, old_term {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  g_interrupt = 0;
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+
+  LaunchResult result;
+  for (int restart = 0;; ++restart) {
+    auto env = base_env;
+    // A port of its own for every attempt: the last one's sockets may linger.
+    env["MASTER_PORT"] = std::to_string(o.master.empty() ? free_tcp_port() : master_port);
+    env["TROUPE_RESTART_COUNT"] = std::to_string(restart);
+    env["TROUPE_RUN_ID"] = run_id + (restart ? "." + std::to_string(restart) : "");
+    result = run_ranks(o, env, print);
+    result.restarts = restart;
+    if (result.exit_code == 0 || g_interrupt || restart == o.max_restarts) break;
+    print(-1, true, "restarting every rank (restart " + std::to_string(restart + 1) + " of " +
+                        std::to_string(o.max_restarts) + ")");
+  }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   if (remove_key_file) std::filesystem::remove(key_file);

@@ -8,8 +8,11 @@
 //   o.command = {"build/bin/p2p_blocking"};
 //   LaunchResult r = launch(o);        // r.exit_code: 0, or the failed rank's status (128+signal)
 //
+// With max_restarts K (torchrun's --max-restarts), a failed job is started again, every rank, up to
+// K times; the program finds its last checkpoint (models/train/checkpoint.h) and goes on from there.
+//
 // Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
-// MASTER_PORT and TROUPE_RUN_ID; with curve, TROUPE_CURVE_SECRET_FILE too; with huge_pages,
+// MASTER_PORT, TROUPE_RUN_ID and TROUPE_RESTART_COUNT (0, then 1, 2... on restarts); with curve, TROUPE_CURVE_SECRET_FILE too; with huge_pages,
 // glibc.malloc.hugetlb=1 added to GLIBC_TUNABLES. Without a master,
 // the job is single-node on loopback and a free port is picked.
 #include <chrono>
@@ -28,6 +31,9 @@ struct LaunchOptions {
   std::vector<std::string> command;
   std::chrono::milliseconds grace{5000};  // SIGTERM to SIGKILL
   bool stop_on_failure = true;            // false: let the others run to their end (tests use it)
+  // Restarts of the whole job after a rank fails (not after an interrupt); one node only: the
+  // launchers of a multi-node job have no way to restart together.
+  int max_restarts = 0;
   bool curve = false;                     // generate a job key for this (single-node) job
   std::string curve_key_file;             // use this key file (created if missing); for multi-node jobs
   // malloc backs its large blocks with transparent huge pages (glibc.malloc.hugetlb=1): ZeroMQ
@@ -50,7 +56,8 @@ struct RankExit {
 struct LaunchResult {
   int exit_code = 0;    // 0 when every rank succeeded, else the first failed rank's code (128 + signal)
   std::string failure;  // "rank 1 (pid 4242) was killed by signal 9 (Killed)"; empty on success
-  std::vector<RankExit> ranks;
+  std::vector<RankExit> ranks;  // of the last attempt
+  int restarts = 0;             // attempts after the first
 };
 
 LaunchResult launch(const LaunchOptions& options);

@@ -2,6 +2,7 @@
 //
 //   troupe launch --nproc 2 -- build/bin/p2p_blocking
 //   troupe launch --nproc 4 --nnodes 2 --node-rank 0 --master 10.0.0.1:29500 --curve-key job.key -- prog
+//   troupe launch --nproc 2 --max-restarts 3 -- build/bin/dist_sgd --checkpoint-dir ckpt --resume
 #include <memory>
 
 #include "examples/troupe/commands.h"
@@ -19,6 +20,8 @@ Command add_launch_command(CLI::App& parent) {
   app->add_option("--node-rank", o->node_rank, "This node's index (0..nnodes-1)")->check(CLI::NonNegativeNumber);
   app->add_option("--master", o->master, "HOST:PORT of rank 0's rendezvous (default: 127.0.0.1 and a free port)");
   app->add_option("--grace", *grace_s, "Seconds between SIGTERM and SIGKILL when a rank fails")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--max-restarts", o->max_restarts, "Start every rank again after a failure, up to K times (one node)")
       ->check(CLI::NonNegativeNumber);
   app->add_flag("--curve", o->curve, "Authenticate and encrypt with a fresh CURVE key (single node)");
   app->add_flag("!--no-huge-pages", o->huge_pages, "Leave malloc's pages as they are (no glibc.malloc.hugetlb=1)");

@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <set>
 
 #include "net/launcher.h"
 #include "support/ranks.h"
@@ -186,4 +188,56 @@ TEST_CASE("launcher: a failed rank stops the others and is named", "[net][launch
   CHECK_THROWS_WITH(launch(bad(1, 1, 0, {})), Catch::Contains("no program"));
   CHECK_THROWS_WITH(launch(bad(1, 2, 0, {"true"})), Catch::Contains("--master"));
   CHECK_THROWS_WITH(launch(bad(1, 2, 2, {"true"})), Catch::Contains("--node-rank 2"));
+}
+
+TEST_CASE("launcher: --max-restarts starts every rank again after a failure, up to K times", "[net][launch]") {
+  LaunchOptions o;
+  o.nproc = 2;
+  o.grace = 1s;
+  std::vector<std::string> out;
+  std::mutex mutex;
+  o.on_line = [&](int rank, bool, const std::string& line) {
+    std::lock_guard lock(mutex);
+    out.push_back(std::to_string(rank) + " " + line);
+  };
+  // Rank 1 fails in the first two attempts; rank 0 would run on, and is stopped each time.
+  o.command = {"sh", "-c",
+               "echo attempt $TROUPE_RESTART_COUNT port $MASTER_PORT run $TROUPE_RUN_ID; "
+               "if [ $RANK = 1 ] && [ $TROUPE_RESTART_COUNT -lt 2 ]; then exit 3; fi; "
+               "if [ $RANK = 0 ] && [ $TROUPE_RESTART_COUNT -lt 2 ]; then exec sleep 30; fi"};
+  o.max_restarts = 3;
+  auto start = std::chrono::steady_clock::now();
+  LaunchResult r = launch(o);
+  CHECK(std::chrono::steady_clock::now() - start < 20s);
+  CHECK(r.exit_code == 0);
+  CHECK(r.restarts == 2);
+  CHECK(r.failure.empty());
+  CHECK(std::count(out.begin(), out.end(), "-1 restarting every rank (restart 1 of 3)") == 1);
+  CHECK(std::count(out.begin(), out.end(), "-1 restarting every rank (restart 2 of 3)") == 1);
+  std::set<std::string> ports, runs;
+  for (const std::string& line : out) {
+    char port[16], run[64];
+    int rank = 0, attempt = 0;
+    if (std::sscanf(line.c_str(), "%d attempt %d port %15s run %63s", &rank, &attempt, port, run) == 4) {
+      ports.insert(std::to_string(attempt) + ":" + port);
+      runs.insert(run);
+    }
+  }
+  CHECK(ports.size() == 3);  // one port per attempt, both ranks on it
+  CHECK(runs.size() == 3);   // and a run id of its own: a rank of an older attempt cannot join
+
+  // Out of restarts: the last attempt's failure is the job's.
+  o.command = {"sh", "-c", "exit 4"};
+  o.max_restarts = 1;
+  r = launch(o);
+  CHECK(r.exit_code == 4);
+  CHECK(r.restarts == 1);
+  CHECK_THAT(r.failure, Catch::Contains("exited with status 4"));
+
+  o.max_restarts = -1;
+  CHECK_THROWS_WITH(launch(o), Catch::Contains("--max-restarts must be >= 0"));
+  o.max_restarts = 1;
+  o.nnodes = 2;
+  o.master = "127.0.0.1:29999";
+  CHECK_THROWS_WITH(launch(o), Catch::Contains("restarts the ranks of one node"));
 }
