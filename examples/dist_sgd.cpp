@@ -1,6 +1,12 @@
 // The synchronous SGD of PyTorch's tutorial "Writing Distributed Applications with PyTorch" on Fashion-MNIST: every rank trains the Net on its
 // partition with batch 128 / world and gradients averaged across ranks after each backward.
 //   troupe launch --nproc 2 -- build/bin/dist_sgd [--epochs 10] [--sync ddp|naive|ring] [--json]
+//   troupe launch --nproc 2 --max-restarts 3 -- build/bin/dist_sgd --checkpoint-dir ckpt --resume
+//
+// Checkpoints (models/train/checkpoint.h): every rank saves its own under DIR/rank-R every
+// --checkpoint-every steps (model, momentum, the loader's position, the dropout generator), so no
+// shared file system is needed; --resume goes on from the newest step all ranks have saved. With
+// the same seed the resumed run ends with bitwise the same weights as an uninterrupted one.
 //
 // Gradient synchronisation:
 //   ddp    PyTorch DDP's scheme (models/train/gradient_reducer.h): gradients in buckets of
@@ -37,6 +43,7 @@
 #include "models/data/partition.h"
 #include "models/nn/net.h"
 #include "models/nn/optimizer.h"
+#include "models/train/checkpoint.h"
 #include "models/train/gradient_reducer.h"
 #include "models/train/wide_net.h"
 #include "net/collectives.h"
@@ -62,7 +69,8 @@ void average_gradients(net::ProcessGroup& world, const std::vector<Tensor*>& par
   }
 }
 
-// FNV-1a over every parameter's bytes: equal on all ranks iff the replicas are bit-identical.
+// FNV-1a over every parameter's bytes (halved to fit int64): equal on all ranks iff the replicas are
+// bit-identical.
 int64_t parameter_hash(const std::vector<Tensor*>& params) {
   uint64_t h = 1469598103934665603ull;
   for (const Tensor* p : params) {
@@ -119,6 +127,12 @@ void progress(int epoch, int64_t done, int64_t total, double loss) {
   std::fflush(stdout);
 }
 
+// What a checkpoint must match to be resumed by this run: the same model, data, recipe and ranks
+// (--epochs may differ: a resumed run may train for longer).
+nlohmann::json run_identity(const std::string& model, int world, uint64_t seed, const std::string& recipe, int64_t subset) {
+  return {{"model", model}, {"world", world}, {"seed", seed}, {"recipe", recipe}, {"subset", subset}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,7 +141,9 @@ int main(int argc, char** argv) {
   int64_t subset = 0, bucket_kb = 1024;
   uint64_t seed = 1234;
   std::string data = kFashionMnistDir, sync = "ddp", recipe = "seed", model_name = "net";
-  bool json = false, verify = false;
+  bool json = false, verify = false, resume = false;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 100, log_every = 0;
   app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--data", data, "directory of the Fashion-MNIST .gz files");
   app.add_option("--sync", sync, "gradient averaging")->check(CLI::IsMember({"ddp", "naive", "ring"}));
@@ -140,7 +156,16 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "intra-op threads per rank")->check(CLI::PositiveNumber);
   app.add_flag("--verify", verify, "check after every step that all ranks hold bit-identical parameters");
   app.add_flag("--json", json, "rank 0 ends with one JSON line of figures");
+  app.add_option("--checkpoint-dir", checkpoint_dir, "save checkpoints under DIR/rank-R (the last two kept)");
+  app.add_option("--checkpoint-every", checkpoint_every, "steps between checkpoints")->check(CLI::PositiveNumber);
+  app.add_flag("--resume", resume, "go on from the newest checkpoint every rank has (a fresh start when there is none)");
+  app.add_option("--log-every", log_every, "rank 0 prints the step and its loss every N steps (0: never)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
+  if (resume && checkpoint_dir.empty()) {
+    std::fprintf(stderr, "dist_sgd: --resume needs --checkpoint-dir\n");
+    return 2;
+  }
 
   return run_example("dist_sgd", [&] {
     auto world = net::init_process_group();
@@ -170,13 +195,41 @@ int main(int argc, char** argv) {
     manual_seed(seed + static_cast<uint64_t>(rank));  // dropout masks differ per rank, as in the distributed tutorial
     const bool bar = rank == 0 && !json && isatty(STDOUT_FILENO);
 
+    const nlohmann::json identity = run_identity(model_name, size, seed, recipe, subset);
+    std::optional<CheckpointDir> checkpoints;
+    if (!checkpoint_dir.empty()) checkpoints.emplace(checkpoint_dir + "/rank-" + std::to_string(rank), 2);
+    int first_epoch = 0;
+    int64_t step = 0, first_batch = 0, resumed_from = -1;
+    double first_total = 0;
+    if (resume) {
+      // The newest step every rank has: each keeps its last two, and no rank gets a save ahead of
+      // another's previous one (every step waits for all ranks' gradients).
+      Tensor newest = Tensor::from_vector<int64_t>({checkpoints->latest().value_or(-1)}, {1});
+      net::all_reduce(*world, newest, net::ReduceOp::min);
+      if (newest.item<int64_t>() >= 0) {
+        Checkpoint c = checkpoints->load(newest.item<int64_t>());
+        if (c.state.value("run", nlohmann::json()) != identity)
+          throw ValueError("dist_sgd: checkpoint " + checkpoints->path_of(c.step) + " was saved by the run " +
+                           c.state.value("run", nlohmann::json()).dump() + ", not this one " + identity.dump());
+        restore(c, *model.module, optimizer);
+        thread_generator().set_state(generator_state_from_json(c.state.at("rng")));
+        step = resumed_from = c.step;
+        first_epoch = c.state.at("epoch").get<int>();
+        first_batch = c.state.at("batch").get<int64_t>();
+        first_total = c.state.at("epoch_loss_sum").get<double>();
+        if (rank == 0)
+          std::printf("resumed from %s: step %lld, epoch %d, batch %lld\n", checkpoints->path_of(c.step).c_str(),
+                      static_cast<long long>(c.step), first_epoch, static_cast<long long>(first_batch));
+      }
+    }
+
     const auto start = std::chrono::steady_clock::now();
-    int64_t step = 0;
-    for (int epoch = 0; epoch < epochs; ++epoch) {
-      loader.start_epoch(epoch);
+    for (int epoch = first_epoch; epoch < epochs; ++epoch) {
+      const bool resumed_epoch = epoch == first_epoch;
+      loader.start_epoch(epoch, resumed_epoch ? first_batch : 0);
       if (better) optimizer.options.lr = base_lr * 0.5 * (1 + std::cos(M_PI * epoch / epochs));
-      double total = 0;
-      int64_t batches = 0;
+      double total = resumed_epoch ? first_total : 0;
+      int64_t batches = loader.position();
       while (auto batch = loader.next()) {
         optimizer.zero_grad();
         Tensor loss = nll_loss(model(batch->images), batch->labels);
@@ -188,7 +241,19 @@ int main(int argc, char** argv) {
           average_gradients(*world, optimizer.params(), sync);
         optimizer.step();
         ++batches;
-        if (verify) check_replicas(*world, optimizer.params(), ++step);
+        ++step;
+        if (verify) check_replicas(*world, optimizer.params(), step);
+        if (rank == 0 && log_every > 0 && step % log_every == 0) {
+          std::printf("step %lld loss %.4f\n", static_cast<long long>(step), total / batches);
+          std::fflush(stdout);  // seen as it happens, also through a pipe
+        }
+        if (checkpoints && step % checkpoint_every == 0)
+          checkpoints->save(capture(step, *model.module, optimizer,
+                                    {{"run", identity},
+                                     {"epoch", epoch},
+                                     {"batch", loader.position()},
+                                     {"epoch_loss_sum", total},
+                                     {"rng", to_json(thread_generator().state())}}));
         if (bar && batches % 20 == 0) progress(epoch, batches, loader.batches_per_epoch(), total / batches);
       }
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -205,10 +270,14 @@ int main(int argc, char** argv) {
                                                {"test_accuracy", rounded(acc, 4)},
                                                {"train_s", rounded(train_s, 2)},
                                                {"sync", sync},
-                                               {"recipe", recipe}});
+                                               {"recipe", recipe},
+                                               {"steps", step},
+                                               {"resumed_from", resumed_from},
+                                               {"params_fnv1a", parameter_hash(model.parameters())}});
       else
-        std::printf("world=%d epochs=%d sync=%s recipe=%s test_accuracy=%.4f train_time=%.1fs\n", size, epochs,
-                    sync.c_str(), recipe.c_str(), acc, train_s);
+        std::printf("world=%d epochs=%d sync=%s recipe=%s test_accuracy=%.4f train_time=%.1fs params_fnv1a=%lld\n",
+                    size, epochs, sync.c_str(), recipe.c_str(), acc, train_s,
+                    static_cast<long long>(parameter_hash(model.parameters())));
     }
     net::barrier(*world);
     return 0;
