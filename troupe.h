@@ -17,6 +17,7 @@
 #include "devices/autograd/autograd.h"
 #include "devices/autograd/grad_mode.h"
 #include "devices/backend.h"
+#include "devices/determinism.h"
 #include "devices/device.h"
 #include "devices/dtype.h"
 #include "devices/error.h"

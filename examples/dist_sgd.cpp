@@ -6,7 +6,8 @@
 // Checkpoints (models/train/checkpoint.h): every rank saves its own under DIR/rank-R every
 // --checkpoint-every steps (model, momentum, the loader's position, the dropout generator), so no
 // shared file system is needed; --resume goes on from the newest step all ranks have saved. With
-// the same seed the resumed run ends with bitwise the same weights as an uninterrupted one.
+// the same seed and --deterministic the resumed run ends with bitwise the same weights as an
+// uninterrupted one.
 //
 // Gradient synchronisation:
 //   ddp    PyTorch DDP's scheme (models/train/gradient_reducer.h): gradients in buckets of
@@ -35,6 +36,7 @@
 
 #include "actors/runtime.h"
 #include "devices/autograd/grad_mode.h"
+#include "devices/determinism.h"
 #include "devices/ops.h"
 #include "devices/random.h"
 #include "devices/threads.h"
@@ -141,7 +143,7 @@ int main(int argc, char** argv) {
   int64_t subset = 0, bucket_kb = 1024;
   uint64_t seed = 1234;
   std::string data = kFashionMnistDir, sync = "ddp", recipe = "seed", model_name = "net";
-  bool json = false, verify = false, resume = false;
+  bool json = false, verify = false, resume = false, deterministic = false;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 100, log_every = 0;
   app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
@@ -154,6 +156,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "partition, shuffling, initial weights and dropout (the distributed tutorial's 1234)");
   app.add_option("--subset", subset, "train on the first N images only (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads, "intra-op threads per rank")->check(CLI::PositiveNumber);
+  app.add_flag("--deterministic", deterministic,
+               "deterministic kernels (devices/determinism.h): runs with the same seed end with the same weights, resumed or not");
   app.add_flag("--verify", verify, "check after every step that all ranks hold bit-identical parameters");
   app.add_flag("--json", json, "rank 0 ends with one JSON line of figures");
   app.add_option("--checkpoint-dir", checkpoint_dir, "save checkpoints under DIR/rank-R (the last two kept)");
@@ -172,6 +176,7 @@ int main(int argc, char** argv) {
     const int rank = world->rank(), size = world->size();
     if (128 % size != 0) throw ValueError("dist_sgd: the global batch 128 does not split over " + std::to_string(size) + " ranks");
     set_intra_op_threads(threads);
+    if (deterministic) set_deterministic_kernels(true);
     Runtime runtime({.workers = 1});  // the loader's prefetch task; training runs on this thread
 
     Dataset train = load_fashion_mnist(data, "train");

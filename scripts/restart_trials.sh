@@ -17,7 +17,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 train() {  # train DIR LOG: dist_sgd on 2 ranks with checkpoints in DIR, output to LOG; 10 minutes at most
-  timeout 600 "$bin/troupe" launch --nproc 2 --max-restarts 3 -- "$bin/dist_sgd" --epochs "$epochs" --json --log-every 1 \
+  timeout 600 "$bin/troupe" launch --nproc 2 --max-restarts 3 -- "$bin/dist_sgd" --epochs "$epochs" --json --log-every 1 --deterministic \
     --checkpoint-dir "$1" --checkpoint-every "$every" --resume >"$2" 2>&1
 }
 json_field() { grep -o "\"$1\":[^,}]*" "$2" | tail -1 | cut -d: -f2; }

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "devices/determinism.h"
 #include "devices/error.h"
 #include "devices/threads.h"
 
@@ -97,6 +98,7 @@ GemmChoice forced(std::string_view backend, std::string reason) {
 GemmChoice initial_choice() {
   const char* env = std::getenv("TROUPE_GEMM");
   if (env && *env) return forced(env, std::string("TROUPE_GEMM=") + env);
+  if (deterministic_kernels()) return forced("onednn", "deterministic kernels: not measured");
   return calibrate();
 }
 

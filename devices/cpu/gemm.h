@@ -16,8 +16,9 @@ struct GemmChoice {
   double openblas_gflops = 0;
 };
 
-// Chosen once per process on first use: TROUPE_GEMM=onednn|openblas forces it; otherwise a short
-// calibration on a mid-sized product picks the faster.
+// Chosen once per process on first use: TROUPE_GEMM=onednn|openblas forces it; deterministic
+// kernels (determinism.h) take oneDNN; otherwise a short calibration on a mid-sized product picks
+// the faster.
 const GemmChoice& gemm_choice();
 // Replaces the choice for the rest of the process: "onednn", "openblas", or "auto" (back to the
 // calibrated or TROUPE_GEMM choice). ValueError for other names. Benchmarks use it to compare.

@@ -9,6 +9,7 @@
 
 #include "devices/backend.h"
 #include "devices/cpu/gemm.h"
+#include "devices/determinism.h"
 #include "devices/registry.h"
 #include "devices/threads.h"
 #include "examples/troupe/commands.h"
@@ -58,6 +59,7 @@ Json collect() {
       {"cpu", {{"model", cpu_model()}, {"features", cpu_features()}}},
       {"cores", hardware_cores()},
       {"intra_op_threads", intra_op_threads()},
+      {"deterministic_kernels", deterministic_kernels()},
       {"onednn", {{"version", dnnl_text}, {"hash", dnnl->hash ? dnnl->hash : ""}}},
       {"openblas", {{"config", openblas_get_config()}}},
       {"gemm",
@@ -78,7 +80,8 @@ void print_text(const Json& info) {
     (present.get<bool>() ? have : lack) += " " + feature;
   row("cpu") << info["cpu"]["model"].get<std::string>() << "\n";
   row("cpu features") << (have.empty() ? " none" : have) << (lack.empty() ? "" : "  (lacks" + lack + ")") << "\n";
-  row("cores") << info["cores"] << ", intra-op threads " << info["intra_op_threads"] << "\n";
+  row("cores") << info["cores"] << ", intra-op threads " << info["intra_op_threads"]
+               << (info["deterministic_kernels"].get<bool>() ? ", deterministic kernels" : "") << "\n";
   row("oneDNN") << info["onednn"]["version"].get<std::string>() << " (" << info["onednn"]["hash"].get<std::string>()
                 << ")\n";
   row("OpenBLAS") << info["openblas"]["config"].get<std::string>() << "\n";

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -177,4 +178,16 @@ TEST_CASE("troupe info reports the build and machine, as text or JSON", "[cli]")
   CHECK((info.at("gemm").at("backend") == "onednn" || info.at("gemm").at("backend") == "openblas"));
   CHECK(info.at("cpu").at("features").contains("avx2"));
   CHECK((info.at("cuda").contains("reason") || info.at("cuda").contains("devices")));
+  CHECK(info.at("deterministic_kernels") == (std::getenv("TROUPE_DETERMINISTIC") != nullptr &&
+                                             std::string(std::getenv("TROUPE_DETERMINISTIC")) == "1"));
+
+  // Deterministic kernels: the GEMM library is fixed, not measured.
+  ::setenv("TROUPE_DETERMINISTIC", "1", 1);
+  const Result fixed = troupe_cmd(dir, "info --json");
+  ::unsetenv("TROUPE_DETERMINISTIC");
+  REQUIRE(fixed.code == 0);
+  const auto fixed_info = nlohmann::json::parse(fixed.out);
+  CHECK(fixed_info.at("deterministic_kernels") == true);
+  CHECK(fixed_info.at("gemm").at("backend") == "onednn");
+  CHECK_THAT(fixed_info.at("gemm").at("reason").get<std::string>(), Catch::Contains("deterministic kernels"));
 }

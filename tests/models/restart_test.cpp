@@ -1,6 +1,7 @@
 // dist_sgd under `troupe launch --max-restarts`: rank 1 killed (SIGKILL) in the middle of training,
 // every rank restarted, training resumed from the last checkpoint all ranks have, and the weights at
-// the end bitwise those of an uninterrupted run. scripts/restart_trials.sh runs 20 such trials at
+// the end bitwise those of an uninterrupted run (deterministic kernels: a busy machine would
+// otherwise time conv2d's layouts differently in the two runs). scripts/restart_trials.sh runs 20 such trials at
 // random moments.
 #include <dirent.h>
 #include <unistd.h>
@@ -61,7 +62,7 @@ Run train(const std::string& dir, int kill_at_step, const std::vector<std::strin
   o.grace = std::chrono::seconds(2);
   o.max_restarts = 2;
   o.command = {bin + "/dist_sgd", "--subset", "6400", "--epochs", "2", "--json", "--log-every", "1",
-               "--checkpoint-dir", dir, "--checkpoint-every", "30", "--resume"};
+               "--checkpoint-dir", dir, "--checkpoint-every", "30", "--resume", "--deterministic"};
   o.command.insert(o.command.end(), extra.begin(), extra.end());
   Run run;
   std::mutex mutex;
