@@ -1,0 +1,206 @@
+// One rank's part of the chaos soak (scripts/chaos_soak.sh kills ranks at random while this runs
+// under `troupe launch --max-restarts`): a stream of requests through a graph split over 2 ranks
+// (the model's nodes on rank 1, up to --in-flight requests in it) and, beside each request, an
+// all_reduce whose sum both ranks check. Every request ends completed with the right answer or
+// failed with a typed error; at its end (the --until deadline, or the first error: a lost peer)
+// each rank prints one JSON line: what it did, how each request ended, its RSS over time.
+//   troupe launch --nproc 2 --max-restarts 100 -- build/bin/chaos_soak --until $(( $(date +%s) + 600 ))
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "actors/runtime.h"
+#include "dataflow/executor.h"
+#include "devices/ops.h"
+#include "net/collectives.h"
+#include "net/process_group.h"
+#include "examples/json_line.h"
+#include "examples/run_example.h"
+
+using namespace troupe;
+
+namespace {
+
+Tensor random_tensor(const Shape& shape, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.1f);
+  std::vector<float> v(static_cast<size_t>(numel(shape)));
+  for (auto& x : v) x = dist(rng);
+  return Tensor::from_vector(v, shape);
+}
+
+// model_rank: where the model's nodes run (0 puts everything in one process, for the answers).
+Graph split_graph(int model_rank) {
+  Graph g("chaos_mlp");
+  Port x = g.input("x");
+  Port normed = g.op("layer_norm", {x}, {{"normalized_shape", Shape{256}}}, "normalise");
+  Port h = g.op("linear", {normed, g.constant("w1", random_tensor({512, 256}, 1))}, {}, "fc1").on_rank(model_rank);
+  Port a = g.op("gelu", {h}, {}, "act").on_rank(model_rank);
+  Port z = g.op("linear", {a, g.constant("w2", random_tensor({10, 512}, 2))}, {}, "fc2").on_rank(model_rank);
+  g.output("classes", g.op("argmax", {z}, {{"dims", std::vector<int64_t>{-1}}}, "classes"));
+  return g;
+}
+
+double rss_mb() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// What one rank saw in this attempt.
+struct Tally {
+  int64_t requests = 0, completed = 0, wrong = 0, untyped = 0, all_reduces = 0;
+  std::map<std::string, int64_t> failed;  // by error kind
+  std::vector<double> rss;                // MB, one sample every --rss-every seconds
+  std::string end = "deadline";
+
+  void fail(const std::exception_ptr& error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      ++failed[e.kind()];
+    } catch (...) {
+      ++untyped;
+    }
+  }
+};
+
+// An all_reduce of [rank + 1] * 1024 and a stop flag (max): both ranks check the sum, 3 * 1024.
+bool all_reduce_round(net::ProcessGroup& world, int64_t round, bool stop, Tally& t) {
+  Tensor x = Tensor::full({1025}, static_cast<float>(world.rank() + 1));
+  x.mutable_data<float>()[1024] = stop ? 1.0f : 0.0f;
+  net::all_reduce(world, x, net::ReduceOp::sum);
+  const float* v = x.data<float>();
+  for (int i = 0; i < 1024; ++i)
+    if (v[i] != 3.0f) {
+      ++t.wrong;
+      break;
+    }
+  ++t.all_reduces;
+  (void)round;
+  return v[1024] > 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"chaos soak: one rank of a split graph and an all_reduce loop"};
+  double until = 0, rss_every = 5;
+  int in_flight = 8;
+  app.add_option("--until", until, "stop at this time (seconds since the epoch): every attempt ends together")->required();
+  app.add_option("--in-flight", in_flight, "requests in the graph at once")->check(CLI::PositiveNumber);
+  app.add_option("--rss-every", rss_every, "seconds between RSS samples")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  return run_example("chaos_soak", [&] {
+    const double started = now_s();
+    Runtime runtime;
+    auto world = net::init_process_group();
+    if (world->size() != 2) throw ValueError("chaos_soak: run it on two ranks, got " + std::to_string(world->size()));
+    const int rank = world->rank();
+    const char* attempt = std::getenv("TROUPE_RESTART_COUNT");
+    Tally t;
+    double next_rss = started;
+    auto sample_rss = [&] {
+      if (now_s() >= next_rss) {
+        t.rss.push_back(rss_mb());
+        next_rss += rss_every;
+      }
+    };
+
+    std::vector<Tensor> inputs;
+    std::vector<std::vector<int64_t>> answers;
+    if (rank == 0) {
+      Executor local(split_graph(0));
+      for (int i = 0; i < 16; ++i) {
+        inputs.push_back(random_tensor({32, 256}, 100 + i));
+        answers.push_back(local({{"x", inputs.back()}}).at("classes").tensor().to_vector<int64_t>());
+      }
+    }
+    Executor exec(split_graph(1), {.max_in_flight = in_flight, .group = world});
+    std::exception_ptr error;
+    try {
+      if (rank == 1) {
+        // The model's nodes are served beside the all_reduce loop; serve() ends when rank 0's executor does.
+        std::exception_ptr served;
+        std::thread server([&] {
+          try {
+            exec.serve();
+          } catch (...) {
+            served = std::current_exception();
+          }
+        });
+        try {
+          for (int64_t round = 0; !all_reduce_round(*world, round, false, t); ++round) sample_rss();
+        } catch (...) {
+          error = std::current_exception();
+        }
+        server.join();
+        if (!error) error = served;
+      } else {
+        std::deque<std::pair<int, Invocation>> pending;
+        auto finish_oldest = [&] {
+          auto [i, run] = std::move(pending.front());
+          pending.pop_front();
+          try {
+            if (run.get("classes").tensor().to_vector<int64_t>() == answers[static_cast<size_t>(i)]) ++t.completed;
+            else ++t.wrong;
+          } catch (...) {
+            t.fail(std::current_exception());
+            if (!error) error = std::current_exception();
+          }
+        };
+        try {
+          for (int64_t round = 0;; ++round) {
+            const bool stop = now_s() >= until;
+            if (all_reduce_round(*world, round, stop, t)) break;
+            if (static_cast<int>(pending.size()) == in_flight) finish_oldest();
+            if (error) break;
+            const int i = static_cast<int>(round % 16);
+            ++t.requests;
+            pending.emplace_back(i, exec.run({{"x", inputs[static_cast<size_t>(i)]}}));
+            sample_rss();
+          }
+        } catch (...) {
+          if (!error) error = std::current_exception();
+        }
+        while (!pending.empty()) finish_oldest();  // each in-flight request ends one way or the other
+      }
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+    t.rss.push_back(rss_mb());
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        t.end = e.what();
+      }
+    }
+    print_json_line(nlohmann::ordered_json{{"chaos", rank},
+                                           {"attempt", attempt ? std::atoi(attempt) : 0},
+                                           {"seconds", rounded(now_s() - started, 1)},
+                                           {"requests", t.requests},
+                                           {"completed", t.completed},
+                                           {"failed", t.failed},
+                                           {"wrong", t.wrong},
+                                           {"untyped", t.untyped},
+                                           {"all_reduces", t.all_reduces},
+                                           {"rss_mb", [&] { std::vector<double> r; for (double v : t.rss) r.push_back(rounded(v, 1)); return r; }()},
+                                           {"end", t.end}});
+    if (error) std::rethrow_exception(error);
+    return 0;
+  });
+}
