@@ -20,7 +20,7 @@ train() {  # train DIR LOG: dist_sgd on 2 ranks with checkpoints in DIR, output 
   timeout 600 "$bin/troupe" launch --nproc 2 --max-restarts 3 -- "$bin/dist_sgd" --epochs "$epochs" --json --log-every 1 --deterministic \
     --checkpoint-dir "$1" --checkpoint-every "$every" --resume >"$2" 2>&1
 }
-json_field() { grep -o "\"$1\":[^,}]*" "$2" | tail -1 | cut -d: -f2; }
+json_field() { grep -o "\"$1\":[^,}]*" "$2" | tail -1 | cut -d: -f2 || true; }
 
 train "$work/reference" "$work/reference.log"
 want=$(json_field params_fnv1a "$work/reference.log")
@@ -41,13 +41,13 @@ for t in $(seq 1 "$trials"); do
   for p in $(pgrep -P "${launcher:-0}" || true); do
     grep -qz "^RANK=$victim$" "/proc/$p/environ" 2>/dev/null && pid=$p
   done
-  [ -n "$pid" ] && kill -9 "$pid"
+  [ -n "$pid" ] && { kill -9 "$pid" || pid=""; }
   status=0
   wait "$job" || status=$?
   restarts=$(grep -c "restarting every rank" "$log" || true)
   # The last step rank 0 logged before the restart, and the step the restarted job resumed from.
   killed_at=$(awk '/restarting every rank/ { print last; exit } /\[rank 0\] step [0-9]+ / { last = $4 }' "$log")
-  resumed=$(grep -o "resumed from [^ ]*: step [0-9]*" "$log" | tail -1 | awk '{ print $NF }')
+  resumed=$(grep -o "resumed from [^ ]*: step [0-9]*" "$log" | tail -1 | awk '{ print $NF }' || true)
   [ -n "$pid" ] || killed_at="(ended first)"
   lost=0
   if [ "$restarts" -gt 0 ]; then lost=$(( ${killed_at:-0} - ${resumed:-0} )); fi
