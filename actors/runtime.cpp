@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "actors/handoff.h"
 #include "actors/module_actor.h"
 #include "actors/profiler.h"
 #include "actors/task.h"
@@ -114,6 +115,7 @@ struct Runtime::Impl {
       std::string lane = "worker " + std::to_string(i);
       workers.push_back(system->spawn([lane]() -> caf::behavior {
         return {[lane](detail::TaskRequest& request) {
+          detail::HandlerTurn turn;
           Profiler::set_thread_actor(lane);
           request.task->try_run();
         }};
@@ -262,7 +264,7 @@ void submit(const TaskPtr& task) {
   auto& impl = rt.impl();
   impl.help.push(task);
   const size_t w = impl.next_worker.fetch_add(1, std::memory_order_relaxed) % impl.workers.size();
-  caf::anon_send(impl.workers[w], TaskRequest{task});
+  send_handoff(impl.workers[w], TaskRequest{task});
 }
 
 // The module's actor: each request runs the oldest queued call. It holds no reference to the
@@ -271,12 +273,14 @@ std::shared_ptr<ModuleQueue> spawn_module_actor(std::string name) {
   auto& system = Runtime::current().system();
   auto actor = system.spawn([name]() -> caf::behavior {
     return {[name](TaskRequest& request) {
+      HandlerTurn turn;
       Profiler::set_thread_actor(name);
       request.task->queue()->run_next();
     }};
   });
   auto queue = std::make_shared<ModuleQueue>(std::move(name));
-  queue->set_notifier([actor](const TaskPtr& task) { caf::anon_send(actor, TaskRequest{task}); },
+  queue->set_notifier(
+      [actor](const TaskPtr& task) { send_handoff(actor, TaskRequest{task}); },
                       [actor] { caf::anon_send_exit(actor, caf::exit_reason::user_shutdown); });
   return queue;
 }

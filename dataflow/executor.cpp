@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "actors/handoff.h"
 #include "actors/kernel_budget.h"
 #include "actors/profiler.h"
 #include "actors/runtime.h"
@@ -111,7 +112,10 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
       if (!local(static_cast<int>(i))) continue;
       // The actor holds the core until stop() sends it the exit: no node outlives its data.
       nodes[i].actor = system.spawn([core = shared_from_this(), id = static_cast<int>(i)]() -> caf::behavior {
-        return {[core, id](Deliver& d) { core->receive(id, d); }};
+        return {[core, id](Deliver& d) {
+          HandlerTurn turn;
+          core->receive(id, d);
+        }};
       });
     }
   }
@@ -157,9 +161,9 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   void launch_local(const InvocationPtr& inv) override {
     for (size_t c = 0; c < plan.constants.size(); ++c)
       for (const Target& t : plan.constant_consumers[c])
-        if (t.node >= 0 && local(t.node)) caf::anon_send(nodes[t.node].actor, Deliver{inv, t.slot, true, plan.constants[c]});
+        if (t.node >= 0 && local(t.node)) send_handoff(nodes[t.node].actor, Deliver{inv, t.slot, true, plan.constants[c]});
         else if (t.node < 0 && rank == 0) set_output(*inv, t.slot, true, plan.constants[c]);
-    for (int s : sources) caf::anon_send(nodes[s].actor, Deliver{inv, -1, true, {}});
+    for (int s : sources) send_handoff(nodes[s].actor, Deliver{inv, -1, true, {}});
     node_done(inv);  // the starter's share of `remaining`
   }
 
@@ -178,7 +182,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
       } else if (t.node < 0) {
         set_output(*inv, t.slot, live, std::move(v));
       } else {
-        caf::anon_send(nodes[t.node].actor, Deliver{inv, t.slot, live, std::move(v)});
+        send_handoff(nodes[t.node].actor, Deliver{inv, t.slot, live, std::move(v)});
       }
     }
   }
@@ -194,7 +198,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
                       ": a peer sent a value for node " + std::to_string(node) + " input " + std::to_string(slot) +
                       ", which this rank does not run");
     if (node < 0) set_output(*inv, slot, live, std::move(value));
-    else caf::anon_send(nodes[node].actor, Deliver{inv, slot, live, std::move(value)});
+    else send_handoff(nodes[node].actor, Deliver{inv, slot, live, std::move(value)});
   }
 
   void node_done(const InvocationPtr& inv) override {
