@@ -11,6 +11,9 @@
 //
 //   send_handoff(worker, TaskRequest{task});
 //   ... [](TaskRequest& r) { HandlerTurn turn; r.task->run(); }
+//
+// The same for an object handed to a library's own thread that calls back with it (ZeroMQ frees a
+// zero-copy message on its I/O thread): hand_over(hold) before, take_over(hold) in the callback.
 #if defined(__SANITIZE_THREAD__)
 #define TROUPE_TSAN 1
 #elif defined(__has_feature)
@@ -43,12 +46,18 @@ struct HandlerTurn {
   HandlerTurn() { __tsan_acquire(&mailboxes); }
   ~HandlerTurn() { __tsan_release(&mailboxes); }
 };
+inline void hand_over(const void* object) { __tsan_release(const_cast<void*>(object)); }
+inline void take_over(const void* object) { __tsan_acquire(const_cast<void*>(object)); }
 #else
 template <class Handle, class... Ts>
 void send_handoff(const Handle& to, Ts&&... contents) {
   caf::anon_send(to, std::forward<Ts>(contents)...);
 }
-struct HandlerTurn {};
+struct HandlerTurn {
+  HandlerTurn() {}  // user-provided: a turn is used for its scope, never "unused"
+};
+inline void hand_over(const void*) {}
+inline void take_over(const void*) {}
 #endif
 
 }  // namespace troupe::detail

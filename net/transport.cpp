@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "actors/handoff.h"
 #include "devices/error.h"
 
 namespace troupe::net {
@@ -136,6 +137,7 @@ struct SendHold {
 
 void release_send_hold(void*, void* hint) {
   auto* hold = static_cast<SendHold*>(hint);
+  troupe::detail::take_over(hold);  // on ZeroMQ's I/O thread
   if (hold->done) hold->done->finish();
   delete hold;
 }
@@ -148,6 +150,7 @@ void send_tensor_part(void* socket, const Tensor& host, int flags, const std::sh
   zmq_msg_t body;
   if (bytes > kCopyBelow) {
     auto* hold = new SendHold{host.storage(), done};
+    troupe::detail::hand_over(hold);
     if (zmq_msg_init_data(&body, const_cast<void*>(host.raw_data()), bytes, release_send_hold, hold) != 0) {
       delete hold;
       zmq_fail("zmq_msg_init_data");

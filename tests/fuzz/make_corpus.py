@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+# Writes the fuzz targets' seed corpora into tests/fuzz/corpus/<target>/ (a one-off: its output is
+# committed). Plain Python, no NumPy: each format written from its specification, as Troupe's
+# writers write it, plus a few edge cases. A real training checkpoint comes from dist_sgd:
+#   build/bin/troupe launch --nproc 1 -- build/bin/dist_sgd --epochs 1 --subset 640 \
+#     --checkpoint-dir /tmp/seed-ckpt --checkpoint-every 5
+#   tests/fuzz/make_corpus.py /tmp/seed-ckpt/rank-0/step-5
+import gzip, json, os, struct, sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+
+def put(target, name, data):
+    d = os.path.join(here, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+def npy(descr, shape, payload, fortran=False, version=1):
+    header = "{'descr': '%s', 'fortran_order': %s, 'shape': (%s), }" % (
+        descr, "True" if fortran else "False", "".join("%d," % s for s in shape))
+    size_field = 2 if version == 1 else 4
+    pad = (-(10 + (size_field - 2) + len(header) + 1)) % 64
+    header = header + " " * pad + "\n"
+    length = struct.pack("<H", len(header)) if version == 1 else struct.pack("<I", len(header))
+    return b"\x93NUMPY" + bytes([version, 0]) + length + header.encode() + payload
+
+put("npy", "f32_2x3", npy("<f4", (2, 3), struct.pack("<6f", 1, 2, 3, 4, 5, 6)))
+put("npy", "i64_scalar", npy("<i8", (), struct.pack("<q", -7)))
+put("npy", "bool_4", npy("|b1", (4,), bytes([1, 0, 1, 1])))
+put("npy", "f64_fortran_2x2", npy("<f8", (2, 2), struct.pack("<4d", 1, 2, 3, 4), fortran=True))
+put("npy", "u8_empty_v2", npy("|u1", (0, 5), b"", version=2))
+put("npy", "truncated", npy("<f4", (4,), struct.pack("<2f", 1, 2)))
+
+def safetensors(tensors, metadata=None):
+    header, blobs, offset = ({"__metadata__": metadata} if metadata else {}), [], 0
+    for name, (dtype, shape, data) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
+
+put("safetensors", "two", safetensors({"w": ("F32", [2, 2], struct.pack("<4f", 1, 2, 3, 4)),
+                                       "b": ("I64", [2], struct.pack("<2q", 5, 6))}, {"format": "pt"}))
+put("safetensors", "scalar_bf16", safetensors({"s": ("BF16", [], b"\x80\x3f")}))
+put("safetensors", "empty", safetensors({}))
+put("safetensors", "overlap", safetensors({"a": ("U8", [2], b"ab"), "b": ("U8", [2], b"cd")}).replace(b"[2, 4]", b"[1, 3]"))
+
+def idx(type_code, dims, payload):
+    return struct.pack(">BBBB", 0, 0, type_code, len(dims)) + b"".join(struct.pack(">I", d) for d in dims) + payload
+
+labels = idx(0x08, [5], bytes([9, 2, 1, 1, 6]))
+images = idx(0x08, [2, 3, 3], bytes(range(18)))
+put("idx", "labels", b"\x00" + labels)
+put("idx", "images", b"\x00" + images)
+put("idx", "labels_gz", b"\x01" + gzip.compress(labels))
+put("idx", "floats", b"\x00" + idx(0x0D, [2], struct.pack(">2f", 1.5, -2)))
+put("idx", "short", b"\x00" + idx(0x08, [10], bytes(3)))
+
+# Call frames (net/remote/call_frame.h): 40-byte header, text, value; parts after (input layout
+# of call_frame_fuzz.cpp: part count, u16 sizes, frame, parts).
+def value_list(items): return bytes([7]) + struct.pack("<I", len(items)) + b"".join(items)
+def value_int(v): return bytes([3]) + struct.pack("<q", v)
+def value_str(s): return bytes([5]) + struct.pack("<I", len(s)) + s
+def value_tensor(dtype, dims): return bytes([6, dtype, len(dims)]) + b"".join(struct.pack("<q", d) for d in dims)
+def frame(kind, actor, request, text, value, tensors):
+    return struct.pack("<IBBHQQIIII", 0x43415254, 1, kind, 0, actor, request, len(text), len(value), tensors, 0) + text + value
+def call_input(f, parts):
+    return bytes([len(parts)]) + b"".join(struct.pack("<H", len(p)) for p in parts) + f + b"".join(parts)
+
+put("call_frame", "request", call_input(frame(2, 3, 17, b"forward", value_list([value_int(4), value_str(b"x")]), 0), []))
+put("call_frame", "request_tensor", call_input(frame(2, 1, 2, b"forward", value_list([value_tensor(0, [2, 2])]), 1),
+                                               [struct.pack("<4f", 1, 2, 3, 4)]))
+put("call_frame", "reply_none", call_input(frame(4, 0, 17, b"", bytes([0]), 0), []))
+put("call_frame", "failure", call_input(frame(5, 0, 9, b"ValueError\x00bad", bytes([0]), 0), []))
+put("call_frame", "stop", call_input(frame(9, 5, 3, b"", bytes([0]), 0), []))
+
+# Checkpoints (models/train/checkpoint.h; input layout of checkpoint_fuzz.cpp).
+def checkpoint_input(state, tensors, fix_hash):
+    text = json.dumps(state).encode()
+    return bytes([1 if fix_hash else 0]) + struct.pack("<H", len(text)) + text + tensors
+
+tiny = safetensors({"model.fc.weight": ("F32", [1], struct.pack("<f", 1))})
+state = {"format": "troupe-checkpoint", "version": 1, "step": 0, "state": {"epoch": 0}, "tensors_bytes": 0,
+         "tensors_fnv1a": "0"}
+put("checkpoint", "foreign_model", checkpoint_input(state, tiny, True))
+put("checkpoint", "wrong_hash", checkpoint_input(state, tiny, False))
+put("checkpoint", "not_json", b"\x01\x05\x00{\"a\":" + tiny)
+if len(sys.argv) > 1:  # a real Net checkpoint (see the header)
+    real = json.load(open(os.path.join(sys.argv[1], "state.json")))
+    real["step"] = 0
+    put("checkpoint", "net_sgd", checkpoint_input(real, open(os.path.join(sys.argv[1], "tensors.safetensors"), "rb").read(), True))
