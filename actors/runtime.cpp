@@ -113,13 +113,17 @@ struct Runtime::Impl {
     system = std::make_unique<caf::actor_system>(config);
     for (int i = 0; i < options.workers; ++i) {
       std::string lane = "worker " + std::to_string(i);
-      workers.push_back(system->spawn([lane]() -> caf::behavior {
-        return {[lane](detail::TaskRequest& request) {
-          detail::HandlerTurn turn;
-          Profiler::set_thread_actor(lane);
-          request.task->try_run();
-        }};
-      }));
+      // What the actor needs goes in as spawn arguments: CAF 0.17 dereferences a null argument
+      // tuple when there are none (UBSan reports it).
+      workers.push_back(system->spawn(
+          [](std::string lane) -> caf::behavior {
+            return {[lane](detail::TaskRequest& request) {
+              detail::HandlerTurn turn;
+              Profiler::set_thread_actor(lane);
+              request.task->try_run();
+            }};
+          },
+          std::move(lane)));
     }
   }
   ~Impl() {
@@ -271,13 +275,15 @@ void submit(const TaskPtr& task) {
 // queue (the tasks do), so a module whose handles are gone stops its actor from ~ModuleQueue.
 std::shared_ptr<ModuleQueue> spawn_module_actor(std::string name) {
   auto& system = Runtime::current().system();
-  auto actor = system.spawn([name]() -> caf::behavior {
-    return {[name](TaskRequest& request) {
-      HandlerTurn turn;
-      Profiler::set_thread_actor(name);
-      request.task->queue()->run_next();
-    }};
-  });
+  auto actor = system.spawn(  // name as a spawn argument: see Runtime::Impl
+      [](std::string name) -> caf::behavior {
+        return {[name](TaskRequest& request) {
+          HandlerTurn turn;
+          Profiler::set_thread_actor(name);
+          request.task->queue()->run_next();
+        }};
+      },
+      name);
   auto queue = std::make_shared<ModuleQueue>(std::move(name));
   queue->set_notifier(
       [actor](const TaskPtr& task) { send_handoff(actor, TaskRequest{task}); },

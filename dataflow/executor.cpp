@@ -111,12 +111,16 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (!local(static_cast<int>(i))) continue;
       // The actor holds the core until stop() sends it the exit: no node outlives its data.
-      nodes[i].actor = system.spawn([core = shared_from_this(), id = static_cast<int>(i)]() -> caf::behavior {
-        return {[core, id](Deliver& d) {
-          HandlerTurn turn;
-          core->receive(id, d);
-        }};
-      });
+      // Spawn arguments rather than captures: CAF 0.17 dereferences a null argument tuple when
+      // there are none (UBSan reports it).
+      nodes[i].actor = system.spawn(
+          [](std::shared_ptr<ExecutorCore> core, int id) -> caf::behavior {
+            return {[core, id](Deliver& d) {
+              HandlerTurn turn;
+              core->receive(id, d);
+            }};
+          },
+          shared_from_this(), static_cast<int>(i));
     }
   }
 
