@@ -212,6 +212,14 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   void complete(const InvocationPtr& inv) override {
     if (inv->completed.exchange(true)) return;
     if (world > 1) link->forget(inv->id);
+    // Out of flight before its results are handed over: whoever has them sees it gone.
+    if (inv->counted) {
+      {
+        std::lock_guard lock(mutex);
+        --in_flight;
+      }
+      idle.notify_all();
+    }
     if (inv->on_done) {
       inv->on_done(*inv);
     } else {
@@ -228,12 +236,6 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
       }
     }
     inv->finished.store(true, std::memory_order_release);
-    if (!inv->counted) return;
-    {
-      std::lock_guard lock(mutex);
-      --in_flight;
-    }
-    idle.notify_all();
   }
 
   void driver_gone() override {
