@@ -240,6 +240,12 @@ void RemoteActors::Impl::serve() {
 
 void RemoteActors::Impl::close() {
   broadcast(CallKind::done);
+  {
+    // Other drivers may still call this rank's actors, or look names up in rank 0's directory:
+    // calls are answered until each of them is done or lost (or the group's timeout passes).
+    std::unique_lock lock(mutex);
+    roles_changed.wait_for(lock, world->timeout(), [&] { return drivers_done.load(); });
+  }
   transport.set_actor_handler(nullptr);
   std::vector<Pending> cancelled;
   std::vector<std::shared_ptr<Hosted>> actors;
