@@ -54,7 +54,7 @@ labels = idx(0x08, [5], bytes([9, 2, 1, 1, 6]))
 images = idx(0x08, [2, 3, 3], bytes(range(18)))
 put("idx", "labels", b"\x00" + labels)
 put("idx", "images", b"\x00" + images)
-put("idx", "labels_gz", b"\x01" + gzip.compress(labels))
+put("idx", "labels_gz", b"\x01" + gzip.compress(labels, mtime=0))
 put("idx", "floats", b"\x00" + idx(0x0D, [2], struct.pack(">2f", 1.5, -2)))
 put("idx", "short", b"\x00" + idx(0x08, [10], bytes(3)))
 
@@ -75,6 +75,13 @@ put("call_frame", "request_tensor", call_input(frame(2, 1, 2, b"forward", value_
 put("call_frame", "reply_none", call_input(frame(4, 0, 17, b"", bytes([0]), 0), []))
 put("call_frame", "failure", call_input(frame(5, 0, 9, b"ValueError\x00bad", bytes([0]), 0), []))
 put("call_frame", "stop", call_input(frame(9, 5, 3, b"", bytes([0]), 0), []))
+
+# XLM-R name mapping (input layout of xlmr_names_fuzz.cpp: a start byte, then 4-byte edits).
+put("xlmr_names", "torchtext_complete", b"\x02")
+put("xlmr_names", "hugging_face_complete", b"\x03")
+put("xlmr_names", "hf_reshaped", b"\x03\x01\x05\x01\x02")
+put("xlmr_names", "torchtext_edits", b"\x02\x00\x03\x00\x00\x04\x01\x02\x03")
+put("xlmr_names", "empty", b"\x00")
 
 # Checkpoints (models/train/checkpoint.h; input layout of checkpoint_fuzz.cpp).
 def checkpoint_input(state, tensors, fix_hash):
