@@ -78,7 +78,7 @@ struct Tally {
 };
 
 // An all_reduce of [rank + 1] * 1024 and a stop flag (max): both ranks check the sum, 3 * 1024.
-bool all_reduce_round(net::ProcessGroup& world, int64_t round, bool stop, Tally& t) {
+bool all_reduce_round(net::ProcessGroup& world, bool stop, Tally& t) {
   Tensor x = Tensor::full({1025}, static_cast<float>(world.rank() + 1));
   x.mutable_data<float>()[1024] = stop ? 1.0f : 0.0f;
   net::all_reduce(world, x, net::ReduceOp::sum);
@@ -89,7 +89,6 @@ bool all_reduce_round(net::ProcessGroup& world, int64_t round, bool stop, Tally&
       break;
     }
   ++t.all_reduces;
-  (void)round;
   return v[1024] > 0;
 }
 
@@ -143,7 +142,7 @@ int main(int argc, char** argv) {
           }
         });
         try {
-          for (int64_t round = 0; !all_reduce_round(*world, round, false, t); ++round) sample_rss();
+          while (!all_reduce_round(*world, false, t)) sample_rss();
         } catch (...) {
           error = std::current_exception();
         }
@@ -165,7 +164,7 @@ int main(int argc, char** argv) {
         try {
           for (int64_t round = 0;; ++round) {
             const bool stop = now_s() >= until;
-            if (all_reduce_round(*world, round, stop, t)) break;
+            if (all_reduce_round(*world, stop, t)) break;
             if (static_cast<int>(pending.size()) == in_flight) finish_oldest();
             if (error) break;
             const int i = static_cast<int>(round % 16);
@@ -189,6 +188,8 @@ int main(int argc, char** argv) {
         t.end = e.what();
       }
     }
+    std::vector<double> rss;
+    for (double mb : t.rss) rss.push_back(rounded(mb, 1));
     print_json_line(nlohmann::ordered_json{{"chaos", rank},
                                            {"attempt", attempt ? std::atoi(attempt) : 0},
                                            {"seconds", rounded(now_s() - started, 1)},
@@ -198,7 +199,7 @@ int main(int argc, char** argv) {
                                            {"wrong", t.wrong},
                                            {"untyped", t.untyped},
                                            {"all_reduces", t.all_reduces},
-                                           {"rss_mb", [&] { std::vector<double> r; for (double v : t.rss) r.push_back(rounded(v, 1)); return r; }()},
+                                           {"rss_mb", rss},
                                            {"end", t.end}});
     if (error) std::rethrow_exception(error);
     return 0;
