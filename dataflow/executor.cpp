@@ -400,6 +400,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
       emit_dead(id, inv);
     }
     values = {};  // inputs are freed before the invocation can count as done
+    scope.reset();  // and the firing recorded: whoever has the results finds it in the profile
     node_done(inv);
   }
 
