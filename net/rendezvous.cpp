@@ -10,10 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "devices/error.h"
+#include "net/rendezvous_messages.h"
 
 namespace troupe::net {
 
@@ -29,13 +29,6 @@ std::string list_missing(const std::vector<bool>& present) {
   for (size_t r = 0; r < present.size(); ++r)
     if (!present[r]) out += (out.empty() ? "" : ", ") + std::to_string(r);
   return out;
-}
-
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
 }
 
 void configure(void* socket, const Transport& transport, bool server) {
@@ -108,29 +101,28 @@ std::vector<PeerAddress> serve_tcp(const std::string& host, int port, int world,
       recv_string(server, 0);
       zmq_getsockopt(server, ZMQ_RCVMORE, &more, &more_size);
     }
-    // "register\n<rank>\n<world>\n<address>"
-    auto lines = split_lines(body);
-    if (lines.size() != 4 || lines[0] != "register") continue;
-    int r = -1, w = -1;
+    Registration reg;
     try {
-      r = std::stoi(lines[1]);
-      w = std::stoi(lines[2]);
-    } catch (const std::exception&) {
-      continue;
+      reg = parse_registration(body);
+    } catch (const CommError&) {
+      continue;  // not a registration: no answer
     }
-    if (w != world) {
-      send_reply(server, identity, "error\nrendezvous: rank " + lines[1] + " says world size " + lines[2] +
-                                       ", rank 0 says " + std::to_string(world));
+    const int r = reg.rank;
+    if (reg.world != world) {
+      send_reply(server, identity,
+                 format_error_answer("rendezvous: rank " + std::to_string(r) + " says world size " +
+                                     std::to_string(reg.world) + ", rank 0 says " + std::to_string(world)));
       continue;
     }
     if (r <= 0 || r >= world || present[r]) {
-      send_reply(server, identity, "error\nrendezvous: rank " + lines[1] + " is out of range or registered twice");
+      send_reply(server, identity,
+                 format_error_answer("rendezvous: rank " + std::to_string(r) + " is out of range or registered twice"));
       continue;
     }
     try {
-      table[r] = PeerAddress::parse(lines[3]);
+      table[r] = PeerAddress::parse(reg.address);
     } catch (const CommError& e) {
-      send_reply(server, identity, std::string("error\n") + e.what());
+      send_reply(server, identity, format_error_answer(e.what()));
       continue;
     }
     present[r] = true;
@@ -141,11 +133,10 @@ std::vector<PeerAddress> serve_tcp(const std::string& host, int port, int world,
     const std::string message = "rendezvous " + method + ": rank(s) " + list_missing(present) +
                                 " did not register within the timeout";
     for (int r = 1; r < world; ++r)
-      if (present[r]) send_reply(server, identities[r], "timeout\n" + message);
+      if (present[r]) send_reply(server, identities[r], format_timeout_answer(message));
     throw TimeoutError(message);
   }
-  std::string reply = "table";
-  for (const auto& a : table) reply += "\n" + a.serialize();
+  const std::string reply = format_table(table);
   for (int r = 1; r < world; ++r) send_reply(server, identities[r], reply);
   return table;
 }
@@ -160,8 +151,7 @@ std::vector<PeerAddress> join_tcp(const std::string& host, int port, int rank, i
   const std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
   if (zmq_connect(client, endpoint.c_str()) != 0)
     throw CommError("rendezvous: cannot connect " + endpoint + ": " + zmq_strerror(zmq_errno()));
-  const std::string request = "register\n" + std::to_string(rank) + "\n" + std::to_string(world) + "\n" +
-                              transport.address().serialize();
+  const std::string request = format_registration({rank, world, transport.address().serialize()});
   zmq_send(client, request.data(), request.size(), 0);  // queued until rank 0 is up
   // Rank 0 gives up at its own deadline and then tells everyone which ranks are missing: allow
   // it a moment beyond ours to say so.
@@ -173,16 +163,7 @@ std::vector<PeerAddress> join_tcp(const std::string& host, int port, int rank, i
                          " got no answer from rank 0 within the timeout (is rank 0 running and serving " +
                          endpoint + "? same CURVE key?)");
   }
-  auto lines = split_lines(recv_string(client, 0));
-  if (lines.empty()) throw CommError("rendezvous: empty answer from rank 0");
-  const std::string detail = lines.size() > 1 ? lines[1] : "";
-  if (lines[0] == "timeout") throw TimeoutError(detail);
-  if (lines[0] == "error") throw CommError(detail);
-  if (lines[0] != "table" || static_cast<int>(lines.size()) != world + 1)
-    throw CommError("rendezvous: malformed table from rank 0");
-  std::vector<PeerAddress> table;
-  for (int r = 0; r < world; ++r) table.push_back(PeerAddress::parse(lines[r + 1]));
-  return table;
+  return parse_table(recv_string(client, 0), world);
 }
 
 // Takes an fcntl lock on the whole file, retrying until the deadline (F_SETLKW could wait forever).
@@ -216,8 +197,7 @@ std::vector<PeerAddress> file_rendezvous(const std::string& path, int rank, int 
     ~FdCloser() { ::close(fd); }
   } closer{fd};
 
-  const std::string line = "troupe1 " + run + " " + std::to_string(rank) + " " + std::to_string(world) + " " +
-                           transport.address().serialize() + "\n";
+  const std::string line = format_file_line({run, rank, world, transport.address().serialize()});
   lock_file(fd, F_WRLCK, deadline, path);
   const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
   unlock_file(fd);
@@ -236,17 +216,21 @@ std::vector<PeerAddress> file_rendezvous(const std::string& path, int rank, int 
       offset += n;
     }
     unlock_file(fd);
-    for (const std::string& entry : split_lines(content)) {
-      std::istringstream in(entry);
-      std::string magic, entry_run, address;
-      int r = -1, w = -1;
-      if (!(in >> magic >> entry_run >> r >> w >> address) || magic != "troupe1" || entry_run != run) continue;
+    for (const std::string_view text : split_lines(content)) {
+      FileLine entry;
+      try {
+        entry = parse_file_line(text);
+      } catch (const CommError&) {
+        continue;  // not a rendezvous line
+      }
+      if (entry.run != run) continue;
+      const int r = entry.rank, w = entry.world;
       if (w != world)
         throw CommError("rendezvous file://" + path + ": rank " + std::to_string(r) + " says world size " +
                         std::to_string(w) + ", rank " + std::to_string(rank) + " says " + std::to_string(world) +
                         " (a stale file? use a fresh path or set TROUPE_RUN_ID)");
       if (r < 0 || r >= world) continue;
-      table[r] = PeerAddress::parse(address);  // a restarted rank's later line wins
+      table[r] = PeerAddress::parse(entry.address);  // a restarted rank's later line wins
       present[r] = true;
     }
     if (std::find(present.begin(), present.end(), false) == present.end()) return table;

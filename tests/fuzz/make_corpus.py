@@ -98,3 +98,32 @@ if len(sys.argv) > 1:  # a real Net checkpoint (see the header)
     real = json.load(open(os.path.join(sys.argv[1], "state.json")))
     real["step"] = 0
     put("checkpoint", "net_sgd", checkpoint_input(real, open(os.path.join(sys.argv[1], "tensors.safetensors"), "rb").read(), True))
+
+# Rendezvous messages (net/rendezvous_messages.h; input layout of rendezvous_fuzz.cpp: byte 0 % 3
+# picks registration, table or file line, / 3 a table's world size; the text after it).
+def address(tcp, ipc, host="b1d3/2049:131073/pid:[4026531836]/net:[4026531840]"):
+    return "%s|%s|%s" % (tcp, ipc, host)
+a0 = address("tcp://10.0.0.1:41234", "ipc:///tmp/troupe-1234-0-0.sock")
+a1 = address("tcp://10.0.0.2:41235", "ipc:///tmp/troupe-1240-1-0.sock")
+a6 = address("tcp://[fe80::1%eth0]:29501", "ipc:///tmp/troupe-77-2-0.sock")
+tcp_only = address("tcp://[::1]:41000", "")
+def registration(*lines): return b"\x00" + "\n".join(lines).encode()
+def answer(world, *lines): return bytes([1 + 3 * world]) + "\n".join(lines).encode()
+def file_line(text): return b"\x02" + text.encode()
+
+put("rendezvous", "register", registration("register", "1", "2", a1))
+put("rendezvous", "register_ipv6", registration("register", "2", "3", a6))
+put("rendezvous", "register_tcp_only", registration("register", "3", "4", tcp_only))
+put("rendezvous", "register_bad_world", registration("register", "1", "two", a1))
+put("rendezvous", "register_3_lines", registration("register", "1", "2"))
+put("rendezvous", "table", answer(2, "table", a0, a1))
+put("rendezvous", "table_ipv6", answer(3, "table", a0, a6, tcp_only))
+put("rendezvous", "table_short", answer(3, "table", a0, a1))
+put("rendezvous", "table_bad_address", answer(2, "table", a0, "tcp://10.0.0.2:41235"))
+put("rendezvous", "answer_error", answer(2, "error", "rendezvous: rank 1 says world size 3, rank 0 says 2"))
+put("rendezvous", "answer_timeout", answer(3, "timeout", "rendezvous tcp://10.0.0.1:29500: rank(s) 2 did not register within the timeout"))
+put("rendezvous", "file_line", file_line("troupe1 run-7 1 2 %s\n" % a1))
+put("rendezvous", "file_line_ipv6", file_line("troupe1 - 2 3 %s" % a6))
+put("rendezvous", "file_line_crlf", file_line("troupe1\trun-7  0 2 %s\r\n" % tcp_only))
+put("rendezvous", "file_line_extra_field", file_line("troupe1 run-7 1 2 %s extra" % a1))
+put("rendezvous", "file_line_other_magic", file_line("troupe2 run-7 1 2 %s" % a1))
