@@ -23,6 +23,7 @@ install_missing() {
 }
 
 build() {
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true  # cache hits across clones of the tree
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j"$(nproc)"
 }

@@ -33,6 +33,7 @@ case "$kind" in
     exit 2
     ;;
 esac
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true  # cache hits across clones of the tree
 dir=build-$kind
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_WITH_CUDA=OFF -DTROUPE_SANITIZER_TESTS=OFF \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS="$flags -fno-omit-frame-pointer" \
