@@ -77,6 +77,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return bias.defined() ? run({x, weight, bias})[0] : run({x, weight})[0];
 }
 
+Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  TROUPE_OP("linear_bf16");
+  return bias.defined() ? run({x, weight, bias})[0] : run({x, weight})[0];
+}
+
 #define TROUPE_REDUCTION(fn)                                                     \
   Tensor fn(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {   \
     TROUPE_OP(#fn);                                                              \

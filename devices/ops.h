@@ -45,6 +45,9 @@ Tensor gelu(const Tensor& x, bool tanh_approximation = false);
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 Tensor bmm(const Tensor& a, const Tensor& b);                             // [B,M,K] @ [B,K,N]
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});  // x @ weight^T + bias
+// linear for inference in bf16: f32 x and weight rounded to bf16 (the weight once, cached while it
+// is unchanged), products accumulated in f32, f32 out. Not differentiable.
+Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
 // Reductions over dims (empty: all dims).
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);

@@ -3,10 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <list>
-#include <mutex>
-#include <optional>
-#include <unordered_map>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -180,103 +176,8 @@ void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight&
 
 namespace {
 
-struct CacheKey {
-  const Storage* storage;
-  int64_t offset, n, k, row_stride, col_stride;
-  bool operator==(const CacheKey&) const = default;
-};
-
-struct CacheKeyHash {
-  size_t operator()(const CacheKey& key) const {
-    size_t h = std::hash<const void*>()(key.storage);
-    for (int64_t v : {key.offset, key.n, key.k, key.row_stride, key.col_stride})
-      h = h * 1000003u ^ std::hash<int64_t>()(v);
-    return h;
-  }
-};
-
-struct CacheEntry {
-  CacheKey key;
-  std::weak_ptr<Storage> storage;  // expired: the weight is gone (and the address may be reused)
-  uint64_t version;
-  std::shared_ptr<const PackedWeight> packed;  // null: seen once, not packed yet (PackWhen::second_use)
-};
-
-size_t entry_bytes(const CacheEntry& entry) { return entry.packed ? entry.packed->nbytes() : 0; }
-
-size_t capacity_bytes() {
-  static const size_t bytes = [] {
-    const char* text = std::getenv("TROUPE_PACKED_CACHE_MB");
-    if (!text || !*text) return size_t(4096) << 20;
-    char* end = nullptr;
-    const long long mb = std::strtoll(text, &end, 10);
-    if (*end != '\0' || mb < 0)
-      throw ValueError(std::string("TROUPE_PACKED_CACHE_MB: expected megabytes >= 0, got '") + text + "'");
-    return static_cast<size_t>(mb) << 20;
-  }();
-  return bytes;
-}
-
-class PackedCache {
- public:
-  // The current entry for the weight (packed, or a seen-once marker), or nullopt.
-  std::optional<std::shared_ptr<const PackedWeight>> find(const CacheKey& key, const std::shared_ptr<Storage>& storage,
-                                                          uint64_t version) {
-    std::lock_guard lock(mutex_);
-    auto it = index_.find(key);
-    if (it == index_.end()) return std::nullopt;
-    CacheEntry& entry = *it->second;
-    if (entry.storage.lock() != storage || entry.version != version) {
-      erase(it);
-      return std::nullopt;
-    }
-    entries_.splice(entries_.begin(), entries_, it->second);  // most recently used first
-    return entry.packed;
-  }
-
-  void insert(CacheEntry entry) {
-    std::lock_guard lock(mutex_);
-    if (auto it = index_.find(entry.key); it != index_.end()) erase(it);
-    // Weights that died since are dropped first, then the least recently used beyond capacity.
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      auto next = std::next(it);
-      if (it->storage.expired()) erase(index_.find(it->key));
-      it = next;
-    }
-    bytes_ += entry_bytes(entry);
-    entries_.push_front(std::move(entry));
-    index_[entries_.front().key] = entries_.begin();
-    while (bytes_ > capacity_bytes() && !entries_.empty()) erase(index_.find(entries_.back().key));
-  }
-
-  size_t bytes() {
-    std::lock_guard lock(mutex_);
-    return bytes_;
-  }
-
-  void clear() {
-    std::lock_guard lock(mutex_);
-    entries_.clear();
-    index_.clear();
-    bytes_ = 0;
-  }
-
- private:
-  using Index = std::unordered_map<CacheKey, std::list<CacheEntry>::iterator, CacheKeyHash>;
-  void erase(Index::iterator it) {
-    bytes_ -= entry_bytes(*it->second);
-    entries_.erase(it->second);
-    index_.erase(it);
-  }
-
-  std::mutex mutex_;
-  std::list<CacheEntry> entries_;
-  Index index_;
-  size_t bytes_ = 0;
-};
-
-PackedCache& cache() {
-  static auto* instance = new PackedCache;  // never destroyed: tasks may still run at exit
+WeightCache<PackedWeight>& cache() {
+  static auto* instance = new WeightCache<PackedWeight>;  // never destroyed: tasks may still run at exit
   return *instance;
 }
 
@@ -288,27 +189,13 @@ std::shared_ptr<const PackedWeight> packed_weight(const Tensor& w, PackWhen when
   if (w.dim() != 2) throw ShapeError("packed_weight: expects a 2-d weight [n, k], got " + w.meta().str());
   if (!w.device().is_cpu()) throw ValueError("packed_weight: expects a host weight, got " + w.meta().str());
   const int64_t n = w.size(0), k = w.size(1);
-  const auto pack = [&] {
+  const size_t bytes = static_cast<size_t>((n + NR - 1) / NR * k * NR) * sizeof(float);
+  return cache().get(w, when, bytes, [&] {
     const bool rows_readable = w.strides()[1] == 1 && (n <= 1 || w.strides()[0] >= k);
     const Tensor rows = rows_readable ? w : w.contiguous();
     const int64_t ldw = n <= 1 ? std::max<int64_t>(1, k) : rows.strides()[0];
     return std::make_shared<const PackedWeight>(rows.data<float>(), n, k, ldw);
-  };
-  // Too big to cache: packed for this use only, or not at all when packing is for reuse.
-  const size_t bytes = static_cast<size_t>((n + NR - 1) / NR * k * NR) * sizeof(float);
-  if (bytes > capacity_bytes()) return when == PackWhen::first_use ? pack() : nullptr;
-
-  const CacheKey key{w.storage().get(), w.offset(), n, k, w.strides()[0], w.strides()[1]};
-  const uint64_t version = w.storage()->version();
-  const auto found = cache().find(key, w.storage(), version);
-  if (found && *found) return *found;
-  if (!found && when == PackWhen::second_use) {
-    cache().insert({key, w.storage(), version, nullptr});
-    return nullptr;
-  }
-  auto packed = pack();
-  cache().insert({key, w.storage(), version, packed});
-  return packed;
+  });
 }
 
 size_t packed_weight_cache_bytes() { return cache().bytes(); }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "devices/cpu/weight_cache.h"
 #include "devices/tensor.h"
 
 namespace troupe {
@@ -39,13 +40,8 @@ void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight&
                      int64_t ldc);
 
 // The packed form of a 2-d f32 weight [n, k] (any strides), kept while the weight's bytes live
-// and are unchanged: the cache is keyed by the storage, the view, and the storage's version
-// (bumped by every Tensor::mutable_data()). Bounded by TROUPE_PACKED_CACHE_MB (default 4096, so an
-// XLM-R-large encoder's 1.2 GB of weights stay packed), least recently used first out. DTypeError/ShapeError for other weights.
-//   first_use: packed now (the LSTM reuses its weights T times within one call).
-//   second_use: nullptr the first time a weight is seen, packed the next: a weight used once per
-//               version (training writes it every step) never pays for packing.
-enum class PackWhen { first_use, second_use };
+// and are unchanged (devices/cpu/weight_cache.h: keyed by storage, view and version; bounded by
+// TROUPE_PACKED_CACHE_MB). DTypeError/ShapeError for other weights.
 std::shared_ptr<const PackedWeight> packed_weight(const Tensor& w, PackWhen when = PackWhen::first_use);
 size_t packed_weight_cache_bytes();
 void clear_packed_weight_cache();

@@ -1,12 +1,14 @@
 // matmul (numpy.matmul semantics, optional transposes of the last two dims), bmm and linear on the
 // host. f32/f64 go to GEMM (devices/cpu/gemm.h) reading views in place: a matrix whose rows or
 // columns are unit-stride is passed with a transpose flag and leading dimension, never copied.
-// linear reuses packed f32 weights (devices/cpu/gemm_packed.h) from their second use on.
+// linear reuses packed f32 weights (devices/cpu/gemm_packed.h) from their second use on;
+// linear_bf16 is its inference form in bf16 (devices/cpu/gemm_bf16.h).
 // f16/bf16 compute in f32; i32/i64 use a plain loop that wraps on overflow like PyTorch.
 #include <algorithm>
 #include <optional>
 
 #include "devices/cpu/gemm.h"
+#include "devices/cpu/gemm_bf16.h"
 #include "devices/cpu/gemm_packed.h"
 #include "devices/registry.h"
 
@@ -69,27 +71,36 @@ std::vector<TensorMeta> infer_bmm(const OpInfer& c) {
 }
 
 std::vector<TensorMeta> infer_linear(const OpInfer& c) {
+  const std::string op(c.op);
   const TensorMeta& x = c.inputs[0];
   const TensorMeta& weight = c.inputs[1];
   check_dtypes(c.op, x, weight, " with weight ");
   if (x.shape.empty())
-    throw ShapeError("linear: the input must have at least one dimension, got " + x.str());
+    throw ShapeError(op + ": the input must have at least one dimension, got " + x.str());
   if (weight.shape.size() != 2)
-    throw ShapeError("linear: the weight must be 2-d [out, in], got " + weight.str());
+    throw ShapeError(op + ": the weight must be 2-d [out, in], got " + weight.str());
   if (x.shape.back() != weight.shape[1])
-    throw ShapeError("linear: input " + x.str() + " with weight " + weight.str() + ": in features " +
+    throw ShapeError(op + ": input " + x.str() + " with weight " + weight.str() + ": in features " +
                      std::to_string(x.shape.back()) + " and " + std::to_string(weight.shape[1]) + " differ");
   if (c.inputs.size() > 2) {
     const TensorMeta& bias = c.inputs[2];
     if (bias.dtype != x.dtype)
-      throw DTypeError("linear: the bias " + bias.str() + " does not match the input " + x.str());
+      throw DTypeError(op + ": the bias " + bias.str() + " does not match the input " + x.str());
     if (bias.shape != Shape{weight.shape[0]})
-      throw ShapeError("linear: the bias must be [" + std::to_string(weight.shape[0]) + "] for weight " +
+      throw ShapeError(op + ": the bias must be [" + std::to_string(weight.shape[0]) + "] for weight " +
                        weight.str() + ", got " + bias.str());
   }
   Shape out(x.shape.begin(), x.shape.end() - 1);
   out.push_back(weight.shape[0]);
   return {TensorMeta{x.dtype, out, x.device}};
+}
+
+// linear_bf16 takes what linear takes, in f32 only (it rounds to bf16 itself).
+std::vector<TensorMeta> infer_linear_bf16(const OpInfer& c) {
+  for (const TensorMeta& t : c.inputs)
+    if (t.dtype != DType::f32)
+      throw DTypeError("linear_bf16: expects f32 operands (it rounds them to bf16 itself), got " + t.str());
+  return infer_linear(c);
 }
 
 // ---- Kernels ----
@@ -286,6 +297,25 @@ std::vector<Tensor> linear_cpu(const OpCall& c) {
   return {out.to(meta.dtype).view(meta.shape)};
 }
 
+// The rows rounded to bf16 on each call, the weight once (its cached bf16 blocks), products
+// accumulated in f32 with the bias added by the same primitive.
+std::vector<Tensor> linear_bf16_cpu(const OpCall& c) {
+  const TensorMeta& meta = c.outputs[0];
+  const Tensor& x = c.inputs[0];
+  const int64_t in = c.inputs[1].size(1), out_features = c.inputs[1].size(0);
+  Tensor rows = x.dim() == 2 ? x : x.reshape({numel(Shape(x.shape().begin(), x.shape().end() - 1)), in});
+  std::optional<Layout> layout = gemm_layout(rows);
+  if (!layout || layout->trans) {
+    rows = rows.contiguous();
+    layout = Layout{false, std::max<int64_t>(1, in)};
+  }
+  const Tensor bias = c.inputs.size() > 2 ? c.inputs[2].contiguous() : Tensor();
+  Tensor out = Tensor::empty({rows.size(0), out_features}, DType::f32);
+  gemm_bf16(rows.size(0), rows.data<float>(), layout->ld, *packed_weight_bf16(c.inputs[1]),
+            bias.defined() ? bias.data<float>() : nullptr, out.mutable_data<float>(), out_features);
+  return {out.view(meta.shape)};
+}
+
 const OpRegistrar matmul_op{OpDef{
     .name = "matmul",
     .doc = "numpy.matmul: 1-d operands promoted and squeezed, batch dims broadcast; transpose_a/transpose_b "
@@ -312,6 +342,17 @@ const OpRegistrar linear_op{OpDef{.name = "linear",
                                   .attrs = {},
                                   .infer = infer_linear,
                                   .kernels = {{DeviceType::cpu, linear_cpu}}}};
+
+const OpRegistrar linear_bf16_op{OpDef{
+    .name = "linear_bf16",
+    .doc = "linear in bf16 for inference: x and weight rounded to bf16 (the weight once, cached), products "
+           "accumulated in f32, f32 out; AMX or AVX512-BF16 where the CPU has them",
+    .min_inputs = 2,
+    .max_inputs = 3,
+    .attrs = {},
+    .infer = infer_linear_bf16,
+    .kernels = {{DeviceType::cpu, linear_bf16_cpu}},
+    .not_differentiable = "an inference kernel: train with linear, whose gradients are exact f32"}};
 
 }  // namespace
 }  // namespace troupe

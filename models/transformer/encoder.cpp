@@ -25,6 +25,11 @@ Tensor padding_bias(const Tensor& key_padding_mask) {
 
 Tensor activate(const std::string& activation, const Tensor& x) { return activation == "gelu" ? gelu(x) : relu(x); }
 
+// The fastpath's projections: f32 GEMMs, or bf16 ones accumulated in f32 (set_fastpath_dtype).
+Tensor project(const Tensor& x, const Tensor& weight, const Tensor& bias, DType dtype) {
+  return dtype == DType::bf16 ? linear_bf16(x, weight, bias) : linear(x, weight, bias);
+}
+
 }  // namespace
 
 LayerNorm::LayerNorm(int64_t d, double eps_) : weight(Tensor::ones({d})), bias(Tensor::zeros({d})), eps(eps_) {
@@ -61,9 +66,9 @@ Tensor MultiheadAttention::forward(const Tensor& x, const Tensor& key_padding_ma
 }
 
 Tensor MultiheadAttention::forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
-                                          const std::vector<int64_t>& key_lengths) const {
+                                          const std::vector<int64_t>& key_lengths, DType matmul_dtype) const {
   const int64_t d = embed_dim, H = num_heads, hd = d / H;
-  const Tensor qkv = linear(tokens, in_proj_weight, in_proj_bias);  // one GEMM over real tokens: [rows, 3d]
+  const Tensor qkv = project(tokens, in_proj_weight, in_proj_bias, matmul_dtype);  // one GEMM over real tokens: [rows, 3d]
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   std::vector<Tensor> contexts;
   for (size_t i = 0; i + 1 < offsets.size(); ++i) {
@@ -77,7 +82,7 @@ Tensor MultiheadAttention::forward_packed(const Tensor& tokens, const std::vecto
     const Tensor weights = softmax(mul(matmul(heads(0, L), heads(1, keys), false, true), scale), -1);  // [H, L, keys]
     contexts.push_back(matmul(weights, heads(2, keys)).permute({1, 0, 2}).reshape({L, d}));
   }
-  return out_proj(contexts.size() == 1 ? contexts[0] : cat(contexts, 0));
+  return project(contexts.size() == 1 ? contexts[0] : cat(contexts, 0), out_proj.weight, out_proj.bias, matmul_dtype);
 }
 
 TransformerEncoderLayer::TransformerEncoderLayer(const EncoderLayerOptions& o, Generator& generator)
@@ -116,14 +121,16 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& mask) con
 }
 
 Tensor TransformerEncoderLayer::forward_packed(const Tensor& x, const std::vector<int64_t>& offsets,
-                                               const std::vector<int64_t>& key_lengths) const {
-  const std::string& act = options.activation;
-  auto ff = [&](const Tensor& t) { return linear2(activate(act, linear1(t))); };
+                                               const std::vector<int64_t>& key_lengths, DType matmul_dtype) const {
+  auto ff = [&](const Tensor& t) {
+    const Tensor hidden = activate(options.activation, project(t, linear1.weight, linear1.bias, matmul_dtype));
+    return project(hidden, linear2.weight, linear2.bias, matmul_dtype);
+  };
   if (options.norm_first) {
-    Tensor h = add(x, self_attn.forward_packed(norm1(x), offsets, key_lengths));
+    Tensor h = add(x, self_attn.forward_packed(norm1(x), offsets, key_lengths, matmul_dtype));
     return add(h, ff(norm2(h)));
   }
-  Tensor h = norm1(add(x, self_attn.forward_packed(x, offsets, key_lengths)));
+  Tensor h = norm1(add(x, self_attn.forward_packed(x, offsets, key_lengths, matmul_dtype)));
   return norm2(add(h, ff(h)));
 }
 
@@ -139,6 +146,12 @@ TransformerEncoder::TransformerEncoder(const EncoderLayerOptions& o, int num_lay
     norm = std::make_unique<LayerNorm>(o.d_model, o.layer_norm_eps);
     register_module("norm", *norm);
   }
+}
+
+void TransformerEncoder::set_fastpath_dtype(DType dtype) {
+  if (dtype != DType::f32 && dtype != DType::bf16)
+    throw DTypeError(std::string("TransformerEncoder::set_fastpath_dtype: expected f32 or bf16, got ") + name(dtype));
+  fastpath_dtype_ = dtype;
 }
 
 bool TransformerEncoder::takes_fastpath() const { return fastpath_enabled_ && !is_training() && !grad_enabled(); }
@@ -167,7 +180,7 @@ Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask) const 
     if (mask.defined()) key_lengths = sequence_lengths(mask);
     NoGradGuard no_grad;
     Tensor t = x.reshape({B * S, options.d_model}).contiguous();
-    for (const auto& layer : layers) t = layer->forward_packed(t, offsets, key_lengths);
+    for (const auto& layer : layers) t = layer->forward_packed(t, offsets, key_lengths, fastpath_dtype_);
     if (norm) t = norm->forward(t);
     x = t.reshape({B, S, options.d_model});
   } else {
@@ -183,7 +196,7 @@ NestedTensor TransformerEncoder::forward(const NestedTensor& src) const {
                      src.tokens().meta().str());
   NoGradGuard no_grad;  // the fastpath is inference only
   Tensor x = src.tokens().contiguous();
-  for (const auto& layer : layers) x = layer->forward_packed(x, src.offsets());
+  for (const auto& layer : layers) x = layer->forward_packed(x, src.offsets(), {}, fastpath_dtype_);
   if (norm) x = norm->forward(x);
   return src.with_tokens(x);
 }

@@ -16,9 +16,11 @@
 // built from registered ops, so autograd records it: use it to train. The fastpath is taken when
 // the module is in eval mode and grad mode is off: one fused QKV GEMM over packed tokens (a
 // NestedTensor: padding is never computed), attention per sequence on its real tokens, and the
-// output projection and feed-forward GEMMs over the real tokens only. The padded positions of
-// its dense output are zeros (PyTorch's fastpath returns the same). set_fastpath(false) forces the
-// general path (benchmarks).
+// output projection and feed-forward GEMMs over the real tokens only; the padded positions of
+// its dense output are zeros (as PyTorch's nested fastpath returns). With set_nested(false) the
+// fastpath computes every padded position like a token, attending only to real keys (PyTorch's
+// dense fastpath): those rows hold whatever that computes, not zeros. set_fastpath(false) forces
+// the general path (benchmarks); set_fastpath_dtype(DType::bf16) runs the fastpath's GEMMs in bf16.
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,8 +59,9 @@ class MultiheadAttention : public Module {
   // The fastpath: packed tokens [rows, d] with sequence offsets, attention within each sequence;
   // key_lengths (optional, one per sequence): only a sequence's first keys are attended (the dense
   // fastpath over padded sequences).
+  // matmul_dtype bf16: the projections round their operands to bf16 (linear_bf16).
   Tensor forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
-                        const std::vector<int64_t>& key_lengths = {}) const;
+                        const std::vector<int64_t>& key_lengths = {}, DType matmul_dtype = DType::f32) const;
 
   int64_t embed_dim, num_heads;
   double dropout;
@@ -71,7 +74,8 @@ class TransformerEncoderLayer : public Module {
   explicit TransformerEncoderLayer(const EncoderLayerOptions& options, Generator& generator = thread_generator());
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask = {}) const;       // batch first, general
   Tensor forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
-                        const std::vector<int64_t>& key_lengths = {}) const;  // fastpath
+                        const std::vector<int64_t>& key_lengths = {},
+                        DType matmul_dtype = DType::f32) const;  // fastpath
 
   EncoderLayerOptions options;
   MultiheadAttention self_attn;
@@ -99,6 +103,12 @@ class TransformerEncoder : public Module {
   // enable_nested_tensor=false, runs every padded position and masks keys in attention.
   void set_nested(bool enabled) { nested_enabled_ = enabled; }
   bool takes_fastpath() const;  // eval mode, grad mode off, fastpath enabled
+  // The fastpath's GEMMs in f32 (default) or bf16: operands rounded to bf16, weights once (packed
+  // and cached while unchanged), products accumulated in f32; attention, layer norms and
+  // activations stay f32. Fast on CPUs with AMX-BF16 or AVX512-BF16 (troupe info). DTypeError
+  // for other dtypes. The general path (training) is unaffected.
+  void set_fastpath_dtype(DType dtype);
+  DType fastpath_dtype() const { return fastpath_dtype_; }
 
   EncoderLayerOptions options;
   std::vector<std::unique_ptr<TransformerEncoderLayer>> layers;
@@ -107,6 +117,7 @@ class TransformerEncoder : public Module {
  private:
   void check_input(const Tensor& x, const Tensor& key_padding_mask) const;
   bool fastpath_enabled_ = true, nested_enabled_ = true;
+  DType fastpath_dtype_ = DType::f32;
 };
 
 }  // namespace troupe::models

@@ -1,0 +1,141 @@
+#include "devices/cpu/gemm_bf16.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <dnnl.hpp>
+#include <unordered_map>
+#include <vector>
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+
+#include "devices/error.h"
+#include "devices/threads.h"
+
+namespace troupe {
+
+using dnnl::memory;
+using Dt = memory::data_type;
+
+struct PackedWeightBf16::Blocks {
+  memory::desc desc;  // the weights [k, n] as the matmul reads them
+  void* data = nullptr;
+};
+
+namespace {
+
+dnnl::engine& engine() {
+  static dnnl::engine instance(dnnl::engine::kind::cpu, 0);
+  return instance;
+}
+
+void check_sizes(const char* op, int64_t n, int64_t k, int64_t ld, const char* ld_name) {
+  if (n <= 0 || k <= 0 || ld < k)
+    throw ValueError(std::string(op) + ": bad sizes n=" + std::to_string(n) + " k=" + std::to_string(k) + " " +
+                     ld_name + "=" + std::to_string(ld));
+}
+
+// The matmul C[m, n] (row stride ldc) = A_bf16[m, k] @ weights + bias, the weights in `weights`.
+dnnl::matmul::primitive_desc product_desc(int64_t m, int64_t n, int64_t k, int64_t ldc, const memory::desc& weights,
+                                          bool bias) {
+  const memory::desc a({m, k}, Dt::bf16, memory::format_tag::ab);
+  const memory::desc c({m, n}, Dt::f32, memory::dims{ldc, 1});
+  if (!bias) return {dnnl::matmul::desc(a, weights, c), engine()};
+  return {dnnl::matmul::desc(a, weights, memory::desc({1, n}, Dt::f32, memory::format_tag::ab), c), engine()};
+}
+
+// Round to nearest even, as BFloat16 does; NaN stays NaN.
+inline uint16_t to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+void round_rows(int64_t m, int64_t k, const float* a, int64_t lda, uint16_t* out) {
+#pragma omp parallel for num_threads(m * k < (1 << 20) ? 1 : intra_op_threads()) schedule(static)
+  for (int64_t r = 0; r < m; ++r) {
+    const float* row = a + r * lda;
+    uint16_t* dst = out + r * k;
+    int64_t j = 0;
+#if defined(__AVX512BF16__)
+    for (; j + 16 <= k; j += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(row + j)));
+#endif
+    for (; j < k; ++j) dst[j] = to_bf16(row[j]);
+  }
+}
+
+}  // namespace
+
+PackedWeightBf16::PackedWeightBf16(const float* w, int64_t n, int64_t k, int64_t ldw)
+    : n_(n), k_(k), blocks_(std::make_unique<Blocks>()) {
+  check_sizes("PackedWeightBf16", n, k, ldw, "ldw");
+  // The layout the matmul picks for a typical row count; it is the same for every m (checked on
+  // AMX and AVX512 CPUs), and gemm_bf16 names it explicitly.
+  blocks_->desc = product_desc(256, n, k, n, memory::desc({k, n}, Dt::bf16, memory::format_tag::any), true).weights_desc();
+  blocks_->data = std::aligned_alloc(64, (blocks_->desc.get_size() + 63) / 64 * 64);
+  if (!blocks_->data) throw ValueError("PackedWeightBf16: out of memory for " + std::to_string(n) + "x" + std::to_string(k));
+  // W^T [k, n] read in place (strides 1 and ldw), rounded and blocked by one reorder.
+  memory source(memory::desc({k, n}, Dt::f32, memory::dims{1, ldw}), engine(), const_cast<float*>(w));
+  memory target(blocks_->desc, engine(), blocks_->data);
+  dnnl::stream stream(engine());
+  apply_intra_op_threads();
+  dnnl::reorder(source, target).execute(stream, source, target);
+  stream.wait();
+}
+
+PackedWeightBf16::~PackedWeightBf16() { std::free(blocks_->data); }
+
+size_t PackedWeightBf16::nbytes() const { return blocks_->desc.get_size(); }
+
+void gemm_bf16(int64_t m, const float* a, int64_t lda, const PackedWeightBf16& w, const float* bias, float* c,
+               int64_t ldc) {
+  const int64_t n = w.n(), k = w.k();
+  check_sizes("gemm_bf16", n, k, lda, "lda");
+  if (m < 0 || ldc < n)
+    throw ValueError("gemm_bf16: bad sizes m=" + std::to_string(m) + " n=" + std::to_string(n) + " ldc=" + std::to_string(ldc));
+  if (m == 0) return;
+  thread_local std::vector<uint16_t> rounded;
+  rounded.resize(static_cast<size_t>(m * k));
+  round_rows(m, k, a, lda, rounded.data());
+
+  apply_intra_op_threads();
+  // oneDNN's primitive cache makes the descriptor and primitive for a seen shape cheap (~10 us).
+  const auto desc = product_desc(m, n, k, ldc, w.blocks().desc, bias != nullptr);
+  thread_local dnnl::stream stream(engine());
+  memory src(desc.src_desc(), engine(), rounded.data());
+  memory weights(w.blocks().desc, engine(), w.blocks().data);
+  memory dst(desc.dst_desc(), engine(), c);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(desc.bias_desc(), engine(), const_cast<float*>(bias)));
+  dnnl::matmul(desc).execute(stream, args);
+  stream.wait();
+}
+
+namespace {
+
+WeightCache<PackedWeightBf16>& cache() {
+  static auto* instance = new WeightCache<PackedWeightBf16>;  // never destroyed: tasks may still run at exit
+  return *instance;
+}
+
+}  // namespace
+
+std::shared_ptr<const PackedWeightBf16> packed_weight_bf16(const Tensor& w) {
+  if (!w.defined()) throw ValueError("packed_weight_bf16: the weight is undefined");
+  if (w.dtype() != DType::f32) throw DTypeError("packed_weight_bf16: expects an f32 weight, got " + w.meta().str());
+  if (w.dim() != 2) throw ShapeError("packed_weight_bf16: expects a 2-d weight [n, k], got " + w.meta().str());
+  if (!w.device().is_cpu()) throw ValueError("packed_weight_bf16: expects a host weight, got " + w.meta().str());
+  const int64_t n = w.size(0), k = w.size(1);
+  return cache().get(w, PackWhen::first_use, static_cast<size_t>(n * k) * 2, [&] {
+    const Tensor rows = w.strides()[1] == 1 && (n <= 1 || w.strides()[0] >= k) ? w : w.contiguous();
+    return std::make_shared<const PackedWeightBf16>(rows.data<float>(), n, k, n <= 1 ? k : rows.strides()[0]);
+  });
+}
+
+size_t packed_weight_bf16_cache_bytes() { return cache().bytes(); }
+
+}  // namespace troupe

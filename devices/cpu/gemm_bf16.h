@@ -1,0 +1,48 @@
+#pragma once
+// Products in bf16 with f32 accumulation, for inference: C = bf16(A) @ bf16(W)^T + bias, W [n, k]
+// laid out as linear's weights. The weight is rounded to bf16 once and stored in the blocked
+// layout oneDNN's matmul reads (AMX tiles on CPUs with AMX-BF16, AVX512-BF16 dot products
+// below that); the rows of A are rounded on each call, which costs m*k conversions against the
+// product's 2*m*n*k operations. Results differ from f32 by bf16's rounding of the operands
+// (8 bits of mantissa), not by the accumulation.
+//
+//   std::shared_ptr<const PackedWeightBf16> w16 = packed_weight_bf16(w);   // cached per weight tensor
+//   gemm_bf16(m, a, k, *w16, bias, c, n);                                    // f32 in, f32 out
+#include <cstdint>
+#include <memory>
+
+#include "devices/cpu/weight_cache.h"
+#include "devices/tensor.h"
+
+namespace troupe {
+
+class PackedWeightBf16 {
+ public:
+  // W [n, k] f32 row-major with leading dimension ldw >= k. ValueError for bad sizes.
+  PackedWeightBf16(const float* w, int64_t n, int64_t k, int64_t ldw);
+  ~PackedWeightBf16();
+  PackedWeightBf16(const PackedWeightBf16&) = delete;
+  PackedWeightBf16& operator=(const PackedWeightBf16&) = delete;
+
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  size_t nbytes() const;
+  struct Blocks;  // oneDNN's memory descriptor and bytes (gemm_bf16.cpp)
+  const Blocks& blocks() const { return *blocks_; }
+
+ private:
+  int64_t n_, k_;
+  std::unique_ptr<Blocks> blocks_;
+};
+
+// Row-major C[m, n] = bf16(A[m, k]) @ W^T (+ bias[n] when bias is not null), accumulated and
+// written in f32. Uses the calling thread's intra-op thread budget. ValueError for bad sizes.
+void gemm_bf16(int64_t m, const float* a, int64_t lda, const PackedWeightBf16& w, const float* bias, float* c,
+               int64_t ldc);
+
+// The bf16 form of a 2-d f32 weight [n, k] (any strides), made on first use and kept while the
+// weight's bytes live and are unchanged (weight_cache.h). DTypeError/ShapeError for other weights.
+std::shared_ptr<const PackedWeightBf16> packed_weight_bf16(const Tensor& w);
+size_t packed_weight_bf16_cache_bytes();
+
+}  // namespace troupe
