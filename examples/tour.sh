@@ -41,8 +41,8 @@ TROUPE_TRANSPORT=tcp TROUPE_SHM=0 launch --nproc 2 -- "$bin/remote_bench"
 step "Training: the distributed tutorial's Net, one step on one core"
 "$bin/train_bench"
 
-step "Better Transformer: an XLM-R-large-shaped encoder (24 layers) on lengths 4, 5, 250: general path, fastpath dense, fastpath nested"
-"$bin/encoder_bench" --layers 24 --reps 1
+step "Better Transformer: an XLM-R-large-shaped encoder (24 layers) on lengths 4, 5, 250: general path, fastpath dense, fastpath nested, and the fastpaths with bf16 GEMMs"
+"$bin/encoder_bench" --layers 24 --reps 1 --dtype bf16
 
 step "XLM-R base (random weights): text in, class logits out, through a SentencePiece model trained here on the test corpus"
 spm_dir="$(mktemp -d)"
@@ -50,6 +50,8 @@ trap 'rm -rf "$spm_dir"' EXIT
 spm_train --input="$(dirname "$0")/../tests/fixtures/xlmr/corpus.txt" --model_prefix="$spm_dir/tour" --vocab_size=200 \
   --character_coverage=0.98 --model_type=unigram >"$spm_dir/train.log" 2>&1
 "$bin/xlmr_classify" --spm "$spm_dir/tour.model" --config base --classes 3 \
+  "The river runs through the middle of the town." "A short one." "Der Fluss fliesst durch die Stadt."
+"$bin/xlmr_classify" --spm "$spm_dir/tour.model" --config base --classes 3 --dtype bf16 \
   "The river runs through the middle of the town." "A short one." "Der Fluss fliesst durch die Stadt."
 
 step "Distributed SGD on Fashion-MNIST, 2 ranks, one epoch (the distributed tutorial's recipe; --epochs 10 for the full run)"

@@ -390,6 +390,25 @@ TEST_CASE("XLMR: the whole tiny model matches PyTorch on a padded batch, fastpat
   }
 }
 
+TEST_CASE("XLMR: bf16 GEMMs in the fastpath keep the tiny model within bf16's rounding of PyTorch", "[xlmr][model][bf16]") {
+  const auto reference = fixture("reference");
+  const Tensor tokens = reference.at("tokens");
+  XLMR model(tiny);
+  model.load(fixture("torchtext"));
+  model.eval();
+  NoGradGuard no_grad;
+  model.encoder.set_fastpath_dtype(DType::bf16);
+  // The features carry bf16's rounding (~1e-2 after 2 layers); the head's small logits, a
+  // difference of such features, about 4e-2 (each GEMM alone matches linear on rounded operands
+  // to 1e-5: gemm_bf16_test.cpp).
+  CHECK(relative_error(model.features(tokens), reference.at("features")) <= 2e-2);
+  const double error = relative_error(model(tokens), reference.at("logits"));
+  CHECK(error <= 6e-2);
+  CHECK(error > 1e-6);  // the bf16 GEMMs ran
+  model.encoder.set_fastpath_dtype(DType::f32);
+  CHECK(relative_error(model(tokens), reference.at("logits")) <= 1e-4);
+}
+
 TEST_CASE("XLMR: state_dict round trip, a headless checkpoint keeps the head, gradients reach the encoder", "[xlmr][model]") {
   const Tensor tokens = fixture("reference").at("tokens");
   XLMR model(tiny);
