@@ -170,9 +170,12 @@ void TransformerEncoder::check_input(const Tensor& x, const Tensor& mask) const 
 Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask) const {
   check_input(src, mask);
   Tensor x = options.batch_first ? src : src.transpose(0, 1);
+  // The dense fastpath attends to a prefix of keys, so padding between tokens takes the general
+  // path there, as in PyTorch; the nested fastpath leaves padding out wherever it is.
+  const bool dense_fastpath = takes_fastpath() && (!mask.defined() || (!nested_enabled_ && trailing_padding(mask)));
   if (takes_fastpath() && mask.defined() && nested_enabled_) {
-    x = forward(NestedTensor::from_padded(x, mask)).to_padded(x.shape()[1]);
-  } else if (takes_fastpath()) {
+    x = forward(NestedTensor::from_padded(x, mask)).to_padded(mask);
+  } else if (dense_fastpath) {
     // Every position computed; keys beyond a sequence's tokens (trailing padding) not attended.
     const int64_t B = x.shape()[0], S = x.shape()[1];
     std::vector<int64_t> offsets, key_lengths;

@@ -36,19 +36,83 @@ std::vector<int64_t> sequence_lengths(const Tensor& mask) {
   return lengths;
 }
 
-NestedTensor NestedTensor::from_padded(const Tensor& padded, const Tensor& mask) {
-  if (padded.dim() != 3) throw ShapeError("NestedTensor::from_padded: expected [B, S, d], got " + padded.meta().str());
+namespace {
+
+void check_mask(const char* op, const Tensor& padded, const Tensor& mask) {
+  if (padded.dim() != 3) throw ShapeError(std::string(op) + ": expected [B, S, d], got " + padded.meta().str());
   const int64_t B = padded.shape()[0], S = padded.shape()[1];
   if (mask.dtype() != DType::boolean || mask.shape() != Shape{B, S})
-    throw ShapeError("NestedTensor::from_padded: key_padding_mask must be bool[" + std::to_string(B) + "," +
-                     std::to_string(S) + "], got " + mask.meta().str() + " for " + padded.meta().str());
-  std::vector<int64_t> offsets{0};
+    throw ShapeError(std::string(op) + ": key_padding_mask must be bool[" + std::to_string(B) + "," + std::to_string(S) +
+                     "], got " + mask.meta().str() + " for " + padded.meta().str());
+}
+
+// Each sequence's runs of tokens [begin, end) in order, as a call per run: f(b, begin, end).
+template <class F>
+void for_each_token_run(const Tensor& mask, F f) {
+  const int64_t B = mask.shape()[0], S = mask.shape()[1];
+  const Tensor m = mask.contiguous();
+  const bool* pad = m.data<bool>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S;) {
+      if (pad[b * S + s]) {
+        ++s;
+        continue;
+      }
+      const int64_t begin = s;
+      while (s < S && !pad[b * S + s]) ++s;
+      f(b, begin, s);
+    }
+}
+
+}  // namespace
+
+bool trailing_padding(const Tensor& mask) {
+  if (mask.dtype() != DType::boolean || mask.dim() != 2)
+    throw ShapeError("trailing_padding: key_padding_mask must be bool[B,S], got " + mask.meta().str());
+  bool trailing = true;
+  for_each_token_run(mask, [&](int64_t, int64_t begin, int64_t) { trailing = trailing && begin == 0; });
+  return trailing;
+}
+
+NestedTensor NestedTensor::from_padded(const Tensor& padded, const Tensor& mask) {
+  check_mask("NestedTensor::from_padded", padded, mask);
+  const int64_t B = padded.shape()[0];
+  std::vector<int64_t> offsets(static_cast<size_t>(B) + 1, 0);
   std::vector<Tensor> rows;
-  for (int64_t b = 0; const int64_t length : sequence_lengths(mask)) {
-    rows.push_back(padded.select(0, b++).slice(0, 0, length));
-    offsets.push_back(offsets.back() + length);
-  }
-  return {cat(rows, 0), std::move(offsets)};
+  for_each_token_run(mask, [&](int64_t b, int64_t begin, int64_t end) {
+    rows.push_back(padded.select(0, b).slice(0, begin, end));
+    offsets[static_cast<size_t>(b) + 1] += end - begin;
+  });
+  for (size_t i = 1; i < offsets.size(); ++i) offsets[i] += offsets[i - 1];
+  if (rows.empty()) return {Tensor::empty({0, padded.shape()[2]}, padded.dtype()), std::move(offsets)};
+  return {rows.size() == 1 ? rows[0].contiguous() : cat(rows, 0), std::move(offsets)};
+}
+
+Tensor NestedTensor::to_padded(const Tensor& mask) const {
+  if (mask.dtype() != DType::boolean || mask.dim() != 2 || mask.size(0) != batch())
+    throw ShapeError("NestedTensor::to_padded: key_padding_mask must be bool[" + std::to_string(batch()) +
+                     ",S] for " + std::to_string(batch()) + " sequences, got " + mask.meta().str());
+  const int64_t B = mask.shape()[0], S = mask.shape()[1], d = tokens_.shape()[1];
+  std::vector<int64_t> counts(static_cast<size_t>(B), 0);
+  for_each_token_run(mask, [&](int64_t b, int64_t begin, int64_t end) { counts[static_cast<size_t>(b)] += end - begin; });
+  for (int64_t b = 0; b < B; ++b)
+    if (counts[static_cast<size_t>(b)] != length(b))
+      throw ShapeError("NestedTensor::to_padded: the mask's row " + std::to_string(b) + " has " +
+                       std::to_string(counts[static_cast<size_t>(b)]) + " tokens, sequence " + std::to_string(b) +
+                       " has " + std::to_string(length(b)));
+  Tensor out = Tensor::zeros({B, S, d}, tokens_.dtype());
+  const Tensor src = tokens_.contiguous();
+  const size_t row_bytes = static_cast<size_t>(d) * itemsize(tokens_.dtype());
+  auto* dst = static_cast<unsigned char*>(out.mutable_raw_data());
+  const auto* from = static_cast<const unsigned char*>(src.raw_data());
+  std::vector<int64_t> next(offsets_.begin(), offsets_.end() - 1);  // each sequence's next packed row
+  for_each_token_run(mask, [&](int64_t b, int64_t begin, int64_t end) {
+    int64_t& row = next[static_cast<size_t>(b)];
+    std::memcpy(dst + static_cast<size_t>(b * S + begin) * row_bytes, from + static_cast<size_t>(row) * row_bytes,
+                static_cast<size_t>(end - begin) * row_bytes);
+    row += end - begin;
+  });
+  return out;
 }
 
 NestedTensor NestedTensor::from_list(const std::vector<Tensor>& sequences) {

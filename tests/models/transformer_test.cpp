@@ -119,11 +119,37 @@ TEST_CASE("nested tensors round-trip with padded ones", "[transformer][nested]")
   CHECK(m.to_padded(6).shape() == Shape{2, 6, 2});
   CHECK(m.unbind()[1].to_vector<float>() == std::vector<float>{8, 9});
   CHECK_THROWS_AS(NestedTensor::from_padded(x, Tensor::zeros({3, 3}, DType::boolean)), ShapeError);
-  const Tensor holes = Tensor::from_vector<bool>({false, true, false, true, false, false, false, false,
-                                                  false, false, false, false}, {3, 4});
-  CHECK_THROWS_WITH(NestedTensor::from_padded(x, holes), Catch::Contains("trailing"));
+  CHECK(n.to_padded(mask).to_vector<float>() == back.to_vector<float>());
+  // Padding between tokens is left out too, and to_padded(mask) puts every token back in place.
+  const Tensor holes = Tensor::from_vector<bool>({false, true, false, true, true, false, false, false,
+                                                  true, true, true, true}, {3, 4});
+  const NestedTensor h = NestedTensor::from_padded(x, holes);
+  CHECK(h.offsets() == std::vector<int64_t>{0, 2, 5, 5});
+  CHECK(h.tokens().to_vector<float>() == std::vector<float>{0, 1, 4, 5, 10, 11, 12, 13, 14, 15});
+  CHECK(h.to_padded(holes).to_vector<float>() == where(holes.unsqueeze(2), Tensor::zeros({}), x).to_vector<float>());
+  CHECK_FALSE(trailing_padding(holes));
+  CHECK(trailing_padding(mask));
+  CHECK_THROWS_WITH(h.to_padded(mask), Catch::Contains("row 0 has 4 tokens, sequence 0 has 2"));
+  CHECK_THROWS_AS(h.to_padded(Tensor::zeros({2, 4}, DType::boolean)), ShapeError);
+  CHECK_THROWS_WITH(sequence_lengths(holes), Catch::Contains("trailing"));
   CHECK_THROWS_AS(n.to_padded(3), ShapeError);
   CHECK_THROWS_AS(NestedTensor::from_list({x.select(0, 0), Tensor::zeros({2, 3})}), ShapeError);
+}
+
+TEST_CASE("padding between tokens: the fastpaths agree with the general path on every real token", "[transformer][nested]") {
+  auto encoder = fixture_encoder("post");  // batch first
+  const Tensor x = fixture().at("post.x");  // [3, 5, 16]
+  const Tensor holes = Tensor::from_vector<bool>({false, true, false, false, true,   // a hole and a trailing pad
+                                                  true, false, false, true, false,   // leading, inner
+                                                  false, false, false, false, false}, {3, 5});
+  const Tensor general = encoder->forward(x, holes);  // grad mode on: the general path, any mask
+  NoGradGuard no_grad;
+  REQUIRE(encoder->takes_fastpath());
+  const Tensor nested = encoder->forward(x, holes);
+  CHECK(masked_relative_error(nested, general, holes) < 1e-4);
+  CHECK(max(abs(mul(nested, holes.unsqueeze(2).to(DType::f32)))).item<float>() == 0.0f);  // zeros at padding
+  encoder->set_nested(false);  // the dense fastpath takes the general path for such a mask
+  CHECK(masked_relative_error(encoder->forward(x, holes), general, holes) < 1e-4);
 }
 
 TEST_CASE("encoder errors name the module and the shapes", "[transformer][errors]") {
