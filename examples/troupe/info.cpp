@@ -41,6 +41,19 @@ Json cpu_features() {
               {"avx512vnni", __builtin_cpu_supports("avx512vnni") != 0}};
 }
 
+// The widest instruction set oneDNN dispatches to here (avx512_core_amx: bf16 GEMMs on AMX tiles).
+std::string onednn_isa() {
+  switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    default: return "older than avx2";
+  }
+}
+
 Json collect() {
   const dnnl_version_t* dnnl = dnnl_version();
   std::string dnnl_text = std::to_string(dnnl->major) + "." + std::to_string(dnnl->minor) + "." +
@@ -60,7 +73,7 @@ Json collect() {
       {"cores", hardware_cores()},
       {"intra_op_threads", intra_op_threads()},
       {"deterministic_kernels", deterministic_kernels()},
-      {"onednn", {{"version", dnnl_text}, {"hash", dnnl->hash ? dnnl->hash : ""}}},
+      {"onednn", {{"version", dnnl_text}, {"hash", dnnl->hash ? dnnl->hash : ""}, {"isa", onednn_isa()}}},
       {"openblas", {{"config", openblas_get_config()}}},
       {"gemm",
        {{"backend", gemm.backend},
@@ -83,7 +96,7 @@ void print_text(const Json& info) {
   row("cores") << info["cores"] << ", intra-op threads " << info["intra_op_threads"]
                << (info["deterministic_kernels"].get<bool>() ? ", deterministic kernels" : "") << "\n";
   row("oneDNN") << info["onednn"]["version"].get<std::string>() << " (" << info["onednn"]["hash"].get<std::string>()
-                << ")\n";
+                << "), dispatching " << info["onednn"]["isa"].get<std::string>() << "\n";
   row("OpenBLAS") << info["openblas"]["config"].get<std::string>() << "\n";
   const Json& gemm = info["gemm"];
   const std::string reason = gemm["reason"].get<std::string>();
