@@ -171,6 +171,12 @@ Tensor gather_nd(const Tensor& data, const Tensor& indices, int64_t batch_dims) 
   return run({data, indices}, {{"batch_dims", batch_dims}})[0];
 }
 
+Tensor packed_attention(const Tensor& qkv, const Tensor& offsets, int64_t heads, const Tensor& key_lengths) {
+  TROUPE_OP("packed_attention");
+  if (key_lengths.defined()) return run({qkv, offsets, key_lengths}, {{"heads", heads}})[0];
+  return run({qkv, offsets}, {{"heads", heads}})[0];
+}
+
 namespace {
 
 Attrs conv_attrs(const Conv2dOptions& o) {

@@ -75,6 +75,10 @@ Tensor where(const Tensor& condition, const Tensor& x, const Tensor& y);
 // ONNX GatherND: indices[..., m] address the leading m dims of data after batch_dims shared dims;
 // negative indices wrap; an index out of range is an IndexError naming it.
 Tensor gather_nd(const Tensor& data, const Tensor& indices, int64_t batch_dims = 0);
+// The transformer fastpath's self-attention over packed sequences: qkv f32 [rows, 3d] (q | k | v),
+// offsets i64 [B + 1] from 0 to rows, key_lengths i64 [B] (optional: only a sequence's first keys
+// attended) -> the heads' context f32 [rows, d]. Inference only (not differentiable).
+Tensor packed_attention(const Tensor& qkv, const Tensor& offsets, int64_t heads, const Tensor& key_lengths = {});
 
 // Training: convolution, pooling, dropout and losses (PyTorch's F.* semantics). Gradients of every
 // op flow through the tape (devices/autograd/autograd.h).

@@ -67,22 +67,13 @@ Tensor MultiheadAttention::forward(const Tensor& x, const Tensor& key_padding_ma
 
 Tensor MultiheadAttention::forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
                                           const std::vector<int64_t>& key_lengths, DType matmul_dtype) const {
-  const int64_t d = embed_dim, H = num_heads, hd = d / H;
   const Tensor qkv = project(tokens, in_proj_weight, in_proj_bias, matmul_dtype);  // one GEMM over real tokens: [rows, 3d]
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  std::vector<Tensor> contexts;
-  for (size_t i = 0; i + 1 < offsets.size(); ++i) {
-    const int64_t L = offsets[i + 1] - offsets[i];
-    if (L == 0) continue;
-    const Tensor rows = qkv.slice(0, offsets[i], offsets[i + 1]);
-    const int64_t keys = key_lengths.empty() ? L : key_lengths[i];
-    auto heads = [&](int64_t part, int64_t n) {
-      return rows.slice(0, 0, n).slice(1, part * d, (part + 1) * d).reshape({n, H, hd}).permute({1, 0, 2});
-    };
-    const Tensor weights = softmax(mul(matmul(heads(0, L), heads(1, keys), false, true), scale), -1);  // [H, L, keys]
-    contexts.push_back(matmul(weights, heads(2, keys)).permute({1, 0, 2}).reshape({L, d}));
-  }
-  return project(contexts.size() == 1 ? contexts[0] : cat(contexts, 0), out_proj.weight, out_proj.bias, matmul_dtype);
+  const int64_t B = static_cast<int64_t>(offsets.size()) - 1;
+  const Tensor starts = Tensor::from_vector(offsets, {B + 1});
+  const Tensor context = key_lengths.empty()
+                             ? packed_attention(qkv, starts, num_heads)
+                             : packed_attention(qkv, starts, num_heads, Tensor::from_vector(key_lengths, {B}));
+  return project(context, out_proj.weight, out_proj.bias, matmul_dtype);
 }
 
 TransformerEncoderLayer::TransformerEncoderLayer(const EncoderLayerOptions& o, Generator& generator)

@@ -45,8 +45,9 @@ class XLMR : public Module {
   // and Generator(seed + 1): the thread's generator is left alone.
   explicit XLMR(const XLMRConfig& config, uint64_t seed = 0);
 
-  // tokens i32/i64 [B, S], padded with config.padding_idx after each row's tokens (XLMRTransform's
-  // batches) -> features f32 [B, S, d_model], zeros at padding. Errors name the shapes.
+  // tokens i32/i64 [B, S], padded with config.padding_idx (after each row's tokens in XLMRTransform's
+  // batches; padding between tokens is skipped too) -> features f32 [B, S, d_model], zeros at
+  // padding. Errors name the shapes.
   Tensor features(const Tensor& tokens) const;
   // -> logits f32 [B, num_classes].
   Tensor forward(const Tensor& tokens) const { return head(features(tokens)); }

@@ -34,6 +34,7 @@ const std::map<std::string, std::string> kNoOpFixture = {
     {"gt", "a comparison: exact bool results in elementwise_test.cpp"},
     {"ge", "a comparison: exact bool results in elementwise_test.cpp"},
     {"bmm", "matmul_test.cpp, against a triple loop in double"},
+    {"packed_attention", "packed_attention_test.cpp, against matmul and softmax per head; transformer_test.cpp"},
     {"linear_bf16", "gemm_bf16_test.cpp, against linear on operands rounded to bf16"},
     {"chunk", "split with computed sizes (split has cases); join_split_test.cpp"},
     {"cast", "a Tensor method as an op: tensor_test.cpp, join_split_test.cpp"},

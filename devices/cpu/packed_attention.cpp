@@ -1,0 +1,137 @@
+// packed_attention: the transformer fastpath's self-attention over packed sequences (a nested
+// tensor's tokens back to back), from the fused QKV projection to the heads' concatenated context:
+//
+//   qkv [rows, 3d] (q | k | v, heads of d / heads columns each), offsets i64 [B + 1] from 0 to rows,
+//   key_lengths i64 [B] (optional: sequence i attends to its first key_lengths[i] keys only)
+//   -> context [rows, d]: per sequence and head, softmax(q k^T / sqrt(d / heads)) v
+//
+// One task per (sequence, head), spread over the intra-op threads: each computes its scores into
+// a buffer of its own (one GEMM), the softmax in place and its context columns (a second GEMM)
+// straight into the output, so no padded position, permuted copy or concatenation is made. A
+// task's arithmetic does not depend on the thread count. Rows whose key_lengths is 0 attend to
+// nothing: NaN, as a softmax over keys all masked gives.
+#include <oneapi/dnnl/dnnl.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "devices/cpu/activations.h"
+#include "devices/cpu/loops.h"
+#include "devices/registry.h"
+#include "devices/threads.h"
+
+namespace troupe {
+
+namespace {
+
+std::vector<TensorMeta> infer_packed_attention(const OpInfer& c) {
+  const TensorMeta& qkv = c.inputs[0];
+  const TensorMeta& offsets = c.inputs[1];
+  const int64_t heads = c.attrs.get<int64_t>("heads");
+  const std::string operands = " (qkv " + qkv.str() + ", offsets " + offsets.str() + ")";
+  if (qkv.dtype != DType::f32 || qkv.shape.size() != 2)
+    throw ShapeError("packed_attention: qkv must be f32[rows, 3d]" + operands);
+  if (heads < 1) throw ValueError("packed_attention: heads must be >= 1, got " + std::to_string(heads));
+  if (qkv.shape[1] % (3 * heads) != 0)
+    throw ShapeError("packed_attention: qkv's " + std::to_string(qkv.shape[1]) + " columns are not 3 x " +
+                     std::to_string(heads) + " heads of equal width" + operands);
+  if (offsets.dtype != DType::i64 || offsets.shape.size() != 1 || offsets.shape[0] < 2)
+    throw ShapeError("packed_attention: offsets must be i64[B + 1] with B >= 1" + operands);
+  if (c.inputs.size() > 2) {
+    const TensorMeta& keys = c.inputs[2];
+    if (keys.dtype != DType::i64 || keys.shape != Shape{offsets.shape[0] - 1})
+      throw ShapeError("packed_attention: key_lengths must be i64[" + std::to_string(offsets.shape[0] - 1) +
+                       "], got " + keys.str() + operands);
+  }
+  return {TensorMeta{DType::f32, {qkv.shape[0], qkv.shape[1] / 3}, qkv.device}};
+}
+
+void sgemm(char trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+           int64_t ldb, float* c, int64_t ldc) {
+  const dnnl_status_t status = dnnl_sgemm('N', trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+  if (status != dnnl_success)
+    throw ValueError("packed_attention: dnnl_sgemm failed with status " + std::to_string(static_cast<int>(status)));
+}
+
+std::vector<Tensor> packed_attention_cpu(const OpCall& c) {
+  const Tensor qkv = c.inputs[0].contiguous();
+  const std::vector<int64_t> offsets = c.inputs[1].to_vector<int64_t>();
+  const int64_t rows = qkv.size(0), d = qkv.size(1) / 3, heads = c.attrs.get<int64_t>("heads"), hd = d / heads;
+  const int64_t B = static_cast<int64_t>(offsets.size()) - 1;
+  if (offsets.front() != 0 || offsets.back() != rows)
+    throw ValueError("packed_attention: offsets must run from 0 to the " + std::to_string(rows) + " rows of qkv, got " +
+                     std::to_string(offsets.front()) + ".." + std::to_string(offsets.back()));
+  for (int64_t i = 0; i < B; ++i)
+    if (offsets[i + 1] < offsets[i])
+      throw ValueError("packed_attention: offsets decrease at sequence " + std::to_string(i));
+  std::vector<int64_t> keys(static_cast<size_t>(B));
+  for (int64_t i = 0; i < B; ++i) keys[i] = offsets[i + 1] - offsets[i];
+  if (c.inputs.size() > 2) {
+    const std::vector<int64_t> given = c.inputs[2].to_vector<int64_t>();
+    for (int64_t i = 0; i < B; ++i) {
+      if (given[i] < 0 || given[i] > keys[i])
+        throw ValueError("packed_attention: key_lengths[" + std::to_string(i) + "] is " + std::to_string(given[i]) +
+                         ", sequence " + std::to_string(i) + " has " + std::to_string(keys[i]) + " tokens");
+      keys[i] = given[i];
+    }
+  }
+
+  Tensor out = Tensor::empty({rows, d}, DType::f32);
+  const float* base = qkv.data<float>();
+  float* context = out.mutable_data<float>();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<int64_t> tasks;  // sequence * heads + head, the sequences with tokens
+  double flops = 0;
+  for (int64_t i = 0; i < B; ++i)
+    if (offsets[i + 1] > offsets[i]) {
+      for (int64_t h = 0; h < heads; ++h) tasks.push_back(i * heads + h);
+      flops += 4.0 * double(offsets[i + 1] - offsets[i]) * double(keys[i]) * double(d);
+    }
+  const int64_t count = static_cast<int64_t>(tasks.size());
+  const int threads = flops < 4e6 ? 1 : intra_op_threads();
+  apply_intra_op_threads();
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> scores;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < count; ++t) {
+      const int64_t i = tasks[t] / heads, h = tasks[t] % heads;
+      const int64_t first = offsets[i], L = offsets[i + 1] - first, n = keys[i];
+      const float* q = base + first * 3 * d + h * hd;
+      float* out_rows = context + first * d + h * hd;
+      if (n == 0) {
+        for (int64_t r = 0; r < L; ++r)
+          std::fill(out_rows + r * d, out_rows + r * d + hd, std::numeric_limits<float>::quiet_NaN());
+        continue;
+      }
+      scores.resize(static_cast<size_t>(L * n));
+      sgemm('T', L, n, hd, scale, q, 3 * d, q + d, 3 * d, scores.data(), n);  // q k^T / sqrt(hd)
+      for (int64_t r = 0; r < L; ++r) {
+        float* row = scores.data() + r * n;
+        const float top = fold_row<float>(row, n, NanMax{});
+        for (int64_t j = 0; j < n; ++j) row[j] -= top;
+        exp_f32(row, row, n);
+        const float inverse = 1.0f / sum_row<float>(row, n);
+        for (int64_t j = 0; j < n; ++j) row[j] *= inverse;
+      }
+      sgemm('N', L, hd, n, 1.0f, scores.data(), n, q + 2 * d, 3 * d, out_rows, d);  // weights @ v
+    }
+  }
+  return {out};
+}
+
+const OpRegistrar packed_attention_op{OpDef{
+    .name = "packed_attention",
+    .doc = "self-attention of the transformer fastpath over packed sequences: qkv [rows, 3d], offsets i64 [B+1], "
+           "key_lengths i64 [B] (optional) -> context [rows, d], per sequence and head softmax(q k^T / sqrt(hd)) v",
+    .min_inputs = 2,
+    .max_inputs = 3,
+    .attrs = {{"heads", AttrType::integer, int64_t{1}, "attention heads (d / heads columns each)"}},
+    .infer = infer_packed_attention,
+    .kernels = {{DeviceType::cpu, packed_attention_cpu}},
+    .not_differentiable = "the inference fastpath's attention; training runs matmul and softmax, which are"}};
+
+}  // namespace
+}  // namespace troupe
