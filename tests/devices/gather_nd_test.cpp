@@ -89,6 +89,31 @@ TEST_CASE("gather_nd matches PyTorch on the benchmark's pattern", "[ops][gather_
   CHECK(stack(rows).to_vector<float>() == reference);
 }
 
+TEST_CASE("gather_nd copies large outputs on several threads with streaming stores, row for row", "[ops][gather_nd]") {
+  // 4096 rows of 256 floats (4 MiB: threads and streaming stores), and rows of 100 floats (not
+  // whole cache lines: plain copies), each row checked against select().
+  const Tensor data = Tensor::arange(64 * 128 * 256).reshape({64, 128, 256}).to(DType::f32);
+  std::vector<int64_t> coordinates;
+  for (int64_t r = 0; r < 4096; ++r) coordinates.insert(coordinates.end(), {(r * 37) % 64, (r * 101) % 128 - (r % 2) * 128});
+  const Tensor indices = i64(coordinates, {4096, 2});
+  for (const Tensor& source : {data, data.slice(2, 0, 100).contiguous()}) {
+    const Tensor out = gather_nd(source, indices);
+    REQUIRE(out.shape() == Shape{4096, source.size(2)});
+    for (int64_t r : {int64_t{0}, int64_t{1}, int64_t{2047}, int64_t{2048}, int64_t{4095}}) {
+      const Tensor row = source.select(0, coordinates[r * 2]).select(0, (coordinates[r * 2 + 1] + 128) % 128);
+      CHECK(out.select(0, r).to_vector<float>() == row.to_vector<float>());
+    }
+    // Every element: the sum of out equals the sum over the addressed rows.
+    double want = 0;
+    for (int64_t r = 0; r < 4096; ++r) {
+      const double first = double((coordinates[r * 2] * 128 + (coordinates[r * 2 + 1] + 128) % 128) * 256);
+      const int64_t width = source.size(2);
+      want += width * first + width * (width - 1) / 2.0;
+    }
+    CHECK(sum(out.to(DType::f64)).item<double>() == want);
+  }
+}
+
 TEST_CASE("gather_nd handles every dtype, strided inputs and empty indices", "[ops][gather_nd]") {
   Tensor square = Tensor::from_vector<float>({0, 1, 2, 3}, {2, 2});
   Tensor corners = i64({0, 0, 1, 1, -1, 0}, {3, 2});
