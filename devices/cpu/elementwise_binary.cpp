@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "devices/cpu/loops.h"
+#include "devices/cpu/parallel_ranges.h"
 #include "devices/registry.h"
 
 namespace troupe {
@@ -91,6 +92,13 @@ void run_binary(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
   const T* pb = b.data<T>();
   O* po = out.mutable_data<O>();
   const Shape& shape = out.shape();
+  if (a.is_contiguous() && b.is_contiguous() && a.shape() == shape && b.shape() == shape) {
+    // The common large case (a residual add): one flat loop, split over the intra-op threads.
+    parallel_ranges(out.numel(), 1 << 16, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) po[i] = convert<O>(op(A(pa[i]), A(pb[i])));
+    });
+    return;
+  }
   for_each_run<2>(shape, {broadcast_strides(a, shape), broadcast_strides(b, shape)},
                   [&](const auto& at, const auto& step, int64_t n) {
                     const T* x = pa + at[0];

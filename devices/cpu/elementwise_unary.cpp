@@ -7,6 +7,7 @@
 
 #include "devices/cpu/activations.h"
 #include "devices/cpu/loops.h"
+#include "devices/cpu/parallel_ranges.h"
 #include "devices/registry.h"
 
 namespace troupe {
@@ -95,7 +96,9 @@ std::vector<Tensor> run_floating(const OpCall& call, F32Fn f32, F64Fn f64) {
   Tensor out = Tensor::empty(x.shape(), compute);
   const int64_t n = out.numel();
   if (compute == DType::f32) {
-    f32(in.data<float>(), out.mutable_data<float>(), n);
+    const float* px = in.data<float>();
+    float* po = out.mutable_data<float>();
+    parallel_ranges(n, 1 << 16, 64, [&](int64_t begin, int64_t end) { f32(px + begin, po + begin, end - begin); });
   } else {
     const double* px = in.data<double>();
     double* po = out.mutable_data<double>();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "devices/cpu/loops.h"
+#include "devices/cpu/parallel_ranges.h"
 #include "devices/registry.h"
 
 namespace troupe {
@@ -86,8 +87,11 @@ std::vector<Tensor> layer_norm_kernel(const OpCall& call) {
     using T = std::remove_pointer_t<decltype(y)>;
     const T* weight = params.size() > 0 ? params[0].data<T>() : nullptr;
     const T* bias = params.size() > 1 ? params[1].data<T>() : nullptr;
-    layer_norm_rows(in.data<T>(), weight, bias, y, out.numel() / n, n,
-                    static_cast<T>(call.attrs.get<double>("eps")));
+    const T* rows = in.data<T>();
+    const T eps = static_cast<T>(call.attrs.get<double>("eps"));
+    parallel_ranges(out.numel() / n, std::max<int64_t>(1, (1 << 16) / n), 1, [&](int64_t begin, int64_t end) {
+      layer_norm_rows(rows + begin * n, weight, bias, y + begin * n, end - begin, n, eps);
+    });
   };
   if (compute == DType::f64) run(out.mutable_data<double>());
   else run(out.mutable_data<float>());
