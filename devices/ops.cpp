@@ -77,9 +77,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return bias.defined() ? run({x, weight, bias})[0] : run({x, weight})[0];
 }
 
-Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, const std::string& activation,
+                   DType out_dtype) {
   TROUPE_OP("linear_bf16");
-  return bias.defined() ? run({x, weight, bias})[0] : run({x, weight})[0];
+  const Attrs attrs{{"activation", activation}, {"out_dtype", std::string(name(out_dtype))}};
+  return bias.defined() ? run({x, weight, bias}, attrs)[0] : run({x, weight}, attrs)[0];
 }
 
 #define TROUPE_REDUCTION(fn)                                                     \

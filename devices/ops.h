@@ -45,9 +45,12 @@ Tensor gelu(const Tensor& x, bool tanh_approximation = false);
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 Tensor bmm(const Tensor& a, const Tensor& b);                             // [B,M,K] @ [B,K,N]
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});  // x @ weight^T + bias
-// linear for inference in bf16: f32 x and weight rounded to bf16 (the weight once, cached while it
-// is unchanged), products accumulated in f32, f32 out. Not differentiable.
-Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// linear for inference in bf16: x (f32, or bf16 already) and the f32 weight rounded to bf16 (the
+// weight once, cached while it is unchanged), products accumulated in f32, then + bias and the
+// activation ("none", "relu", "gelu") fused; out in f32, or in bf16 for a next linear_bf16.
+// Not differentiable.
+Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const std::string& activation = "none",
+                   DType out_dtype = DType::f32);
 
 // Reductions over dims (empty: all dims).
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);

@@ -36,13 +36,22 @@ void check_sizes(const char* op, int64_t n, int64_t k, int64_t ld, const char* l
                      ld_name + "=" + std::to_string(ld));
 }
 
-// The matmul C[m, n] (row stride ldc) = A_bf16[m, k] @ weights + bias, the weights in `weights`.
+// The matmul C[m, n] (row stride ldc) = epilogue(A_bf16[m, k] @ weights), the weights in `weights`.
 dnnl::matmul::primitive_desc product_desc(int64_t m, int64_t n, int64_t k, int64_t ldc, const memory::desc& weights,
-                                          bool bias) {
+                                          const GemmBf16Epilogue& epilogue) {
   const memory::desc a({m, k}, Dt::bf16, memory::format_tag::ab);
-  const memory::desc c({m, n}, Dt::f32, memory::dims{ldc, 1});
-  if (!bias) return {dnnl::matmul::desc(a, weights, c), engine()};
-  return {dnnl::matmul::desc(a, weights, memory::desc({1, n}, Dt::f32, memory::format_tag::ab), c), engine()};
+  const memory::desc c({m, n}, epilogue.bf16_out ? Dt::bf16 : Dt::f32, memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  if (epilogue.activation != GemmActivation::none) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f,
+                       epilogue.activation == GemmActivation::gelu ? dnnl::algorithm::eltwise_gelu_erf
+                                                                   : dnnl::algorithm::eltwise_relu,
+                       0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  if (!epilogue.bias) return {dnnl::matmul::desc(a, weights, c), attr, engine()};
+  return {dnnl::matmul::desc(a, weights, memory::desc({1, n}, Dt::f32, memory::format_tag::ab), c), attr, engine()};
 }
 
 // Round to nearest even, as BFloat16 does; NaN stays NaN.
@@ -75,7 +84,8 @@ PackedWeightBf16::PackedWeightBf16(const float* w, int64_t n, int64_t k, int64_t
   check_sizes("PackedWeightBf16", n, k, ldw, "ldw");
   // The layout the matmul picks for a typical row count; it is the same for every m (checked on
   // AMX and AVX512 CPUs), and gemm_bf16 names it explicitly.
-  blocks_->desc = product_desc(256, n, k, n, memory::desc({k, n}, Dt::bf16, memory::format_tag::any), true).weights_desc();
+  blocks_->desc =
+      product_desc(256, n, k, n, memory::desc({k, n}, Dt::bf16, memory::format_tag::any), {}).weights_desc();
   blocks_->data = std::aligned_alloc(64, (blocks_->desc.get_size() + 63) / 64 * 64);
   if (!blocks_->data) throw ValueError("PackedWeightBf16: out of memory for " + std::to_string(n) + "x" + std::to_string(k));
   // W^T [k, n] read in place (strides 1 and ldw), rounded and blocked by one reorder.
@@ -91,28 +101,50 @@ PackedWeightBf16::~PackedWeightBf16() { std::free(blocks_->data); }
 
 size_t PackedWeightBf16::nbytes() const { return blocks_->desc.get_size(); }
 
-void gemm_bf16(int64_t m, const float* a, int64_t lda, const PackedWeightBf16& w, const float* bias, float* c,
-               int64_t ldc) {
-  const int64_t n = w.n(), k = w.k();
-  check_sizes("gemm_bf16", n, k, lda, "lda");
-  if (m < 0 || ldc < n)
-    throw ValueError("gemm_bf16: bad sizes m=" + std::to_string(m) + " n=" + std::to_string(n) + " ldc=" + std::to_string(ldc));
-  if (m == 0) return;
-  thread_local std::vector<uint16_t> rounded;
-  rounded.resize(static_cast<size_t>(m * k));
-  round_rows(m, k, a, lda, rounded.data());
+namespace {
 
+void check_product(int64_t m, int64_t lda, const PackedWeightBf16& w, int64_t ldc) {
+  check_sizes("gemm_bf16", w.n(), w.k(), lda, "lda");
+  if (m < 0 || ldc < w.n())
+    throw ValueError("gemm_bf16: bad sizes m=" + std::to_string(m) + " n=" + std::to_string(w.n()) +
+                     " ldc=" + std::to_string(ldc));
+}
+
+// A's rows already in bf16, lda apart.
+void product(int64_t m, const uint16_t* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
+             void* c, int64_t ldc) {
   apply_intra_op_threads();
   // oneDNN's primitive cache makes the descriptor and primitive for a seen shape cheap (~10 us).
-  const auto desc = product_desc(m, n, k, ldc, w.blocks().desc, bias != nullptr);
+  const auto desc = product_desc(m, w.n(), w.k(), ldc, w.blocks().desc, epilogue);
   thread_local dnnl::stream stream(engine());
-  memory src(desc.src_desc(), engine(), rounded.data());
+  memory src(memory::desc({m, w.k()}, Dt::bf16, memory::dims{lda, 1}), engine(), const_cast<uint16_t*>(a));
   memory weights(w.blocks().desc, engine(), w.blocks().data);
   memory dst(desc.dst_desc(), engine(), c);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, memory(desc.bias_desc(), engine(), const_cast<float*>(bias)));
+  if (epilogue.bias)
+    args.emplace(DNNL_ARG_BIAS, memory(desc.bias_desc(), engine(), const_cast<float*>(epilogue.bias)));
   dnnl::matmul(desc).execute(stream, args);
   stream.wait();
+}
+
+}  // namespace
+
+void gemm_bf16(int64_t m, const float* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
+               void* c, int64_t ldc) {
+  check_product(m, lda, w, ldc);
+  if (m == 0) return;
+  thread_local std::vector<uint16_t> rounded;
+  rounded.resize(static_cast<size_t>(m * w.k()));
+  round_rows(m, w.k(), a, lda, rounded.data());
+  product(m, rounded.data(), w.k(), w, epilogue, c, ldc);
+}
+
+void gemm_bf16(int64_t m, const BFloat16* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
+               void* c, int64_t ldc) {
+  check_product(m, lda, w, ldc);
+  if (m == 0) return;
+  static_assert(sizeof(BFloat16) == sizeof(uint16_t));
+  product(m, reinterpret_cast<const uint16_t*>(a), lda, w, epilogue, c, ldc);
 }
 
 namespace {

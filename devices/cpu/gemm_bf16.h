@@ -7,7 +7,8 @@
 // (8 bits of mantissa), not by the accumulation.
 //
 //   std::shared_ptr<const PackedWeightBf16> w16 = packed_weight_bf16(w);   // cached per weight tensor
-//   gemm_bf16(m, a, k, *w16, bias, c, n);                                    // f32 in, f32 out
+//   gemm_bf16(m, a, k, *w16, {.bias = b}, c, n);                             // f32 in, f32 out
+//   gemm_bf16(m, a, k, *w16, {.bias = b, .activation = GemmActivation::gelu, .bf16_out = true}, h, n);
 #include <cstdint>
 #include <memory>
 
@@ -35,10 +36,23 @@ class PackedWeightBf16 {
   std::unique_ptr<Blocks> blocks_;
 };
 
-// Row-major C[m, n] = bf16(A[m, k]) @ W^T (+ bias[n] when bias is not null), accumulated and
-// written in f32. Uses the calling thread's intra-op thread budget. ValueError for bad sizes.
-void gemm_bf16(int64_t m, const float* a, int64_t lda, const PackedWeightBf16& w, const float* bias, float* c,
-               int64_t ldc);
+// What the product's epilogue does to each output element before it is stored (fused into the
+// same primitive: no extra pass): + bias[n], then the activation, then the store, in f32 or
+// rounded to bf16 (for a next GEMM that reads bf16 anyway).
+enum class GemmActivation { none, relu, gelu };  // gelu: the erf form
+struct GemmBf16Epilogue {
+  const float* bias = nullptr;
+  GemmActivation activation = GemmActivation::none;
+  bool bf16_out = false;  // c holds BFloat16, else float
+};
+
+// Row-major C[m, n] = epilogue(A[m, k] @ W^T) with A's rows rounded to bf16 on the way (or given
+// in bf16), accumulated in f32. Uses the calling thread's intra-op thread budget. ValueError for
+// bad sizes.
+void gemm_bf16(int64_t m, const float* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
+               void* c, int64_t ldc);
+void gemm_bf16(int64_t m, const BFloat16* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
+               void* c, int64_t ldc);
 
 // The bf16 form of a 2-d f32 weight [n, k] (any strides), made on first use and kept while the
 // weight's bytes live and are unchanged (weight_cache.h). DTypeError/ShapeError for other weights.

@@ -95,12 +95,30 @@ std::vector<TensorMeta> infer_linear(const OpInfer& c) {
   return {TensorMeta{x.dtype, out, x.device}};
 }
 
-// linear_bf16 takes what linear takes, in f32 only (it rounds to bf16 itself).
+// linear_bf16 takes what linear takes, x in f32 or bf16 (already rounded), the weight and bias in
+// f32; the output is f32 or, by out_dtype, bf16.
+GemmActivation gemm_activation(const std::string& name) {
+  if (name == "none") return GemmActivation::none;
+  if (name == "relu") return GemmActivation::relu;
+  if (name == "gelu") return GemmActivation::gelu;
+  throw ValueError("linear_bf16: activation must be none, relu or gelu, got '" + name + "'");
+}
+
 std::vector<TensorMeta> infer_linear_bf16(const OpInfer& c) {
-  for (const TensorMeta& t : c.inputs)
-    if (t.dtype != DType::f32)
-      throw DTypeError("linear_bf16: expects f32 operands (it rounds them to bf16 itself), got " + t.str());
-  return infer_linear(c);
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    if (c.inputs[i].dtype != DType::f32 && !(i == 0 && c.inputs[i].dtype == DType::bf16))
+      throw DTypeError("linear_bf16: expects x in f32 or bf16 and an f32 weight and bias (it rounds them to bf16 "
+                       "itself), got " + c.inputs[i].str());
+  gemm_activation(c.attrs.get<std::string>("activation"));
+  const std::string& out = c.attrs.get<std::string>("out_dtype");
+  if (out != "f32" && out != "bf16") throw ValueError("linear_bf16: out_dtype must be f32 or bf16, got '" + out + "'");
+  const std::vector<TensorMeta> as_f32{TensorMeta{DType::f32, c.inputs[0].shape, c.inputs[0].device}, c.inputs[1]};
+  std::vector<TensorMeta> metas = infer_linear(OpInfer{c.op, as_f32, c.attrs});
+  if (c.inputs.size() > 2 && c.inputs[2].shape != Shape{c.inputs[1].shape[0]})
+    throw ShapeError("linear_bf16: the bias must be [" + std::to_string(c.inputs[1].shape[0]) + "] for weight " +
+                     c.inputs[1].str() + ", got " + c.inputs[2].str());
+  metas[0].dtype = out == "bf16" ? DType::bf16 : DType::f32;
+  return metas;
 }
 
 // ---- Kernels ----
@@ -297,8 +315,8 @@ std::vector<Tensor> linear_cpu(const OpCall& c) {
   return {out.to(meta.dtype).view(meta.shape)};
 }
 
-// The rows rounded to bf16 on each call, the weight once (its cached bf16 blocks), products
-// accumulated in f32 with the bias added by the same primitive.
+// The rows rounded to bf16 on each call (unless they come in bf16), the weight once (its cached
+// bf16 blocks), products accumulated in f32 with bias and activation applied by the same primitive.
 std::vector<Tensor> linear_bf16_cpu(const OpCall& c) {
   const TensorMeta& meta = c.outputs[0];
   const Tensor& x = c.inputs[0];
@@ -310,9 +328,15 @@ std::vector<Tensor> linear_bf16_cpu(const OpCall& c) {
     layout = Layout{false, std::max<int64_t>(1, in)};
   }
   const Tensor bias = c.inputs.size() > 2 ? c.inputs[2].contiguous() : Tensor();
-  Tensor out = Tensor::empty({rows.size(0), out_features}, DType::f32);
-  gemm_bf16(rows.size(0), rows.data<float>(), layout->ld, *packed_weight_bf16(c.inputs[1]),
-            bias.defined() ? bias.data<float>() : nullptr, out.mutable_data<float>(), out_features);
+  Tensor out = Tensor::empty({rows.size(0), out_features}, meta.dtype);
+  const GemmBf16Epilogue epilogue{.bias = bias.defined() ? bias.data<float>() : nullptr,
+                                  .activation = gemm_activation(c.attrs.get<std::string>("activation")),
+                                  .bf16_out = meta.dtype == DType::bf16};
+  const auto weight = packed_weight_bf16(c.inputs[1]);
+  if (x.dtype() == DType::bf16)
+    gemm_bf16(rows.size(0), rows.data<BFloat16>(), layout->ld, *weight, epilogue, out.mutable_raw_data(), out_features);
+  else
+    gemm_bf16(rows.size(0), rows.data<float>(), layout->ld, *weight, epilogue, out.mutable_raw_data(), out_features);
   return {out.view(meta.shape)};
 }
 
@@ -345,11 +369,13 @@ const OpRegistrar linear_op{OpDef{.name = "linear",
 
 const OpRegistrar linear_bf16_op{OpDef{
     .name = "linear_bf16",
-    .doc = "linear in bf16 for inference: x and weight rounded to bf16 (the weight once, cached), products "
-           "accumulated in f32, f32 out; AMX or AVX512-BF16 where the CPU has them",
+    .doc = "linear in bf16 for inference: x (f32, or bf16 already) and weight rounded to bf16 (the weight once, "
+           "cached), products accumulated in f32, then + bias and the activation in the same pass; f32 or bf16 out; "
+           "AMX or AVX512-BF16 where the CPU has them",
     .min_inputs = 2,
     .max_inputs = 3,
-    .attrs = {},
+    .attrs = {{"activation", AttrType::string, std::string("none"), "none, relu or gelu (erf form), after the bias"},
+              {"out_dtype", AttrType::string, std::string("f32"), "f32, or bf16 for a next linear_bf16"}},
     .infer = infer_linear_bf16,
     .kernels = {{DeviceType::cpu, linear_bf16_cpu}},
     .not_differentiable = "an inference kernel: train with linear, whose gradients are exact f32"}};

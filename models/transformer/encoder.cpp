@@ -114,8 +114,11 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& mask) con
 Tensor TransformerEncoderLayer::forward_packed(const Tensor& x, const std::vector<int64_t>& offsets,
                                                const std::vector<int64_t>& key_lengths, DType matmul_dtype) const {
   auto ff = [&](const Tensor& t) {
-    const Tensor hidden = activate(options.activation, project(t, linear1.weight, linear1.bias, matmul_dtype));
-    return project(hidden, linear2.weight, linear2.bias, matmul_dtype);
+    if (matmul_dtype == DType::bf16) {  // the activation fused into the first product, its output kept in bf16
+      const Tensor hidden = linear_bf16(t, linear1.weight, linear1.bias, options.activation, DType::bf16);
+      return linear_bf16(hidden, linear2.weight, linear2.bias);
+    }
+    return linear2(activate(options.activation, linear1(t)));
   };
   if (options.norm_first) {
     Tensor h = add(x, self_attn.forward_packed(norm1(x), offsets, key_lengths, matmul_dtype));

@@ -54,6 +54,25 @@ TEST_CASE("linear_bf16 stays within bf16's rounding of f32 linear", "[gemm][bf16
   CHECK(diff < 0.1);
 }
 
+TEST_CASE("linear_bf16 fuses relu or gelu after the bias, reads bf16 rows and writes bf16", "[gemm][bf16]") {
+  const Tensor x = uniform({37, 96}, 16), w = uniform({200, 96}, 17), b = uniform({200}, 18);
+  const Tensor product = linear(rounded(x), rounded(w), b);
+  check_close(linear_bf16(x, w, b, "relu"), relu(product), {.rtol = 1e-5, .atol = 2e-5});
+  check_close(linear_bf16(x, w, b, "gelu"), gelu(product), {.rtol = 1e-4, .atol = 2e-5});
+  // bf16 out: the f32 result rounded (one bf16 step at most apart, where the two roundings differ).
+  const Tensor h = linear_bf16(x, w, b, "gelu", DType::bf16);
+  REQUIRE(h.dtype() == DType::bf16);
+  check_close(h.to(DType::f32), gelu(product), {.rtol = 8e-3, .atol = 1e-4});
+  // bf16 in: read as given, the same as f32 rows that round to those values.
+  check_close(linear_bf16(x.to(DType::bf16), w, b), linear_bf16(x, w, b), {.rtol = 1e-6, .atol = 1e-6});
+  // The encoder's feed-forward: bf16 hidden rows straight into the second product.
+  const Tensor w2 = uniform({96, 200}, 19);
+  check_close(linear_bf16(h, w2), linear(h.to(DType::f32), rounded(w2)), {.rtol = 1e-5, .atol = 2e-5});
+  CHECK_THROWS_WITH(linear_bf16(x, w, b, "tanh"), Catch::Contains("linear_bf16: activation must be none, relu or gelu"));
+  CHECK_THROWS_AS(linear_bf16(x, w, b, "none", DType::f16), ValueError);
+  CHECK_THROWS_AS(linear_bf16(x, w.to(DType::bf16)), DTypeError);
+}
+
 TEST_CASE("linear_bf16 packs a weight once and again after it changes", "[gemm][bf16]") {
   Tensor w = uniform({32, 16}, 9);
   const Tensor x = uniform({4, 16}, 10);
@@ -69,7 +88,7 @@ TEST_CASE("linear_bf16 packs a weight once and again after it changes", "[gemm][
 TEST_CASE("linear_bf16 rejects what linear rejects, naming itself", "[gemm][bf16][errors]") {
   const Tensor x = uniform({4, 16}, 11), w = uniform({8, 16}, 12);
   REQUIRE_THROWS_AS(linear_bf16(x.to(DType::f64), w.to(DType::f64)), DTypeError);
-  REQUIRE_THROWS_WITH(linear_bf16(x.to(DType::f64), w.to(DType::f64)), Catch::Contains("linear_bf16: expects f32"));
+  REQUIRE_THROWS_WITH(linear_bf16(x.to(DType::f64), w.to(DType::f64)), Catch::Contains("linear_bf16: expects x in f32 or bf16") && Catch::Contains("f64[4,16]"));
   REQUIRE_THROWS_AS(linear_bf16(x, uniform({8, 15}, 13)), ShapeError);
   REQUIRE_THROWS_WITH(linear_bf16(x, uniform({8, 15}, 13)), Catch::Contains("linear_bf16: input f32[4,16]"));
   REQUIRE_THROWS_WITH(linear_bf16(x, w, uniform({7}, 14)), Catch::Contains("linear_bf16: the bias must be [8]"));
