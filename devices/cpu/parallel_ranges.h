@@ -22,7 +22,7 @@ void parallel_ranges(int64_t n, int64_t min_per_thread, int64_t align, F f) {
     return;
   }
   apply_intra_op_threads();
-  const int64_t chunk = (n / threads + align - 1) / align * align;
+  const int64_t chunk = ((n + threads - 1) / threads + align - 1) / align * align;  // threads * chunk >= n
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
   for (int t = 0; t < threads; ++t) {
     const int64_t begin = std::min(n, t * chunk), end = std::min(n, begin + chunk);
