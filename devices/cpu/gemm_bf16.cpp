@@ -1,7 +1,7 @@
 #include "devices/cpu/gemm_bf16.h"
 
+#include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <dnnl.hpp>
 #include <unordered_map>
 #include <vector>
@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #endif
 
+#include "devices/cpu/parallel_ranges.h"
 #include "devices/error.h"
 #include "devices/threads.h"
 
@@ -54,27 +55,20 @@ dnnl::matmul::primitive_desc product_desc(int64_t m, int64_t n, int64_t k, int64
   return {dnnl::matmul::desc(a, weights, memory::desc({1, n}, Dt::f32, memory::format_tag::ab), c), attr, engine()};
 }
 
-// Round to nearest even, as BFloat16 does; NaN stays NaN.
-inline uint16_t to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
+// Rounded to nearest even as BFloat16 rounds (NaN stays NaN), 16 at a time where the CPU converts.
 void round_rows(int64_t m, int64_t k, const float* a, int64_t lda, uint16_t* out) {
-#pragma omp parallel for num_threads(m * k < (1 << 20) ? 1 : intra_op_threads()) schedule(static)
-  for (int64_t r = 0; r < m; ++r) {
-    const float* row = a + r * lda;
-    uint16_t* dst = out + r * k;
-    int64_t j = 0;
+  parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 20) / k), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = a + r * lda;
+      uint16_t* dst = out + r * k;
+      int64_t j = 0;
 #if defined(__AVX512BF16__)
-    for (; j + 16 <= k; j += 16)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(row + j)));
+      for (; j + 16 <= k; j += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(row + j)));
 #endif
-    for (; j < k; ++j) dst[j] = to_bf16(row[j]);
-  }
+      for (; j < k; ++j) dst[j] = BFloat16(row[j]).bits;
+    }
+  });
 }
 
 }  // namespace
