@@ -451,7 +451,7 @@ TEST_CASE("XLMR: training mode records the encoder and head for backward", "[xlm
   CHECK(norm > 0);
 }
 
-TEST_CASE("XLMR: bad token batches are errors naming the shapes; padding inside a row is skipped", "[xlmr][model][errors]") {
+TEST_CASE("XLMR: bad token batches are errors naming the shapes, padding inside a row is skipped", "[xlmr][model][errors]") {
   XLMR model(tiny);
   model.eval();
   NoGradGuard no_grad;
