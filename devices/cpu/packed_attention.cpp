@@ -10,6 +10,7 @@
 // straight into the output, so no padded position, permuted copy or concatenation is made. A
 // task's arithmetic does not depend on the thread count. Rows whose key_lengths is 0 attend to
 // nothing: NaN, as a softmax over keys all masked gives.
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <cmath>
@@ -47,6 +48,15 @@ std::vector<TensorMeta> infer_packed_attention(const OpInfer& c) {
   }
   return {TensorMeta{DType::f32, {qkv.shape[0], qkv.shape[1] / 3}, qkv.device}};
 }
+
+// oneDNN's sgemm splits a product over omp_get_max_threads() when it is not inside a parallel
+// region, and the split changes its rounding; a task's products run on one thread either way, so
+// the result does not depend on how many tasks a call has (a pipeline's micro-batches).
+struct OneThreadOutsideRegions {
+  int outer = omp_get_max_threads();
+  OneThreadOutsideRegions() { omp_set_num_threads(1); }
+  ~OneThreadOutsideRegions() { omp_set_num_threads(outer); }
+};
 
 void sgemm(char trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
            int64_t ldb, float* c, int64_t ldc) {
@@ -90,34 +100,40 @@ std::vector<Tensor> packed_attention_cpu(const OpCall& c) {
       flops += 4.0 * double(offsets[i + 1] - offsets[i]) * double(keys[i]) * double(d);
     }
   const int64_t count = static_cast<int64_t>(tasks.size());
+  auto run_task = [&](int64_t t, std::vector<float>& scores) {
+    const int64_t i = tasks[t] / heads, h = tasks[t] % heads;
+    const int64_t first = offsets[i], L = offsets[i + 1] - first, n = keys[i];
+    const float* q = base + first * 3 * d + h * hd;
+    float* out_rows = context + first * d + h * hd;
+    if (n == 0) {
+      for (int64_t r = 0; r < L; ++r) std::fill(out_rows + r * d, out_rows + r * d + hd, std::numeric_limits<float>::quiet_NaN());
+      return;
+    }
+    scores.resize(static_cast<size_t>(L * n));
+    sgemm('T', L, n, hd, scale, q, 3 * d, q + d, 3 * d, scores.data(), n);  // q k^T / sqrt(hd)
+    for (int64_t r = 0; r < L; ++r) {
+      float* row = scores.data() + r * n;
+      const float top = fold_row<float>(row, n, NanMax{});
+      for (int64_t j = 0; j < n; ++j) row[j] -= top;
+      exp_f32(row, row, n);
+      const float inverse = 1.0f / sum_row<float>(row, n);
+      for (int64_t j = 0; j < n; ++j) row[j] *= inverse;
+    }
+    sgemm('N', L, hd, n, 1.0f, scores.data(), n, q + 2 * d, 3 * d, out_rows, d);  // weights @ v
+  };
   const int threads = flops < 4e6 ? 1 : intra_op_threads();
+  if (threads <= 1) {
+    OneThreadOutsideRegions one_thread;
+    std::vector<float> scores;
+    for (int64_t t = 0; t < count; ++t) run_task(t, scores);
+    return {out};
+  }
   apply_intra_op_threads();
 #pragma omp parallel num_threads(threads)
   {
     std::vector<float> scores;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < count; ++t) {
-      const int64_t i = tasks[t] / heads, h = tasks[t] % heads;
-      const int64_t first = offsets[i], L = offsets[i + 1] - first, n = keys[i];
-      const float* q = base + first * 3 * d + h * hd;
-      float* out_rows = context + first * d + h * hd;
-      if (n == 0) {
-        for (int64_t r = 0; r < L; ++r)
-          std::fill(out_rows + r * d, out_rows + r * d + hd, std::numeric_limits<float>::quiet_NaN());
-        continue;
-      }
-      scores.resize(static_cast<size_t>(L * n));
-      sgemm('T', L, n, hd, scale, q, 3 * d, q + d, 3 * d, scores.data(), n);  // q k^T / sqrt(hd)
-      for (int64_t r = 0; r < L; ++r) {
-        float* row = scores.data() + r * n;
-        const float top = fold_row<float>(row, n, NanMax{});
-        for (int64_t j = 0; j < n; ++j) row[j] -= top;
-        exp_f32(row, row, n);
-        const float inverse = 1.0f / sum_row<float>(row, n);
-        for (int64_t j = 0; j < n; ++j) row[j] *= inverse;
-      }
-      sgemm('N', L, hd, n, 1.0f, scores.data(), n, q + 2 * d, 3 * d, out_rows, d);  // weights @ v
-    }
+    for (int64_t t = 0; t < count; ++t) run_task(t, scores);
   }
   return {out};
 }
