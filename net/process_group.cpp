@@ -197,6 +197,15 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
     throw ValueError("init_process_group: transport must be auto, tcp or ipc, got '" + t.prefer + "'");
   t.ipc = t.prefer != "tcp";
   t.shared_memory = env_string("TROUPE_SHM") != "0";
+  std::string used;
+  if (auto v = env_int({"TROUPE_DIRECT_MAX"}, &used)) {
+    if (*v < 0) throw ValueError("init_process_group: TROUPE_DIRECT_MAX=" + std::to_string(*v) + " is negative");
+    t.direct_max = static_cast<size_t>(*v);
+  }
+  if (auto v = env_int({"TROUPE_BUSY_POLL_US"}, &used)) {
+    if (*v < 0) throw ValueError("init_process_group: TROUPE_BUSY_POLL_US=" + std::to_string(*v) + " is negative");
+    t.busy_poll = std::chrono::microseconds(*v);
+  }
   if (const std::string host = env_string("TROUPE_HOST"); !host.empty()) {
     t.tcp_host = host;
   } else if (method.rfind("tcp://", 0) == 0) {

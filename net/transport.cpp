@@ -27,6 +27,7 @@ constexpr auto kDisconnectGrace = std::chrono::milliseconds(500);
 constexpr auto kGoodbyeWait = std::chrono::milliseconds(200);
 constexpr auto kLeadSlice = std::chrono::milliseconds(2);  // then the I/O thread gets a turn
 constexpr size_t kMaxActorParts = 1 << 16;  // tensors of one actor frame
+constexpr size_t kMaxHeldFrames = 1 << 20;  // frames from one peer waiting for one sent before them
 
 [[noreturn]] void zmq_fail(const std::string& what) {
   throw CommError("transport: " + what + ": " + zmq_strerror(zmq_errno()));
@@ -172,14 +173,20 @@ Lane lane_of(FrameKind kind) {
 
 }  // namespace
 
-std::string PeerAddress::serialize() const { return tcp + "|" + ipc + "|" + host_id; }
+std::string PeerAddress::serialize() const {
+  return tcp + "|" + ipc + "|" + host_id + (direct.empty() ? "" : "|" + direct);
+}
 
 PeerAddress PeerAddress::parse(const std::string& text) {
-  const auto a = text.find('|');
-  const auto b = a == std::string::npos ? a : text.find('|', a + 1);
-  if (b == std::string::npos || text.find('|', b + 1) != std::string::npos)
-    throw CommError("rendezvous: malformed peer address '" + text + "'");
-  PeerAddress p{text.substr(0, a), text.substr(a + 1, b - a - 1), text.substr(b + 1)};
+  std::vector<std::string> fields;
+  for (size_t at = 0;;) {
+    const size_t bar = text.find('|', at);
+    fields.push_back(text.substr(at, bar == std::string::npos ? std::string::npos : bar - at));
+    if (bar == std::string::npos) break;
+    at = bar + 1;
+  }
+  if (fields.size() != 3 && fields.size() != 4) throw CommError("rendezvous: malformed peer address '" + text + "'");
+  PeerAddress p{fields[0], fields[1], fields[2], fields.size() == 4 ? fields[3] : ""};
   if (p.tcp.empty() && p.ipc.empty()) throw CommError("rendezvous: peer address without endpoints");
   return p;
 }
@@ -198,6 +205,16 @@ struct Transport::Peer {
   std::atomic<bool> lost{false};  // crashed, cut off, or sent a bad frame
   std::exception_ptr lost_error;  // under mutex_
   bool local = false;          // set once by connect(): same host, ipc:// allowed
+  std::unique_ptr<DirectSender> direct;  // set once by connect(); used under send_mutex
+  std::atomic<bool> direct_backlogged{false};  // the I/O thread writes the rest when it can
+  std::atomic<bool> direct_broken{false};      // the direct link failed: the peer is suspect
+  // Frames that came before their turn (by sequence number), under router_mutex_.
+  struct Held {
+    FrameHeader header;
+    Tensor payload;
+    std::vector<Tensor> extra;
+  };
+  std::map<uint64_t, Held> held;
 };
 
 struct Transport::Slot {
@@ -261,6 +278,13 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
     size_t fd_size = sizeof router_fd_;
     if (zmq_getsockopt(router_, ZMQ_FD, &router_fd_, &fd_size) != 0) zmq_fail("ZMQ_FD");
     address_.host_id = host_id();
+    if (!options_.tcp_host.empty() && options_.direct_max > 0 && !options_.curve) {
+      if (options_.direct_max + 4096 > kDirectRecordMax)
+        throw ValueError("transport: direct_max " + std::to_string(options_.direct_max) + " bytes, at most " +
+                         std::to_string(kDirectRecordMax - 4096));
+      listener_ = std::make_unique<DirectListener>(options_.tcp_host);
+      address_.direct = listener_->endpoint();
+    }
 
     const std::string wake_endpoint = "inproc://troupe-wake";
     wake_rx_ = zmq_socket(context_, ZMQ_PAIR);
@@ -280,6 +304,12 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
 
 Transport::~Transport() {
   if (connected_) {
+    // What the direct links still keep goes out first (ZeroMQ lingers on its own below).
+    const Deadline linger = Clock::now() + std::chrono::milliseconds(kLingerMs);
+    for (auto& peer : peers_) {
+      std::lock_guard lock(peer->send_mutex);
+      if (peer->direct && !peer->lost && !peer->departed) peer->direct->flush_until(linger);
+    }
     for (int r = 0; r < world_size(); ++r) {
       Peer& peer = *peers_[r];
       if (r == rank() || peer.departed) continue;
@@ -352,6 +382,13 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
     if (zmq_connect(peer.monitor, monitor_endpoint.c_str()) != 0) zmq_fail("connect monitor");
     if (zmq_connect(peer.dealer, endpoint.c_str()) != 0) zmq_fail("connect " + endpoint);
     std::lock_guard lock(peer.send_mutex);
+    if (listener_ && !a.direct.empty()) {
+      try {
+        peer.direct = std::make_unique<DirectSender>(a.direct, rank(), deadline);
+      } catch (const CommError&) {
+        // Unreachable by plain TCP (a firewall, say): its frames all take ZeroMQ, which reached it.
+      }
+    }
     send_control_locked(peer, FrameKind::hello);
   }
   connected_ = true;
@@ -417,6 +454,19 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
   check_peer(dst);
   Peer& peer = *peers_[dst];
   if (!peer.dealer) throw CommError("send: the transport is not connected yet");
+  {
+    std::lock_guard lock(peer.send_mutex);
+    h.seq = peer.next_seq;
+    const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(host.defined() ? host.raw_data() : nullptr),
+                                         h.payload_bytes);
+    const std::span<const uint8_t> parts[] = {bytes};
+    if (send_direct_locked(peer, h, std::span(parts, h.payload_bytes > 0 ? 1 : 0))) {
+      ++peer.next_seq;
+      touch();
+      if (done) done->finish();
+      return;
+    }
+  }
   const bool zero_copy = h.payload_bytes > kCopyBelow;
   if (zero_copy && done) {
     std::lock_guard lock(mutex_);
@@ -439,6 +489,7 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
     zmq_fail("send to rank " + std::to_string(dst));
   }
   if (has_payload) send_tensor_part(peer.dealer, host, 0, zero_copy ? done : nullptr, dst);
+  touch();
   if (done && !zero_copy) done->finish();
 }
 
@@ -462,8 +513,19 @@ void Transport::send_actor_frame(int dst, const std::vector<uint8_t>& call_frame
   h.dtype = DType::u8;
   h.shape = {static_cast<int64_t>(call_frame.size())};
   h.payload_bytes = call_frame.size();
+  std::vector<Tensor> hosts;
+  hosts.reserve(tensors.size());
+  for (const Tensor& t : tensors) hosts.push_back((t.device().is_cpu() ? t : t.to(Device::cpu())).contiguous());
   std::lock_guard lock(peer.send_mutex);
   h.seq = peer.next_seq++;
+  {
+    std::vector<std::span<const uint8_t>> parts{{call_frame.data(), call_frame.size()}};
+    for (const Tensor& t : hosts) parts.emplace_back(static_cast<const uint8_t*>(t.raw_data()), t.nbytes());
+    if (send_direct_locked(peer, h, parts)) {
+      touch();
+      return;
+    }
+  }
   zmq_msg_t header_msg;
   zmq_msg_init_size(&header_msg, header_size(h.kind, 1));
   encode_header_into(h, static_cast<uint8_t*>(zmq_msg_data(&header_msg)));
@@ -478,11 +540,27 @@ void Transport::send_actor_frame(int dst, const std::vector<uint8_t>& call_frame
     zmq_msg_close(&call_msg);
     zmq_fail("send to rank " + std::to_string(dst));
   }
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
-    const Tensor host = (t.device().is_cpu() ? t : t.to(Device::cpu())).contiguous();
-    send_tensor_part(peer.dealer, host, i + 1 < tensors.size() ? ZMQ_SNDMORE : 0, nullptr, dst);
-  }
+  for (size_t i = 0; i < hosts.size(); ++i)
+    send_tensor_part(peer.dealer, hosts[i], i + 1 < hosts.size() ? ZMQ_SNDMORE : 0, nullptr, dst);
+  touch();
+}
+
+bool Transport::send_direct_locked(Peer& peer, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts) {
+  if (!peer.direct || peer.direct->broken() || parts.size() > kDirectPartsMax) return false;
+  const size_t header_bytes = header_size(h.kind, h.shape.size());
+  if (DirectSender::record_bytes(header_bytes, parts) > options_.direct_max) return false;
+  uint8_t header[512];
+  encode_header_into(h, header);
+  const bool backlogged = peer.direct->send({header, header_bytes}, parts);
+  if (peer.direct->broken()) peer.direct_broken = true;
+  if (backlogged && !peer.direct_backlogged.exchange(true)) wake();  // the I/O thread writes the rest
+  return true;
+}
+
+int Transport::direct_links() const {
+  int links = 0;
+  for (const auto& peer : peers_) links += peer->direct != nullptr;
+  return links;
 }
 
 void Transport::set_actor_handler(std::shared_ptr<ActorHandler> handler) {
@@ -543,14 +621,26 @@ std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Lane lane, int6
 
 void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline) {
   const Deadline slice = std::min(deadline, Clock::now() + kLeadSlice);
+  std::vector<pollfd> fds;
   while (true) {
-    handle_router();
+    if (handle_router() + handle_direct() > 0) touch();
+    const auto now = Clock::now();
+    last_lead_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     if (done()) break;
-    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(slice - Clock::now()).count();
+    const Deadline spin_until = Clock::time_point(Clock::duration(last_activity_.load(std::memory_order_relaxed))) +
+                                options_.busy_poll;
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(slice - now).count();
     if (left <= 0) break;
-    pollfd p{router_fd_, POLLIN, 0};
+    if (now < spin_until) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+      continue;
+    }
+    fds.assign(1, pollfd{router_fd_, POLLIN, 0});
+    for (const auto& in : inbound_) fds.push_back(pollfd{in->fd(), POLLIN, 0});
     const timespec ts{left / 1000000000, left % 1000000000};
-    ::ppoll(&p, 1, &ts, nullptr);
+    ::ppoll(fds.data(), fds.size(), &ts, nullptr);
   }
 }
 
@@ -567,6 +657,8 @@ void Transport::drive(const std::function<bool()>& done, Deadline deadline) {
     lead_locked(done, deadline);
   }
 }
+
+void Transport::touch() { last_activity_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
 
 std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadline deadline) {
   // Leader/followers: the first waiter takes the ROUTER and receives for everyone, woken by
@@ -717,7 +809,10 @@ void Transport::io_loop() {
       }
   };
   rebuild();
+  const size_t fixed_items = items.size();
   bool router_led = false;
+  std::vector<int> inbound_fds;  // as of the last turn that held the ROUTER
+  std::vector<int> backlogged;   // peers whose direct link keeps bytes, items after the inbound ones
   auto next_tick = Clock::now() + options_.heartbeat_interval;
   while (true) {
     if (!monitoring && connected_) {
@@ -726,17 +821,49 @@ void Transport::io_loop() {
       for (auto& peer : peers_) peer->last_seen = now.time_since_epoch().count();
       rebuild();
     }
-    // While a waiting thread leads (holds the ROUTER), leave the ROUTER to it and look back soon.
+    // Direct links: new connections, the inbound ones (read here only when nobody leads: they are
+    // level-triggered), and the outbound ones that keep bytes the socket did not take yet.
+    items.resize(fixed_items);
+    if (listener_) items.push_back({nullptr, listener_->fd(), ZMQ_POLLIN, 0});
+    if (!router_led)
+      for (int fd : inbound_fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
+    backlogged.clear();
+    for (int r = 0; r < world_size(); ++r)
+      if (peers_[r]->direct_backlogged.load()) {
+        backlogged.push_back(r);
+        items.push_back({nullptr, peers_[r]->direct->fd(), ZMQ_POLLOUT, 0});
+      }
+    // While a waiting thread leads (holds the ROUTER, or held it a moment ago and will again: a
+    // waiter leads in slices), leave the ROUTER to it and look back soon. Racing it for a frame
+    // would cost the waiter a wake-up.
     items[0].events = router_led ? 0 : ZMQ_POLLIN;
     auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - Clock::now()).count();
     if (router_led) wait_ms = std::min<long>(wait_ms, 1);
     const int rc = zmq_poll(items.data(), static_cast<int>(items.size()), std::max<long>(0, wait_ms));
     if (rc < 0 && zmq_errno() != EINTR) break;
+    if (listener_ && (items[fixed_items].revents & ZMQ_POLLIN)) {
+      std::lock_guard lock(accepted_mutex_);
+      for (int fd = listener_->accept(); fd >= 0; fd = listener_->accept()) accepted_.push_back(fd);
+    }
+    for (size_t i = 0; i < backlogged.size(); ++i) {
+      Peer& peer = *peers_[backlogged[i]];
+      std::lock_guard lock(peer.send_mutex);
+      const bool still = peer.direct->flush();
+      if (peer.direct->broken()) peer.direct_broken = true;
+      peer.direct_backlogged = still;
+    }
     // The ROUTER's descriptor is edge-like: drain on every turn, not only when it fired.
-    {
+    if (Clock::now() - Clock::time_point(Clock::duration(last_lead_.load())) >= kLeadSlice) {
       std::unique_lock router(router_mutex_, std::try_to_lock);
       router_led = !router.owns_lock();
-      if (router.owns_lock()) handle_router();
+      if (router.owns_lock()) {
+        handle_router();
+        handle_direct();
+        inbound_fds.clear();
+        for (const auto& in : inbound_) inbound_fds.push_back(in->fd());
+      }
+    } else {
+      router_led = true;
     }
     if (rc > 0) {
       if (items[1].revents & ZMQ_POLLIN) {
@@ -758,11 +885,14 @@ void Transport::io_loop() {
   zmq_close(router_);
   for (auto& peer : peers_)
     if (peer->monitor) zmq_close(peer->monitor);
+  inbound_.clear();
+  for (int fd : accepted_) ::close(fd);
   if (zap_) zmq_close(zap_);
   zmq_close(wake_rx_);
 }
 
-void Transport::handle_router() {
+int Transport::handle_router() {
+  int handled = 0;
   while (true) {
     // A frame is [routing id, header] or [routing id, header, payload]; multipart messages arrive
     // whole, so once the first part is here the rest are too.
@@ -782,7 +912,7 @@ void Transport::handle_router() {
         zmq_msg_close(&part);
         if (count == 0) {
           close_all();
-          return;
+          return handled;
         }
         break;
       }
@@ -806,7 +936,9 @@ void Transport::handle_router() {
         throw CommError("frame: malformed: claims source rank " + std::to_string(h.source));
       if (!extra.empty() && h.kind != FrameKind::actor)
         throw CommError("frame: malformed: " + std::to_string(count + extra.size()) + " message parts");
-      handle_frame(peer, std::move(h), &parts[2], std::move(extra));
+      Tensor payload = adopt_payload(&parts[2], h.dtype, h.shape);
+      take_frame(peer, std::move(h), std::move(payload), std::move(extra));
+      ++handled;
     } catch (const CommError& e) {
       lose_peer(peer, std::make_exception_ptr(
                           CommError("transport: rank " + std::to_string(peer) + " sent a bad frame: " + e.what())));
@@ -815,13 +947,83 @@ void Transport::handle_router() {
   }
 }
 
-void Transport::handle_frame(int r, FrameHeader h, zmq_msg_t* payload, std::vector<Tensor> extra) {
+int Transport::handle_direct() {
+  {
+    std::lock_guard lock(accepted_mutex_);
+    for (int fd : accepted_) inbound_.push_back(std::make_unique<DirectReceiver>(fd, rank(), world_size()));
+    accepted_.clear();
+  }
+  int handled = 0;
+  for (auto it = inbound_.begin(); it != inbound_.end();) {
+    DirectReceiver& in = **it;
+    bool open = true;
+    try {
+      open = in.read([&](const DirectRecord& record) {
+        const size_t payload_size = record.parts.empty() ? 0 : record.parts[0].size();
+        FrameHeader h = decode_header(record.header.data(), record.header.size(), payload_size, world_size());
+        if (h.source != in.peer()) throw CommError("frame: malformed: claims source rank " + std::to_string(h.source));
+        if (record.parts.size() > 1 && h.kind != FrameKind::actor)
+          throw CommError("frame: malformed: " + std::to_string(record.parts.size()) + " parts");
+        Tensor payload = Tensor::empty(h.shape, h.dtype);
+        if (payload_size > 0) std::memcpy(payload.mutable_raw_data(), record.parts[0].data(), payload_size);
+        std::vector<Tensor> extra;
+        for (size_t i = 1; i < record.parts.size(); ++i) {
+          extra.push_back(Tensor::empty({static_cast<int64_t>(record.parts[i].size())}, DType::u8));
+          std::memcpy(extra.back().mutable_raw_data(), record.parts[i].data(), record.parts[i].size());
+        }
+        ++handled;
+        ++direct_frames_;
+        take_frame(in.peer(), std::move(h), std::move(payload), std::move(extra));
+      });
+    } catch (const CommError& e) {
+      open = false;
+      if (in.peer() >= 0)
+        lose_peer(in.peer(), std::make_exception_ptr(CommError("transport: rank " + std::to_string(in.peer()) +
+                                                               " sent a bad frame: " + e.what())));
+      else
+        ++dropped_frames_;  // a stranger's connection: closed, nothing else
+    }
+    if (open) {
+      ++it;
+      continue;
+    }
+    // Closed: like ZeroMQ's disconnect, the peer is suspect until its goodbye comes (tick()).
+    if (in.peer() >= 0) {
+      Peer& peer = *peers_[in.peer()];
+      std::lock_guard lock(mutex_);
+      if (peer.hello && !peer.departed && !peer.suspect) {
+        peer.suspect = true;
+        peer.suspect_since = Clock::now();
+      }
+    }
+    it = inbound_.erase(it);
+  }
+  return handled;
+}
+
+void Transport::take_frame(int r, FrameHeader h, Tensor payload, std::vector<Tensor> extra) {
   Peer& peer = *peers_[r];
-  if (h.seq != peer.expected_seq)
-    throw CommError("frame: sequence number " + std::to_string(h.seq) + ", expected " +
-                    std::to_string(peer.expected_seq) + " (a frame was lost)");
-  ++peer.expected_seq;
   peer.last_seen = Clock::now().time_since_epoch().count();
+  if (h.seq != peer.expected_seq) {
+    // Came ahead of a frame sent before it on the other path: held until that one is here.
+    if (h.seq < peer.expected_seq || peer.held.count(h.seq) || peer.held.size() >= kMaxHeldFrames)
+      throw CommError("frame: sequence number " + std::to_string(h.seq) + ", expected " +
+                      std::to_string(peer.expected_seq) + " (a frame was lost or repeated)");
+    peer.held.emplace(h.seq, Peer::Held{std::move(h), std::move(payload), std::move(extra)});
+    return;
+  }
+  ++peer.expected_seq;
+  handle_frame(r, std::move(h), std::move(payload), std::move(extra));
+  for (auto it = peer.held.begin(); it != peer.held.end() && it->first == peer.expected_seq; it = peer.held.begin()) {
+    Peer::Held next = std::move(it->second);
+    peer.held.erase(it);
+    ++peer.expected_seq;
+    handle_frame(r, std::move(next.header), std::move(next.payload), std::move(next.extra));
+  }
+}
+
+void Transport::handle_frame(int r, FrameHeader h, Tensor payload, std::vector<Tensor> extra) {
+  Peer& peer = *peers_[r];
   switch (h.kind) {
     case FrameKind::heartbeat:
       return;
@@ -837,7 +1039,7 @@ void Transport::handle_frame(int r, FrameHeader h, zmq_msg_t* payload, std::vect
       return;
     case FrameKind::actor: {
       if (peer.lost) return;
-      Message m{r, h, adopt_payload(payload, h.dtype, h.shape), std::move(extra)};
+      Message m{r, h, std::move(payload), std::move(extra)};
       std::shared_ptr<ActorHandler> handler;
       {
         std::lock_guard lock(mutex_);
@@ -854,9 +1056,8 @@ void Transport::handle_frame(int r, FrameHeader h, zmq_msg_t* payload, std::vect
     case FrameKind::collective:
     case FrameKind::control:
     case FrameKind::dataflow: {
-      Tensor tensor = adopt_payload(payload, h.dtype, h.shape);
       std::lock_guard lock(mutex_);
-      deliver(Message{r, std::move(h), std::move(tensor), {}});
+      deliver(Message{r, std::move(h), std::move(payload), {}});
       return;
     }
   }
@@ -922,6 +1123,10 @@ void Transport::tick(Clock::time_point now) {
     {
       std::lock_guard lock(mutex_);
       if (peer.lost) continue;
+      if (peer.direct_broken && peer.hello && !peer.suspect) {  // like a closed connection
+        peer.suspect = true;
+        peer.suspect_since = now;
+      }
       hello = peer.hello;
       suspect = peer.suspect;
       suspect_since = peer.suspect_since;

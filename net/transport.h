@@ -22,6 +22,12 @@
 //   (ZeroMQ sockets may change threads behind a full memory barrier): no hand-off, lower latency.
 // - Receives are matched in posting order, MPI style: an arriving frame completes the oldest
 //   posted receive that accepts it, or waits in the unexpected queue for a later post.
+// - Small frames (up to TransportOptions::direct_max bytes) skip ZeroMQ: they go on a plain TCP
+//   connection per peer (direct_link.h), written by the sending thread and read by the leader, so
+//   neither side crosses ZeroMQ's I/O thread (two cross-core wake-ups per direction, tens of us on a
+//   VM). One sequence number per peer covers both paths and the receiver delivers in that order,
+//   so a small frame never overtakes a large one sent before it. A leader busy-polls for a short
+//   while (busy_poll) before it sleeps, as an answer to a small request comes back within it.
 // - Payloads are zero-copy both ways: zmq_msg_init_data references the tensor's Storage (kept alive
 //   until ZeroMQ lets go), and a received payload becomes a Storage adopting the zmq_msg_t.
 // - Failure: every 200 ms each rank sends every peer a heartbeat; a peer silent for 3 s, or whose
@@ -41,6 +47,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -48,6 +55,7 @@
 
 #include "devices/tensor.h"
 #include "net/curve.h"
+#include "net/direct_link.h"
 #include "net/frame.h"
 #include "net/work.h"
 
@@ -61,8 +69,9 @@ struct PeerAddress {
   std::string tcp;
   std::string ipc;
   std::string host_id;
-  std::string serialize() const;                      // "tcp|ipc|host_id"
-  static PeerAddress parse(const std::string& text);  // CommError when malformed
+  std::string direct;                                 // host:port of its direct links; empty: none
+  std::string serialize() const;                      // "tcp|ipc|host_id[|direct]"
+  static PeerAddress parse(const std::string& text);  // CommError when malformed; direct is optional
 };
 
 // Inboxes by who reads them: users' p2p tags, collectives (by sequence number), and executors'
@@ -96,6 +105,11 @@ struct TransportOptions {
   std::chrono::milliseconds peer_timeout{3000};
   // Collectives between ranks on this host may use shared memory (net/collectives/shm_all_reduce.cpp).
   bool shared_memory = true;
+  // Frames up to this many bytes go on the direct links (0: every frame through ZeroMQ). Direct
+  // links need tcp and are never used with CURVE (they are not encrypted).
+  size_t direct_max = 64 << 10;
+  // How long a waiting thread polls without sleeping, from when it starts waiting or last received.
+  std::chrono::microseconds busy_poll{50};
 };
 
 class Transport {
@@ -157,16 +171,29 @@ class Transport {
 
   // Frames dropped for carrying an unknown identity (not a rank of this job).
   uint64_t dropped_frames() const { return dropped_frames_.load(); }
+  // Peers this rank sends small frames to over a direct link (known once connected).
+  int direct_links() const;
+  // Frames that came over a direct link so far.
+  uint64_t direct_frames() const { return direct_frames_.load(); }
 
  private:
   struct Peer;
   using Key = std::tuple<uint64_t, Lane, int64_t>;
 
   void io_loop();
-  void handle_router();
-  void handle_frame(int peer, FrameHeader header, zmq_msg_t* payload, std::vector<Tensor> extra);
-  // Leads for one slice with the ROUTER held: receives until done() or the slice's end.
+  // Both receive with the ROUTER held and return how many frames they handled.
+  int handle_router();
+  int handle_direct();
+  // Takes a frame in the peer's sequence order: handled now, or held until the ones before it came.
+  void take_frame(int peer, FrameHeader header, Tensor payload, std::vector<Tensor> extra);
+  void handle_frame(int peer, FrameHeader header, Tensor payload, std::vector<Tensor> extra);
+  // Sends one frame on the peer's direct link when it has one and the frame is small enough;
+  // false: it goes through ZeroMQ. With the peer's send_mutex held and h.seq set.
+  bool send_direct_locked(Peer& peer, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts);
+  // Leads for one slice with the ROUTER held: receives until done() or the slice's end, polling
+  // without sleeping while a frame was sent or received less than busy_poll ago.
   void lead_locked(const std::function<bool()>& done, Deadline deadline);
+  void touch();  // a frame was just sent or received
   void handle_monitor(int peer);
   void handle_zap();
   void tick(Clock::time_point now);
@@ -193,6 +220,13 @@ class Transport {
   std::atomic<bool> connected_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> dropped_frames_{0};
+  std::atomic<uint64_t> direct_frames_{0};
+  std::atomic<Clock::rep> last_activity_{0};
+  std::atomic<Clock::rep> last_lead_{0};  // when a waiting thread last held the ROUTER  // when a frame was last sent or received
+  std::unique_ptr<DirectListener> listener_;               // null: no direct links
+  std::vector<std::unique_ptr<DirectReceiver>> inbound_;   // under router_mutex_
+  std::mutex accepted_mutex_;
+  std::vector<int> accepted_;  // connections the I/O thread accepted, for the next holder of the ROUTER
   std::thread io_thread_;
 
   std::mutex mutex_;  // guards everything below, and every Slot

@@ -11,6 +11,7 @@
 #include "devices/error.h"
 #include "net/process_group.h"
 #include "net/transport.h"
+#include "tests/net/transport_pair.h"
 
 using namespace troupe;
 using namespace troupe::net;
@@ -18,36 +19,15 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Pair {
-  std::unique_ptr<Transport> a, b;
-};
+using Pair = TransportPair;
 
-// Two connected transports (ranks 0 and 1); keys_b lets rank 1 hold a different CURVE key.
+// keys_b lets rank 1 hold a different CURVE key.
 Pair connect_pair(const std::string& prefer, std::optional<CurveKeys> keys_a = std::nullopt,
-               std::optional<CurveKeys> keys_b = std::nullopt, std::chrono::milliseconds timeout = 5s) {
+                  std::optional<CurveKeys> keys_b = std::nullopt, std::chrono::milliseconds timeout = 5s) {
   TransportOptions oa, ob;
-  oa.world_size = ob.world_size = 2;
-  ob.rank = 1;
-  oa.prefer = ob.prefer = prefer;
   oa.curve = keys_a;
   ob.curve = keys_b;
-  Pair p{std::make_unique<Transport>(oa), std::make_unique<Transport>(ob)};
-  const std::vector<PeerAddress> table = {p.a->address(), p.b->address()};
-  auto other = std::async(std::launch::async, [&] { p.b->connect(table, deadline_after(timeout)); });
-  std::exception_ptr first;
-  try {
-    p.a->connect(table, deadline_after(timeout));
-  } catch (...) {
-    first = std::current_exception();
-  }
-  std::exception_ptr second;
-  try {
-    other.get();
-  } catch (...) {
-    second = std::current_exception();
-  }
-  if (first || second) std::rethrow_exception(first ? first : second);  // rank 0's view first
-  return p;
+  return net::connect_pair(prefer, oa, ob, timeout);
 }
 
 FrameHeader data_header(int64_t tag) {

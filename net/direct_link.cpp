@@ -1,0 +1,325 @@
+#include "net/direct_link.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "devices/error.h"
+
+namespace troupe::net {
+
+namespace {
+
+constexpr uint32_t kIntroMagic = 0x44505254;  // "TRPD"
+constexpr uint32_t kIntroVersion = 1;
+constexpr size_t kIntroBytes = 12;
+constexpr size_t kHeaderMax = 1024;              // frame headers are ~100 bytes
+constexpr size_t kReadChunk = 256 << 10;         // the receive buffer's size while records are small
+
+[[noreturn]] void fail(const std::string& what) { throw CommError("direct link: " + what + ": " + std::strerror(errno)); }
+
+void put_u32(uint8_t* out, uint32_t v) { std::memcpy(out, &v, 4); }
+void put_u64(uint8_t* out, uint64_t v) { std::memcpy(out, &v, 8); }
+uint32_t get_u32(const uint8_t* in) {
+  uint32_t v;
+  std::memcpy(&v, in, 4);
+  return v;
+}
+uint64_t get_u64(const uint8_t* in) {
+  uint64_t v;
+  std::memcpy(&v, in, 8);
+  return v;
+}
+
+// "host:port" or "[v6 host]:port" -> resolved numeric address (no DNS: peers advertise numbers).
+addrinfo* resolve(const std::string& endpoint, bool passive) {
+  std::string host = endpoint, port = "0";
+  if (!passive) {
+    const auto colon = endpoint.rfind(':');
+    if (colon == std::string::npos || colon + 1 == endpoint.size())
+      throw CommError("direct link: malformed endpoint '" + endpoint + "' (expected host:port)");
+    host = endpoint.substr(0, colon);
+    port = endpoint.substr(colon + 1);
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0)
+    throw CommError("direct link: cannot use address '" + endpoint + "': " + gai_strerror(rc));
+  return found;
+}
+
+void set_nodelay(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+}  // namespace
+
+DirectListener::DirectListener(const std::string& host) {
+  addrinfo* found = resolve(host, true);
+  fd_ = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd_ < 0) {
+    ::freeaddrinfo(found);
+    fail("socket");
+  }
+  const int one = 1;
+  ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const bool bound = ::bind(fd_, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd_, 128) == 0;
+  ::freeaddrinfo(found);
+  if (!bound) {
+    const int err = errno;
+    ::close(fd_);
+    errno = err;
+    fail("bind " + host);
+  }
+  sockaddr_storage local{};
+  socklen_t size = sizeof local;
+  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &size);
+  const int port = local.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port)
+                                               : ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+  const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
+  endpoint_ = (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+DirectListener::~DirectListener() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int DirectListener::accept() {
+  while (true) {
+    const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      set_nodelay(fd);
+      return fd;
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    return -1;
+  }
+}
+
+DirectSender::DirectSender(const std::string& endpoint, int self, Deadline deadline) {
+  addrinfo* found = resolve(endpoint, false);
+  fd_ = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd_ < 0) {
+    ::freeaddrinfo(found);
+    fail("socket");
+  }
+  const int rc = ::connect(fd_, found->ai_addr, found->ai_addrlen);
+  ::freeaddrinfo(found);
+  auto give_up = [&](const std::string& why) {
+    ::close(fd_);
+    fd_ = -1;
+    throw CommError("direct link: cannot connect to " + endpoint + ": " + why);
+  };
+  if (rc != 0 && errno != EINPROGRESS) give_up(std::strerror(errno));
+  if (rc != 0) {
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) give_up("timed out");
+      pollfd p{fd_, POLLOUT, 0};
+      const int n = ::poll(&p, 1, static_cast<int>(std::min<long>(left, INT_MAX)));
+      if (n > 0) break;
+      if (n < 0 && errno != EINTR) give_up(std::strerror(errno));
+    }
+    int error = 0;
+    socklen_t size = sizeof error;
+    ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &error, &size);
+    if (error != 0) give_up(std::strerror(error));
+  }
+  set_nodelay(fd_);
+  uint8_t intro[kIntroBytes];
+  put_u32(intro, kIntroMagic);
+  put_u32(intro + 4, kIntroVersion);
+  put_u32(intro + 8, static_cast<uint32_t>(self));
+  backlog_.assign(intro, intro + kIntroBytes);
+  kept_ = kIntroBytes;
+  flush();
+}
+
+DirectSender::~DirectSender() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+size_t DirectSender::record_bytes(size_t header_bytes, std::span<const std::span<const uint8_t>> parts) {
+  size_t bytes = 8 + 8 * parts.size() + header_bytes;
+  for (const auto& p : parts) bytes += p.size();
+  return bytes;
+}
+
+bool DirectSender::send(std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts) {
+  if (broken_ || header.empty()) return backlogged();
+  std::vector<uint8_t> lengths(8 + 8 * parts.size());
+  put_u32(lengths.data(), static_cast<uint32_t>(header.size()));
+  put_u32(lengths.data() + 4, static_cast<uint32_t>(parts.size()));
+  for (size_t i = 0; i < parts.size(); ++i) put_u64(lengths.data() + 8 + 8 * i, parts[i].size());
+
+  std::vector<iovec> iov;
+  iov.reserve(parts.size() + 2);
+  auto add = [&](const void* data, size_t size) {
+    if (size > 0) iov.push_back({const_cast<void*>(data), size});
+  };
+  add(lengths.data(), lengths.size());
+  add(header.data(), header.size());
+  for (const auto& p : parts) add(p.data(), p.size());
+
+  size_t written = 0;
+  // Behind kept bytes the record must wait its turn; a long gather list is kept whole.
+  if (!backlogged() && iov.size() <= IOV_MAX) {
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = iov.size();
+    while (true) {
+      const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n >= 0) {
+        written = static_cast<size_t>(n);
+        break;
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        broken_ = true;
+        return false;
+      }
+      break;
+    }
+  }
+  for (const iovec& v : iov) {
+    const auto* bytes = static_cast<const uint8_t*>(v.iov_base);
+    if (written >= v.iov_len) {
+      written -= v.iov_len;
+      continue;
+    }
+    backlog_.insert(backlog_.end(), bytes + written, bytes + v.iov_len);
+    written = 0;
+  }
+  kept_ = backlog_.size();
+  return backlogged() ? flush() : false;
+}
+
+bool DirectSender::flush() {
+  while (!broken_ && backlogged()) {
+    const ssize_t n = ::send(fd_, backlog_.data() + sent_, kept_ - sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent_ += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    broken_ = true;
+  }
+  backlog_.clear();
+  sent_ = kept_ = 0;
+  return false;
+}
+
+void DirectSender::flush_until(Deadline deadline) {
+  while (flush()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return;
+    pollfd p{fd_, POLLOUT, 0};
+    ::poll(&p, 1, static_cast<int>(std::min<long>(left, INT_MAX)));
+  }
+}
+
+DirectReceiver::DirectReceiver(int fd, int self, int world_size)
+    : fd_(fd), self_(self), world_size_(world_size), buffer_(kReadChunk) {}
+
+DirectReceiver::~DirectReceiver() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool DirectReceiver::read(const std::function<void(const DirectRecord&)>& on_record) {
+  while (true) {
+    if (buffer_.size() - end_ < kReadChunk / 4 && begin_ > 0) {  // make room: unread bytes to the front
+      std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    const ssize_t n = ::recv(fd_, buffer_.data() + end_, buffer_.size() - end_, MSG_DONTWAIT);
+    if (n > 0) {
+      end_ += static_cast<size_t>(n);
+      if (!parse(on_record)) return true;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    parse(on_record);
+    return false;  // closed, or reset: the peer is gone
+  }
+}
+
+// Makes the buffer hold `bytes` from begin_ on: unread bytes moved to the front, the buffer grown.
+// True when it moved or grew (the socket may then hold more than was read).
+bool DirectReceiver::make_room(size_t bytes) {
+  if (begin_ + bytes <= buffer_.size()) return false;
+  std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+  end_ -= begin_;
+  begin_ = 0;
+  if (bytes > buffer_.size()) buffer_.resize(bytes);
+  return true;
+}
+
+// Hands out every complete record; false when the buffer ran dry, so the socket is read again
+// only when it just filled the buffer (more may be waiting).
+bool DirectReceiver::parse(const std::function<void(const DirectRecord&)>& on_record) {
+  const bool filled = end_ == buffer_.size();
+  if (peer_ < 0) {
+    if (end_ - begin_ < kIntroBytes) return filled;
+    const uint8_t* in = buffer_.data() + begin_;
+    if (get_u32(in) != kIntroMagic || get_u32(in + 4) != kIntroVersion)
+      throw CommError("direct link: a connection that is not a Troupe direct link (or another version)");
+    const auto rank = static_cast<int32_t>(get_u32(in + 8));
+    if (rank < 0 || rank >= world_size_ || rank == self_)
+      throw CommError("direct link: a connection introduced as rank " + std::to_string(rank) + " (world of " +
+                      std::to_string(world_size_) + ", this is rank " + std::to_string(self_) + ")");
+    peer_ = rank;
+    begin_ += kIntroBytes;
+  }
+  DirectRecord record;
+  while (end_ - begin_ >= 8) {
+    const uint8_t* in = buffer_.data() + begin_;
+    const size_t available = end_ - begin_;
+    const uint32_t header_bytes = get_u32(in), part_count = get_u32(in + 4);
+    const std::string from = "from rank " + std::to_string(peer_) + ": ";
+    if (header_bytes == 0 || header_bytes > kHeaderMax)
+      throw CommError("direct link: a record " + from + "header of " + std::to_string(header_bytes) + " bytes");
+    if (part_count > kDirectPartsMax)
+      throw CommError("direct link: a record " + from + std::to_string(part_count) + " parts, at most " +
+                      std::to_string(kDirectPartsMax));
+    const size_t lengths_end = 8 + 8 * size_t(part_count);
+    if (available < lengths_end) return make_room(lengths_end) || filled;
+    size_t total = lengths_end + header_bytes;
+    for (uint32_t i = 0; i < part_count; ++i) {
+      const uint64_t size = get_u64(in + 8 + 8 * i);
+      if (size > kDirectRecordMax || total + size > kDirectRecordMax)
+        throw CommError("direct link: a record " + from + "longer than " + std::to_string(kDirectRecordMax) +
+                        " bytes");
+      total += size;
+    }
+    if (available < total) return make_room(total) || filled;
+    record.header = {in + lengths_end, header_bytes};
+    record.parts.clear();
+    size_t at = lengths_end + header_bytes;
+    for (uint32_t i = 0; i < part_count; ++i) {
+      const size_t size = get_u64(in + 8 + 8 * i);
+      record.parts.emplace_back(in + at, size);
+      at += size;
+    }
+    begin_ += total;
+    on_record(record);
+  }
+  if (begin_ == end_) begin_ = end_ = 0;
+  return filled;
+}
+
+}  // namespace troupe::net

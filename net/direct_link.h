@@ -1,0 +1,121 @@
+#pragma once
+// Direct links: one plain TCP connection per peer and direction that carries a transport's small
+// frames past ZeroMQ. A frame sent through ZeroMQ crosses its I/O thread on both sides, and on a
+// VM every such cross-core wake-up costs tens of microseconds; a direct link is written by the
+// sending thread itself and read by whichever thread waits (transport.h), so a small request
+// costs one send() and one recv().
+//
+//   DirectListener listener("127.0.0.1");            // in the transport's constructor
+//   DirectSender to_peer(peer_endpoint, /*self=*/0, deadline_after(5s));
+//   to_peer.send(header, {payload});                 // written now, or kept for flush()
+//   // on the peer, once listener.accept() gave a connection:
+//   DirectReceiver from_peer(fd, /*self=*/1, /*world_size=*/2);
+//   from_peer.read([](const DirectRecord& r) { ... });
+//
+// Wire: the connecting side first introduces itself (magic, version, its rank); then records, each
+// `u32 header bytes, u32 part count, u64 bytes of each part, the header, the parts`, little-endian.
+// A record holds one transport frame: its header (frame.h) and its parts (the payload, then an
+// actor frame's tensors). The receiver checks the introduction and every length before use.
+//
+// Not for CURVE jobs: the link is not encrypted (the transport keeps those frames on ZeroMQ).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "net/work.h"
+
+namespace troupe::net {
+
+// The largest record a receiver accepts (header, lengths and parts together).
+inline constexpr size_t kDirectRecordMax = 1 << 20;
+// The most parts one record may have (an actor frame's call frame and tensors).
+inline constexpr size_t kDirectPartsMax = 1 << 12;
+
+// Listens on host:<any port> for peers' direct links.
+class DirectListener {
+ public:
+  explicit DirectListener(const std::string& host);  // CommError when it cannot bind
+  ~DirectListener();
+  DirectListener(const DirectListener&) = delete;
+  DirectListener& operator=(const DirectListener&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& endpoint() const { return endpoint_; }  // "host:port", what peers connect to
+  // A waiting connection (non-blocking descriptor, owned by the caller), or -1 when none waits.
+  int accept();
+
+ private:
+  int fd_ = -1;
+  std::string endpoint_;
+};
+
+// The sending end of a direct link to one peer. Not thread-safe: one sender at a time (the
+// transport holds the peer's send mutex).
+class DirectSender {
+ public:
+  // Connects to a peer's endpoint ("host:port") and introduces itself as rank `self`. CommError
+  // when the peer cannot be reached by the deadline.
+  DirectSender(const std::string& endpoint, int self, Deadline deadline);
+  ~DirectSender();
+  DirectSender(const DirectSender&) = delete;
+  DirectSender& operator=(const DirectSender&) = delete;
+
+  // Bytes a record with this header and these parts takes on the wire.
+  static size_t record_bytes(size_t header_bytes, std::span<const std::span<const uint8_t>> parts);
+  // Sends one record without blocking: written at once as far as the socket takes it, the rest
+  // kept, in order, for flush(). True when something is now kept (the caller polls fd() for
+  // writing and calls flush()). A broken link drops the record: the transport's liveness checks
+  // report the peer.
+  bool send(std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts);
+  // Writes what was kept, as far as the socket takes it; true while something is still kept.
+  bool flush();
+  // Waits until everything kept is written, the link broke, or the deadline passed.
+  void flush_until(Deadline deadline);
+  bool backlogged() const { return kept_ > sent_; }
+  bool broken() const { return broken_; }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  bool broken_ = false;
+  std::vector<uint8_t> backlog_;  // bytes not yet written, from sent_ on
+  size_t sent_ = 0, kept_ = 0;
+};
+
+// One record as read: views into the receiver's buffer, valid during the callback only.
+struct DirectRecord {
+  std::span<const uint8_t> header;
+  std::vector<std::span<const uint8_t>> parts;
+};
+
+// The receiving end of a direct link from one peer. Not thread-safe: one reader at a time (the
+// transport's leader or I/O thread).
+class DirectReceiver {
+ public:
+  DirectReceiver(int fd, int self, int world_size);  // takes ownership of fd
+  ~DirectReceiver();
+  DirectReceiver(const DirectReceiver&) = delete;
+  DirectReceiver& operator=(const DirectReceiver&) = delete;
+
+  int fd() const { return fd_; }
+  int peer() const { return peer_; }  // the sender's rank, -1 until its introduction came
+  // Reads what the socket holds without blocking and hands each complete record to on_record.
+  // False once the peer closed the link (everything it sent before has been handed out).
+  // CommError for a malformed introduction or record, naming what is wrong.
+  bool read(const std::function<void(const DirectRecord&)>& on_record);
+
+ private:
+  bool parse(const std::function<void(const DirectRecord&)>& on_record);
+  bool make_room(size_t bytes);
+
+  int fd_ = -1;
+  const int self_, world_size_;
+  int peer_ = -1;
+  std::vector<uint8_t> buffer_;
+  size_t begin_ = 0, end_ = 0;  // unread bytes in buffer_
+};
+
+}  // namespace troupe::net

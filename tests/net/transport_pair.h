@@ -1,0 +1,45 @@
+#pragma once
+// Two connected transports in one process (ranks 0 and 1), for the transport's tests.
+//
+//   TransportOptions a, b;  // rank, world size and prefer are set here
+//   TransportPair p = connect_pair("tcp", a, b);
+//   p.a->send(1, header, tensor);
+#include <future>
+#include <memory>
+
+#include "net/transport.h"
+
+namespace troupe::net {
+
+struct TransportPair {
+  std::unique_ptr<Transport> a, b;
+};
+
+// Rank 0 from oa, rank 1 from ob (their rank and world size are set here). Rethrows rank 0's
+// connect error first.
+inline TransportPair connect_pair(const std::string& prefer, TransportOptions oa, TransportOptions ob,
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  oa.world_size = ob.world_size = 2;
+  oa.rank = 0;
+  ob.rank = 1;
+  oa.prefer = ob.prefer = prefer;
+  TransportPair p{std::make_unique<Transport>(oa), std::make_unique<Transport>(ob)};
+  const std::vector<PeerAddress> table = {p.a->address(), p.b->address()};
+  auto other = std::async(std::launch::async, [&] { p.b->connect(table, deadline_after(timeout)); });
+  std::exception_ptr first;
+  try {
+    p.a->connect(table, deadline_after(timeout));
+  } catch (...) {
+    first = std::current_exception();
+  }
+  std::exception_ptr second;
+  try {
+    other.get();
+  } catch (...) {
+    second = std::current_exception();
+  }
+  if (first || second) std::rethrow_exception(first ? first : second);
+  return p;
+}
+
+}  // namespace troupe::net
