@@ -186,6 +186,8 @@ PeerAddress PeerAddress::parse(const std::string& text) {
     at = bar + 1;
   }
   if (fields.size() != 3 && fields.size() != 4) throw CommError("rendezvous: malformed peer address '" + text + "'");
+  if (fields.size() == 4 && fields[3].empty())
+    throw CommError("rendezvous: malformed peer address '" + text + "': an empty direct endpoint");
   PeerAddress p{fields[0], fields[1], fields[2], fields.size() == 4 ? fields[3] : ""};
   if (p.tcp.empty() && p.ipc.empty()) throw CommError("rendezvous: peer address without endpoints");
   return p;

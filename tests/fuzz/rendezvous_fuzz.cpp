@@ -19,7 +19,7 @@ namespace {
 using troupe::net::PeerAddress;
 
 bool same(const PeerAddress& a, const PeerAddress& b) {
-  return a.tcp == b.tcp && a.ipc == b.ipc && a.host_id == b.host_id;
+  return a.tcp == b.tcp && a.ipc == b.ipc && a.host_id == b.host_id && a.direct == b.direct;
 }
 
 // An address text that parses must serialize back to the text it came from.

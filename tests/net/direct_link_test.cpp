@@ -168,4 +168,5 @@ TEST_CASE("peer address: the direct endpoint is optional on the wire", "[net][di
   CHECK(PeerAddress::parse(now.serialize()).direct == "10.0.0.1:6");
   CHECK_THROWS_AS(PeerAddress::parse("a|b|c|d|e"), CommError);
   CHECK_THROWS_AS(PeerAddress::parse("a|b"), CommError);
+  CHECK_THROWS_AS(PeerAddress::parse("a|b|c|"), CommError);  // would not serialize back to itself
 }
