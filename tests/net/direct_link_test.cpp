@@ -109,10 +109,7 @@ TEST_CASE("direct link: off with direct_max 0 and under CURVE, the frames then a
 }
 
 TEST_CASE("direct link: strangers are dropped, a rank's malformed record breaks it with CommError", "[net][direct]") {
-  TransportOptions o;
-  o.world_size = 2;
-  o.prefer = "tcp";
-  Transport t(o);
+  Transport t(unconnected_rank0());
   auto slot = t.post(0, Lane::p2p, 1, -1);
   const std::string endpoint = t.address().direct;
   REQUIRE_FALSE(endpoint.empty());
@@ -146,10 +143,7 @@ TEST_CASE("direct link: strangers are dropped, a rank's malformed record breaks 
 }
 
 TEST_CASE("direct link: a record's lengths are checked before use", "[net][direct]") {
-  TransportOptions o;
-  o.world_size = 2;
-  o.prefer = "tcp";
-  Transport t(o);
+  Transport t(unconnected_rank0());
   auto slot = t.post(0, Lane::p2p, 1, -1);
   DirectSender rank1(t.address().direct, 1, deadline_after(5s));
   // One part claiming 2 GB: refused from its length, without waiting for (or allocating) it.

@@ -42,4 +42,12 @@ inline TransportPair connect_pair(const std::string& prefer, TransportOptions oa
   return p;
 }
 
+// Rank 0 of 2 over tcp://, never connected: for feeding a transport frames by hand.
+inline TransportOptions unconnected_rank0() {
+  TransportOptions o;
+  o.world_size = 2;
+  o.prefer = "tcp";
+  return o;
+}
+
 }  // namespace troupe::net

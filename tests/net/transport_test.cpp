@@ -101,10 +101,7 @@ TEST_CASE("transport: CURVE admits the job's key and nothing else", "[net][trans
 }
 
 TEST_CASE("transport: a peer's malformed frame breaks it with CommError, strangers are dropped", "[net][transport]") {
-  TransportOptions o;
-  o.world_size = 2;
-  o.prefer = "tcp";
-  Transport t(o);
+  Transport t(unconnected_rank0());
   auto slot = t.post(0, Lane::p2p, 1, -1);
   void* context = zmq_ctx_new();
   auto send_as = [&](const std::string& identity, const std::vector<std::string>& parts) {
