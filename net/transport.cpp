@@ -663,8 +663,8 @@ void Transport::drive(const std::function<bool()>& done, Deadline deadline) {
 void Transport::touch() { last_activity_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
 
 std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadline deadline) {
-  // Leader/followers: the first waiter takes the ROUTER and receives for everyone, woken by
-  // ZeroMQ's own descriptor, so a small message costs no hand-off through the I/O thread. The
+  // Leader/followers: the first waiter takes the ROUTER (and the direct links) and receives for
+  // everyone, woken by their descriptors, so a small message costs no hand-off through a thread. The
   // others sleep on their slot; the leader (or the I/O thread) completes it.
   const auto ready = [&] { return slot->ready.load(std::memory_order_acquire); };
   while (!ready() && Clock::now() < deadline) {

@@ -83,7 +83,8 @@ struct Message {
   int source = -1;
   FrameHeader header;
   Tensor payload;
-  std::vector<Tensor> parts;  // an actor frame's tensors, as the u8 bytes that came (zero-copy)
+  std::vector<Tensor> parts;  // an actor frame's tensors, as the u8 bytes that came (zero-copy via
+                              // ZeroMQ; copied once out of a direct link's receive buffer)
 };
 
 // Where actor frames go (net/remote/): to a handler instead of the inboxes, and, for the remote
