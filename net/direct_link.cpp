@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <utility>
 
 #include "devices/error.h"
 
@@ -19,8 +20,8 @@ namespace troupe::net {
 namespace {
 
 constexpr uint32_t kIntroMagic = 0x44505254;  // "TRPD"
-constexpr uint32_t kIntroVersion = 1;
-constexpr size_t kIntroBytes = 12;
+constexpr uint32_t kIntroVersion = 2;
+constexpr size_t kIntroBytes = 16;
 constexpr size_t kHeaderMax = 1024;              // frame headers are ~100 bytes
 constexpr size_t kReadChunk = 256 << 10;         // the receive buffer's size while records are small
 
@@ -108,18 +109,17 @@ int DirectListener::accept() {
   }
 }
 
-DirectSender::DirectSender(const std::string& endpoint, int self, Deadline deadline) {
+int dial_direct(const std::string& endpoint, int self, int lane, Deadline deadline) {
   addrinfo* found = resolve(endpoint, false);
-  fd_ = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd_ < 0) {
+  int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
     ::freeaddrinfo(found);
     fail("socket");
   }
-  const int rc = ::connect(fd_, found->ai_addr, found->ai_addrlen);
+  const int rc = ::connect(fd, found->ai_addr, found->ai_addrlen);
   ::freeaddrinfo(found);
   auto give_up = [&](const std::string& why) {
-    ::close(fd_);
-    fd_ = -1;
+    ::close(fd);
     throw CommError("direct link: cannot connect to " + endpoint + ": " + why);
   };
   if (rc != 0 && errno != EINPROGRESS) give_up(std::strerror(errno));
@@ -127,25 +127,29 @@ DirectSender::DirectSender(const std::string& endpoint, int self, Deadline deadl
     while (true) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) give_up("timed out");
-      pollfd p{fd_, POLLOUT, 0};
+      pollfd p{fd, POLLOUT, 0};
       const int n = ::poll(&p, 1, static_cast<int>(std::min<long>(left, INT_MAX)));
       if (n > 0) break;
       if (n < 0 && errno != EINTR) give_up(std::strerror(errno));
     }
     int error = 0;
     socklen_t size = sizeof error;
-    ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &error, &size);
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size);
     if (error != 0) give_up(std::strerror(error));
   }
-  set_nodelay(fd_);
+  set_nodelay(fd);
   uint8_t intro[kIntroBytes];
   put_u32(intro, kIntroMagic);
   put_u32(intro + 4, kIntroVersion);
   put_u32(intro + 8, static_cast<uint32_t>(self));
-  backlog_.assign(intro, intro + kIntroBytes);
-  kept_ = kIntroBytes;
-  flush();
+  put_u32(intro + 12, static_cast<uint32_t>(lane));
+  // A fresh connection's send buffer takes these few bytes at once.
+  if (::send(fd, intro, kIntroBytes, MSG_NOSIGNAL) != static_cast<ssize_t>(kIntroBytes)) give_up("introduction not sent");
+  return fd;
 }
+
+DirectSender::DirectSender(const std::string& endpoint, int self, Deadline deadline)
+    : fd_(dial_direct(endpoint, self, 0, deadline)) {}
 
 DirectSender::~DirectSender() {
   if (fd_ >= 0) ::close(fd_);
@@ -238,7 +242,21 @@ DirectReceiver::~DirectReceiver() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+int DirectReceiver::release() { return std::exchange(fd_, -1); }
+
 bool DirectReceiver::read(const std::function<void(const DirectRecord&)>& on_record) {
+  // The introduction alone first: a stripe's connection is handed on with nothing read past it.
+  while (peer_ < 0) {
+    const ssize_t n = ::recv(fd_, buffer_.data() + end_, kIntroBytes - end_, MSG_DONTWAIT);
+    if (n > 0) {
+      end_ += static_cast<size_t>(n);
+      parse(on_record);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+  if (lane_ > 0) return true;
   while (true) {
     if (buffer_.size() - end_ < kReadChunk / 4 && begin_ > 0) {  // make room: unread bytes to the front
       std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
@@ -279,11 +297,17 @@ bool DirectReceiver::parse(const std::function<void(const DirectRecord&)>& on_re
     if (get_u32(in) != kIntroMagic || get_u32(in + 4) != kIntroVersion)
       throw CommError("direct link: a connection that is not a Troupe direct link (or another version)");
     const auto rank = static_cast<int32_t>(get_u32(in + 8));
+    const auto lane = static_cast<int32_t>(get_u32(in + 12));
     if (rank < 0 || rank >= world_size_ || rank == self_)
       throw CommError("direct link: a connection introduced as rank " + std::to_string(rank) + " (world of " +
                       std::to_string(world_size_) + ", this is rank " + std::to_string(self_) + ")");
-    peer_ = rank;
-    begin_ += kIntroBytes;
+    peer_ = rank;  // from here on, what is wrong is that rank's doing
+    if (lane < 0 || lane > kMaxStripes)
+      throw CommError("direct link: rank " + std::to_string(rank) + " introduced lane " + std::to_string(lane) +
+                      ", at most " + std::to_string(kMaxStripes));
+    lane_ = lane;
+    begin_ = end_ = 0;
+    return false;
   }
   DirectRecord record;
   while (end_ - begin_ >= 8) {

@@ -12,7 +12,9 @@
 //   DirectReceiver from_peer(fd, /*self=*/1, /*world_size=*/2);
 //   from_peer.read([](const DirectRecord& r) { ... });
 //
-// Wire: the connecting side first introduces itself (magic, version, its rank); then records, each
+// Wire: the connecting side first introduces itself (magic, version, its rank, its lane: 0 for the
+// link of small frames, 1.. for a stripe of large ones, stripes.h, which the transport hands on);
+// then records, each
 // `u32 header bytes, u32 part count, u64 bytes of each part, the header, the parts`, little-endian.
 // A record holds one transport frame: its header (frame.h) and its parts (the payload, then an
 // actor frame's tensors). The receiver checks the introduction and every length before use.
@@ -33,6 +35,13 @@ namespace troupe::net {
 inline constexpr size_t kDirectRecordMax = 1 << 20;
 // The most parts one record may have (an actor frame's call frame and tensors).
 inline constexpr size_t kDirectPartsMax = 1 << 12;
+// The most stripes (connections for large frames, stripes.h) one peer may open besides its link.
+inline constexpr int kMaxStripes = 8;
+
+// Connects to a peer's endpoint ("host:port") and introduces this end as rank `self`, lane `lane`.
+// Returns the connected non-blocking descriptor (the caller owns it). CommError when the peer
+// cannot be reached by the deadline.
+int dial_direct(const std::string& endpoint, int self, int lane, Deadline deadline);
 
 // Listens on host:<any port> for peers' direct links.
 class DirectListener {
@@ -102,6 +111,8 @@ class DirectReceiver {
 
   int fd() const { return fd_; }
   int peer() const { return peer_; }  // the sender's rank, -1 until its introduction came
+  int lane() const { return lane_; }  // 0: small frames; 1..: a stripe, for release() to hand on
+  int release();                      // gives up the descriptor (nothing past the introduction read)
   // Reads what the socket holds without blocking and hands each complete record to on_record.
   // False once the peer closed the link (everything it sent before has been handed out).
   // CommError for a malformed introduction or record, naming what is wrong.
@@ -114,6 +125,7 @@ class DirectReceiver {
   int fd_ = -1;
   const int self_, world_size_;
   int peer_ = -1;
+  int lane_ = 0;
   std::vector<uint8_t> buffer_;
   size_t begin_ = 0, end_ = 0;  // unread bytes in buffer_
 };

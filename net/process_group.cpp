@@ -202,6 +202,16 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
     if (*v < 0) throw ValueError("init_process_group: TROUPE_DIRECT_MAX=" + std::to_string(*v) + " is negative");
     t.direct_max = static_cast<size_t>(*v);
   }
+  if (auto v = env_int({"TROUPE_STRIPES"}, &used)) {
+    if (*v < 0 || *v > kMaxStripes)
+      throw ValueError("init_process_group: TROUPE_STRIPES=" + std::to_string(*v) + ", expected 0.." +
+                       std::to_string(kMaxStripes));
+    t.stripes = static_cast<int>(*v);
+  }
+  if (auto v = env_int({"TROUPE_STRIPE_MIN"}, &used)) {
+    if (*v < 0) throw ValueError("init_process_group: TROUPE_STRIPE_MIN=" + std::to_string(*v) + " is negative");
+    t.stripe_min = static_cast<size_t>(*v);
+  }
   if (auto v = env_int({"TROUPE_BUSY_POLL_US"}, &used)) {
     if (*v < 0) throw ValueError("init_process_group: TROUPE_BUSY_POLL_US=" + std::to_string(*v) + " is negative");
     t.busy_poll = std::chrono::microseconds(*v);

@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -284,8 +285,28 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
       if (options_.direct_max + 4096 > kDirectRecordMax)
         throw ValueError("transport: direct_max " + std::to_string(options_.direct_max) + " bytes, at most " +
                          std::to_string(kDirectRecordMax - 4096));
+      if (options_.stripes < 0 || options_.stripes > kMaxStripes)
+        throw ValueError("transport: " + std::to_string(options_.stripes) + " stripes, expected 0.." +
+                         std::to_string(kMaxStripes));
       listener_ = std::make_unique<DirectListener>(options_.tcp_host);
       address_.direct = listener_->endpoint();
+      striped_ready_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      StripeReceivers::Events events;
+      events.on_ready = [this] {
+        const uint64_t one = 1;
+        [[maybe_unused]] ssize_t n = ::write(striped_ready_fd_, &one, sizeof one);
+      };
+      events.on_closed = [this](int r) { suspect_peer(r); };
+      events.on_error = [this](int r, std::exception_ptr error) {
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          lose_peer(r, std::make_exception_ptr(
+                           CommError("transport: rank " + std::to_string(r) + " sent a bad frame: " + e.what())));
+        }
+      };
+      stripes_in_ = std::make_unique<StripeReceivers>(options_.rank, options_.world_size, std::move(events),
+                                                      options_.peer_timeout);
     }
 
     const std::string wake_endpoint = "inproc://troupe-wake";
@@ -312,6 +333,7 @@ Transport::~Transport() {
       std::lock_guard lock(peer->send_mutex);
       if (peer->direct && !peer->lost && !peer->departed) peer->direct->flush_until(linger);
     }
+    if (stripes_out_) stripes_out_->flush_until(linger);
     for (int r = 0; r < world_size(); ++r) {
       Peer& peer = *peers_[r];
       if (r == rank() || peer.departed) continue;
@@ -329,6 +351,9 @@ Transport::~Transport() {
   stopping_ = true;
   wake();
   io_thread_.join();
+  stripes_out_.reset();
+  stripes_in_.reset();
+  if (striped_ready_fd_ >= 0) ::close(striped_ready_fd_);
   for (auto& peer : peers_) {
     if (!peer->dealer) continue;
     // Flush what we sent to live peers, also after another rank was lost (remote actors on the
@@ -389,6 +414,11 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
         peer.direct = std::make_unique<DirectSender>(a.direct, rank(), deadline);
       } catch (const CommError&) {
         // Unreachable by plain TCP (a firewall, say): its frames all take ZeroMQ, which reached it.
+      }
+      if (peer.direct && options_.stripes > 0) {
+        if (!stripes_out_)
+          stripes_out_ = std::make_unique<StripeSenders>(options_.stripes, [this](int p) { peers_[p]->direct_broken = true; });
+        stripes_out_->connect(r, a.direct, rank(), deadline);  // false: its large frames take ZeroMQ
       }
     }
     send_control_locked(peer, FrameKind::hello);
@@ -456,19 +486,7 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
   check_peer(dst);
   Peer& peer = *peers_[dst];
   if (!peer.dealer) throw CommError("send: the transport is not connected yet");
-  {
-    std::lock_guard lock(peer.send_mutex);
-    h.seq = peer.next_seq;
-    const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(host.defined() ? host.raw_data() : nullptr),
-                                         h.payload_bytes);
-    const std::span<const uint8_t> parts[] = {bytes};
-    if (send_direct_locked(peer, h, std::span(parts, h.payload_bytes > 0 ? 1 : 0))) {
-      ++peer.next_seq;
-      touch();
-      if (done) done->finish();
-      return;
-    }
-  }
+  // A send that finishes later (zero-copy or striped) fails at once if the transport breaks.
   const bool zero_copy = h.payload_bytes > kCopyBelow;
   if (zero_copy && done) {
     std::lock_guard lock(mutex_);
@@ -478,6 +496,25 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
         return !c || c->is_done();
       });
     pending_sends_.push_back(done);
+  }
+  {
+    std::lock_guard lock(peer.send_mutex);
+    h.seq = peer.next_seq;
+    const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(host.defined() ? host.raw_data() : nullptr),
+                                         h.payload_bytes);
+    const std::span<const uint8_t> parts[] = {bytes};
+    const auto payload_parts = std::span(parts, h.payload_bytes > 0 ? 1 : 0);
+    if (send_direct_locked(peer, h, payload_parts)) {
+      ++peer.next_seq;
+      touch();
+      if (done) done->finish();
+      return;
+    }
+    if (send_striped_locked(dst, h, payload_parts, std::make_shared<Tensor>(host), done)) {
+      ++peer.next_seq;
+      touch();
+      return;
+    }
   }
 
   std::lock_guard lock(peer.send_mutex);
@@ -527,6 +564,13 @@ void Transport::send_actor_frame(int dst, const std::vector<uint8_t>& call_frame
       touch();
       return;
     }
+    // The stripes' threads write later: they keep a copy of the call frame and the tensors.
+    auto kept = std::make_shared<std::pair<std::vector<uint8_t>, std::vector<Tensor>>>(call_frame, hosts);
+    parts[0] = {kept->first.data(), kept->first.size()};
+    if (send_striped_locked(dst, h, parts, kept, nullptr)) {
+      touch();
+      return;
+    }
   }
   zmq_msg_t header_msg;
   zmq_msg_init_size(&header_msg, header_size(h.kind, 1));
@@ -556,6 +600,19 @@ bool Transport::send_direct_locked(Peer& peer, const FrameHeader& h, std::span<c
   const bool backlogged = peer.direct->send({header, header_bytes}, parts);
   if (peer.direct->broken()) peer.direct_broken = true;
   if (backlogged && !peer.direct_backlogged.exchange(true)) wake();  // the I/O thread writes the rest
+  return true;
+}
+
+bool Transport::send_striped_locked(int dst, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
+                                    std::shared_ptr<const void> keep, const std::shared_ptr<detail::Completion>& done) {
+  if (!stripes_out_ || parts.size() > kDirectPartsMax) return false;
+  size_t bytes = 0;
+  for (const auto& p : parts) bytes += p.size();
+  if (bytes < options_.stripe_min || !stripes_out_->usable(dst)) return false;
+  uint8_t header[512];
+  const size_t header_bytes = header_size(h.kind, h.shape.size());
+  encode_header_into(h, header);
+  stripes_out_->send(dst, h.seq, {header, header_bytes}, parts, std::move(keep), done);
   return true;
 }
 
@@ -641,6 +698,7 @@ void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline
     }
     fds.assign(1, pollfd{router_fd_, POLLIN, 0});
     for (const auto& in : inbound_) fds.push_back(pollfd{in->fd(), POLLIN, 0});
+    if (striped_ready_fd_ >= 0) fds.push_back(pollfd{striped_ready_fd_, POLLIN, 0});
     const timespec ts{left / 1000000000, left % 1000000000};
     ::ppoll(fds.data(), fds.size(), &ts, nullptr);
   }
@@ -863,6 +921,7 @@ void Transport::io_loop() {
         handle_direct();
         inbound_fds.clear();
         for (const auto& in : inbound_) inbound_fds.push_back(in->fd());
+        if (striped_ready_fd_ >= 0) inbound_fds.push_back(striped_ready_fd_);
       }
     } else {
       router_led = true;
@@ -955,7 +1014,7 @@ int Transport::handle_direct() {
     for (int fd : accepted_) inbound_.push_back(std::make_unique<DirectReceiver>(fd, rank(), world_size()));
     accepted_.clear();
   }
-  int handled = 0;
+  int handled = handle_striped();
   for (auto it = inbound_.begin(); it != inbound_.end();) {
     DirectReceiver& in = **it;
     bool open = true;
@@ -985,22 +1044,64 @@ int Transport::handle_direct() {
       else
         ++dropped_frames_;  // a stranger's connection: closed, nothing else
     }
+    if (open && in.lane() > 0) {  // a stripe: its own thread reads it from now on
+      try {
+        stripes_in_->adopt(in.release(), in.peer(), in.lane());
+      } catch (const CommError& e) {
+        lose_peer(in.peer(), std::make_exception_ptr(CommError("transport: rank " + std::to_string(in.peer()) +
+                                                               " sent a bad frame: " + e.what())));
+      }
+      it = inbound_.erase(it);
+      continue;
+    }
     if (open) {
       ++it;
       continue;
     }
     // Closed: like ZeroMQ's disconnect, the peer is suspect until its goodbye comes (tick()).
-    if (in.peer() >= 0) {
-      Peer& peer = *peers_[in.peer()];
-      std::lock_guard lock(mutex_);
-      if (peer.hello && !peer.departed && !peer.suspect) {
-        peer.suspect = true;
-        peer.suspect_since = Clock::now();
-      }
-    }
+    if (in.peer() >= 0) suspect_peer(in.peer());
     it = inbound_.erase(it);
   }
   return handled;
+}
+
+int Transport::handle_striped() {
+  if (!stripes_in_) return 0;
+  uint64_t signals;
+  if (::read(striped_ready_fd_, &signals, sizeof signals) < 0) return 0;  // nothing whole yet
+  int handled = 0;
+  for (StripedFrame& f : stripes_in_->take_ready()) {
+    try {
+      const auto [payload_at, payload_size] = f.parts.front();
+      FrameHeader h = decode_header(f.header.data(), f.header.size(), payload_size, world_size());
+      if (h.source != f.peer) throw CommError("frame: malformed: claims source rank " + std::to_string(h.source));
+      if (f.parts.size() > 1 && h.kind != FrameKind::actor)
+        throw CommError("frame: malformed: " + std::to_string(f.parts.size()) + " parts");
+      // The parts are views of the block: every part starts 64-byte aligned (stripes.h).
+      Tensor payload(f.block, h.dtype, h.shape, contiguous_strides(h.shape),
+                     static_cast<int64_t>(payload_at / itemsize(h.dtype)));
+      std::vector<Tensor> extra;
+      for (size_t i = 1; i < f.parts.size(); ++i)
+        extra.emplace_back(f.block, DType::u8, Shape{static_cast<int64_t>(f.parts[i].second)},
+                           Strides{1}, static_cast<int64_t>(f.parts[i].first));
+      ++handled;
+      ++striped_frames_;
+      take_frame(f.peer, std::move(h), std::move(payload), std::move(extra));
+    } catch (const CommError& e) {
+      lose_peer(f.peer, std::make_exception_ptr(
+                            CommError("transport: rank " + std::to_string(f.peer) + " sent a bad frame: " + e.what())));
+    }
+  }
+  return handled;
+}
+
+void Transport::suspect_peer(int r) {
+  Peer& peer = *peers_[r];
+  std::lock_guard lock(mutex_);
+  if (peer.hello && !peer.departed && !peer.suspect) {
+    peer.suspect = true;
+    peer.suspect_since = Clock::now();
+  }
 }
 
 void Transport::take_frame(int r, FrameHeader h, Tensor payload, std::vector<Tensor> extra) {

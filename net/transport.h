@@ -28,6 +28,10 @@
 //   VM). One sequence number per peer covers both paths and the receiver delivers in that order,
 //   so a small frame never overtakes a large one sent before it. A leader busy-polls for a short
 //   while (busy_poll) before it sleeps, as an answer to a small request comes back within it.
+// - Large frames (from TransportOptions::stripe_min bytes) go over several more connections per
+//   peer at once (stripes.h), each written and read by a thread of its own: one TCP stream moves
+//   bytes at one core's copy rate. They land in reused blocks (no page faults per frame) and take
+//   their turn by the same sequence number.
 // - Payloads are zero-copy both ways: zmq_msg_init_data references the tensor's Storage (kept alive
 //   until ZeroMQ lets go), and a received payload becomes a Storage adopting the zmq_msg_t.
 // - Failure: every 200 ms each rank sends every peer a heartbeat; a peer silent for 3 s, or whose
@@ -57,6 +61,7 @@
 #include "net/curve.h"
 #include "net/direct_link.h"
 #include "net/frame.h"
+#include "net/stripes.h"
 #include "net/work.h"
 
 struct zmq_msg_t;
@@ -111,6 +116,10 @@ struct TransportOptions {
   size_t direct_max = 64 << 10;
   // How long a waiting thread polls without sleeping, from when it starts waiting or last received.
   std::chrono::microseconds busy_poll{50};
+  // Frames from stripe_min bytes up go over this many connections per peer at once (0: off).
+  // Needs direct links (tcp, no CURVE).
+  int stripes = 2;
+  size_t stripe_min = 1 << 20;
 };
 
 class Transport {
@@ -176,21 +185,28 @@ class Transport {
   int direct_links() const;
   // Frames that came over a direct link so far.
   uint64_t direct_frames() const { return direct_frames_.load(); }
+  // Frames that came striped so far.
+  uint64_t striped_frames() const { return striped_frames_.load(); }
 
  private:
   struct Peer;
   using Key = std::tuple<uint64_t, Lane, int64_t>;
 
   void io_loop();
-  // Both receive with the ROUTER held and return how many frames they handled.
+  // These receive with the ROUTER held and return how many frames they handled.
   int handle_router();
-  int handle_direct();
+  int handle_direct();   // the direct links, and the striped frames that are whole
+  int handle_striped();
   // Takes a frame in the peer's sequence order: handled now, or held until the ones before it came.
   void take_frame(int peer, FrameHeader header, Tensor payload, std::vector<Tensor> extra);
   void handle_frame(int peer, FrameHeader header, Tensor payload, std::vector<Tensor> extra);
   // Sends one frame on the peer's direct link when it has one and the frame is small enough;
   // false: it goes through ZeroMQ. With the peer's send_mutex held and h.seq set.
   bool send_direct_locked(Peer& peer, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts);
+  // Sends one frame on the stripes when they reach the peer and the frame is large enough; false:
+  // it goes another way. With the peer's send_mutex held and h.seq set; keep holds the parts' bytes.
+  bool send_striped_locked(int dst, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
+                           std::shared_ptr<const void> keep, const std::shared_ptr<detail::Completion>& done);
   // Leads for one slice with the ROUTER held: receives until done() or the slice's end, polling
   // without sleeping while a frame was sent or received less than busy_poll ago.
   void lead_locked(const std::function<bool()>& done, Deadline deadline);
@@ -203,6 +219,7 @@ class Transport {
   void break_transport(std::exception_ptr error);
   void lose_peer(int r, std::exception_ptr error);  // a crash or a bad frame: breaks the transport
   void peer_departed(int r);
+  void suspect_peer(int r);  // its connection closed: lost unless its goodbye comes (tick())
   void tell_actor_handler(int r, std::exception_ptr error);
   void wake();
 
@@ -222,12 +239,16 @@ class Transport {
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> dropped_frames_{0};
   std::atomic<uint64_t> direct_frames_{0};
-  std::atomic<Clock::rep> last_activity_{0};
-  std::atomic<Clock::rep> last_lead_{0};  // when a waiting thread last held the ROUTER  // when a frame was last sent or received
+  std::atomic<uint64_t> striped_frames_{0};
+  std::atomic<Clock::rep> last_activity_{0};  // when a frame was last sent or received
+  std::atomic<Clock::rep> last_lead_{0};      // when a waiting thread last held the ROUTER
   std::unique_ptr<DirectListener> listener_;               // null: no direct links
   std::vector<std::unique_ptr<DirectReceiver>> inbound_;   // under router_mutex_
   std::mutex accepted_mutex_;
   std::vector<int> accepted_;  // connections the I/O thread accepted, for the next holder of the ROUTER
+  std::unique_ptr<StripeSenders> stripes_out_;   // null: no stripes to any peer
+  std::unique_ptr<StripeReceivers> stripes_in_;  // null: no direct links
+  int striped_ready_fd_ = -1;                    // eventfd: stripes_in_ has whole frames
   std::thread io_thread_;
 
   std::mutex mutex_;  // guards everything below, and every Slot

@@ -1,0 +1,549 @@
+#include "net/stripes.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "devices/error.h"
+#include "net/direct_link.h"
+
+namespace troupe::net {
+
+namespace {
+
+constexpr size_t kChunkFixed = 40;        // seq, total, offset, length, header bytes, part count
+constexpr size_t kHeaderMax = 1024;       // frame headers are ~100 bytes
+constexpr uint64_t kPartAlign = 64;       // each part starts here: views of any dtype need no copy
+constexpr size_t kOpenPerPeer = 256;      // frames of one peer partly received at once
+constexpr size_t kBlockAlign = 2 << 20;   // receive blocks: whole huge pages
+constexpr size_t kPoolBytes = 512 << 20;  // freed receive blocks kept for reuse
+
+void put_u32(uint8_t* out, uint32_t v) { std::memcpy(out, &v, 4); }
+void put_u64(uint8_t* out, uint64_t v) { std::memcpy(out, &v, 8); }
+uint32_t get_u32(const uint8_t* in) {
+  uint32_t v;
+  std::memcpy(&v, in, 4);
+  return v;
+}
+uint64_t get_u64(const uint8_t* in) {
+  uint64_t v;
+  std::memcpy(&v, in, 8);
+  return v;
+}
+
+uint64_t align_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+// Where each part starts in a frame's block, and the block's size.
+uint64_t lay_out(std::span<const uint64_t> sizes, std::vector<uint64_t>& offsets) {
+  offsets.clear();
+  uint64_t end = 0;
+  for (uint64_t size : sizes) {
+    const uint64_t at = align_up(end, kPartAlign);
+    offsets.push_back(at);
+    end = at + size;
+  }
+  return end;
+}
+
+// Lane k's range of a frame of `total` bytes split over `lanes` lanes.
+std::pair<uint64_t, uint64_t> lane_range(uint64_t total, int lanes, int k) {
+  auto edge = [&](int i) { return i == lanes ? total : std::min(total, align_up(total / lanes * i, 4096)); };
+  return {edge(k), edge(k + 1)};
+}
+
+void set_blocking(int fd, std::chrono::milliseconds timeout) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+// Writes every byte of iov (consumed as it goes); false when the connection failed or stalled.
+bool write_all(int fd, std::vector<iovec>& iov) {
+  size_t first = 0;
+  while (first < iov.size()) {
+    msghdr msg{};
+    msg.msg_iov = iov.data() + first;
+    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
+    const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    auto left = static_cast<size_t>(n);
+    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    if (left > 0) {
+      iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  return true;
+}
+
+enum class ReadResult { ok, closed, failed };
+
+ReadResult read_all(int fd, void* out, size_t bytes) {
+  auto* p = static_cast<uint8_t*>(out);
+  while (bytes > 0) {
+    const ssize_t n = ::recv(fd, p, bytes, MSG_WAITALL);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return n == 0 ? ReadResult::closed : ReadResult::failed;
+  }
+  return ReadResult::ok;
+}
+
+// Freed receive blocks, kept for the next frame: fresh pages fault in one by one, which costs more
+// than the copy itself on a VM.
+class BlockPool : public std::enable_shared_from_this<BlockPool> {
+ public:
+  ~BlockPool() {
+    for (auto& [capacity, data] : free_) std::free(data);
+  }
+
+  std::shared_ptr<Storage> get(size_t bytes) {
+    void* data = nullptr;
+    size_t capacity = 0;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = free_.lower_bound(bytes);
+      if (it != free_.end() && it->first <= 2 * bytes) {
+        capacity = it->first;
+        data = it->second;
+        cached_ -= capacity;
+        free_.erase(it);
+      }
+    }
+    if (!data) {
+      capacity = align_up(std::max<size_t>(bytes, 1), kBlockAlign);
+      data = std::aligned_alloc(kBlockAlign, capacity);
+      if (!data) throw std::bad_alloc();
+      ::madvise(data, capacity, MADV_HUGEPAGE);
+    }
+    return std::make_shared<Storage>(data, bytes, Device::cpu(),
+                                     [pool = shared_from_this(), capacity](void* p) { pool->put(p, capacity); });
+  }
+
+ private:
+  void put(void* data, size_t capacity) {
+    {
+      std::lock_guard lock(mutex_);
+      if (cached_ + capacity <= kPoolBytes) {
+        free_.emplace(capacity, data);
+        cached_ += capacity;
+        return;
+      }
+    }
+    std::free(data);
+  }
+
+  std::mutex mutex_;
+  std::multimap<size_t, void*> free_;  // capacity -> block
+  size_t cached_ = 0;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Sending
+
+struct StripeSenders::State {
+  struct Progress {
+    std::atomic<int> lanes_left;
+    std::atomic<bool> failed{false};
+    std::shared_ptr<detail::Completion> done;
+  };
+  struct Chunk {
+    int peer;
+    std::vector<uint8_t> head;  // fixed part, part sizes, frame header
+    std::vector<iovec> body;
+    std::shared_ptr<const void> keep;
+    std::shared_ptr<Progress> progress;
+  };
+  struct Lane {
+    std::thread thread;
+    std::deque<Chunk> queue;
+    bool busy = false;
+  };
+
+  std::function<void(int)> on_broken;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Lane> lanes;
+  std::map<int, std::vector<int>> fds;  // peer -> one connection per lane
+  std::map<int, bool> broken;
+  bool stopping = false;
+
+  void run(int k);
+  void finish(Chunk& chunk, bool ok);
+};
+
+StripeSenders::StripeSenders(int lanes, std::function<void(int peer)> on_broken)
+    : state_(std::make_shared<State>()) {
+  if (lanes < 1 || lanes > kMaxStripes)
+    throw ValueError("transport: " + std::to_string(lanes) + " stripes, expected 1.." + std::to_string(kMaxStripes));
+  state_->on_broken = std::move(on_broken);
+  state_->lanes.resize(static_cast<size_t>(lanes));
+  for (int k = 0; k < lanes; ++k) state_->lanes[k].thread = std::thread([s = state_.get(), k] { s->run(k); });
+}
+
+StripeSenders::~StripeSenders() {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->stopping = true;
+    for (auto& [peer, fds] : state_->fds)
+      for (int fd : fds) ::shutdown(fd, SHUT_RDWR);  // a lane blocked in a write returns now
+  }
+  state_->changed.notify_all();
+  for (auto& lane : state_->lanes) lane.thread.join();
+  for (auto& [peer, fds] : state_->fds)
+    for (int fd : fds) ::close(fd);
+}
+
+int StripeSenders::lanes() const { return static_cast<int>(state_->lanes.size()); }
+
+bool StripeSenders::connect(int peer, const std::string& endpoint, int self, Deadline deadline) {
+  std::vector<int> fds;
+  try {
+    for (int k = 0; k < lanes(); ++k) {
+      fds.push_back(dial_direct(endpoint, self, k + 1, deadline));
+      set_blocking(fds.back(), std::chrono::seconds(10));
+    }
+  } catch (const CommError&) {
+    for (int fd : fds) ::close(fd);
+    return false;
+  }
+  std::lock_guard lock(state_->mutex);
+  state_->fds[peer] = std::move(fds);
+  state_->broken[peer] = false;
+  return true;
+}
+
+bool StripeSenders::usable(int peer) const {
+  std::lock_guard lock(state_->mutex);
+  auto it = state_->broken.find(peer);
+  return it != state_->broken.end() && !it->second;
+}
+
+void StripeSenders::send(int peer, uint64_t seq, std::span<const uint8_t> header,
+                         std::span<const std::span<const uint8_t>> parts, std::shared_ptr<const void> keep,
+                         std::shared_ptr<detail::Completion> done) {
+  static const uint8_t zeros[kPartAlign] = {};
+  std::vector<uint64_t> sizes, offsets;
+  for (const auto& p : parts) sizes.push_back(p.size());
+  const uint64_t total = lay_out(sizes, offsets);
+  const int n = lanes();
+  auto progress = std::make_shared<State::Progress>();
+  progress->lanes_left = n;
+  progress->done = std::move(done);
+
+  std::vector<State::Chunk> chunks;
+  for (int k = 0; k < n; ++k) {
+    const auto [lo, hi] = lane_range(total, n, k);
+    State::Chunk chunk{peer, {}, {}, keep, progress};
+    const bool described = k == 0;
+    chunk.head.resize(kChunkFixed + (described ? 8 * sizes.size() + header.size() : 0));
+    uint8_t* h = chunk.head.data();
+    put_u64(h, seq);
+    put_u64(h + 8, total);
+    put_u64(h + 16, lo);
+    put_u64(h + 24, hi - lo);
+    put_u32(h + 32, described ? static_cast<uint32_t>(header.size()) : 0);
+    put_u32(h + 36, described ? static_cast<uint32_t>(sizes.size()) : 0);
+    if (described) {
+      for (size_t i = 0; i < sizes.size(); ++i) put_u64(h + kChunkFixed + 8 * i, sizes[i]);
+      std::memcpy(h + kChunkFixed + 8 * sizes.size(), header.data(), header.size());
+    }
+    // The range's bytes: pieces of parts and the zero padding between them.
+    uint64_t at = lo;
+    for (size_t i = 0; i < parts.size() && at < hi; ++i) {
+      const uint64_t begin = offsets[i], end = offsets[i] + sizes[i];
+      if (at < begin) {
+        const uint64_t pad = std::min(begin, hi) - at;
+        chunk.body.push_back({const_cast<uint8_t*>(zeros), pad});
+        at += pad;
+      }
+      if (at >= hi || at >= end) continue;
+      const uint64_t take = std::min(end, hi) - at;
+      chunk.body.push_back({const_cast<uint8_t*>(parts[i].data() + (at - begin)), take});
+      at += take;
+    }
+    chunks.push_back(std::move(chunk));
+  }
+  {
+    std::lock_guard lock(state_->mutex);
+    for (int k = 0; k < n; ++k) state_->lanes[k].queue.push_back(std::move(chunks[k]));
+  }
+  state_->changed.notify_all();
+}
+
+void StripeSenders::flush_until(Deadline deadline) {
+  std::unique_lock lock(state_->mutex);
+  state_->changed.wait_until(lock, deadline, [&] {
+    for (const auto& lane : state_->lanes)
+      if (!lane.queue.empty() || lane.busy) return false;
+    return true;
+  });
+}
+
+void StripeSenders::State::run(int k) {
+  std::unique_lock lock(mutex);
+  while (true) {
+    changed.wait(lock, [&] { return stopping || !lanes[k].queue.empty(); });
+    if (stopping) return;
+    Chunk chunk = std::move(lanes[k].queue.front());
+    lanes[k].queue.pop_front();
+    const bool skip = broken[chunk.peer];
+    const int fd = fds[chunk.peer][k];
+    lanes[k].busy = true;
+    lock.unlock();
+    bool ok = !skip;
+    if (ok) {
+      std::vector<iovec> iov{{chunk.head.data(), chunk.head.size()}};
+      iov.insert(iov.end(), chunk.body.begin(), chunk.body.end());
+      ok = write_all(fd, iov);
+    }
+    if (!ok && !skip) on_broken(chunk.peer);
+    finish(chunk, ok);
+    lock.lock();
+    if (!ok) broken[chunk.peer] = true;
+    lanes[k].busy = false;
+    changed.notify_all();
+  }
+}
+
+void StripeSenders::State::finish(Chunk& chunk, bool ok) {
+  Progress& p = *chunk.progress;
+  if (!ok) p.failed = true;
+  if (p.lanes_left.fetch_sub(1) == 1 && p.done)
+    p.done->finish(p.failed ? std::make_exception_ptr(CommError("send: a stripe to rank " + std::to_string(chunk.peer) +
+                                                                " failed (connection closed or stalled)"))
+                            : nullptr);
+  chunk.keep.reset();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receiving
+
+struct StripeReceivers::State {
+  struct Transfer {
+    std::shared_ptr<Storage> block;
+    uint64_t total = 0, received = 0;
+    bool described = false;
+    std::vector<uint8_t> header;
+    std::vector<std::pair<uint64_t, uint64_t>> parts;
+  };
+  struct Connection {
+    int fd, peer;
+  };
+  struct Lane {
+    std::thread thread;
+    int wake = -1;                       // eventfd: new connections, or stop
+    std::vector<Connection> connections;  // the lane's thread's own
+    std::vector<Connection> adopted;      // under mutex, for the lane's thread to take
+  };
+
+  int self, world_size;
+  Events events;
+  std::chrono::milliseconds stall_timeout;
+  std::shared_ptr<BlockPool> pool = std::make_shared<BlockPool>();
+  std::mutex mutex;
+  std::map<std::pair<int, uint64_t>, Transfer> transfers;
+  std::vector<size_t> open;  // transfers partly received, by peer
+  std::vector<StripedFrame> ready;
+  Lane lanes[kMaxStripes];
+  std::atomic<bool> stopping{false};
+
+  void run(Lane& lane);
+  // Reads one chunk; closed: the peer closed the connection between chunks.
+  ReadResult read_chunk(const Connection& c);
+};
+
+StripeReceivers::StripeReceivers(int self, int world_size, Events events, std::chrono::milliseconds stall_timeout)
+    : state_(std::make_shared<State>()) {
+  state_->self = self;
+  state_->world_size = world_size;
+  state_->events = std::move(events);
+  state_->stall_timeout = stall_timeout;
+  state_->open.assign(static_cast<size_t>(world_size), 0);
+}
+
+StripeReceivers::~StripeReceivers() {
+  state_->stopping = true;
+  for (auto& lane : state_->lanes) {
+    if (!lane.thread.joinable()) continue;
+    {
+      std::lock_guard lock(state_->mutex);
+      for (auto& c : lane.connections) ::shutdown(c.fd, SHUT_RDWR);  // a read in progress returns now
+    }
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(lane.wake, &one, sizeof one);
+    lane.thread.join();
+  }
+  for (auto& lane : state_->lanes) {
+    for (auto& c : lane.connections) ::close(c.fd);
+    for (auto& c : lane.adopted) ::close(c.fd);
+    if (lane.wake >= 0) ::close(lane.wake);
+  }
+}
+
+void StripeReceivers::adopt(int fd, int peer, int lane) {
+  if (lane < 1 || lane > kMaxStripes) {
+    ::close(fd);
+    throw CommError("stripes: rank " + std::to_string(peer) + " opened lane " + std::to_string(lane) + ", at most " +
+                    std::to_string(kMaxStripes));
+  }
+  set_blocking(fd, state_->stall_timeout);
+  State::Lane& l = state_->lanes[lane - 1];
+  std::lock_guard lock(state_->mutex);
+  l.adopted.push_back({fd, peer});
+  if (!l.thread.joinable()) {
+    l.wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    l.thread = std::thread([s = state_.get(), &l] { s->run(l); });
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(l.wake, &one, sizeof one);
+}
+
+std::vector<StripedFrame> StripeReceivers::take_ready() {
+  std::lock_guard lock(state_->mutex);
+  return std::exchange(state_->ready, {});
+}
+
+void StripeReceivers::State::run(Lane& lane) {
+  std::vector<pollfd> fds;
+  while (!stopping) {
+    {
+      std::lock_guard lock(mutex);
+      lane.connections.insert(lane.connections.end(), lane.adopted.begin(), lane.adopted.end());
+      lane.adopted.clear();
+    }
+    fds.assign(1, pollfd{lane.wake, POLLIN, 0});
+    for (const auto& c : lane.connections) fds.push_back(pollfd{c.fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+    if (fds[0].revents & POLLIN) {
+      uint64_t count;
+      [[maybe_unused]] ssize_t n = ::read(lane.wake, &count, sizeof count);
+    }
+    for (size_t i = 1; i < fds.size() && !stopping; ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const Connection c = lane.connections[i - 1];
+      ReadResult result;
+      try {
+        result = read_chunk(c);
+      } catch (const CommError&) {
+        events.on_error(c.peer, std::current_exception());
+        result = ReadResult::failed;
+      }
+      if (result == ReadResult::ok) continue;
+      if (result == ReadResult::closed) events.on_closed(c.peer);
+      std::lock_guard lock(mutex);
+      std::erase_if(lane.connections, [&](const Connection& x) { return x.fd == c.fd; });
+      ::close(c.fd);
+    }
+  }
+}
+
+ReadResult StripeReceivers::State::read_chunk(const Connection& c) {
+  const std::string from = "stripes: a chunk from rank " + std::to_string(c.peer) + ": ";
+  uint8_t fixed[kChunkFixed];
+  if (const ReadResult r = read_all(c.fd, fixed, kChunkFixed); r != ReadResult::ok) return r;
+  const uint64_t seq = get_u64(fixed), total = get_u64(fixed + 8), offset = get_u64(fixed + 16),
+                 length = get_u64(fixed + 24);
+  const uint32_t header_bytes = get_u32(fixed + 32), part_count = get_u32(fixed + 36);
+  if (total == 0 || total > kStripedFrameMax)
+    throw CommError(from + "a frame of " + std::to_string(total) + " bytes (at most " +
+                    std::to_string(kStripedFrameMax) + ")");
+  if (offset > total || length > total - offset)
+    throw CommError(from + "bytes " + std::to_string(offset) + "+" + std::to_string(length) + " of a frame of " +
+                    std::to_string(total));
+  // Lane 0's chunk describes the frame (it starts at 0; another lane's may too when lane 0's is empty).
+  const bool described = header_bytes > 0;
+  if (described != (part_count > 0) || (described && offset != 0) || header_bytes > kHeaderMax ||
+      part_count > kDirectPartsMax)
+    throw CommError(from + "at offset " + std::to_string(offset) + " with a header of " + std::to_string(header_bytes) +
+                    " bytes and " + std::to_string(part_count) + " parts");
+  std::vector<uint8_t> layout(8 * size_t(part_count) + header_bytes);
+  if (!layout.empty() && read_all(c.fd, layout.data(), layout.size()) != ReadResult::ok)
+    throw CommError(from + "cut short");
+  std::vector<std::pair<uint64_t, uint64_t>> parts;
+  if (described) {
+    std::vector<uint64_t> sizes, offsets;
+    for (uint32_t i = 0; i < part_count; ++i) {
+      sizes.push_back(get_u64(layout.data() + 8 * i));
+      if (sizes.back() > kStripedFrameMax) throw CommError(from + "a part of " + std::to_string(sizes.back()) + " bytes");
+    }
+    if (lay_out(sizes, offsets) != total)
+      throw CommError(from + "parts that do not fill a frame of " + std::to_string(total) + " bytes");
+    for (size_t i = 0; i < sizes.size(); ++i) parts.emplace_back(offsets[i], sizes[i]);
+  }
+
+  const std::pair key{c.peer, seq};
+  std::shared_ptr<Storage> block;
+  {
+    std::lock_guard lock(mutex);
+    auto it = transfers.find(key);
+    if (it == transfers.end()) {
+      if (open[c.peer] >= kOpenPerPeer)
+        throw CommError(from + "more than " + std::to_string(kOpenPerPeer) + " frames open at once");
+      Transfer t;
+      t.total = total;
+      try {
+        t.block = pool->get(total);
+      } catch (const std::bad_alloc&) {
+        throw CommError(from + "no memory for a frame of " + std::to_string(total) + " bytes");
+      }
+      it = transfers.emplace(key, std::move(t)).first;
+      ++open[c.peer];
+    }
+    Transfer& t = it->second;
+    if (t.total != total)
+      throw CommError(from + "frame " + std::to_string(seq) + " of " + std::to_string(total) + " bytes, earlier " +
+                      std::to_string(t.total));
+    if (described) {
+      if (t.described) throw CommError(from + "frame " + std::to_string(seq) + " described twice");
+      t.described = true;
+      t.header.assign(layout.end() - header_bytes, layout.end());
+      t.parts = std::move(parts);
+    }
+    block = t.block;
+  }
+  // Lanes write disjoint ranges of the block; only the bookkeeping is shared.
+  if (length > 0 && read_all(c.fd, static_cast<uint8_t*>(block->data()) + offset, length) != ReadResult::ok)
+    throw CommError(from + "cut short");
+  bool whole = false;
+  {
+    std::lock_guard lock(mutex);
+    Transfer& t = transfers.at(key);
+    t.received += length;
+    if (t.received > t.total) throw CommError(from + "more bytes than frame " + std::to_string(seq) + " has");
+    if (t.received == t.total && t.described) {
+      ready.push_back(StripedFrame{c.peer, std::move(t.header), std::move(t.block), std::move(t.parts)});
+      transfers.erase(key);
+      --open[c.peer];
+      whole = true;
+    }
+  }
+  if (whole) events.on_ready();
+  return ReadResult::ok;
+}
+
+}  // namespace troupe::net

@@ -1,0 +1,104 @@
+#pragma once
+// Stripes: large frames carried over several TCP connections per peer at once, each written and
+// read by a thread of its own. One TCP stream moves bytes at one core's copy rate (~2.2 GB/s over
+// loopback on the 2-core machine we measure on); two streams on two cores move ~4 GB/s. Frames from
+// TransportOptions::stripe_min bytes up take this path; their bytes land straight in the memory the
+// received tensors will use.
+//
+//   StripeSenders out(/*lanes=*/2, on_broken);             // its threads start here
+//   out.connect(/*peer=*/1, peer_direct_endpoint, /*self=*/0, deadline);
+//   out.send(1, seq, header_bytes, {payload_bytes}, keep_alive, done);  // never blocks
+//   // on the peer, for each connection its DirectListener accepted and introduced as a stripe:
+//   StripeReceivers in(/*self=*/1, /*world_size=*/2, events);
+//   in.adopt(fd, /*peer=*/0, /*lane=*/1);
+//   for (StripedFrame& f : in.take_ready()) ...;           // after events.on_ready()
+//
+// Wire, after the introduction (direct_link.h, lane 1..): chunks, each
+// `u64 seq, u64 total, u64 offset, u64 length, u32 header bytes, u32 part count, u64 bytes of each
+// part, the header, then length bytes`, little-endian. A frame's parts are laid out one after the
+// other, each starting at a multiple of 64 bytes (padding travels as zeros), `total` bytes in all;
+// lane k carries the k-th of `lanes` nearly equal ranges of that layout, and the chunk at offset 0
+// also carries the frame header and the part sizes. So a receiver places every chunk at its offset
+// in one block without waiting for the others, and the frame is whole when `total` bytes came.
+// The per-peer sequence number orders striped frames among the peer's other frames (transport.h).
+//
+// Not for CURVE jobs, like direct links: the connections are not encrypted.
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "devices/tensor.h"
+#include "net/direct_link.h"
+#include "net/work.h"
+
+namespace troupe::net {
+
+// The most bytes one striped frame may claim (a bigger claim is a malformed chunk, not an allocation).
+inline constexpr uint64_t kStripedFrameMax = uint64_t(1) << 36;
+
+// The sending side: one thread per lane, each writing its lane's chunks to every peer in order.
+class StripeSenders {
+ public:
+  // on_broken(peer) runs on a lane's thread when a connection to the peer failed (the peer is then
+  // suspect; its later frames take the other paths).
+  StripeSenders(int lanes, std::function<void(int peer)> on_broken);
+  ~StripeSenders();  // drops what is still queued (flush_until first to send it)
+  StripeSenders(const StripeSenders&) = delete;
+  StripeSenders& operator=(const StripeSenders&) = delete;
+
+  int lanes() const;
+  // Opens the lanes' connections to a peer's direct-link endpoint; false when any cannot be made
+  // by the deadline (the peer then gets no stripes).
+  bool connect(int peer, const std::string& endpoint, int self, Deadline deadline);
+  bool usable(int peer) const;  // connected and not broken
+  // Queues a frame: its header and parts (bytes that `keep` holds alive until written). done, if
+  // given, finishes when every lane wrote its range (with CommError when a connection failed).
+  void send(int peer, uint64_t seq, std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts,
+            std::shared_ptr<const void> keep, std::shared_ptr<detail::Completion> done);
+  // Waits until every queued chunk is written or the deadline passed.
+  void flush_until(Deadline deadline);
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// A frame whose chunks all came: its header bytes (frame.h) and its parts as views of one block.
+struct StripedFrame {
+  int peer = -1;
+  std::vector<uint8_t> header;
+  std::shared_ptr<Storage> block;
+  std::vector<std::pair<uint64_t, uint64_t>> parts;  // offset and bytes of each part in the block
+};
+
+// The receiving side: one thread per lane, reading every peer's connection of that lane.
+class StripeReceivers {
+ public:
+  struct Events {
+    std::function<void()> on_ready;                                    // take_ready() has frames
+    std::function<void(int peer)> on_closed;                           // a peer closed a lane
+    std::function<void(int peer, std::exception_ptr error)> on_error;  // a malformed chunk (CommError)
+  };
+  StripeReceivers(int self, int world_size, Events events, std::chrono::milliseconds stall_timeout);
+  ~StripeReceivers();
+  StripeReceivers(const StripeReceivers&) = delete;
+  StripeReceivers& operator=(const StripeReceivers&) = delete;
+
+  // Takes a connection introduced as lane `lane` (1..kMaxStripes) of `peer`; its lane's thread
+  // starts with the lane's first connection.
+  void adopt(int fd, int peer, int lane);
+  std::vector<StripedFrame> take_ready();
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace troupe::net

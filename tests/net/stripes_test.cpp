@@ -1,0 +1,170 @@
+// The transport's stripes (net/stripes.h): large frames cross several connections at once and
+// arrive whole, in their turn among the peer's other frames, with their bytes where the tensors
+// need them; malformed chunks break the transport with CommError naming the rank.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <thread>
+
+#include "devices/error.h"
+#include "net/direct_link.h"
+#include "net/stripes.h"
+#include "net/transport.h"
+#include "tests/net/transport_pair.h"
+
+using namespace troupe;
+using namespace troupe::net;
+using namespace std::chrono_literals;
+
+namespace {
+
+FrameHeader data_header(int64_t tag) {
+  FrameHeader h;
+  h.kind = FrameKind::data;
+  h.tag = tag;
+  return h;
+}
+
+Message receive(Transport& t, int64_t tag, int source) {
+  auto m = t.wait(t.post(0, Lane::p2p, tag, source), deadline_after(20s));
+  if (!m) throw TimeoutError("test: nothing arrived");
+  return std::move(*m);
+}
+
+// n values i + k * step: a chunk placed at the wrong offset shows.
+Tensor ramp(int64_t n, float start) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) v[static_cast<size_t>(k)] = start + static_cast<float>(k % 100000);
+  return Tensor::from_vector(v, {n});
+}
+
+void put_u32(std::vector<uint8_t>& out, uint32_t v) {
+  out.insert(out.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 4);
+}
+void put_u64(std::vector<uint8_t>& out, uint64_t v) {
+  out.insert(out.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 8);
+}
+
+// A chunk as rank 1 would write it on a stripe (stripes.h, "Wire").
+std::vector<uint8_t> chunk(uint64_t seq, uint64_t total, uint64_t offset, uint64_t length, uint32_t header_bytes,
+                           std::vector<uint64_t> part_sizes) {
+  std::vector<uint8_t> out;
+  put_u64(out, seq);
+  put_u64(out, total);
+  put_u64(out, offset);
+  put_u64(out, length);
+  put_u32(out, header_bytes);
+  put_u32(out, static_cast<uint32_t>(part_sizes.size()));
+  for (uint64_t s : part_sizes) put_u64(out, s);
+  out.resize(out.size() + header_bytes, 0);
+  return out;
+}
+
+// Rank 0 of 2 (never connected) receiving one hand-made stripe from "rank 1": the error it breaks with.
+std::string refusal(const std::vector<uint8_t>& bytes, int lane = 1) {
+  Transport t(unconnected_rank0());
+  auto slot = t.post(0, Lane::p2p, 1, -1);
+  const int fd = dial_direct(t.address().direct, 1, lane, deadline_after(5s));
+  ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  std::string what;
+  try {
+    t.wait(slot, deadline_after(10s));
+    what = "nothing";
+  } catch (const CommError& e) {
+    what = e.what();
+  }
+  ::close(fd);
+  return what;
+}
+
+}  // namespace
+
+TEST_CASE("stripes: large frames arrive whole and in their turn among small and medium ones", "[net][stripes]") {
+  TransportPair p = connect_pair("tcp", {}, {});
+  // Sizes cycle through direct (12 B), ZeroMQ (256 KiB) and striped (4 MiB + an odd float).
+  const int64_t sizes[] = {3, 1 << 16, (1 << 20) + 1};
+  constexpr int kFrames = 30;
+  for (int i = 0; i < kFrames; ++i) p.a->send(1, data_header(5), ramp(sizes[i % 3], float(i)));
+  for (int i = 0; i < kFrames; ++i) {
+    Tensor got = receive(*p.b, 5, 0).payload;
+    REQUIRE(got.numel() == sizes[i % 3]);
+    CHECK(got.to_vector<float>() == ramp(sizes[i % 3], float(i)).to_vector<float>());
+  }
+  CHECK(p.b->striped_frames() == kFrames / 3);
+  CHECK(p.b->direct_frames() == kFrames / 3);
+
+  // Any dtype and shape, and a striped frame's storage is aligned for its dtype.
+  Tensor wide = Tensor::full({3, 1 << 17, 5}, -2.5, DType::f64);
+  p.b->send(0, data_header(6), wide);
+  Tensor back = receive(*p.a, 6, 1).payload;
+  CHECK(back.dtype() == DType::f64);
+  CHECK(back.shape() == Shape({3, 1 << 17, 5}));
+  CHECK(reinterpret_cast<uintptr_t>(back.raw_data()) % 64 == 0);
+  CHECK(back.to_vector<double>() == wide.to_vector<double>());
+  CHECK(p.a->striped_frames() == 1);
+}
+
+TEST_CASE("stripes: an actor frame's tensors come as parts at 64-byte boundaries", "[net][stripes]") {
+  TransportPair p = connect_pair("tcp", {}, {});
+  std::promise<Message> got;
+  auto handler = std::make_shared<ActorHandler>();
+  handler->on_frame = [&](Message&& m) { got.set_value(std::move(m)); };
+  handler->on_peer_lost = [](int, std::exception_ptr) {};
+  p.b->set_actor_handler(handler);
+  const std::vector<uint8_t> call = {1, 2, 3, 4, 5};  // the transport does not read it
+  const Tensor t1 = Tensor::full({(1 << 19) + 3}, 7.0, DType::f32);
+  const Tensor t2 = Tensor::from_vector<int64_t>({1, 2, 3}, {3});
+  p.a->send_actor_frame(1, call, {t1, t2});
+  auto future = got.get_future();
+  REQUIRE(future.wait_for(20s) == std::future_status::ready);
+  Message m = future.get();
+  CHECK(p.b->striped_frames() == 1);
+  REQUIRE(m.payload.numel() == 5);
+  CHECK(m.payload.to_vector<uint8_t>() == call);
+  REQUIRE(m.parts.size() == 2);
+  CHECK(m.parts[0].nbytes() == t1.nbytes());
+  CHECK(m.parts[1].nbytes() == t2.nbytes());
+  for (const Tensor& part : m.parts) CHECK(reinterpret_cast<uintptr_t>(part.raw_data()) % 64 == 0);
+  CHECK(std::memcmp(m.parts[0].raw_data(), t1.raw_data(), t1.nbytes()) == 0);
+  CHECK(std::memcmp(m.parts[1].raw_data(), t2.raw_data(), t2.nbytes()) == 0);
+}
+
+TEST_CASE("stripes: off, or below stripe_min, large frames take ZeroMQ, and a send completes once its lanes wrote",
+          "[net][stripes]") {
+  TransportOptions off;
+  off.stripes = 0;
+  TransportOptions high;
+  high.stripe_min = 64 << 20;
+  for (const auto& [a, b] : {std::pair{off, off}, std::pair{high, TransportOptions{}}}) {
+    TransportPair p = connect_pair("tcp", a, b);
+    p.a->send(1, data_header(2), ramp(1 << 20, 1.0f));
+    CHECK(receive(*p.b, 2, 0).payload.to_vector<float>() == ramp(1 << 20, 1.0f).to_vector<float>());
+    CHECK(p.b->striped_frames() == 0);
+  }
+  // A receiver with stripes off still takes a striping sender's lanes.
+  TransportPair p = connect_pair("tcp", {}, off);
+  auto done = std::make_shared<net::detail::Completion>();
+  p.a->send(1, data_header(2), ramp(1 << 21, 2.0f), done);
+  CHECK(receive(*p.b, 2, 0).payload.to_vector<float>() == ramp(1 << 21, 2.0f).to_vector<float>());
+  CHECK(done->wait_until(deadline_after(10s)));
+  CHECK(p.b->striped_frames() == 1);
+
+  TransportOptions too_many;
+  too_many.stripes = kMaxStripes + 1;
+  CHECK_THROWS_AS(Transport(too_many), ValueError);
+}
+
+TEST_CASE("stripes: malformed chunks break the transport with CommError naming the rank", "[net][stripes]") {
+  CHECK_THAT(refusal(chunk(0, uint64_t(1) << 40, 0, 8, 100, {8})), Catch::Contains("rank 1") && Catch::Contains("bytes (at most"));
+  CHECK_THAT(refusal(chunk(0, 1000, 900, 200, 0, {})), Catch::Contains("bytes 900+200 of a frame of 1000"));
+  CHECK_THAT(refusal(chunk(0, 1000, 64, 10, 100, {1000})), Catch::Contains("at offset 64 with a header"));
+  CHECK_THAT(refusal(chunk(0, 1000, 0, 10, 100, {10, 10})), Catch::Contains("parts that do not fill"));
+  CHECK_THAT(refusal({}, kMaxStripes + 1), Catch::Contains("introduced lane 9"));
+  // A sender that goes quiet in the middle of a chunk is cut off once it made no progress for the
+  // stall timeout (the peer timeout, 3 s), not waited for forever.
+  std::vector<uint8_t> cut = chunk(0, 4096, 0, 4096, 100, {4096});
+  cut.resize(cut.size() + 1000);
+  CHECK_THAT(refusal(cut), Catch::Contains("cut short"));
+}
