@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -29,8 +28,6 @@ constexpr size_t kChunkFixed = 40;        // seq, total, offset, length, header 
 constexpr size_t kHeaderMax = 1024;       // frame headers are ~100 bytes
 constexpr uint64_t kPartAlign = 64;       // each part starts here: views of any dtype need no copy
 constexpr size_t kOpenPerPeer = 256;      // frames of one peer partly received at once
-constexpr size_t kBlockAlign = 2 << 20;   // receive blocks: whole huge pages
-constexpr size_t kPoolBytes = 512 << 20;  // freed receive blocks kept for reuse
 
 void put_u32(uint8_t* out, uint32_t v) { std::memcpy(out, &v, 4); }
 void put_u64(uint8_t* out, uint64_t v) { std::memcpy(out, &v, 8); }
@@ -110,55 +107,6 @@ ReadResult read_all(int fd, void* out, size_t bytes) {
   }
   return ReadResult::ok;
 }
-
-// Freed receive blocks, kept for the next frame: fresh pages fault in one by one, which costs more
-// than the copy itself on a VM.
-class BlockPool : public std::enable_shared_from_this<BlockPool> {
- public:
-  ~BlockPool() {
-    for (auto& [capacity, data] : free_) std::free(data);
-  }
-
-  std::shared_ptr<Storage> get(size_t bytes) {
-    void* data = nullptr;
-    size_t capacity = 0;
-    {
-      std::lock_guard lock(mutex_);
-      auto it = free_.lower_bound(bytes);
-      if (it != free_.end() && it->first <= 2 * bytes) {
-        capacity = it->first;
-        data = it->second;
-        cached_ -= capacity;
-        free_.erase(it);
-      }
-    }
-    if (!data) {
-      capacity = align_up(std::max<size_t>(bytes, 1), kBlockAlign);
-      data = std::aligned_alloc(kBlockAlign, capacity);
-      if (!data) throw std::bad_alloc();
-      ::madvise(data, capacity, MADV_HUGEPAGE);
-    }
-    return std::make_shared<Storage>(data, bytes, Device::cpu(),
-                                     [pool = shared_from_this(), capacity](void* p) { pool->put(p, capacity); });
-  }
-
- private:
-  void put(void* data, size_t capacity) {
-    {
-      std::lock_guard lock(mutex_);
-      if (cached_ + capacity <= kPoolBytes) {
-        free_.emplace(capacity, data);
-        cached_ += capacity;
-        return;
-      }
-    }
-    std::free(data);
-  }
-
-  std::mutex mutex_;
-  std::multimap<size_t, void*> free_;  // capacity -> block
-  size_t cached_ = 0;
-};
 
 }  // namespace
 
@@ -364,7 +312,6 @@ struct StripeReceivers::State {
   int self, world_size;
   Events events;
   std::chrono::milliseconds stall_timeout;
-  std::shared_ptr<BlockPool> pool = std::make_shared<BlockPool>();
   std::mutex mutex;
   std::map<std::pair<int, uint64_t>, Transfer> transfers;
   std::vector<size_t> open;  // transfers partly received, by peer
@@ -507,7 +454,7 @@ ReadResult StripeReceivers::State::read_chunk(const Connection& c) {
       Transfer t;
       t.total = total;
       try {
-        t.block = pool->get(total);
+        t.block = std::make_shared<Storage>(total, Device::cpu());  // reused blocks (host_allocator.h)
       } catch (const std::bad_alloc&) {
         throw CommError(from + "no memory for a frame of " + std::to_string(total) + " bytes");
       }
