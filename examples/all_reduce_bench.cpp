@@ -7,7 +7,8 @@
 // busbw = bytes / time * 2(n-1)/n, as nccl-tests define it. Each size: two warm-up calls, a
 // barrier, then `reps` timed calls (as many as the anchor makes); the median is reported.
 // --collective broadcast times a broadcast from rank 0 followed by a barrier instead (the root
-// may return before the others have the data); busbw = bytes / time.
+// may return before the others have the data); busbw = bytes / time. --collective all_gather times
+// an all_gather of `bytes` from every rank; busbw = bytes * (n-1) / time (what each rank receives).
 //
 // On paper (all_reduce_model.h): --fit also prints alpha and beta read off the smallest and the
 // largest size; --model N (no ranks needed) prints the predicted all_reduce time of the ring, the
@@ -36,7 +37,8 @@ int main(int argc, char** argv) {
   app.add_option("--sizes", sizes, "message sizes in bytes (f32 elements = bytes / 4)")->delimiter(',');
   app.add_option("--op", op_name, "sum, product, max, min or avg")
       ->check(CLI::IsMember({"sum", "product", "max", "min", "avg"}));
-  app.add_option("--collective", collective, "all_reduce or broadcast")->check(CLI::IsMember({"all_reduce", "broadcast"}));
+  app.add_option("--collective", collective, "all_reduce, broadcast or all_gather")
+      ->check(CLI::IsMember({"all_reduce", "broadcast", "all_gather"}));
   app.add_flag("--json", json, "one JSON line per size instead of a table");
   bool fit_model = false;
   int model_ranks = 0, per_host = 8;
@@ -98,6 +100,9 @@ int main(int argc, char** argv) {
         if (collective == "broadcast") {
           broadcast(*world, t, 0);
           barrier(*world);
+        } else if (collective == "all_gather") {
+          std::vector<Tensor> parts;
+          all_gather(*world, parts, t);
         } else {
           all_reduce(*world, t, op);
         }
@@ -107,7 +112,8 @@ int main(int argc, char** argv) {
       const double median = us[static_cast<size_t>(reps / 2)];
       measured.emplace_back(bytes, median * 1e-6);
       const double busbw =
-          static_cast<double>(bytes) / (median * 1e-6) * (collective == "broadcast" ? 1.0 : 2.0 * (n - 1) / n) / 1e9;
+          static_cast<double>(bytes) / (median * 1e-6) *
+          (collective == "broadcast" ? 1.0 : collective == "all_gather" ? n - 1.0 : 2.0 * (n - 1) / n) / 1e9;
       if (world->rank() != 0) continue;
       if (json)
         print_json_line(nlohmann::ordered_json{
