@@ -46,7 +46,7 @@
 //   calls made meanwhile wait for the new one; on_down fires once the restarts are spent.
 // - Shutdown: destroying RemoteActors cancels this rank's pending requests (CancelledError),
 //   drops calls not yet started and waits for the running ones.
-// - Hosting: host() makes an object this rank already holds an actor of this rank under a name
+// - Hosting: host() turns an object this rank already holds into one of its actors, under a name
 //   (unique in the job, else ValueError), answering the methods listed: no registered type, no
 //   constructor arguments. Its calls run in its mailbox as a spawned actor's do; the actor holds
 //   the object until it is stopped (or RemoteActors is destroyed). type() is empty for it.
