@@ -165,8 +165,16 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
 
   // Sends the inputs and constants on their way and starts the nodes without inputs.
   void launch(const InvocationPtr& inv, std::vector<Value> inputs) {
-    if (world > 1) link->start(*inv);
-    for (size_t k = 0; k < inputs.size(); ++k) deliver(plan.input_consumers[k], inv, true, std::move(inputs[k]));
+    try {
+      if (world > 1) link->start(*inv);
+      for (size_t k = 0; k < inputs.size(); ++k) deliver(plan.input_consumers[k], inv, true, std::move(inputs[k]));
+    } catch (...) {
+      // A peer went away (while run() waited for a slot, say): the invocation fails with why,
+      // rather than run() throwing with the invocation still in flight.
+      inv->fail(std::current_exception());
+      complete(inv);
+      return;
+    }
     launch_local(inv);
   }
 
