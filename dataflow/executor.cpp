@@ -23,6 +23,7 @@
 #include "dataflow/rank_link.h"
 #include "devices/error_kinds.h"
 #include "devices/threads.h"
+#include "net/process_group.h"
 
 namespace troupe::detail {
 
@@ -69,9 +70,8 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
       throw ValueError("Executor: max_in_flight must be >= 1, got " + std::to_string(options.max_in_flight));
     plan = make_plan(*graph);
     if (options.group) {
-      link = std::make_unique<RankLink>(options.group);
-      rank = link->rank();
-      world = link->size();
+      rank = options.group->rank();
+      world = options.group->size();
     }
     for (const PlanNode& pn : plan.nodes)
       if (pn.rank >= world)
@@ -100,7 +100,16 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   static std::shared_ptr<ExecutorCore> create(const Graph& g, ExecutorOptions opts) {
     auto core = std::make_shared<ExecutorCore>(g, opts);
     core->spawn_actors();
-    if (core->link) core->link->listen(*core);
+    if (core->world > 1) {
+      try {
+        core->remote = net::RemoteActors::ensure(opts.group);
+        core->link = RankLink::connect(opts.group, g.name(), core);
+      } catch (...) {
+        core->stop();
+        core->remote.reset();
+        throw;
+      }
+    }
     return core;
   }
 
@@ -156,8 +165,16 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
 
   // Sends the inputs and constants on their way and starts the nodes without inputs.
   void launch(const InvocationPtr& inv, std::vector<Value> inputs) {
-    if (world > 1) link->start(*inv);
-    for (size_t k = 0; k < inputs.size(); ++k) deliver(plan.input_consumers[k], inv, true, std::move(inputs[k]));
+    try {
+      if (world > 1) link->start(*inv);
+      for (size_t k = 0; k < inputs.size(); ++k) deliver(plan.input_consumers[k], inv, true, std::move(inputs[k]));
+    } catch (...) {
+      // A peer went away (while run() waited for a slot, say): the invocation fails with why,
+      // rather than run() throwing with the invocation still in flight.
+      inv->fail(std::current_exception());
+      complete(inv);
+      return;
+    }
     launch_local(inv);
   }
 
@@ -193,16 +210,17 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
 
   // A value from another rank: its target must be an input of a node of this rank, or (on rank
   // 0) a graph output; anything else is a peer that does not run this graph.
-  void deliver_local(const InvocationPtr& inv, int node, int slot, bool live, Value value) override {
-    const bool known = node < 0 ? rank == 0 && slot < static_cast<int>(plan.output_names.size())
-                                : node < static_cast<int>(plan.nodes.size()) && local(node) &&
-                                      slot < static_cast<int>(plan.nodes[node].inputs.size());
+  void deliver_local(const InvocationPtr& inv, int64_t node, int64_t slot, bool live, Value value) override {
+    const auto within = [](int64_t i, size_t n) { return i >= 0 && static_cast<uint64_t>(i) < n; };
+    const bool known = node == -1 ? rank == 0 && within(slot, plan.output_names.size())
+                                  : within(node, plan.nodes.size()) && local(static_cast<int>(node)) &&
+                                        within(slot, plan.nodes[node].inputs.size());
     if (!known)
       throw CommError("executor of graph '" + plan.graph + "' on rank " + std::to_string(rank) +
                       ": a peer sent a value for node " + std::to_string(node) + " input " + std::to_string(slot) +
                       ", which this rank does not run");
-    if (node < 0) set_output(*inv, slot, live, std::move(value));
-    else send_handoff(nodes[node].actor, Deliver{inv, slot, live, std::move(value)});
+    if (node < 0) set_output(*inv, static_cast<int>(slot), live, std::move(value));
+    else send_handoff(nodes[node].actor, Deliver{inv, static_cast<int>(slot), live, std::move(value)});
   }
 
   void node_done(const InvocationPtr& inv) override {
@@ -474,10 +492,13 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   mutable std::mutex mutex;
   std::condition_variable idle;  // in_flight went down
   int in_flight = 0, peak = 0;
-  bool served = false;  // rank 0 said stop (or a peer was lost): serve() returns
+  bool served = false;  // rank 0's executor went away (or the link broke): serve() returns
 
   int rank = 0, world = 1;
-  std::unique_ptr<RankLink> link;  // with a process group
+  // With a process group of more than one rank: this process's remote actors (when the executor
+  // made them) and the link to the other ranks' parts.
+  std::shared_ptr<net::RemoteActors> remote;
+  std::shared_ptr<RankLink> link;
 };
 
 }  // namespace troupe::detail
@@ -512,8 +533,9 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
 
 Executor::~Executor() {
   wait_idle();
-  if (core_->link) core_->link->stop();
+  if (core_->link) core_->link->close();
   core_->stop();
+  core_->remote.reset();  // a RemoteActors made for executors closes with the last of them
 }
 
 Invocation Executor::run(std::map<std::string, Value> inputs) {

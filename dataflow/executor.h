@@ -17,15 +17,26 @@
 // futures with CancelledError. Destroy executors before the Runtime whose actors they use.
 //
 // Ranks: with a process group, every rank builds the same graph and an Executor on the group
-// (in the same order). Nodes run on the rank given by NodeRef::on_rank (default 0, the driver);
-// only that rank spawns their actors. Rank 0 calls run(); the others call serve(), which
-// returns when rank 0's executor is destroyed. Values crossing ranks must be tensors; they
-// travel as dataflow frames on the transport's own lane (net/dataflow_channel.h: no p2p tag of
-// yours is taken), and every rank reports to rank 0 when it is done with an invocation (with its
-// error, if a node failed), so rank 0's futures and in-flight bound cover the whole job.
-// Cancelling skips the pending nodes of rank 0 only.
+// (the same executors, in the same order; each constructor waits for the other ranks' up to the
+// group's timeout). Nodes run on the rank given by NodeRef::on_rank (default 0, the driver); only
+// that rank spawns their actors. Rank 0 calls run(); the others call serve(), which returns when
+// rank 0's executor is destroyed. Each rank's part of the executor is a remote actor
+// (net/remote/remote_actor.h) named "troupe.dataflow/<group id>.<n>/<rank>" (the group's n-th
+// executor). Values crossing ranks must be tensors: they travel as the tensor parts of calls to
+// the part on the other rank (zero-copy; no p2p tag of yours is taken), and every rank reports to
+// rank 0 when it is done with an invocation (with its error, if a node failed), so rank 0's
+// futures and in-flight bound cover the whole job. A lost rank fails every pending invocation
+// with PeerLostError naming it, within 5 s; serve() then throws it. Cancelling skips the pending
+// nodes of rank 0 only.
+// Remote actors: the executor uses the process's net::RemoteActors when the program made one
+// (make it before the executor and destroy it after), else one it makes on the group's
+// transport, shared by the executors of the process and closed with the last. So a program may
+// host and call its own remote actors beside an executor: serve() returns when rank 0's executor
+// is gone, net::serve() when the drivers' RemoteActors are. Rank 0 of the job keeps the names:
+// with an executor on a sub-group without it, it needs a RemoteActors all the same.
 //
 //   auto world = net::init_process_group();             // under `troupe launch --nproc 2`
+//   net::RemoteActors actors(world);                     // optional: only for actors of your own
 //   Graph g = build();                                   // e.g. g.op(...).on_rank(1)
 //   Executor exec(g, {.group = world});
 //   if (world->rank() == 0) y = exec({{"x", x}}).at("y"); else exec.serve();

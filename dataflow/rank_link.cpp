@@ -1,28 +1,123 @@
 #include "dataflow/rank_link.h"
 
-#include "net/process_group.h"
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "net/transport.h"
 
 namespace troupe::detail {
 
-RankLink::RankLink(std::shared_ptr<net::ProcessGroup> group) : channel_(std::move(group)) {}
+namespace {
 
-void RankLink::listen(Scheduler& scheduler) {
-  scheduler_ = &scheduler;
-  for (int peer = 0; peer < size(); ++peer)
-    if (peer != rank()) receivers_.emplace_back([this, peer] { receive_from(peer); });
+// The n-th executor this process made on a group with this id: the same n on every rank of the
+// group, as they all make the same executors in the same order.
+uint64_t next_executor_number(uint64_t group) {
+  static std::mutex mutex;
+  static std::map<uint64_t, uint64_t> made;
+  std::lock_guard lock(mutex);
+  return made[group]++;
 }
 
-void RankLink::stop() {
-  for (int peer = 0; peer < size(); ++peer) {
-    if (peer == rank()) continue;
-    try {
-      channel_.stop(peer);
-    } catch (...) {
-      // The peer is gone already; its receiver here has ended with the error.
-    }
+// A lost rank, or a broken connection to it (not a part that went away on purpose).
+bool is_loss(const std::exception_ptr& why) {
+  if (!why) return false;
+  try {
+    std::rethrow_exception(why);
+  } catch (const CommError&) {
+    return true;
+  } catch (...) {
+    return false;
   }
-  for (auto& r : receivers_) r.join();
-  receivers_.clear();
+}
+
+}  // namespace
+
+RankLink::RankLink(std::shared_ptr<net::ProcessGroup> group, const std::string& graph, std::weak_ptr<Scheduler> scheduler)
+    : group_(std::move(group)),
+      number_(next_executor_number(group_->id())),
+      where_("executor of graph '" + graph + "' on rank " + std::to_string(group_->rank()) + ": "),
+      scheduler_(std::move(scheduler)),
+      ready_(group_->size(), 0) {}
+
+std::shared_ptr<RankLink> RankLink::connect(std::shared_ptr<net::ProcessGroup> group, const std::string& graph,
+                                            std::weak_ptr<Scheduler> scheduler) {
+  std::shared_ptr<RankLink> link(new RankLink(std::move(group), graph, std::move(scheduler)));
+  link->self_ = net::host(link->part_name(link->rank()), link, net::Method{"start", &RankLink::on_start},
+                          net::Method{"data", &RankLink::on_data}, net::Method{"ack", &RankLink::on_ack},
+                          net::Method{"ready", &RankLink::on_ready});
+  try {
+    link->find_peers();
+  } catch (...) {
+    link->close();
+    throw;
+  }
+  return link;
+}
+
+std::string RankLink::part_name(int r) const {
+  return "troupe.dataflow/" + std::to_string(group_->id()) + "." + std::to_string(number_) + "/" + std::to_string(r);
+}
+
+net::RemoteActor RankLink::find(int peer, net::Deadline deadline) const {
+  const std::string name = part_name(peer);
+  while (true) {
+    try {
+      return net::lookup(name);
+    } catch (const ValueError&) {
+      // Not hosted yet: that rank is still on its way to this executor.
+    }
+    group_->transport().check_peer(group_->global_rank(peer));
+    if (net::Clock::now() >= deadline)
+      throw TimeoutError(where_ + "rank " + std::to_string(peer) + " hosted no part '" + name + "' within " +
+                         std::to_string(group_->timeout().count()) +
+                         " ms (every rank of the group makes the same Executors on it, in the same order)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void RankLink::find_peers() {
+  const net::Deadline deadline = net::deadline_after(group_->timeout());
+  std::vector<net::RemoteActor> found(size());
+  for (int p = 0; p < size(); ++p)
+    if (p != rank()) found[p] = find(p, deadline);
+  {
+    std::lock_guard lock(mutex_);
+    peers_ = found;
+  }
+  std::weak_ptr<RankLink> weak = weak_from_this();
+  for (int p = 0; p < size(); ++p)
+    if (p != rank())
+      found[p].on_down([weak, p](std::exception_ptr why) {
+        if (auto link = weak.lock()) link->peer_down(p, why);
+      });
+  if (rank() != 0) return found[0].send("ready", rank());
+  std::unique_lock lock(mutex_);
+  const auto all_ready = [&] {
+    for (int p = 1; p < size(); ++p)
+      if (!ready_[p]) return false;
+    return true;
+  };
+  readied_.wait_until(lock, deadline, [&] { return broken_ || all_ready(); });
+  if (broken_) std::rethrow_exception(broken_);
+  if (all_ready()) return;
+  std::string missing;
+  for (int p = 1; p < size(); ++p)
+    if (!ready_[p]) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+  throw TimeoutError(where_ + "rank(s) " + missing + " did not find every part within " +
+                     std::to_string(group_->timeout().count()) + " ms");
+}
+
+void RankLink::close() {
+  {
+    std::lock_guard lock(mutex_);
+    closing_ = true;
+  }
+  try {
+    self_.stop();
+  } catch (const Error&) {
+    // This rank's RemoteActors is gone, and the part with it.
+  }
 }
 
 void RankLink::track(const InvocationPtr& inv) {
@@ -35,13 +130,18 @@ void RankLink::forget(uint64_t id) {
   by_id_.erase(id);
 }
 
-void RankLink::start(const InvocationState& inv) {
-  for (int peer = 0; peer < size(); ++peer)
-    if (peer != rank()) channel_.start(peer, inv.id);
+net::RemoteActor RankLink::peer(int r) {
+  std::lock_guard lock(mutex_);
+  return peers_[r];
 }
 
-void RankLink::data(int peer, const InvocationState& inv, int node, int slot, bool live, const Tensor& value) {
-  channel_.data(peer, inv.id, node, slot, live, value);
+void RankLink::start(const InvocationState& inv) {
+  for (int p = 0; p < size(); ++p)
+    if (p != rank()) peer(p).send("start", inv.id);
+}
+
+void RankLink::data(int to, const InvocationState& inv, int node, int slot, bool live, const Tensor& value) {
+  peer(to).send("data", inv.id, node, slot, live ? std::optional<Tensor>(value) : std::nullopt);
 }
 
 void RankLink::check_healthy() {
@@ -51,63 +151,100 @@ void RankLink::check_healthy() {
 
 // This rank's state of invocation `id`: rank 0 made it in run(); another rank makes it when the
 // first message about it arrives, and acks to rank 0 when its nodes are done with it.
-InvocationPtr RankLink::invocation(uint64_t id) {
+InvocationPtr RankLink::invocation(uint64_t id, Scheduler& scheduler) {
   std::lock_guard lock(mutex_);
+  if (broken_) return nullptr;
   auto it = by_id_.find(id);
   if (it != by_id_.end()) return it->second;
   if (rank() == 0) return nullptr;
-  auto inv = scheduler_->make_invocation(id, 0);
-  inv->on_done = [this](InvocationState& done) {
+  auto inv = scheduler.make_invocation(id, 0);
+  inv->on_done = [to = peers_[0]](InvocationState& done) {
     try {
-      channel_.ack(0, done.id, done.error);
-    } catch (...) {
-      lose_peer(std::current_exception());
+      to.send("ack", done.id, done.error);
+    } catch (const Error&) {
+      // Rank 0's part is lost or gone: its down notice fails what is left here.
     }
   };
   by_id_[id] = inv;
   return inv;
 }
 
-void RankLink::receive_from(int peer) {
+void RankLink::on_start(uint64_t id) {
+  auto scheduler = scheduler_.lock();
+  if (!scheduler) return;
+  if (rank() == 0) return refuse(*scheduler, "a peer sent a start, which only rank 0 sends");
+  if (InvocationPtr inv = invocation(id, *scheduler)) scheduler->launch_local(inv);
+}
+
+void RankLink::on_data(uint64_t id, int64_t node, int64_t slot, std::optional<Tensor> value) {
+  auto scheduler = scheduler_.lock();
+  if (!scheduler) return;
+  InvocationPtr inv = invocation(id, *scheduler);
+  if (!inv) return;
   try {
-    for (;;) {
-      net::DataflowChannel::Incoming in = channel_.receive(peer);
-      const net::DataflowHeader& h = in.header;
-      if (h.message == net::DataflowMessage::stop) break;
-      InvocationPtr inv = invocation(h.invocation);
-      if (!inv) continue;
-      switch (h.message) {
-        case net::DataflowMessage::start: scheduler_->launch_local(inv); break;
-        case net::DataflowMessage::data:
-          scheduler_->deliver_local(inv, h.node, h.slot, h.live, in.value);
-          break;
-        case net::DataflowMessage::ack:
-          if (in.error) inv->fail(in.error);
-          scheduler_->node_done(inv);
-          break;
-        case net::DataflowMessage::stop: break;
-      }
-    }
-    if (peer == 0) scheduler_->driver_gone();
-  } catch (...) {
-    lose_peer(std::current_exception());
+    scheduler->deliver_local(inv, node, slot, value.has_value(), value ? Value(std::move(*value)) : Value());
+  } catch (const CommError&) {
+    lose_peer(*scheduler, std::current_exception());
   }
 }
 
-// A rank died or a message failed: every invocation this rank knows fails with that error now
-// (their other messages will never come), and later runs throw it.
-void RankLink::lose_peer(std::exception_ptr error) {
+void RankLink::on_ack(uint64_t id, std::exception_ptr error) {
+  auto scheduler = scheduler_.lock();
+  if (!scheduler) return;
+  if (rank() != 0) return refuse(*scheduler, "a peer sent an ack, which only rank 0 takes");
+  InvocationPtr inv = invocation(id, *scheduler);
+  if (!inv) return;
+  if (error) inv->fail(error);
+  scheduler->node_done(inv);
+}
+
+void RankLink::on_ready(int64_t peer) {
+  auto scheduler = scheduler_.lock();
+  if (!scheduler) return;
+  if (rank() != 0 || peer < 1 || peer >= size())
+    return refuse(*scheduler, "a peer said rank " + std::to_string(peer) + " is ready, which rank " +
+                                  std::to_string(rank()) + " does not wait for");
+  {
+    std::lock_guard lock(mutex_);
+    ready_[peer] = 1;
+  }
+  readied_.notify_all();
+}
+
+// A peer's part is down: its rank was lost (every rank fails what it knows), or its executor went
+// away: rank 0's ends serve() elsewhere; another rank's, while rank 0's still runs, breaks rank
+// 0's (its invocations would wait for that rank forever).
+void RankLink::peer_down(int peer, std::exception_ptr why) {
+  auto scheduler = scheduler_.lock();
+  if (!scheduler) return;
+  {
+    std::lock_guard lock(mutex_);
+    if (closing_) return;
+  }
+  if (is_loss(why)) return lose_peer(*scheduler, why);
+  if (rank() == 0)
+    return lose_peer(*scheduler, std::make_exception_ptr(CommError(
+                                     where_ + "rank " + std::to_string(peer) + "'s executor went away while this one runs")));
+  if (peer == 0) scheduler->driver_gone();
+}
+
+void RankLink::refuse(Scheduler& scheduler, const std::string& what) {
+  lose_peer(scheduler, std::make_exception_ptr(CommError(where_ + what)));
+}
+
+void RankLink::lose_peer(Scheduler& scheduler, std::exception_ptr error) {
   std::vector<InvocationPtr> lost;
   {
     std::lock_guard lock(mutex_);
     if (!broken_) broken_ = error;
     for (auto& [id, inv] : by_id_) lost.push_back(inv);
   }
+  readied_.notify_all();
   for (auto& inv : lost) {
     inv->fail(error);
-    scheduler_->complete(inv);
+    scheduler.complete(inv);
   }
-  scheduler_->driver_gone();
+  scheduler.driver_gone();
 }
 
 }  // namespace troupe::detail

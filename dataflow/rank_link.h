@@ -1,26 +1,35 @@
 #pragma once
-// RankLink: an executor's side of the other ranks (executor.h, "Ranks"). It tells peers about
-// invocations through a net::DataflowChannel, and runs one thread per peer that turns the peer's
-// messages into calls on the executor's Scheduler. It knows every invocation a message may name:
-// rank 0's from run(), the others' made when their first message arrives and acked to rank 0
-// when this rank is done with them. When a peer is lost, all of them fail with that error.
+// RankLink: an executor's side of the other ranks (executor.h, "Ranks"). Each rank's part of an
+// executor is a remote actor (net/remote/remote_actor.h): this object, hosted on its rank as
+// "troupe.dataflow/<group id>.<n>/<rank>" (the group's n-th executor: every rank makes the same
+// ones in the same order), whose methods are the messages between the parts. A peer's part is
+// called with send(), and calls from one rank to a part run in the order they were made, which
+// is all the protocol needs: rank 0's start and values reach a rank in order, and a rank's values
+// reach rank 0 before its ack. The link knows every invocation a message may name: rank 0's from
+// run(), the others' made when their first message arrives and acked to rank 0 when this rank is
+// done with them. When a peer's rank is lost (on_down), all of them fail with that error.
 // Internal to the executor.
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <thread>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "dataflow/invocation_state.h"
-#include "net/dataflow_channel.h"
+#include "net/process_group.h"
+#include "net/remote/remote_actor.h"
+#include "net/work.h"
 
 namespace troupe::detail {
 
-class RankLink {
+class RankLink : public std::enable_shared_from_this<RankLink> {
  public:
-  // What the executor does with what arrives.
+  // What the executor does with what arrives. The link holds it weakly: once the executor is gone,
+  // what still arrives is dropped.
   class Scheduler {
    public:
     virtual ~Scheduler() = default;
@@ -30,41 +39,67 @@ class RankLink {
     virtual void launch_local(const InvocationPtr& inv) = 0;
     // A value for input `slot` of plan node `node` here (-1: graph output `slot`); CommError
     // when the plan has no such input on this rank.
-    virtual void deliver_local(const InvocationPtr& inv, int node, int slot, bool live, Value value) = 0;
+    virtual void deliver_local(const InvocationPtr& inv, int64_t node, int64_t slot, bool live, Value value) = 0;
     virtual void node_done(const InvocationPtr& inv) = 0;
     virtual void complete(const InvocationPtr& inv) = 0;
-    // Rank 0 said stop, or a peer was lost: serve() returns.
+    // Rank 0's executor went away, or this link broke: serve() returns.
     virtual void driver_gone() = 0;
   };
 
-  explicit RankLink(std::shared_ptr<net::ProcessGroup> group);
+  // Hosts this rank's part and finds the other ranks' parts, waiting up to the group's timeout for
+  // them (TimeoutError naming the rank; PeerLostError when it is gone). Rank 0 returns once every
+  // rank has found every part, so that no part goes away before the others have found it.
+  static std::shared_ptr<RankLink> connect(std::shared_ptr<net::ProcessGroup> group, const std::string& graph,
+                                           std::weak_ptr<Scheduler> scheduler);
+  // Stops this rank's part once the calls that came before it have run. The peers hear of it:
+  // rank 0's part going away ends the others' serve().
+  void close();
 
-  int rank() const { return channel_.rank(); }
-  int size() const { return channel_.size(); }
-
-  // Starts the receiving threads; messages then call scheduler (which must outlive stop()).
-  void listen(Scheduler& scheduler);
-  // Tells the peers to stop and joins the receiving threads (each ends at its peer's stop).
-  void stop();
+  int rank() const { return group_->rank(); }
+  int size() const { return group_->size(); }
 
   void track(const InvocationPtr& inv);  // rank 0: an invocation it started
   void forget(uint64_t id);              // done: no message names it any more
   void start(const InvocationState& inv);  // rank 0: to every peer
   void data(int peer, const InvocationState& inv, int node, int slot, bool live, const Tensor& value);
-  // Throws the error that lost a peer, if one was lost.
+  // Throws the error that broke the link (a lost peer, a peer's bad message), if one did.
   void check_healthy();
 
- private:
-  InvocationPtr invocation(uint64_t id);
-  void receive_from(int peer);
-  void lose_peer(std::exception_ptr error);
+  // The part's methods: what the peers call, one at a time, in the order each peer sent them.
+  void on_start(uint64_t invocation);
+  // A value (none: a dead token) for input `slot` of plan node `node` (-1: graph output `slot`).
+  void on_data(uint64_t invocation, int64_t node, int64_t slot, std::optional<Tensor> value);
+  // The sender is done with the invocation; error: why it failed there (rank 0 only).
+  void on_ack(uint64_t invocation, std::exception_ptr error);
+  // Rank `peer` found every part (rank 0 only).
+  void on_ready(int64_t peer);
 
-  net::DataflowChannel channel_;
-  Scheduler* scheduler_ = nullptr;
-  std::vector<std::thread> receivers_;  // one per peer
-  std::mutex mutex_;
+ private:
+  RankLink(std::shared_ptr<net::ProcessGroup> group, const std::string& graph, std::weak_ptr<Scheduler> scheduler);
+  std::string part_name(int rank) const;
+  net::RemoteActor find(int peer, net::Deadline deadline) const;
+  void find_peers();
+  net::RemoteActor peer(int rank);
+  InvocationPtr invocation(uint64_t id, Scheduler& scheduler);
+  void peer_down(int peer, std::exception_ptr why);
+  // A peer's message this rank cannot take: the link breaks with a CommError saying so.
+  void refuse(Scheduler& scheduler, const std::string& what);
+  // Every invocation this rank knows fails with `error` now (their other messages will never
+  // come), later runs throw it, and serve() returns.
+  void lose_peer(Scheduler& scheduler, std::exception_ptr error);
+
+  std::shared_ptr<net::ProcessGroup> group_;
+  uint64_t number_;    // the group's n-th executor
+  std::string where_;  // "executor of graph 'g' on rank 1: ", what errors raised here start with
+  std::weak_ptr<Scheduler> scheduler_;
+  net::RemoteActor self_;  // this rank's part
+  std::mutex mutex_;       // guards what follows
+  std::condition_variable readied_;
+  std::vector<net::RemoteActor> peers_;  // by group rank; set once every part is found
+  std::vector<uint8_t> ready_;           // rank 0: the ranks that found every part
   std::unordered_map<uint64_t, InvocationPtr> by_id_;  // invocations messages may name
-  std::exception_ptr broken_;                          // the error that lost a peer
+  std::exception_ptr broken_;                          // what broke the link; it takes no more messages
+  bool closing_ = false;
 };
 
 }  // namespace troupe::detail

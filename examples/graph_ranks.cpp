@@ -1,6 +1,7 @@
 // A graph split across two ranks: rank 0 feeds requests and post-processes, rank 1 holds the
-// model (an MLP of op nodes placed there). Tensors cross as ZeroMQ tensor messages tagged by
-// invocation. Rank 0 checks the answers against the same graph run in one process.
+// model (an MLP of op nodes placed there). Tensors cross as calls to the other rank's part of the
+// executor, a remote actor (zero-copy tensor parts, tagged by invocation). Rank 0 checks the
+// answers against the same graph run in one process.
 //   troupe launch --nproc 2 build/bin/graph_ranks [--requests 100] [--in-flight 8]
 // (any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT works too)
 #include <CLI/CLI.hpp>

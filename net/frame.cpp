@@ -16,8 +16,9 @@ namespace {
 //   0 magic u32 | 4 version u8 | 5 kind u8 | 6 dtype u8 | 7 ndims u8 | 8 group u64 | 16 seq u64
 //   24 tag i64 | 32 source i32 | 36 op u8 | 37 reduce u8 | 38 op dtype u8 | 39 zero u8
 //   40 count u64 | 48 collective seq u64 | 56 payload bytes u64 | 64 root i32 | 68 zero u32
-//   72 dims i64 x ndims | dataflow frames: the dataflow part (dataflow_frame.h)
+//   72 dims i64 x ndims
 constexpr size_t kFixedHeader = 72;
+constexpr uint8_t kNoKind = 7;  // the gap in FrameKind (frame.h)
 
 using wire::get;
 using wire::put;
@@ -36,7 +37,6 @@ const char* name(FrameKind kind) {
     case FrameKind::heartbeat: return "heartbeat";
     case FrameKind::hello: return "hello";
     case FrameKind::goodbye: return "goodbye";
-    case FrameKind::dataflow: return "dataflow";
     case FrameKind::actor: return "actor";
   }
   return "unknown";
@@ -56,7 +56,7 @@ const char* name(ReduceOp op) {
 }
 
 size_t header_size(FrameKind kind, size_t ndims) {
-  return kFixedHeader + 8 * ndims + (kind == FrameKind::dataflow ? kDataflowHeaderBytes : 0);
+  return kFixedHeader + 8 * ndims;
 }
 
 void encode_header_into(const FrameHeader& h, uint8_t* out) {
@@ -82,7 +82,6 @@ void encode_header_into(const FrameHeader& h, uint8_t* out) {
   put<int32_t>(out, 64, h.op.root);
   put<uint32_t>(out, 68, 0);
   for (size_t i = 0; i < h.shape.size(); ++i) put<int64_t>(out, kFixedHeader + 8 * i, h.shape[i]);
-  if (h.kind == FrameKind::dataflow) encode_dataflow(h.dataflow, out + kFixedHeader + 8 * h.shape.size());
 }
 
 std::vector<uint8_t> encode_header(const FrameHeader& header) {
@@ -102,7 +101,7 @@ FrameHeader decode_header(const void* data, size_t size, size_t payload_size, in
 
   FrameHeader h;
   const uint8_t kind = get<uint8_t>(in, 5);
-  if (kind < static_cast<uint8_t>(FrameKind::data) || kind > static_cast<uint8_t>(FrameKind::actor))
+  if (kind < static_cast<uint8_t>(FrameKind::data) || kind > static_cast<uint8_t>(FrameKind::actor) || kind == kNoKind)
     malformed("unknown kind " + std::to_string(kind));
   h.kind = static_cast<FrameKind>(kind);
   const uint8_t dtype = get<uint8_t>(in, 6);
@@ -159,8 +158,6 @@ FrameHeader decode_header(const void* data, size_t size, size_t payload_size, in
     malformed("control frame must carry u8 text, got " + std::string(name(h.dtype)) + to_string(h.shape));
   if (h.kind == FrameKind::actor && (h.dtype != DType::u8 || ndims != 1 || h.payload_bytes == 0))
     malformed("actor frame must carry a u8 call frame, got " + std::string(name(h.dtype)) + to_string(h.shape));
-  if (h.kind == FrameKind::dataflow)
-    h.dataflow = decode_dataflow(in + kFixedHeader + 8 * ndims, h.payload_bytes, h.dtype == DType::u8 && ndims == 1);
   return h;
 }
 

@@ -1,7 +1,6 @@
 #pragma once
-// The wire format: one frame is a fixed little-endian header (plus shape dims, plus a dataflow
-// part for dataflow frames: dataflow_frame.h) sent as one ZeroMQ message part, followed by the
-// tensor payload as a second part (sent zero-copy).
+// The wire format: one frame is a fixed little-endian header (plus shape dims) sent as one ZeroMQ
+// message part, followed by the tensor payload as a second part (sent zero-copy).
 //
 //   FrameHeader h;
 //   h.kind = FrameKind::data; h.source = 0; h.tag = 7; h.dtype = DType::f32; h.shape = {2, 3};
@@ -11,7 +10,7 @@
 //
 // decode_header trusts nothing: magic, version, every enum, the source rank, the shape (rank <= 8,
 // dims >= 0, product * itemsize == payload bytes without overflow) and the exact header length
-// and the dataflow part are checked before use, and anything malformed throws CommError. It allocates only the shape
+// are checked before use, and anything malformed throws CommError. It allocates only the shape
 // vector, whose length is bounded by kMaxFrameDims.
 #include <cstddef>
 #include <cstdint>
@@ -20,12 +19,11 @@
 
 #include "devices/dtype.h"
 #include "devices/shape.h"
-#include "net/dataflow_frame.h"
 
 namespace troupe::net {
 
 inline constexpr uint32_t kFrameMagic = 0x45505254;  // "TRPE" in little-endian bytes
-inline constexpr uint8_t kFrameVersion = 3;
+inline constexpr uint8_t kFrameVersion = 4;
 inline constexpr size_t kMaxFrameDims = 8;
 
 enum class FrameKind : uint8_t {
@@ -35,7 +33,7 @@ enum class FrameKind : uint8_t {
   heartbeat = 4,   // liveness, every 200 ms to every peer
   hello = 5,       // the first frame on a connection: proves the peer is up (and authenticated)
   goodbye = 6,     // the peer shuts down cleanly
-  dataflow = 7,    // an executor's message to its peer on another rank (lane dataflow, keyed by link id)
+                   // 7: no kind (it was the dataflow executor's, whose ranks now talk as remote actors)
   actor = 8,       // a remote actor's call, reply or notice: payload is the u8 call frame
                    // (net/remote/call_frame.h); its tensors follow as parts of their own
 };
@@ -60,12 +58,11 @@ struct FrameHeader {
   FrameKind kind = FrameKind::data;
   uint64_t group = 0;  // 0: the world group; sub-groups get derived ids
   uint64_t seq = 0;    // per-connection sequence number (detects loss or reordering)
-  int64_t tag = 0;     // p2p tag; collective frames: the collective sequence number; dataflow: the link id
+  int64_t tag = 0;     // p2p tag; collective frames: the collective sequence number
   int32_t source = 0;  // global rank of the sender
   DType dtype = DType::u8;
   Shape shape;
   OpDescriptor op;
-  DataflowHeader dataflow;  // dataflow frames only
   uint64_t payload_bytes = 0;
 };
 
@@ -73,7 +70,7 @@ const char* name(FrameKind kind);
 const char* name(CollectiveOp op);
 const char* name(ReduceOp op);
 
-size_t header_size(FrameKind kind, size_t ndims);
+size_t header_size(FrameKind kind, size_t ndims);  // the same for every kind
 std::vector<uint8_t> encode_header(const FrameHeader& header);
 // Writes the header into out, which must hold header_size(header.kind, header.shape.size()) bytes.
 void encode_header_into(const FrameHeader& header, uint8_t* out);

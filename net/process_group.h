@@ -109,7 +109,6 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
  private:
   friend class Channel;  // numbers the collectives: a stray call would desynchronise the ranks
-  friend class DataflowChannel;
   friend collectives::HostGroups collectives::make_host_groups(ProcessGroup& group);  // keyed_group
   // The group of `ranks` (group ranks, this one among them) whose id every rank derives from this
   // group's id and `key`, with no message: new_group's keys count its calls; internal sub-groups
@@ -117,8 +116,6 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<ProcessGroup> keyed_group(uint64_t key, const std::vector<int>& ranks);
   uint64_t next_collective_seq() { return collective_seq_++; }
   void check_peer_rank(const char* op, int r, bool any_allowed) const;
-  // The n-th dataflow channel made on this group: the same n on every rank (an executor each).
-  uint64_t next_dataflow_channel_id() { return dataflow_channels_++; }
 
   std::shared_ptr<Transport> transport_;
   uint64_t id_;
@@ -127,7 +124,6 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::atomic<int64_t> timeout_ms_;
   std::atomic<uint64_t> collective_seq_{0};
   std::atomic<uint64_t> child_groups_{0};
-  std::atomic<uint64_t> dataflow_channels_{0};
   std::mutex actor_mutex_;
   std::unique_ptr<collectives::CollectiveActor> actor_;  // made on first use
   std::unique_ptr<collectives::SharedMemoryAllReduce> shm_;  // made on first use

@@ -169,7 +169,7 @@ void send_tensor_part(void* socket, const Tensor& host, int flags, const std::sh
 
 Lane lane_of(FrameKind kind) {
   if (kind == FrameKind::data) return Lane::p2p;
-  return kind == FrameKind::dataflow ? Lane::dataflow : Lane::collective;
+  return Lane::collective;
 }
 
 }  // namespace
@@ -1157,8 +1157,7 @@ void Transport::handle_frame(int r, FrameHeader h, Tensor payload, std::vector<T
     }
     case FrameKind::data:
     case FrameKind::collective:
-    case FrameKind::control:
-    case FrameKind::dataflow: {
+    case FrameKind::control: {
       std::lock_guard lock(mutex_);
       deliver(Message{r, std::move(h), std::move(payload), {}});
       return;

@@ -79,9 +79,9 @@ struct PeerAddress {
   static PeerAddress parse(const std::string& text);  // CommError when malformed; direct is optional
 };
 
-// Inboxes by who reads them: users' p2p tags, collectives (by sequence number), and executors'
-// dataflow channels (by channel id), so none can take another's frames.
-enum class Lane : uint8_t { p2p, collective, dataflow };
+// Inboxes by who reads them: users' p2p tags and collectives (by sequence number), so neither can
+// take the other's frames.
+enum class Lane : uint8_t { p2p, collective };
 
 // A received frame: the sender's global rank, its validated header and the adopted payload.
 struct Message {

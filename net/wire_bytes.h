@@ -1,6 +1,6 @@
 #pragma once
-// Little-endian fields at byte offsets, for the frame codecs (frame.cpp, dataflow_frame.cpp,
-// remote/call_frame.cpp). Internal to net/.
+// Little-endian fields at byte offsets, for the frame codecs (frame.cpp, remote/call_frame.cpp).
+// Internal to net/.
 //
 //   put<uint32_t>(out, 0, kFrameMagic);
 //   const auto magic = get<uint32_t>(in, 0);

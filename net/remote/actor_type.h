@@ -60,6 +60,7 @@ template <class M>
 struct MethodOf;
 template <class R, class C, class... A>
 struct MethodOf<R (C::*)(A...)> {
+  using object = C;
   using result = R;
   using arguments = std::tuple<std::remove_cvref_t<A>...>;
 };

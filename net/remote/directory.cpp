@@ -24,8 +24,9 @@ void RemoteActors::Impl::enroll(int source, const CallFrame& call) {
   }
   if (holder)
     return refuse(source, call.request,
-                  error<ValueError>("the name '" + call.text + "' is taken (by a " + holder->type + " on rank " +
-                                    std::to_string(holder->rank) + ")"));
+                  error<ValueError>("the name '" + call.text + "' is taken (by " +
+                                    (holder->type.empty() ? std::string("an object hosted") : "a " + holder->type) +
+                                    " on rank " + std::to_string(holder->rank) + ")"));
   respond(source, call.request, Value(), "");
 }
 

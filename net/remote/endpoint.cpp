@@ -10,13 +10,16 @@ namespace troupe::net {
 using detail::error;
 using detail::error_text;
 
-RemoteActors::Impl::Impl(std::shared_ptr<ProcessGroup> world_group)
-    : world(std::move(world_group)),
-      transport(world->transport()),
+RemoteActors::Impl::Impl(std::shared_ptr<ProcessGroup> made_on)
+    : group(std::move(made_on)),
+      transport(group->transport()),
       rank(transport.rank()),
       size(transport.world_size()),
       roles(size, Role::driving),
-      constructor(troupe::detail::spawn_module_actor("remote actors: constructors")) {}
+      constructor(troupe::detail::spawn_module_actor("remote actors: constructors")) {
+  std::lock_guard lock(mutex);
+  update_drivers_done();  // a world of one has no driver to wait for
+}
 
 void RemoteActors::Impl::post(int dst, CallFrame call) {
   if (dst == rank) return dispatch(rank, std::move(call));
@@ -244,7 +247,7 @@ void RemoteActors::Impl::close() {
     // Other drivers may still call this rank's actors, or look names up in rank 0's directory:
     // calls are answered until each of them is done or lost (or the group's timeout passes).
     std::unique_lock lock(mutex);
-    roles_changed.wait_for(lock, world->timeout(), [&] { return drivers_done.load(); });
+    roles_changed.wait_for(lock, group->timeout(), [&] { return drivers_done.load(); });
   }
   transport.set_actor_handler(nullptr);
   std::vector<Pending> cancelled;

@@ -58,8 +58,8 @@ struct Call {
 struct Hosted {
   uint64_t id = 0;
   std::string name;
-  const ActorType* type = nullptr;
-  std::shared_ptr<void> object;          // null once stopped
+  std::shared_ptr<const ActorType> type;  // registered (not owned), or a hosted object's methods
+  std::shared_ptr<void> object;           // null once stopped
   std::shared_ptr<ModuleQueue> executor;  // its CAF actor, for calls that no serving thread takes
   std::set<int> watchers;                 // ranks to tell when it stops (under Impl::mutex)
   std::mutex mutex;                       // guards the mailbox
@@ -89,7 +89,8 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   using Call = detail::Call;
   using Hosted = detail::Hosted;
 
-  explicit Impl(std::shared_ptr<ProcessGroup> world_group);
+  // Any group of the job: its transport (every rank's) and its timeout are what is used.
+  explicit Impl(std::shared_ptr<ProcessGroup> made_on);
 
   enum class Role { driving, serving, done, lost };
   struct Pending {
@@ -103,7 +104,7 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
     std::string type;
   };
 
-  std::shared_ptr<ProcessGroup> world;
+  std::shared_ptr<ProcessGroup> group;
   Transport& transport;
   const int rank, size;
 
@@ -167,6 +168,10 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   void host_spawn(int source, CallFrame&& call);
   void construct(const ActorType* type, int source, uint64_t request, std::string name, const Value& arguments,
                  int replaces_rank, uint64_t replaces_id);
+  // host(): the object joins this rank's actors, then its name is enrolled in rank 0's directory
+  // (waiting for that); a name taken there undoes it.
+  std::shared_ptr<ActorRef> host_object(std::string name, std::shared_ptr<void> object,
+                                        std::shared_ptr<const ActorType> methods);
 
   // --- rank 0's directory of names (directory.cpp) -------------------------------------------
   void enroll(int source, const CallFrame& call);

@@ -91,7 +91,8 @@ void RemoteActors::Impl::run(Hosted& actor, Call& call) {
   if (!actor.object) {
     failure = error<ValueError>(what + "the actor was stopped");
   } else if (!method) {
-    failure = error<ValueError>(what + "no such method; " + actor.type->name + " has " + actor.type->method_names());
+    failure = error<ValueError>(what + "no such method; " + (actor.type->name.empty() ? "it" : actor.type->name) +
+                                " has " + actor.type->method_names());
   } else {
     try {
       result = method->call(actor.object.get(), call.arguments);
@@ -159,7 +160,7 @@ void RemoteActors::Impl::construct(const ActorType* type, int source, uint64_t r
                int replaces_rank, uint64_t replaces_id) {
   const std::string what = "spawn_on: " + type->name + " on rank " + std::to_string(rank) + ": ";
   auto actor = std::make_shared<Hosted>();
-  actor->type = type;
+  actor->type = std::shared_ptr<const ActorType>(std::shared_ptr<const void>(), type);  // registered: lives on
   try {
     actor->object = type->construct(arguments);
   } catch (...) {
@@ -194,6 +195,36 @@ void RemoteActors::Impl::construct(const ActorType* type, int source, uint64_t r
                 Value::list({Value::string(type->name), Value::integer(replaces_rank),
                              Value::integer(static_cast<int64_t>(replaces_id))})},
       what + "enrolling '" + actor->name + "' with rank 0: ", std::move(enrolled));
+}
+
+std::shared_ptr<detail::ActorRef> RemoteActors::Impl::host_object(std::string name, std::shared_ptr<void> object,
+                                                                  std::shared_ptr<const ActorType> methods) {
+  const std::string what = "host('" + name + "') on rank " + std::to_string(rank) + ": ";
+  if (name.empty()) throw ValueError("host: an actor hosted on rank " + std::to_string(rank) + " needs a name");
+  if (!object) throw ValueError(what + "no object");
+  auto actor = std::make_shared<Hosted>();
+  actor->name = name;
+  actor->type = std::move(methods);
+  actor->object = std::move(object);
+  actor->executor = troupe::detail::spawn_module_actor(name);
+  {
+    std::lock_guard lock(mutex);
+    actor->id = next_actor++;
+    hosted.emplace(actor->id, actor);
+  }
+  try {
+    ask_and_wait(0,
+                 CallFrame{CallKind::enroll, actor->id, 0, name,
+                           Value::list({Value::string(""), Value::integer(-1), Value::integer(0)})},
+                 "");
+  } catch (...) {
+    {
+      std::lock_guard lock(mutex);
+      hosted.erase(actor->id);
+    }
+    std::rethrow_exception(with_context(what, std::current_exception()));
+  }
+  return make_ref(std::move(name), "", rank, actor->id);
 }
 
 }  // namespace troupe::net

@@ -1,5 +1,6 @@
 #include "net/remote/endpoint.h"
 
+#include <condition_variable>
 #include <thread>
 
 namespace troupe::net {
@@ -10,8 +11,12 @@ using detail::error;
 
 namespace {
 
-std::mutex current_mutex;
+std::mutex current_mutex;  // guards the four below
 std::shared_ptr<RemoteActors::Impl> current_node;
+bool current_is_shared = false;           // ensure() made it
+std::weak_ptr<RemoteActors> shared_node;  // ensure()'s, while somebody holds it
+std::condition_variable current_closed;
+std::mutex ensure_mutex;  // one ensure() at a time, so that only one makes a RemoteActors
 
 std::shared_ptr<RemoteActors::Impl> current(const char* what) {
   std::lock_guard lock(current_mutex);
@@ -26,12 +31,39 @@ RemoteActors::RemoteActors(std::shared_ptr<ProcessGroup> world) {
   if (!world) throw ValueError("RemoteActors: no process group");
   if (world->id() != 0 || world->size() != world->transport().world_size())
     throw ValueError("RemoteActors: needs the world group (init_process_group's), not a sub-group");
-  impl_ = std::make_shared<Impl>(std::move(world));
+  open(std::move(world), false);
+}
+
+std::shared_ptr<RemoteActors> RemoteActors::ensure(const std::shared_ptr<ProcessGroup>& group) {
+  if (!group) throw ValueError("RemoteActors::ensure: no process group");
+  std::lock_guard making(ensure_mutex);
+  {
+    std::unique_lock lock(current_mutex);
+    while (current_node) {
+      if (!current_is_shared) return nullptr;
+      if (auto shared = shared_node.lock()) return shared;
+      current_closed.wait(lock);  // its last holder is closing it
+    }
+  }
+  std::shared_ptr<RemoteActors> made(new RemoteActors());
+  made->open(group, true);
+  std::lock_guard lock(current_mutex);
+  shared_node = made;
+  return made;
+}
+
+void RemoteActors::open(std::shared_ptr<ProcessGroup> group, bool shared) {
+  auto impl = std::make_shared<Impl>(std::move(group));
   {
     std::lock_guard lock(current_mutex);
-    if (current_node) throw ValueError("RemoteActors: this process has one already; one at a time");
-    current_node = impl_;
+    if (current_node)
+      throw ValueError(current_is_shared ? "RemoteActors: this process has one already, made for a library on a process "
+                                           "group (an Executor's): make the program's before it"
+                                         : "RemoteActors: this process has one already; one at a time");
+    current_node = impl;
+    current_is_shared = shared;
   }
+  impl_ = std::move(impl);
   auto handler = std::make_shared<ActorHandler>();
   std::weak_ptr<Impl> weak = impl_;
   handler->on_frame = [weak](Message&& m) {
@@ -47,9 +79,14 @@ RemoteActors::RemoteActors(std::shared_ptr<ProcessGroup> world) {
 }
 
 RemoteActors::~RemoteActors() {
+  if (!impl_) return;  // open() failed
   impl_->close();
   std::lock_guard lock(current_mutex);
-  if (current_node == impl_) current_node.reset();
+  if (current_node == impl_) {
+    current_node.reset();
+    current_is_shared = false;
+  }
+  current_closed.notify_all();
 }
 
 const std::string& RemoteActor::name() const {
@@ -117,6 +154,14 @@ RemoteActor lookup(std::string_view name, std::chrono::milliseconds wait_for) {
 }
 
 void serve() { current("serve")->serve(); }
+
+namespace detail {
+
+RemoteActor host(std::string_view name, std::shared_ptr<void> object, std::shared_ptr<const ActorType> methods) {
+  return RemoteActor(current("host")->host_object(std::string(name), std::move(object), std::move(methods)));
+}
+
+}  // namespace detail
 
 namespace detail {
 

@@ -16,6 +16,10 @@
 //     serve();                                             // host calls until the driver is done
 //   }
 //
+//   auto tally = std::make_shared<Tally>();                // an object this rank already has,
+//   RemoteActor t = host("app.tally/" + std::to_string(world->rank()), tally,  // called by name
+//                        Method{"add", &Tally::add}, Method{"total", &Tally::total});
+//
 // Semantics
 // - Names: spawn_on calls an actor "<type>/<rank>", then "<type>/<rank>.1", ... on that rank,
 //   unless SpawnOptions::name says otherwise. Names are unique in the job: rank 0 keeps the
@@ -42,6 +46,15 @@
 //   calls made meanwhile wait for the new one; on_down fires once the restarts are spent.
 // - Shutdown: destroying RemoteActors cancels this rank's pending requests (CancelledError),
 //   drops calls not yet started and waits for the running ones.
+// - Hosting: host() turns an object this rank already holds into one of its actors, under a name
+//   (unique in the job, else ValueError), answering the methods listed: no registered type, no
+//   constructor arguments. Its calls run in its mailbox as a spawned actor's do; the actor holds
+//   the object until it is stopped (or RemoteActors is destroyed). type() is empty for it.
+// - One per process: the program makes RemoteActors on every rank, before anything that calls
+//   remote actors and destroyed after it. A library that needs them on a process group (the
+//   dataflow executor, dataflow/executor.h) calls RemoteActors::ensure(group): the program's, or,
+//   when the program has none, one made on the group's transport and shared by such libraries
+//   until the last lets go (a RemoteActors the program makes meanwhile is a ValueError).
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -106,9 +119,19 @@ class RemoteActors {
   RemoteActors(const RemoteActors&) = delete;
   RemoteActors& operator=(const RemoteActors&) = delete;
 
+  // For a library that needs remote actors on `group` (any group of the job): null when this
+  // process has a RemoteActors (the program's, which must then outlive the library's use), else
+  // one made on the group's transport, the same for every caller while one of them holds it.
+  //   std::shared_ptr<RemoteActors> mine = RemoteActors::ensure(group);  // keep it while in use
+  static std::shared_ptr<RemoteActors> ensure(const std::shared_ptr<ProcessGroup>& group);
+
   struct Impl;
 
  private:
+  RemoteActors() = default;
+  // Becomes this process's RemoteActors (ValueError when it has one), made by ensure() or not.
+  void open(std::shared_ptr<ProcessGroup> group, bool shared);
+
   std::shared_ptr<Impl> impl_;
 };
 
@@ -119,7 +142,7 @@ class RemoteActor {
 
   bool valid() const { return ref_ != nullptr; }
   const std::string& name() const;
-  const std::string& type() const;
+  const std::string& type() const;  // empty for a hosted object
   int rank() const;  // where it lives now
 
   // Calls `method` with the arguments; the future holds its result decoded as R (Value: as it
@@ -151,6 +174,20 @@ RemoteActor spawn_on(int rank, std::string_view type, const Args&... args) {
   return spawn_on(options, type, args...);
 }
 
+// One method of a hosted object, by the name its callers use: Method{"add", &Tally::add}.
+template <class M>
+struct Method {
+  std::string_view name;
+  M member;
+};
+template <class M>
+Method(const char*, M) -> Method<M>;
+
+// Hosts an object this rank holds as the actor `name`, answering `methods` (see "Hosting");
+// returns once rank 0's directory has the name. ValueError when it is taken.
+template <class T, class... M>
+RemoteActor host(std::string_view name, std::shared_ptr<T> object, const Method<M>&... methods);
+
 // The actor called `name`. Not there yet: waits up to `wait` for it to appear, then ValueError.
 RemoteActor lookup(std::string_view name, std::chrono::milliseconds wait = std::chrono::milliseconds(0));
 
@@ -160,6 +197,16 @@ void serve();
 
 namespace detail {
 RemoteActor spawn(const SpawnOptions& options, std::string_view type, Value arguments);
+RemoteActor host(std::string_view name, std::shared_ptr<void> object, std::shared_ptr<const ActorType> methods);
+}  // namespace detail
+
+template <class T, class... M>
+RemoteActor host(std::string_view name, std::shared_ptr<T> object, const Method<M>&... methods) {
+  static_assert((std::is_base_of_v<typename detail::MethodOf<M>::object, T> && ...),
+                "host: every method must be a member of the object's class");
+  auto type = std::make_shared<ActorType>();
+  (type->methods.push_back(detail::bind_method<T>(std::string(methods.name), methods.member)), ...);
+  return detail::host(name, std::move(object), std::move(type));
 }
 
 template <class... Args>

@@ -24,6 +24,19 @@ std::string Value::describe() const {
 
 void Value::expected(const char* wanted) const { throw ValueError(std::string("expected ") + wanted + ", got " + describe()); }
 
+Value Codec<std::exception_ptr>::encode(const std::exception_ptr& error) {
+  if (!error) return Value();
+  ErrorRecord record = encode_error(error);
+  return Value::list({Value::string(std::move(record.kind)), Value::string(std::move(record.message))});
+}
+
+std::exception_ptr Codec<std::exception_ptr>::decode(const Value& v) {
+  if (v.is_none()) return nullptr;
+  auto [kind, message] = detail::decode_tuple<std::string, std::string>(v, "item");
+  if (kind.empty()) throw ValueError("expected an error's kind, got an empty string");
+  return decode_error(ErrorRecord{std::move(kind), std::move(message)});
+}
+
 namespace detail {
 
 void rethrow_in(const std::string& where) { std::rethrow_exception(with_context(where, std::current_exception())); }

@@ -13,10 +13,12 @@
 //   Tensor t = to_value(a);                         // conversion to any decodable type
 //
 // Codecs: bool, integers (range-checked), float/double, std::string (and const char* to send),
-// Tensor, std::vector<T>, std::pair, std::tuple, std::optional<T> (none when empty), Value, and
+// Tensor, std::vector<T>, std::pair, std::tuple, std::optional<T> (none when empty), Value,
+// std::exception_ptr (none when null; comes back as the same error type) and
 // default-constructible structs with TROUPE_FIELDS. Tensors are never copied into a Value's bytes: on the wire each
 // one is a message part of its own (net/remote/call_frame.h).
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <optional>
 #include <string>
@@ -163,6 +165,14 @@ struct Codec<Tensor> {
     return Value::tensor(t);
   }
   static Tensor decode(const Value& v) { return v.as_tensor(); }
+};
+
+// An error travels as [kind, message] and comes back as the same type (devices/error_kinds.h;
+// a kind unknown to the receiver comes back as Error naming it); null travels as none.
+template <>
+struct Codec<std::exception_ptr> {
+  static Value encode(const std::exception_ptr& error);
+  static std::exception_ptr decode(const Value& v);
 };
 
 template <class T>

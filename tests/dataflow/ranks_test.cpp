@@ -1,13 +1,21 @@
-#include <catch2/catch.hpp>
+#include <signal.h>
+#include <unistd.h>
 
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <optional>
 #include <string>
 
 #include "dataflow/executor.h"
 #include "devices/ops.h"
 #include "net/process_group.h"
+#include "net/remote/remote_actor.h"
 #include "support/ranks.h"
+#include "support/thrown.h"
 
 using namespace troupe;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -27,6 +35,60 @@ Graph two_rank_graph() {
   g.output("halved", g.subgraph("halve", half, {x}).on_rank(1));
   g.output("tag", g.call("label", [](const Tensor& t) { return std::string("local"); }, {x}));
   return g;
+}
+
+std::shared_ptr<net::ProcessGroup> init_world() {
+  net::InitOptions o;
+  o.timeout = 30s;
+  return net::init_process_group(o);
+}
+
+// A user's remote actor, hosted beside the executor's part.
+struct Tally {
+  int64_t add(int64_t x) { return total += x; }
+  int64_t total = 0;
+};
+TROUPE_ACTOR(Tally, "test.tally", &Tally::add);
+
+// x -> y = x + 1 on rank 1, which dies (kill -9) on x = 99.
+Graph fragile_graph() {
+  Graph g("fragile");
+  g.output("y", g.call("step", [](const Tensor& t) {
+    if (t.item<float>() == 99) ::kill(::getpid(), SIGKILL);
+    return add(t, 1.0);
+  }, {g.input("x")}).on_rank(1));
+  return g;
+}
+
+// The program has remote actors of its own: rank 0 calls one on rank 1 between invocations, and
+// again once its executor is gone. Rank 1 serves the executor, then the actors (serve_all: one
+// net::serve() for both).
+void beside_remote_actors(bool serve_all) {
+  auto world = init_world();
+  net::RemoteActors actors(world);
+  if (world->rank() != 0) {
+    Executor exec(two_rank_graph(), {.group = world});
+    if (!serve_all) CHECK_NOTHROW(exec.serve());  // returns when rank 0's executor is gone
+    CHECK_NOTHROW(net::serve());                  // returns when rank 0's RemoteActors is
+    return;
+  }
+  net::RemoteActor tally = net::spawn_on(1, "test.tally");
+  {
+    Executor exec(two_rank_graph(), {.max_in_flight = 4, .group = world});
+    std::vector<Invocation> runs;
+    for (int k = 0; k < 8; ++k) {
+      runs.push_back(exec.run({{"x", Tensor::scalar(float(k))}}));
+      tally.send("add", k);
+    }
+    for (int k = 0; k < 8; ++k) {
+      auto out = runs[k].get_all();
+      CHECK(out.at("y").tensor().item<float>() == 2 * k + 1);
+      CHECK(out.at("remote").tensor().item<float>() == -2 * k);
+      CHECK(out.at("halved").tensor().item<float>() == 0.5f * k);
+    }
+    CHECK(tally.request<int64_t>("add", 0).get() == 28);
+  }
+  CHECK(tally.request<int64_t>("add", 1).get() == 29);  // rank 1 still hosts it
 }
 
 }  // namespace
@@ -74,4 +136,85 @@ TEST_CASE("executor: rank placement needs a group that has the rank", "[dataflow
   Graph neg("neg");
   neg.output("y", neg.op("neg", {neg.input("x")}).named("n").on_rank(-1));
   CHECK_THROWS_WITH(Executor(neg), Catch::Contains("node 'n' is placed on rank -1"));
+}
+
+TEST_CASE("dataflow rank: executor beside remote actors", "[.rank]") { beside_remote_actors(false); }
+TEST_CASE("dataflow rank: one net::serve() for the executor and remote actors", "[.rank]") { beside_remote_actors(true); }
+
+TEST_CASE("executor: a process with remote actors of its own runs one on two ranks", "[dataflow]") {
+  check_all_passed(run_ranks(2, "dataflow rank: executor beside remote actors"), 2);
+  check_all_passed(run_ranks(2, "dataflow rank: one net::serve() for the executor and remote actors"), 2);
+}
+
+// Rank 1 dies while invocations are pending: each fails with PeerLostError naming it, the run
+// that waited for a slot too.
+TEST_CASE("dataflow rank: rank 1 is lost", "[.rank]") {
+  auto world = init_world();
+  Executor exec(fragile_graph(), {.max_in_flight = 2, .group = world});
+  if (world->rank() != 0) return exec.serve();  // dies in it
+  CHECK(exec.run({{"x", Tensor::scalar(1.0f)}}).get("y").tensor().item<float>() == 2);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Invocation> runs;
+  for (float x : {99.0f, 3.0f}) runs.push_back(exec.run({{"x", Tensor::scalar(x)}}));
+  std::vector<std::string> errors;
+  try {
+    Invocation waited = exec.run({{"x", Tensor::scalar(4.0f)}});  // until the loss frees a slot
+    errors.push_back(thrown<PeerLostError>([&] { waited.get("y"); }));
+  } catch (const PeerLostError& e) {  // the loss came before this run
+    errors.push_back(e.what());
+  }
+  for (auto& r : runs) errors.push_back(thrown<PeerLostError>([&] { r.get("y"); }));
+  std::printf("pending invocations failed %.2f s after the one that kills rank 1 was run\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  REQUIRE(errors.size() == 3);
+  for (const std::string& m : errors) CHECK_THAT(m, Catch::Contains("rank 1"));
+  CHECK_THAT(thrown<PeerLostError>([&] { exec.run({{"x", Tensor::scalar(5.0f)}}); }), Catch::Contains("rank 1"));
+  CHECK(exec.in_flight() == 0);
+}
+
+// Rank 0 dies: rank 1's serve() throws PeerLostError naming it.
+TEST_CASE("dataflow rank: rank 0 is lost", "[.rank]") {
+  auto world = init_world();
+  Executor exec(two_rank_graph(), {.group = world});
+  if (world->rank() == 0) {
+    CHECK(exec.run({{"x", Tensor::scalar(1.0f)}}).get("y").tensor().item<float>() == 3);
+    std::fflush(stdout);
+    ::kill(::getpid(), SIGKILL);
+  }
+  CHECK_THAT(thrown<PeerLostError>([&] { exec.serve(); }), Catch::Contains("rank 0"));
+}
+
+TEST_CASE("executor: a lost rank fails the pending invocations or ends serve() with PeerLostError", "[dataflow]") {
+  net::LaunchOptions o;
+  o.stop_on_failure = false;  // the survivor reports
+  for (int lost : {1, 0}) {
+    RankRun run = run_ranks(2, "dataflow rank: rank " + std::to_string(lost) + " is lost", o);
+    INFO(run.output);
+    REQUIRE(run.result.ranks.size() == 2);
+    CHECK(run.result.ranks[lost].signal == 9);
+    CHECK(run.result.ranks[1 - lost].exit_code == 0);
+    CHECK(run.passed_ranks() == 1);
+  }
+}
+
+// A message naming a node input this rank does not run breaks rank 1's executor with a CommError
+// naming it; rank 0's pending invocation fails once rank 1's executor is gone.
+TEST_CASE("dataflow rank: a bad message from a peer", "[.rank]") {
+  auto world = init_world();
+  Executor exec(two_rank_graph(), {.group = world});
+  if (world->rank() != 0) {
+    CHECK_THAT(thrown<CommError>([&] { exec.serve(); }),
+               Catch::Contains("executor of graph 'split' on rank 1: a peer sent a value for node 99 input 0, "
+                               "which this rank does not run"));
+    return;
+  }
+  CHECK(exec.run({{"x", Tensor::scalar(1.0f)}}).get("y").tensor().item<float>() == 3);
+  net::lookup("troupe.dataflow/0.0/1").send("data", uint64_t{1}, int64_t{99}, int64_t{0}, std::optional<Tensor>());
+  Invocation after = exec.run({{"x", Tensor::scalar(2.0f)}});
+  CHECK_THAT(thrown<CommError>([&] { after.get("y"); }), Catch::Contains("rank 1's executor went away"));
+  thrown<CommError>([&] { exec.run({{"x", Tensor::scalar(3.0f)}}); });
+}
+
+TEST_CASE("executor: a peer's message for a node input the rank does not run is a CommError", "[dataflow]") {
+  check_all_passed(run_ranks(2, "dataflow rank: a bad message from a peer"), 2);
 }

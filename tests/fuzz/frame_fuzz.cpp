@@ -3,7 +3,7 @@
 //   cmake --build build --target frame_fuzz && build/bin/frame_fuzz -max_total_time=60
 // Input layout: byte 0 picks the world size (1..16), bytes 1-2 the header length; the header
 // follows and whatever remains is the payload. Every frame kind is reached through byte 5 of the
-// header, dataflow frames (kind 7, with their own part after the dims) included.
+// header.
 #include <cstdint>
 #include <cstdlib>
 #include <vector>

@@ -198,6 +198,23 @@ TEST_CASE("values: codecs check what they decode", "[net][remote]") {
   CHECK(t.numel() == 3);
 }
 
+TEST_CASE("values: an error travels as a value and comes back as the same type", "[net][remote]") {
+  CHECK(to_value(std::exception_ptr()).is_none());
+  CHECK(Value().as<std::exception_ptr>() == nullptr);
+  const Value v = to_value(std::make_exception_ptr(ShapeError("matmul: f32[2,3] @ f32[4,5]")));
+  CHECK(v.describe() == "a list of 2");
+  const EncodedCall wire = encode_call(CallFrame{CallKind::tell, 1, 0, "ack", v});  // as it crosses ranks
+  const Value back = decode_call(wire.bytes.data(), wire.bytes.size(), {}).value;
+  CHECK_THROWS_MATCHES(std::rethrow_exception(back.as<std::exception_ptr>()), ShapeError,
+                       Catch::Message("matmul: f32[2,3] @ f32[4,5]"));
+  CHECK_THROWS_MATCHES(std::rethrow_exception(to_value(std::make_exception_ptr(std::runtime_error("plain")))
+                                                  .as<std::exception_ptr>()),
+                       Error, Catch::Message("plain"));
+  CHECK_THROWS_WITH(Value::string("ShapeError").as<std::exception_ptr>(), "expected a list, got a string");
+  CHECK_THROWS_WITH(Value::list({Value::string(""), Value::string("m")}).as<std::exception_ptr>(),
+                    Catch::Contains("an error's kind"));
+}
+
 TEST_CASE("actor types: methods answer to their member's name", "[net][remote]") {
   CHECK((net::detail::member_names("&Stage::forward, &Stage::calls") == std::vector<std::string>{"forward", "calls"}));
   CHECK((net::detail::member_names("&ns::Outer<int, 2>::step") == std::vector<std::string>{"step"}));
