@@ -103,7 +103,8 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
     if (core->world > 1) {
       try {
         core->remote = net::RemoteActors::ensure(opts.group);
-        core->link = RankLink::connect(opts.group, g.name(), core);
+        core->link = std::make_shared<RankLink>(opts.group, g.name(), core);
+        core->link->connect();
       } catch (...) {
         core->stop();
         core->remote.reset();

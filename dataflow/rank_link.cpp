@@ -40,19 +40,16 @@ RankLink::RankLink(std::shared_ptr<net::ProcessGroup> group, const std::string& 
       scheduler_(std::move(scheduler)),
       ready_(group_->size(), 0) {}
 
-std::shared_ptr<RankLink> RankLink::connect(std::shared_ptr<net::ProcessGroup> group, const std::string& graph,
-                                            std::weak_ptr<Scheduler> scheduler) {
-  std::shared_ptr<RankLink> link(new RankLink(std::move(group), graph, std::move(scheduler)));
-  link->self_ = net::host(link->part_name(link->rank()), link, net::Method{"start", &RankLink::on_start},
-                          net::Method{"data", &RankLink::on_data}, net::Method{"ack", &RankLink::on_ack},
-                          net::Method{"ready", &RankLink::on_ready});
+void RankLink::connect() {
+  self_ = net::host(part_name(rank()), shared_from_this(), net::Method{"start", &RankLink::on_start},
+                    net::Method{"data", &RankLink::on_data}, net::Method{"ack", &RankLink::on_ack},
+                    net::Method{"ready", &RankLink::on_ready});
   try {
-    link->find_peers();
+    find_peers();
   } catch (...) {
-    link->close();
+    close();
     throw;
   }
-  return link;
 }
 
 std::string RankLink::part_name(int r) const {

@@ -46,11 +46,13 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
     virtual void driver_gone() = 0;
   };
 
+  RankLink(std::shared_ptr<net::ProcessGroup> group, const std::string& graph, std::weak_ptr<Scheduler> scheduler);
+
   // Hosts this rank's part and finds the other ranks' parts, waiting up to the group's timeout for
   // them (TimeoutError naming the rank; PeerLostError when it is gone). Rank 0 returns once every
-  // rank has found every part, so that no part goes away before the others have found it.
-  static std::shared_ptr<RankLink> connect(std::shared_ptr<net::ProcessGroup> group, const std::string& graph,
-                                           std::weak_ptr<Scheduler> scheduler);
+  // rank has found every part, so that no part goes away before the others have found it. Peers
+  // may send before it returns: the executor holds the link (and its nodes run) first.
+  void connect();
   // Stops this rank's part once the calls that came before it have run. The peers hear of it:
   // rank 0's part going away ends the others' serve().
   void close();
@@ -75,7 +77,6 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
   void on_ready(int64_t peer);
 
  private:
-  RankLink(std::shared_ptr<net::ProcessGroup> group, const std::string& graph, std::weak_ptr<Scheduler> scheduler);
   std::string part_name(int rank) const;
   net::RemoteActor find(int peer, net::Deadline deadline) const;
   void find_peers();
