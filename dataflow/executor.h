@@ -30,7 +30,8 @@
 // nodes of rank 0 only.
 // Remote actors: the executor uses the process's net::RemoteActors when the program made one
 // (make it before the executor and destroy it after), else one it makes on the group's
-// transport, shared by the executors of the process and closed with the last. So a program may
+// transport, shared by the executors of the process and closed with the last (which waits, as
+// ~RemoteActors does, until the other ranks are done with theirs). So a program may
 // host and call its own remote actors beside an executor: serve() returns when rank 0's executor
 // is gone, net::serve() when the drivers' RemoteActors are. Rank 0 of the job keeps the names:
 // with an executor on a sub-group without it, it needs a RemoteActors all the same.
