@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "devices/error.h"
+#include "net/wire_bytes.h"
 
 namespace troupe::net {
 
@@ -27,18 +28,6 @@ constexpr size_t kReadChunk = 256 << 10;         // the receive buffer's size wh
 
 [[noreturn]] void fail(const std::string& what) { throw CommError("direct link: " + what + ": " + std::strerror(errno)); }
 
-void put_u32(uint8_t* out, uint32_t v) { std::memcpy(out, &v, 4); }
-void put_u64(uint8_t* out, uint64_t v) { std::memcpy(out, &v, 8); }
-uint32_t get_u32(const uint8_t* in) {
-  uint32_t v;
-  std::memcpy(&v, in, 4);
-  return v;
-}
-uint64_t get_u64(const uint8_t* in) {
-  uint64_t v;
-  std::memcpy(&v, in, 8);
-  return v;
-}
 
 // "host:port" or "[v6 host]:port" -> resolved numeric address (no DNS: peers advertise numbers).
 addrinfo* resolve(const std::string& endpoint, bool passive) {
@@ -139,10 +128,10 @@ int dial_direct(const std::string& endpoint, int self, int lane, Deadline deadli
   }
   set_nodelay(fd);
   uint8_t intro[kIntroBytes];
-  put_u32(intro, kIntroMagic);
-  put_u32(intro + 4, kIntroVersion);
-  put_u32(intro + 8, static_cast<uint32_t>(self));
-  put_u32(intro + 12, static_cast<uint32_t>(lane));
+  wire::put<uint32_t>(intro, 0, kIntroMagic);
+  wire::put<uint32_t>(intro, 4, kIntroVersion);
+  wire::put<uint32_t>(intro, 8, static_cast<uint32_t>(self));
+  wire::put<uint32_t>(intro, 12, static_cast<uint32_t>(lane));
   // A fresh connection's send buffer takes these few bytes at once.
   if (::send(fd, intro, kIntroBytes, MSG_NOSIGNAL) != static_cast<ssize_t>(kIntroBytes)) give_up("introduction not sent");
   return fd;
@@ -164,9 +153,9 @@ size_t DirectSender::record_bytes(size_t header_bytes, std::span<const std::span
 bool DirectSender::send(std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts) {
   if (broken_ || header.empty()) return backlogged();
   std::vector<uint8_t> lengths(8 + 8 * parts.size());
-  put_u32(lengths.data(), static_cast<uint32_t>(header.size()));
-  put_u32(lengths.data() + 4, static_cast<uint32_t>(parts.size()));
-  for (size_t i = 0; i < parts.size(); ++i) put_u64(lengths.data() + 8 + 8 * i, parts[i].size());
+  wire::put<uint32_t>(lengths.data(), 0, static_cast<uint32_t>(header.size()));
+  wire::put<uint32_t>(lengths.data(), 4, static_cast<uint32_t>(parts.size()));
+  for (size_t i = 0; i < parts.size(); ++i) wire::put<uint64_t>(lengths.data(), 8 + 8 * i, parts[i].size());
 
   std::vector<iovec> iov;
   iov.reserve(parts.size() + 2);
@@ -294,10 +283,10 @@ bool DirectReceiver::parse(const std::function<void(const DirectRecord&)>& on_re
   if (peer_ < 0) {
     if (end_ - begin_ < kIntroBytes) return filled;
     const uint8_t* in = buffer_.data() + begin_;
-    if (get_u32(in) != kIntroMagic || get_u32(in + 4) != kIntroVersion)
+    if (wire::get<uint32_t>(in, 0) != kIntroMagic || wire::get<uint32_t>(in, 4) != kIntroVersion)
       throw CommError("direct link: a connection that is not a Troupe direct link (or another version)");
-    const auto rank = static_cast<int32_t>(get_u32(in + 8));
-    const auto lane = static_cast<int32_t>(get_u32(in + 12));
+    const auto rank = static_cast<int32_t>(wire::get<uint32_t>(in, 8));
+    const auto lane = static_cast<int32_t>(wire::get<uint32_t>(in, 12));
     if (rank < 0 || rank >= world_size_ || rank == self_)
       throw CommError("direct link: a connection introduced as rank " + std::to_string(rank) + " (world of " +
                       std::to_string(world_size_) + ", this is rank " + std::to_string(self_) + ")");
@@ -313,7 +302,7 @@ bool DirectReceiver::parse(const std::function<void(const DirectRecord&)>& on_re
   while (end_ - begin_ >= 8) {
     const uint8_t* in = buffer_.data() + begin_;
     const size_t available = end_ - begin_;
-    const uint32_t header_bytes = get_u32(in), part_count = get_u32(in + 4);
+    const uint32_t header_bytes = wire::get<uint32_t>(in, 0), part_count = wire::get<uint32_t>(in, 4);
     const std::string from = "from rank " + std::to_string(peer_) + ": ";
     if (header_bytes == 0 || header_bytes > kHeaderMax)
       throw CommError("direct link: a record " + from + "header of " + std::to_string(header_bytes) + " bytes");
@@ -324,7 +313,7 @@ bool DirectReceiver::parse(const std::function<void(const DirectRecord&)>& on_re
     if (available < lengths_end) return make_room(lengths_end) || filled;
     size_t total = lengths_end + header_bytes;
     for (uint32_t i = 0; i < part_count; ++i) {
-      const uint64_t size = get_u64(in + 8 + 8 * i);
+      const uint64_t size = wire::get<uint64_t>(in, 8 + 8 * i);
       if (size > kDirectRecordMax || total + size > kDirectRecordMax)
         throw CommError("direct link: a record " + from + "longer than " + std::to_string(kDirectRecordMax) +
                         " bytes");
@@ -335,7 +324,7 @@ bool DirectReceiver::parse(const std::function<void(const DirectRecord&)>& on_re
     record.parts.clear();
     size_t at = lengths_end + header_bytes;
     for (uint32_t i = 0; i < part_count; ++i) {
-      const size_t size = get_u64(in + 8 + 8 * i);
+      const size_t size = wire::get<uint64_t>(in, 8 + 8 * i);
       record.parts.emplace_back(in + at, size);
       at += size;
     }

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "devices/error.h"
+#include "net/wire_bytes.h"
 #include "net/direct_link.h"
 
 namespace troupe::net {
@@ -29,18 +30,6 @@ constexpr size_t kHeaderMax = 1024;       // frame headers are ~100 bytes
 constexpr uint64_t kPartAlign = 64;       // each part starts here: views of any dtype need no copy
 constexpr size_t kOpenPerPeer = 256;      // frames of one peer partly received at once
 
-void put_u32(uint8_t* out, uint32_t v) { std::memcpy(out, &v, 4); }
-void put_u64(uint8_t* out, uint64_t v) { std::memcpy(out, &v, 8); }
-uint32_t get_u32(const uint8_t* in) {
-  uint32_t v;
-  std::memcpy(&v, in, 4);
-  return v;
-}
-uint64_t get_u64(const uint8_t* in) {
-  uint64_t v;
-  std::memcpy(&v, in, 8);
-  return v;
-}
 
 uint64_t align_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
@@ -210,14 +199,14 @@ void StripeSenders::send(int peer, uint64_t seq, std::span<const uint8_t> header
     const bool described = k == 0;
     chunk.head.resize(kChunkFixed + (described ? 8 * sizes.size() + header.size() : 0));
     uint8_t* h = chunk.head.data();
-    put_u64(h, seq);
-    put_u64(h + 8, total);
-    put_u64(h + 16, lo);
-    put_u64(h + 24, hi - lo);
-    put_u32(h + 32, described ? static_cast<uint32_t>(header.size()) : 0);
-    put_u32(h + 36, described ? static_cast<uint32_t>(sizes.size()) : 0);
+    wire::put<uint64_t>(h, 0, seq);
+    wire::put<uint64_t>(h, 8, total);
+    wire::put<uint64_t>(h, 16, lo);
+    wire::put<uint64_t>(h, 24, hi - lo);
+    wire::put<uint32_t>(h, 32, described ? static_cast<uint32_t>(header.size()) : 0);
+    wire::put<uint32_t>(h, 36, described ? static_cast<uint32_t>(sizes.size()) : 0);
     if (described) {
-      for (size_t i = 0; i < sizes.size(); ++i) put_u64(h + kChunkFixed + 8 * i, sizes[i]);
+      for (size_t i = 0; i < sizes.size(); ++i) wire::put<uint64_t>(h, kChunkFixed + 8 * i, sizes[i]);
       std::memcpy(h + kChunkFixed + 8 * sizes.size(), header.data(), header.size());
     }
     // The range's bytes: pieces of parts and the zero padding between them.
@@ -413,9 +402,9 @@ ReadResult StripeReceivers::State::read_chunk(const Connection& c) {
   const std::string from = "stripes: a chunk from rank " + std::to_string(c.peer) + ": ";
   uint8_t fixed[kChunkFixed];
   if (const ReadResult r = read_all(c.fd, fixed, kChunkFixed); r != ReadResult::ok) return r;
-  const uint64_t seq = get_u64(fixed), total = get_u64(fixed + 8), offset = get_u64(fixed + 16),
-                 length = get_u64(fixed + 24);
-  const uint32_t header_bytes = get_u32(fixed + 32), part_count = get_u32(fixed + 36);
+  const auto seq = wire::get<uint64_t>(fixed, 0), total = wire::get<uint64_t>(fixed, 8);
+  const auto offset = wire::get<uint64_t>(fixed, 16), length = wire::get<uint64_t>(fixed, 24);
+  const uint32_t header_bytes = wire::get<uint32_t>(fixed, 32), part_count = wire::get<uint32_t>(fixed, 36);
   if (total == 0 || total > kStripedFrameMax)
     throw CommError(from + "a frame of " + std::to_string(total) + " bytes (at most " +
                     std::to_string(kStripedFrameMax) + ")");
@@ -435,7 +424,7 @@ ReadResult StripeReceivers::State::read_chunk(const Connection& c) {
   if (described) {
     std::vector<uint64_t> sizes, offsets;
     for (uint32_t i = 0; i < part_count; ++i) {
-      sizes.push_back(get_u64(layout.data() + 8 * i));
+      sizes.push_back(wire::get<uint64_t>(layout.data(), 8 * i));
       if (sizes.back() > kStripedFrameMax) throw CommError(from + "a part of " + std::to_string(sizes.back()) + " bytes");
     }
     if (lay_out(sizes, offsets) != total)

@@ -1,5 +1,6 @@
 #pragma once
-// Little-endian fields at byte offsets, for the frame codecs (frame.cpp, remote/call_frame.cpp).
+// Little-endian fields at byte offsets, for the wire codecs (frame.cpp, remote/call_frame.cpp,
+// direct_link.cpp, stripes.cpp).
 // Internal to net/.
 //
 //   put<uint32_t>(out, 0, kFrameMagic);

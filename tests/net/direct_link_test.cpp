@@ -19,18 +19,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-FrameHeader data_header(int64_t tag) {
-  FrameHeader h;
-  h.kind = FrameKind::data;
-  h.tag = tag;
-  return h;
-}
-
-Tensor receive(Transport& t, int64_t tag, int source) {
-  auto m = t.wait(t.post(0, Lane::p2p, tag, source), deadline_after(10s));
-  if (!m) throw TimeoutError("test: nothing arrived");
-  return m->payload;
-}
+Tensor receive(Transport& t, int64_t tag, int source) { return receive_message(t, tag, source).payload; }
 
 // n f32 values, all equal to value: small (n <= ~16k) go direct, large through ZeroMQ.
 Tensor filled(int64_t n, float value) { return Tensor::full({n}, value); }

@@ -20,18 +20,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-FrameHeader data_header(int64_t tag) {
-  FrameHeader h;
-  h.kind = FrameKind::data;
-  h.tag = tag;
-  return h;
-}
-
-Message receive(Transport& t, int64_t tag, int source) {
-  auto m = t.wait(t.post(0, Lane::p2p, tag, source), deadline_after(20s));
-  if (!m) throw TimeoutError("test: nothing arrived");
-  return std::move(*m);
-}
+Message receive(Transport& t, int64_t tag, int source) { return receive_message(t, tag, source); }
 
 // n values i + k * step: a chunk placed at the wrong offset shows.
 Tensor ramp(int64_t n, float start) {

@@ -7,6 +7,7 @@
 #include <future>
 #include <memory>
 
+#include "devices/error.h"
 #include "net/transport.h"
 
 namespace troupe::net {
@@ -40,6 +41,21 @@ inline TransportPair connect_pair(const std::string& prefer, TransportOptions oa
   }
   if (first || second) std::rethrow_exception(first ? first : second);
   return p;
+}
+
+// A p2p frame header on `tag` (the transport fills in the rest from the payload).
+inline FrameHeader data_header(int64_t tag) {
+  FrameHeader h;
+  h.kind = FrameKind::data;
+  h.tag = tag;
+  return h;
+}
+
+// The next p2p message on `tag` from `source`; TimeoutError after 20 s.
+inline Message receive_message(Transport& t, int64_t tag, int source) {
+  auto m = t.wait(t.post(0, Lane::p2p, tag, source), deadline_after(std::chrono::seconds(20)));
+  if (!m) throw TimeoutError("test: nothing arrived");
+  return std::move(*m);
 }
 
 // Rank 0 of 2 over tcp://, never connected: for feeding a transport frames by hand.

@@ -30,13 +30,6 @@ Pair connect_pair(const std::string& prefer, std::optional<CurveKeys> keys_a = s
   return net::connect_pair(prefer, oa, ob, timeout);
 }
 
-FrameHeader data_header(int64_t tag) {
-  FrameHeader h;
-  h.kind = FrameKind::data;
-  h.tag = tag;
-  return h;
-}
-
 Tensor receive(Transport& t, int64_t tag, int source, std::chrono::milliseconds timeout = 5s) {
   auto m = t.wait(t.post(0, Lane::p2p, tag, source), deadline_after(timeout));
   if (!m) throw TimeoutError("test: nothing arrived");
