@@ -28,7 +28,6 @@ constexpr size_t kReadChunk = 256 << 10;         // the receive buffer's size wh
 
 [[noreturn]] void fail(const std::string& what) { throw CommError("direct link: " + what + ": " + std::strerror(errno)); }
 
-
 // "host:port" or "[v6 host]:port" -> resolved numeric address (no DNS: peers advertise numbers).
 addrinfo* resolve(const std::string& endpoint, bool passive) {
   std::string host = endpoint, port = "0";

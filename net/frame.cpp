@@ -55,7 +55,7 @@ const char* name(ReduceOp op) {
   return i < std::size(names) ? names[i] : "unknown";
 }
 
-size_t header_size(FrameKind kind, size_t ndims) {
+size_t header_size(size_t ndims) {
   return kFixedHeader + 8 * ndims;
 }
 
@@ -85,7 +85,7 @@ void encode_header_into(const FrameHeader& h, uint8_t* out) {
 }
 
 std::vector<uint8_t> encode_header(const FrameHeader& header) {
-  std::vector<uint8_t> out(header_size(header.kind, std::min(header.shape.size(), kMaxFrameDims + 1)));
+  std::vector<uint8_t> out(header_size(std::min(header.shape.size(), kMaxFrameDims + 1)));
   encode_header_into(header, out.data());
   return out;
 }
@@ -110,9 +110,9 @@ FrameHeader decode_header(const void* data, size_t size, size_t payload_size, in
   const uint8_t ndims = get<uint8_t>(in, 7);
   if (ndims > kMaxFrameDims)
     malformed("tensor rank " + std::to_string(ndims) + " exceeds " + std::to_string(kMaxFrameDims));
-  if (size != header_size(h.kind, ndims))
+  if (size != header_size(ndims))
     malformed("header of " + std::to_string(size) + " bytes for rank " + std::to_string(ndims) + ", expected " +
-              std::to_string(header_size(h.kind, ndims)));
+              std::to_string(header_size(ndims)));
 
   h.group = get<uint64_t>(in, 8);
   h.seq = get<uint64_t>(in, 16);

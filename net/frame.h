@@ -70,9 +70,9 @@ const char* name(FrameKind kind);
 const char* name(CollectiveOp op);
 const char* name(ReduceOp op);
 
-size_t header_size(FrameKind kind, size_t ndims);  // the same for every kind
+size_t header_size(size_t ndims);  // bytes of a header with ndims shape dims
 std::vector<uint8_t> encode_header(const FrameHeader& header);
-// Writes the header into out, which must hold header_size(header.kind, header.shape.size()) bytes.
+// Writes the header into out, which must hold header_size(header.shape.size()) bytes.
 void encode_header_into(const FrameHeader& header, uint8_t* out);
 // Validates and decodes a header; payload_size is the byte length of the payload part received
 // with it. Throws CommError naming what is wrong.

@@ -452,7 +452,7 @@ void Transport::send_control_locked(Peer& peer, FrameKind kind) {
   h.seq = peer.next_seq++;
   uint8_t buffer[128];
   encode_header_into(h, buffer);
-  zmq_send(peer.dealer, buffer, header_size(kind, 1), ZMQ_DONTWAIT);
+  zmq_send(peer.dealer, buffer, header_size(1), ZMQ_DONTWAIT);
 }
 
 void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::shared_ptr<detail::Completion>& done) {
@@ -510,7 +510,8 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
       if (done) done->finish();
       return;
     }
-    if (send_striped_locked(dst, h, payload_parts, std::make_shared<Tensor>(host), done)) {
+    if (takes_stripes(dst, payload_parts)) {
+      send_striped_locked(dst, h, payload_parts, std::make_shared<Tensor>(host), done);
       ++peer.next_seq;
       touch();
       return;
@@ -520,7 +521,7 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
   std::lock_guard lock(peer.send_mutex);
   h.seq = peer.next_seq++;
   zmq_msg_t header_msg;
-  zmq_msg_init_size(&header_msg, header_size(h.kind, h.shape.size()));
+  zmq_msg_init_size(&header_msg, header_size(h.shape.size()));
   encode_header_into(h, static_cast<uint8_t*>(zmq_msg_data(&header_msg)));
   const bool has_payload = h.payload_bytes > 0;
   if (!send_part(&header_msg, peer.dealer, has_payload ? ZMQ_SNDMORE : 0)) {
@@ -564,16 +565,17 @@ void Transport::send_actor_frame(int dst, const std::vector<uint8_t>& call_frame
       touch();
       return;
     }
-    // The stripes' threads write later: they keep a copy of the call frame and the tensors.
-    auto kept = std::make_shared<std::pair<std::vector<uint8_t>, std::vector<Tensor>>>(call_frame, hosts);
-    parts[0] = {kept->first.data(), kept->first.size()};
-    if (send_striped_locked(dst, h, parts, kept, nullptr)) {
+    if (takes_stripes(dst, parts)) {
+      // The stripes' threads write later: they keep a copy of the call frame and the tensors.
+      auto kept = std::make_shared<std::pair<std::vector<uint8_t>, std::vector<Tensor>>>(call_frame, hosts);
+      parts[0] = {kept->first.data(), kept->first.size()};
+      send_striped_locked(dst, h, parts, std::move(kept), nullptr);
       touch();
       return;
     }
   }
   zmq_msg_t header_msg;
-  zmq_msg_init_size(&header_msg, header_size(h.kind, 1));
+  zmq_msg_init_size(&header_msg, header_size(1));
   encode_header_into(h, static_cast<uint8_t*>(zmq_msg_data(&header_msg)));
   if (!send_part(&header_msg, peer.dealer, ZMQ_SNDMORE)) {
     zmq_msg_close(&header_msg);
@@ -593,7 +595,7 @@ void Transport::send_actor_frame(int dst, const std::vector<uint8_t>& call_frame
 
 bool Transport::send_direct_locked(Peer& peer, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts) {
   if (!peer.direct || peer.direct->broken() || parts.size() > kDirectPartsMax) return false;
-  const size_t header_bytes = header_size(h.kind, h.shape.size());
+  const size_t header_bytes = header_size(h.shape.size());
   if (DirectSender::record_bytes(header_bytes, parts) > options_.direct_max) return false;
   uint8_t header[512];
   encode_header_into(h, header);
@@ -603,17 +605,19 @@ bool Transport::send_direct_locked(Peer& peer, const FrameHeader& h, std::span<c
   return true;
 }
 
-bool Transport::send_striped_locked(int dst, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
-                                    std::shared_ptr<const void> keep, const std::shared_ptr<detail::Completion>& done) {
+bool Transport::takes_stripes(int dst, std::span<const std::span<const uint8_t>> parts) const {
   if (!stripes_out_ || parts.size() > kDirectPartsMax) return false;
   size_t bytes = 0;
   for (const auto& p : parts) bytes += p.size();
-  if (bytes < options_.stripe_min || !stripes_out_->usable(dst)) return false;
+  return bytes >= options_.stripe_min && stripes_out_->usable(dst);
+}
+
+void Transport::send_striped_locked(int dst, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
+                                    std::shared_ptr<const void> keep, const std::shared_ptr<detail::Completion>& done) {
   uint8_t header[512];
-  const size_t header_bytes = header_size(h.kind, h.shape.size());
+  const size_t header_bytes = header_size(h.shape.size());
   encode_header_into(h, header);
   stripes_out_->send(dst, h.seq, {header, header_bytes}, parts, std::move(keep), done);
-  return true;
 }
 
 int Transport::direct_links() const {

@@ -203,9 +203,11 @@ class Transport {
   // Sends one frame on the peer's direct link when it has one and the frame is small enough;
   // false: it goes through ZeroMQ. With the peer's send_mutex held and h.seq set.
   bool send_direct_locked(Peer& peer, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts);
-  // Sends one frame on the stripes when they reach the peer and the frame is large enough; false:
-  // it goes another way. With the peer's send_mutex held and h.seq set; keep holds the parts' bytes.
-  bool send_striped_locked(int dst, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
+  // Whether a frame of these parts goes on the stripes: large enough, and they reach the peer.
+  bool takes_stripes(int dst, std::span<const std::span<const uint8_t>> parts) const;
+  // Queues one frame on the stripes, with the peer's send_mutex held and h.seq set; keep holds the
+  // parts' bytes until the lanes wrote them.
+  void send_striped_locked(int dst, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
                            std::shared_ptr<const void> keep, const std::shared_ptr<detail::Completion>& done);
   // Leads for one slice with the ROUTER held: receives until done() or the slice's end, polling
   // without sleeping while a frame was sent or received less than busy_poll ago.

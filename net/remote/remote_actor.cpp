@@ -161,10 +161,6 @@ RemoteActor host(std::string_view name, std::shared_ptr<void> object, std::share
   return RemoteActor(current("host")->host_object(std::string(name), std::move(object), std::move(methods)));
 }
 
-}  // namespace detail
-
-namespace detail {
-
 RemoteActor spawn(const SpawnOptions& options, std::string_view type, Value arguments) {
   auto node = current("spawn_on");
   if (options.rank < 0 || options.rank >= node->size)

@@ -41,7 +41,7 @@ void check_malformed(const std::vector<uint8_t>& bytes, size_t payload, const ch
 TEST_CASE("frame: headers round-trip exactly", "[net][frame]") {
   FrameHeader h = sample();
   auto bytes = encode_header(h);
-  CHECK(bytes.size() == header_size(FrameKind::collective, 3));
+  CHECK(bytes.size() == header_size(3));
   CHECK(bytes.size() == 72 + 3 * 8);
   FrameHeader back = decode_header(bytes.data(), bytes.size(), h.payload_bytes, 4);
   CHECK(back.kind == h.kind);
