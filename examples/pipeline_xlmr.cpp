@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "devices/autograd/grad_mode.h"
+#include "devices/determinism.h"
 #include "devices/ops.h"
 #include "examples/json_line.h"
 #include "examples/median_time.h"
@@ -91,6 +92,9 @@ std::vector<Tensor> token_batches(const models::XLMRConfig& config, int batch, i
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Every rank picks the same GEMM as the one-process reference does: chosen by timing, a busy
+  // machine could pick another on one rank, and the answers would differ in the last bits.
+  set_deterministic_kernels(true);
   CLI::App app{"XLM-R in two pipeline stages on two ranks, micro-batches in flight"};
   std::string config_name = "base";
   int batch = 32, micro = 4, reps = 3;
