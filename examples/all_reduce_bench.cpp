@@ -5,7 +5,7 @@
 //   {"ranks":2,"bytes":4,"time_us":21.3,"busbw_gbs":0.0004}
 //
 // busbw = bytes / time * 2(n-1)/n, as nccl-tests define it. Each size: two warm-up calls, a
-// barrier, then `reps` timed calls (as many as the anchor makes); the median is reported.
+// barrier, then `reps` timed calls (as many as the anchor makes, or --reps); the median is reported.
 // --collective broadcast times a broadcast from rank 0 followed by a barrier instead (the root
 // may return before the others have the data); busbw = bytes / time. --collective all_gather times
 // an all_gather of `bytes` from every rank; busbw = bytes * (n-1) / time (what each rank receives).
@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
   app.add_option("--collective", collective, "all_reduce, broadcast or all_gather")
       ->check(CLI::IsMember({"all_reduce", "broadcast", "all_gather"}));
   app.add_flag("--json", json, "one JSON line per size instead of a table");
+  int reps_asked = 0;
+  app.add_option("--reps", reps_asked, "timed calls per size (default: about 200 MB moved, 3 to 200)")
+      ->check(CLI::PositiveNumber);
   bool fit_model = false;
   int model_ranks = 0, per_host = 8;
   double alpha_us = 60, gbs = 1, host_alpha_us = 10, host_gbs = 8;
@@ -83,7 +86,8 @@ int main(int argc, char** argv) {
     if (world->rank() == 0 && !json) std::printf("%6s %12s %12s %12s\n", "ranks", "bytes", "time_us", "busbw_GB/s");
     for (int64_t bytes : sizes) {
       const Tensor input = Tensor::ones({std::max<int64_t>(1, bytes / 4)});
-      const int reps = static_cast<int>(std::clamp<int64_t>(200'000'000 / std::max<int64_t>(bytes, 1), 3, 200));
+      const int reps = reps_asked > 0 ? reps_asked
+                                      : static_cast<int>(std::clamp<int64_t>(200'000'000 / std::max<int64_t>(bytes, 1), 3, 200));
       for (int i = 0; i < 2; ++i) {
         Tensor t = input;
         all_reduce(*world, t, op);

@@ -11,6 +11,9 @@ namespace troupe::net::collectives {
 
 // Chunked, pipelined ring: reduce-scatter then all-gather (ring_all_reduce.cpp). Large tensors.
 Tensor ring_all_reduce(Call& call, const Tensor& data, ReduceOp op);
+// Two ranks, large tensors: both send everything at once, in chunks, and reduce as chunks land
+// (pair_all_reduce.cpp).
+Tensor pair_all_reduce(Call& call, const Tensor& data, ReduceOp op);
 // Recursive doubling, folding the ranks beyond a power of two in first (recursive_doubling.cpp).
 // Small tensors: log2(n) exchanges of the whole tensor.
 Tensor recursive_doubling_all_reduce(Call& call, const Tensor& data, ReduceOp op);

@@ -316,9 +316,11 @@ namespace collectives {
 Tensor choose_all_reduce(Call& call, const Tensor& flat, ReduceOp op) {
   if (call.size() == 1) return flat;
   // Recursive doubling needs log2(n) latencies but sends the whole tensor each round; the ring
-  // needs 2(n-1) latencies and sends 2(n-1)/n of it in total.
+  // needs 2(n-1) latencies and sends 2(n-1)/n of it in total. Two ranks exchange their tensors
+  // either way: whole when small, in pipelined chunks (pair_all_reduce) when large.
   const size_t limit = call.size() == 2 ? kRecursiveDoublingMaxBytesTwoRanks : kRecursiveDoublingMaxBytes;
   if (flat.nbytes() <= limit) return collectives::recursive_doubling_all_reduce(call, flat, op);
+  if (call.size() == 2) return collectives::pair_all_reduce(call, flat, op);
   return collectives::ring_all_reduce(call, flat, op);
 }
 }  // namespace collectives

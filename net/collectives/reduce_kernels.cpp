@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace troupe::net::collectives {
 
@@ -77,6 +82,36 @@ void reduce_buffers(void* out, const void* a, const void* b, size_t n, DType dty
     else
       reduce_typed(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n, op);
   });
+}
+
+void reduce_buffers_streaming(void* out, const void* a, const void* b, size_t n, DType dtype, ReduceOp op,
+                              int divisor) {
+  const size_t item = itemsize(dtype);
+#if defined(__AVX512F__)
+  if (reinterpret_cast<uintptr_t>(out) % 64 == 0) {
+    // Reduced a block at a time into a buffer that stays in L1, then streamed out: the result's
+    // lines are never read for ownership, a quarter of the memory traffic of a plain reduction.
+    constexpr size_t kBlockBytes = 16 << 10;
+    alignas(64) char block[kBlockBytes];
+    const size_t per_block = kBlockBytes / item;
+    auto* to = static_cast<char*>(out);
+    const auto* x = static_cast<const char*>(a);
+    const auto* y = static_cast<const char*>(b);
+    for (size_t start = 0; start < n; start += per_block) {
+      const size_t m = std::min(per_block, n - start), bytes = m * item, offset = start * item;
+      reduce_buffers(block, x + offset, y + offset, m, dtype, op);
+      if (divisor != 1) divide_buffer(block, m, dtype, divisor);
+      const size_t whole = bytes / 64 * 64;
+      for (size_t i = 0; i < whole; i += 64)
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(to + offset + i), _mm512_load_si512(block + i));
+      std::copy(block + whole, block + bytes, to + offset + whole);
+    }
+    _mm_sfence();  // the streamed lines are visible before the result is handed on
+    return;
+  }
+#endif
+  reduce_buffers(out, a, b, n, dtype, op);
+  if (divisor != 1) divide_buffer(out, n, dtype, divisor);
 }
 
 void divide_buffer(void* data, size_t n, DType dtype, int divisor) {

@@ -17,6 +17,13 @@ bool reduction_supports(DType dtype, ReduceOp op);
 // f16 and bf16 are computed in f32 and rounded once per call. max/min propagate NaN.
 void reduce_buffers(void* out, const void* a, const void* b, size_t n, DType dtype, ReduceOp op);
 
+// The same, then divided by divisor (avg's last step; 1: not divided), into an out that is neither
+// a nor b and will not be read again soon (a large result): streaming stores skip reading out's
+// lines first. Falls back to reduce_buffers when out is not 64-byte aligned or the CPU has no
+// AVX-512.
+void reduce_buffers_streaming(void* out, const void* a, const void* b, size_t n, DType dtype, ReduceOp op,
+                              int divisor = 1);
+
 // data[i] /= divisor, in the dtype's precision (f16/bf16 via f32); floating dtypes only.
 void divide_buffer(void* data, size_t n, DType dtype, int divisor);
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -106,19 +107,29 @@ void reductions(ProcessGroup& g) {
   Tensor e = Tensor::zeros({0, 4});
   all_reduce(g, e);
   CHECK(e.shape() == Shape({0, 4}));
-  // Large: the ring, several chunks per segment (f32: 1 MiB chunks, more than the send window),
-  // f16 through f32, avg, and a strided input; through shared memory, several 16 MiB pieces.
+  // Large: the ring (the pair exchange on 2 ranks), several chunks per segment (f32: 1 MiB chunks,
+  // more than the send window) and a short last one, f16 and bf16 through f32, avg, and a strided
+  // input; through shared memory, several 16 MiB pieces.
   for (auto [count, dtype, op] : {std::tuple{int64_t(40000), DType::f32, ReduceOp::sum},
                                   std::tuple{int64_t(700001), DType::f32, ReduceOp::sum},
                                   std::tuple{int64_t(5000001), DType::f32, ReduceOp::sum},  // 20 MB: > 4 chunks, 2 pieces
                                   std::tuple{int64_t(300000), DType::f16, ReduceOp::max},
                                   std::tuple{int64_t(300000), DType::bf16, ReduceOp::sum},
                                   std::tuple{int64_t(200000), DType::f64, ReduceOp::avg},
+                                  std::tuple{int64_t(1500001), DType::bf16, ReduceOp::avg},
                                   std::tuple{int64_t(100000), DType::i64, ReduceOp::product}}) {
     Tensor t = input(r, {count}, dtype);
     all_reduce(g, t, op);
     check_reduced(t, expected(n, {count}, dtype, op));
   }
+  // Inexact sums: every rank must still end with the same bits (rank 0's, broadcast).
+  std::vector<float> fractions(3'000'001);
+  for (size_t i = 0; i < fractions.size(); ++i) fractions[i] = 0.1f * static_cast<float>((i * 7 + r * 13) % 101) + 1e-3f * r;
+  Tensor mixed = Tensor::from_vector(fractions, {static_cast<int64_t>(fractions.size())});
+  all_reduce(g, mixed, ReduceOp::sum);
+  Tensor rank0 = mixed.clone();
+  broadcast(g, rank0, 0);
+  CHECK(std::memcmp(rank0.raw_data(), mixed.raw_data(), mixed.nbytes()) == 0);
   Tensor wide = input(r, {300, 400}, DType::f32).transpose(0, 1);
   all_reduce(g, wide, ReduceOp::sum);
   check_reduced(wide, expected(n, {300, 400}, DType::f32, ReduceOp::sum).transpose(0, 1).contiguous());
