@@ -38,7 +38,8 @@ inline double ring_tree_crossover_bytes(const AlphaBeta& c, int p) {
 
 // alpha and beta from two measurements at p ranks, each read as the algorithm that ran it: a tiny
 // all_reduce (recursive doubling: log2(p) messages, the bytes negligible) and a large one (the
-// ring, latency by then negligible beside 2(p-1)/p m beta).
+// ring, latency by then negligible beside 2(p-1)/p m beta; on 2 ranks the pair exchange, which
+// sends as many bytes).
 inline AlphaBeta fit(int p, double tiny_seconds, double large_bytes, double large_seconds) {
   AlphaBeta c;
   c.alpha = tiny_seconds / std::ceil(std::log2(p));
