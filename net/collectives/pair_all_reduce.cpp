@@ -3,7 +3,8 @@
 // phases carry for two ranks (half, then the reduced other half), but in one phase: both
 // directions stream from the first chunk on, no rank waits for its peer's reduction, and no
 // all-gathered half is copied into the result afterwards. Across two network namespaces sharing
-// two cores (CPU-bound), 64 MiB went from 1.13 to 1.22-1.28 GB/s busbw against the ring.
+// two cores (CPU-bound), 64 MiB went from 1.13-1.20 GB/s busbw with the ring to 1.26-1.31 (one
+// raw TCP stream: 1.51-1.55 GB/s; one each way at once: 1.59-1.64).
 //
 // Both ranks combine the same two values (mine op theirs on one side, theirs op mine on the
 // other); every op is commutative in IEEE arithmetic, and avg divides both by 2, so both ranks end
