@@ -86,9 +86,9 @@ void reduce_buffers(void* out, const void* a, const void* b, size_t n, DType dty
 
 void reduce_buffers_streaming(void* out, const void* a, const void* b, size_t n, DType dtype, ReduceOp op,
                               int divisor) {
-  const size_t item = itemsize(dtype);
 #if defined(__AVX512F__)
   if (reinterpret_cast<uintptr_t>(out) % 64 == 0) {
+    const size_t item = itemsize(dtype);
     // Reduced a block at a time into a buffer that stays in L1, then streamed out: the result's
     // lines are never read for ownership, a quarter of the memory traffic of a plain reduction.
     constexpr size_t kBlockBytes = 16 << 10;
