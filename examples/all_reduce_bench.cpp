@@ -86,8 +86,8 @@ int main(int argc, char** argv) {
     if (world->rank() == 0 && !json) std::printf("%6s %12s %12s %12s\n", "ranks", "bytes", "time_us", "busbw_GB/s");
     for (int64_t bytes : sizes) {
       const Tensor input = Tensor::ones({std::max<int64_t>(1, bytes / 4)});
-      const int reps = reps_asked > 0 ? reps_asked
-                                      : static_cast<int>(std::clamp<int64_t>(200'000'000 / std::max<int64_t>(bytes, 1), 3, 200));
+      const int64_t reps_by_size = std::clamp<int64_t>(200'000'000 / std::max<int64_t>(bytes, 1), 3, 200);
+      const int reps = reps_asked > 0 ? reps_asked : static_cast<int>(reps_by_size);
       for (int i = 0; i < 2; ++i) {
         Tensor t = input;
         all_reduce(*world, t, op);

@@ -124,7 +124,8 @@ void reductions(ProcessGroup& g) {
   }
   // Inexact sums: every rank must still end with the same bits (rank 0's, broadcast).
   std::vector<float> fractions(3'000'001);
-  for (size_t i = 0; i < fractions.size(); ++i) fractions[i] = 0.1f * static_cast<float>((i * 7 + r * 13) % 101) + 1e-3f * r;
+  for (size_t i = 0; i < fractions.size(); ++i)
+    fractions[i] = 0.1f * static_cast<float>((i * 7 + r * 13) % 101) + 1e-3f * r;
   Tensor mixed = Tensor::from_vector(fractions, {static_cast<int64_t>(fractions.size())});
   all_reduce(g, mixed, ReduceOp::sum);
   Tensor rank0 = mixed.clone();
