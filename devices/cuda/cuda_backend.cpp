@@ -70,7 +70,7 @@ cudaStream_t default_stream(int device) {
   return streams[device]->handle();
 }
 
-thread_local cudaStream_t thread_streams[kMaxDevices] = {};
+thread_local const Stream* thread_streams[kMaxDevices] = {};
 
 class CudaBackend final : public DeviceBackend {
  public:
@@ -218,6 +218,7 @@ Stream::~Stream() {
     for (auto& [ptr, stream] : blocks().stream_of)
       if (stream == handle_) stream = nullptr;
   }
+  destroy_blas();
   cudaStreamDestroy(handle_);
 }
 
@@ -251,8 +252,13 @@ void Stream::then(std::function<void()> fn) const {
 
 cudaStream_t current_stream(int device) {
   check_device(device, "current_stream");
-  if (cudaStream_t s = thread_streams[device]) return s;
+  if (const Stream* s = thread_streams[device]) return s->handle();
   return default_stream(device);
+}
+
+const Stream* current_stream_object(int device) {
+  check_device(device, "current_stream_object");
+  return thread_streams[device];
 }
 
 void synchronize(int device) {
@@ -261,7 +267,7 @@ void synchronize(int device) {
 
 StreamGuard::StreamGuard(const Stream& stream)
     : device_(stream.device()), previous_(thread_streams[stream.device()]) {
-  thread_streams[device_] = stream.handle();
+  thread_streams[device_] = &stream;
 }
 
 StreamGuard::~StreamGuard() { thread_streams[device_] = previous_; }

@@ -4,42 +4,17 @@
 // operands go in swapped. A row-major matrix read column-major is its transpose, and a transposed
 // view (unit row stride) is a column-major matrix: either orientation goes in without a copy, as
 // does a batch broadcast (batch stride 0). f32 computes in strict fp32 unless TROUPE_CUDA_TF32=1;
-// f16/bf16 accumulate in f32; f64 in f64. One cuBLAS handle per thread and device.
+// f16/bf16 accumulate in f32; f64 in f64. The handle is the current stream's (cuda/blas.h).
 #include <cublas_v2.h>
 
 #include <cstdlib>
 
-#include "devices/cuda/cuda_util.h"
+#include "devices/cuda/blas.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
 
 namespace {
-
-void check_cublas(cublasStatus_t status, const char* call, int device) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw DeviceError("cuda:" + std::to_string(device) + ": " + call + ": " + cublasGetStatusName(status) + " (" +
-                      cublasGetStatusString(status) + ")");
-}
-
-constexpr int kMaxDevices = 64;
-
-struct Handles {
-  cublasHandle_t by_device[kMaxDevices] = {};
-  ~Handles() {
-    for (cublasHandle_t h : by_device)
-      if (h) cublasDestroy(h);
-  }
-};
-
-// The calling thread's handle for the current device, bound to its current stream.
-cublasHandle_t handle_for(int device) {
-  thread_local Handles handles;
-  cublasHandle_t& h = handles.by_device[device];
-  if (!h) check_cublas(cublasCreate(&h), "cublasCreate", device);
-  check_cublas(cublasSetStream(h, current_stream(device)), "cublasSetStream", device);
-  return h;
-}
 
 bool tf32_enabled() {
   static const bool enabled = [] {
@@ -134,8 +109,8 @@ void gemm(const char* op_name, const Tensor& a_view, const Tensor& b_view, Tenso
                                       : dtype == DType::f32 && tf32_enabled() ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                               : CUBLAS_COMPUTE_32F;
   // Column-major: C^T [n x rows] = B^T [n x k] @ A^T [k x rows].
-  check_cublas(cublasGemmStridedBatchedEx_64(
-                   handle_for(device), b.row_major ? CUBLAS_OP_N : CUBLAS_OP_T, a.row_major ? CUBLAS_OP_N : CUBLAS_OP_T,
+  check_blas(cublasGemmStridedBatchedEx_64(
+                   blas_handle(device), b.row_major ? CUBLAS_OP_N : CUBLAS_OP_T, a.row_major ? CUBLAS_OP_N : CUBLAS_OP_T,
                    n, rows, k, is_f64 ? static_cast<const void*>(&alpha64) : &alpha32, b.tensor.raw_data(), type, b.ld,
                    b.batch_stride, a.tensor.raw_data(), type, a.ld, a_stride,
                    is_f64 ? static_cast<const void*>(&beta64) : &beta32, c, type, n, rows * n, batch, compute,

@@ -18,6 +18,8 @@
 // The CUDA runtime's own spelling of a stream handle, so this header needs no CUDA headers.
 struct CUstream_st;
 typedef struct CUstream_st* cudaStream_t;
+struct cublasContext;
+typedef struct cublasContext* cublasHandle_t;
 
 namespace troupe::cuda {
 
@@ -43,12 +45,19 @@ class Stream {
   void then(std::function<void()> fn) const;
 
  private:
+  friend cublasHandle_t blas_handle(int device);  // the stream's own cuBLAS handle (cuda/blas.h)
+  struct Blas;
+  void destroy_blas();
+
   cudaStream_t handle_ = nullptr;
   int device_ = 0;
+  mutable Blas* blas_ = nullptr;  // made on first use by a kernel on this stream
 };
 
 // The stream the calling thread queues work on for `device`.
 cudaStream_t current_stream(int device = 0);
+// The Stream object behind it while a StreamGuard is in scope; nullptr on the default stream.
+const Stream* current_stream_object(int device = 0);
 // Blocks until the calling thread's current stream for `device` has finished its work.
 void synchronize(int device = 0);
 
@@ -62,7 +71,7 @@ class StreamGuard {
 
  private:
   int device_;
-  cudaStream_t previous_;
+  const Stream* previous_;
 };
 
 }  // namespace troupe::cuda
