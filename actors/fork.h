@@ -17,12 +17,14 @@
 #include <utility>
 
 #include "actors/future.h"
+#include "actors/lane_call.h"
 #include "actors/module_actor.h"
 #include "actors/task.h"
 
 namespace troupe {
 
 template <class Fn, class... Args>
+  requires(!std::is_same_v<std::decay_t<Fn>, std::shared_ptr<Lane>>)
 auto fork(Fn&& fn, Args&&... args) {
   using R = std::invoke_result_t<std::decay_t<Fn>&, std::decay_t<Args>&...>;
   auto call = [fn = std::forward<Fn>(fn), tuple = std::make_tuple(std::forward<Args>(args)...)]() mutable -> R {
@@ -38,8 +40,9 @@ template <class M, class... Args>
   requires std::is_invocable_v<M&, std::decay_t<Args>&...>
 auto fork(ModuleActor<M>& module, Args&&... args) {
   using R = std::invoke_result_t<M&, std::decay_t<Args>&...>;
-  auto call = [object = module.shared_object(), tuple = std::make_tuple(std::forward<Args>(args)...)]() mutable -> R {
-    return std::apply([&](auto&... a) -> R { return (*object)(a...); }, tuple);
+  auto call = [object = module.shared_object(), lane = module.shared_lane(),
+               tuple = std::make_tuple(std::forward<Args>(args)...)]() mutable -> R {
+    return detail::run_on_lane<R>(lane.get(), [&]() -> R { return std::apply([&](auto&... a) -> R { return (*object)(a...); }, tuple); }, tuple);
   };
   auto task = std::make_shared<detail::Task<R, decltype(call)>>(std::move(call), module.queue());
   detail::submit(task);
@@ -51,11 +54,30 @@ template <class M, class Method, class... Args>
   requires std::is_member_function_pointer_v<Method>
 auto fork(ModuleActor<M>& module, Method method, Args&&... args) {
   using R = std::invoke_result_t<Method, M&, std::decay_t<Args>&...>;
-  auto call = [object = module.shared_object(), method,
+  auto call = [object = module.shared_object(), lane = module.shared_lane(), method,
                tuple = std::make_tuple(std::forward<Args>(args)...)]() mutable -> R {
-    return std::apply([&](auto&... a) -> R { return std::invoke(method, *object, a...); }, tuple);
+    return detail::run_on_lane<R>(
+        lane.get(), [&]() -> R { return std::apply([&](auto&... a) -> R { return std::invoke(method, *object, a...); }, tuple); },
+        tuple);
   };
   auto task = std::make_shared<detail::Task<R, decltype(call)>>(std::move(call), module.queue());
+  detail::submit(task);
+  return Future<R>(std::move(task));
+}
+
+// A task on a lane: runs on a worker with the lane current (a GPU lane: its kernels go on the
+// lane's stream), after the lane's work that wrote its tensor arguments; the Future completes once
+// the work is queued and carries the event after it. Tasks forked onto one lane queue in the order
+// they run, which forks do not fix: use a module actor for a fixed order.
+template <class Fn, class... Args>
+auto fork(const std::shared_ptr<Lane>& lane, Fn&& fn, Args&&... args) {
+  using R = std::invoke_result_t<std::decay_t<Fn>&, std::decay_t<Args>&...>;
+  auto call = [lane, fn = std::forward<Fn>(fn), tuple = std::make_tuple(std::forward<Args>(args)...)]() mutable -> R {
+    return detail::run_on_lane<R>(
+        lane.get(), [&]() -> R { return std::apply([&](auto&... a) -> R { return std::invoke(fn, a...); }, tuple); },
+        tuple);
+  };
+  auto task = std::make_shared<detail::Task<R, decltype(call)>>(std::move(call), nullptr);
   detail::submit(task);
   return Future<R>(std::move(task));
 }

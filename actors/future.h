@@ -23,6 +23,13 @@ class Future {
   Future& operator=(const Future&) = delete;
 
   bool valid() const { return task_ != nullptr; }
+  // A call on a lane (a GPU actor's): waits until the call's work is queued, then returns the event
+  // after it; done (empty) for other calls. Call before get().
+  Event event() const {
+    check("event");
+    task_->wait();
+    return task_->event();
+  }
   bool ready() const { return task_ && task_->is_done(); }
   // Waits (running pending work meanwhile) without taking the value.
   void wait() const {

@@ -12,6 +12,7 @@
 
 #include "devices/error.h"
 #include "devices/registry.h"
+#include "devices/sync.h"
 
 namespace troupe {
 
@@ -134,6 +135,7 @@ void Profiler::stop() {
 }
 
 void Profiler::set_thread_actor(std::string_view actor) {
+  SyncAttribution::set_thread_actor(actor);  // host syncs name the actor too
   if (!global().recording()) return;
   ThreadLog& log = this_thread_log();
   std::lock_guard lock(log.mutex);

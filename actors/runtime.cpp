@@ -64,6 +64,7 @@ std::atomic<uint64_t> next_task_id{1};
 // cores and every OpenMP barrier waited for a descheduled thread.
 std::atomic<int> forking_externals{0};
 thread_local bool in_task = false;
+thread_local detail::TaskBase* running_task = nullptr;
 struct ForkingExternal {
   bool active = false;
   void start() {
@@ -197,6 +198,8 @@ void TaskBase::finish(std::exception_ptr error) {
   state_.notify_all();
 }
 
+TaskBase* TaskBase::running_on_this_thread() { return running_task; }
+
 bool TaskBase::try_run() {
   uint32_t expected = pending;
   if (!state_.compare_exchange_strong(expected, running, std::memory_order_acq_rel)) return false;
@@ -209,6 +212,8 @@ void TaskBase::run_claimed() {
   running_tasks.fetch_add(1, std::memory_order_relaxed);
   const bool was_in_task = in_task;
   in_task = true;
+  TaskBase* const outer = running_task;
+  running_task = this;
   // Fixed: every kernel gets that many threads. Adaptive (0): adaptive_share() decides per kernel.
   const int previous = thread_intra_op_threads();
   set_thread_intra_op_threads(rt.options().intra_op_threads);
@@ -221,6 +226,7 @@ void TaskBase::run_claimed() {
     }
   }
   set_thread_intra_op_threads(previous);
+  running_task = outer;
   in_task = was_in_task;
   running_tasks.fetch_sub(1, std::memory_order_relaxed);
   state_.store(done, std::memory_order_release);

@@ -14,6 +14,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "devices/event.h"
+
 namespace troupe {
 
 class ModuleQueue;
@@ -40,6 +42,12 @@ class TaskBase {
   void rethrow_if_failed() const {
     if (error_) std::rethrow_exception(error_);
   }
+  // A call on a lane: the event after the work it queued (done, empty, for other tasks). Set by the
+  // task itself while it runs, read once it is done.
+  const Event& event() const { return event_; }
+  void set_event(Event event) { event_ = std::move(event); }
+  // The task this thread is running now, or nullptr.
+  static TaskBase* running_on_this_thread();
 
  protected:
   virtual void execute() = 0;  // throws: the exception is kept and rethrown by wait()
@@ -57,6 +65,7 @@ class TaskBase {
   uint64_t id_;
   std::shared_ptr<ModuleQueue> queue_;  // set for module calls: they run in that order
   std::exception_ptr error_;
+  Event event_;
 };
 
 using TaskPtr = std::shared_ptr<TaskBase>;

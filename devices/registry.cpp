@@ -1,11 +1,15 @@
 #include "devices/registry.h"
 
+#include "devices/lane.h"
+#include "devices/sync.h"
+
 #include <algorithm>
 #include <mutex>
 
 #include "devices/autograd/backward_registry.h"
 #include "devices/autograd/grad_mode.h"
 #include "devices/autograd/tape.h"
+#include "devices/sync.h"
 
 namespace troupe {
 
@@ -174,7 +178,10 @@ std::vector<Tensor> OpRegistry::call(const OpDef& def, const std::vector<Tensor>
   auto kernel = def.kernels.find(device.type);
   if (kernel == def.kernels.end())
     throw DeviceError(def.name + ": no " + name(device.type) + " kernel (inputs are on " + device.str() + ")");
+  if (device.is_cuda())  // the kernel's stream reads what lanes wrote only after they wrote it
+    for (const Tensor& t : inputs) await_ready(t);
   auto run = [&] {
+    SyncAttribution::OpScope attributed(def.name);  // a sync inside the kernel names this op
     OpObserver* observer = observer_.load(std::memory_order_acquire);
     if (!observer) return kernel->second(OpCall{def.name, inputs, full, outputs});
     void* token = observer->begin(def.name, inputs);

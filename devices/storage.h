@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 
 #include "devices/device.h"
+#include "devices/event.h"
 
 namespace troupe {
 
@@ -32,12 +34,25 @@ class Storage {
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
   void bump_version() { version_.fetch_add(1, std::memory_order_acq_rel); }
 
+  // The event after the work that last wrote these bytes on a lane (devices/lane.h): a consumer on
+  // another lane waits for it on the device before reading. Done (empty) for bytes no lane wrote.
+  Event ready() const {
+    std::lock_guard lock(ready_mutex_);
+    return ready_;
+  }
+  void set_ready(Event event) {
+    std::lock_guard lock(ready_mutex_);
+    ready_ = std::move(event);
+  }
+
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
   std::function<void(void*)> deleter_;  // empty: the backend allocated it
   std::atomic<uint64_t> version_{0};
+  mutable std::mutex ready_mutex_;
+  Event ready_;
 };
 
 }  // namespace troupe

@@ -8,6 +8,8 @@
 #include "devices/autograd/node.h"
 #include "devices/autograd/tape.h"
 #include "devices/backend.h"
+#include "devices/lane.h"
+#include "devices/sync.h"
 
 namespace troupe {
 
@@ -85,6 +87,12 @@ bool Tensor::is_contiguous() const {
 
 void Tensor::check_access(DType requested, const char* what) const {
   if (!defined()) throw ValueError(std::string(what) + ": the tensor is undefined");
+  if (!device().is_cpu()) {
+    const std::string_view op = SyncAttribution::current_op();
+    throw DeviceError((op.empty() ? std::string() : std::string(op) + ": ") + what + "<" + name(requested) +
+                      ">() of a " + meta().str() + " tensor: host code cannot touch " + device().str() +
+                      " memory (move it with .to(Device::cpu()), or run a " + device().str() + " kernel)");
+  }
   if (requested != dtype_)
     throw DTypeError(std::string(what) + ": asked for " + name(requested) + " elements of a " + meta().str() +
                      " tensor");
@@ -399,6 +407,7 @@ Tensor Tensor::to(Device target) const {
   if (!defined()) throw ValueError("to: the tensor is undefined");
   const Device here = device();
   if (target == here) return *this;
+  if (here.is_cuda()) await_ready(*this);  // the copy's stream reads after the lane that wrote these bytes
   if (here.is_cuda() && target.is_cuda())  // between GPUs: through the host, simple and rare
     return to(Device::cpu()).to(target);
   Tensor src = contiguous();

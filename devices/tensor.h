@@ -21,6 +21,7 @@
 #include "devices/error.h"
 #include "devices/shape.h"
 #include "devices/storage.h"
+#include "devices/sync.h"
 
 namespace troupe {
 
@@ -70,14 +71,16 @@ class Tensor {
   bool shares_storage_with(const Tensor& other) const { return storage_ && storage_ == other.storage_; }
 
   // Read access: pointer to the first element (respect strides unless is_contiguous()).
-  // DTypeError when T does not match dtype().
+  // DTypeError when T does not match dtype(); DeviceError on a device tensor (host code only).
   template <class T>
   const T* data() const {
     check_access(dtype_of<T>(), "data");
     return static_cast<const T*>(raw_data());
   }
+  // The first element's address on the tensor's own device: for kernels of that device.
   const void* raw_data() const;
-  // Write access: makes this tensor the unique, contiguous owner of its bytes first (copy-on-write).
+  // Write access: makes this tensor the unique, contiguous owner of its bytes first (copy-on-write);
+  // DeviceError on a device tensor, as data(). mutable_raw_data() is the device-agnostic form for kernels.
   template <class T>
   T* mutable_data() {
     check_access(dtype_of<T>(), "mutable_data");
@@ -175,6 +178,7 @@ template <class T>
 T Tensor::item() const {
   if (numel() != 1)
     throw ShapeError("item: expected a tensor with one element, got " + meta().str());
+  SyncAttribution::OpScope attributed(SyncAttribution::current_op().empty() ? "item" : SyncAttribution::current_op());
   return to_vector<T>()[0];
 }
 

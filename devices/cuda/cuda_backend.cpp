@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "devices/backend.h"
+#include "devices/sync.h"
 #include "devices/cuda/cuda_util.h"
 #include "devices/tensor.h"
 
@@ -140,6 +141,7 @@ class CudaBackend final : public DeviceBackend {
     const cudaStream_t stream = current_stream(index);
     // Pageable host memory: a host-to-device copy returns once the source is staged, a
     // device-to-host copy once it has landed; the explicit wait keeps the latter true for pinned memory.
+    if (dst_device.is_cpu()) note_sync(src_device, "copy to host");  // before anything is queued: it may refuse
     check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync", index);
     if (dst_device.is_cpu()) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", index);
   }
@@ -223,6 +225,7 @@ Stream::~Stream() {
 }
 
 void Stream::synchronize() const {
+  note_sync(Device::cuda(device_), "Stream::synchronize");
   check(cudaStreamSynchronize(handle_), "cudaStreamSynchronize", device_);
 }
 
@@ -262,6 +265,7 @@ const Stream* current_stream_object(int device) {
 }
 
 void synchronize(int device) {
+  note_sync(Device::cuda(device), "cuda::synchronize");
   check(cudaStreamSynchronize(current_stream(device)), "cudaStreamSynchronize", device);
 }
 

@@ -1,0 +1,76 @@
+#pragma once
+// Internal to fork(): how a call runs as a lane's work (devices/lane.h). Before the call, the lane
+// waits, on the device, for the work that wrote each tensor argument on another lane; after it, the
+// lane records one event that marks the results' bytes ready and completes the call's Future. The
+// calling thread never waits for the device.
+#include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "actors/task.h"
+#include "devices/lane.h"
+#include "devices/tensor.h"
+
+namespace troupe::detail {
+
+// Calls f on every defined tensor held by a value: a Tensor, and vectors, optionals, pairs and
+// tuples of such; other values hold none.
+template <class T, class F>
+void for_each_tensor(const T&, F&&) {}
+template <class F>
+void for_each_tensor(const Tensor& t, F&& f) {
+  if (t.defined()) f(t);
+}
+template <class T, class F>
+void for_each_tensor(const std::vector<T>& values, F&& f) {
+  for (const T& v : values) for_each_tensor(v, f);
+}
+template <class T, class F>
+void for_each_tensor(const std::optional<T>& value, F&& f) {
+  if (value) for_each_tensor(*value, f);
+}
+template <class A, class B, class F>
+void for_each_tensor(const std::pair<A, B>& value, F&& f) {
+  for_each_tensor(value.first, f);
+  for_each_tensor(value.second, f);
+}
+template <class... T, class F>
+void for_each_tensor(const std::tuple<T...>& values, F&& f) {
+  std::apply([&](const auto&... v) { (for_each_tensor(v, f), ...); }, values);
+}
+
+// Orders the lane after its arguments' producers: a tensor of the lane's device written on another
+// lane is waited for by its event; one written by no lane was written on the device's default
+// stream (or the host), which the lane then waits for once.
+void await_arguments(Lane& lane, const std::vector<Event>& producers, bool default_stream_producer);
+// The event after the call's work: marks each result's bytes and the running task.
+Event finish_call(Lane& lane);
+
+template <class R, class Call, class Args>
+R run_on_lane(Lane* lane, Call&& call, const Args& args) {
+  if (!lane) return call();
+  LaneGuard on(*lane);
+  std::vector<Event> producers;
+  bool default_stream_producer = false;
+  for_each_tensor(args, [&](const Tensor& t) {
+    if (!(t.device() == lane->device())) return;
+    Event ready = t.storage()->ready();
+    if (ready.valid())
+      producers.push_back(std::move(ready));
+    else
+      default_stream_producer = true;
+  });
+  await_arguments(*lane, producers, default_stream_producer && !lane->device().is_cpu());
+  if constexpr (std::is_void_v<R>) {
+    call();
+    finish_call(*lane);
+  } else {
+    R result = call();
+    Event done = finish_call(*lane);
+    for_each_tensor(result, [&](const Tensor& t) { t.storage()->set_ready(done); });
+    return result;
+  }
+}
+
+}  // namespace troupe::detail

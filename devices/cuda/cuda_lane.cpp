@@ -1,0 +1,133 @@
+// The CUDA lane: a GPU actor's own stream (with its cuBLAS handle and workspace, cuda/blas.h) and
+// CUDA events. enqueue runs the work at once with the stream current, so the work only queues
+// kernels; waits between lanes are cudaStreamWaitEvent, on the device.
+#include <memory>
+
+#include "devices/cuda/cuda_util.h"
+#include "devices/lane.h"
+#include "devices/sync.h"
+
+namespace troupe::cuda {
+
+namespace {
+
+struct CudaEvent final : Event::State {
+  CudaEvent(int index, const void* owner) : owner_(owner) {
+    device = Device::cuda(index);
+    DeviceGuard on(index);
+    check(cudaEventCreateWithFlags(&handle_, cudaEventDefault), "cudaEventCreateWithFlags", index);
+  }
+  ~CudaEvent() override { cudaEventDestroy(handle_); }
+
+  bool done() override {
+    const cudaError_t err = cudaEventQuery(handle_);
+    if (err == cudaErrorNotReady) return false;
+    settle(err);
+    return true;
+  }
+  void wait() override { settle(cudaEventSynchronize(handle_)); }
+  std::exception_ptr error() override { return error_; }
+  double elapsed_ms(Event::State& later) override {
+    auto* other = dynamic_cast<CudaEvent*>(&later);
+    if (!other) throw DeviceError("Event::elapsed_ms: a device event and a host event have no common clock");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, handle_, other->handle_), "cudaEventElapsedTime", device.index);
+    return ms;
+  }
+  const void* lane() const override { return owner_; }
+  cudaEvent_t handle() const { return handle_; }
+
+ private:
+  // A failure the device reports while the event is awaited becomes the event's DeviceError.
+  void settle(cudaError_t err) {
+    if (err == cudaSuccess || error_) return;
+    try {
+      check(err, "the work before this event", device.index);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  }
+
+  const void* owner_;
+  cudaEvent_t handle_ = nullptr;
+  std::exception_ptr error_;
+};
+
+struct StreamScope final : Lane::Scope {
+  explicit StreamScope(const Stream& stream) : guard(stream) {}
+  StreamGuard guard;
+};
+
+void wait_for_host_event(void* state) {
+  auto* awaited = static_cast<std::shared_ptr<Event::State>*>(state);
+  (*awaited)->wait();
+  delete awaited;
+}
+
+class CudaLane final : public Lane {
+ public:
+  CudaLane(int index, std::string name) : Lane(Device::cuda(index), std::move(name)), stream_(index) {}
+  ~CudaLane() override = default;  // ~Stream waits for the stream's work
+
+  void enqueue(std::function<void()> fn) override {
+    LaneGuard on(*this);
+    fn();
+  }
+
+  Event record() override {
+    const int index = device().index;
+    auto event = std::make_shared<CudaEvent>(index, this);
+    DeviceGuard on(index);
+    check(cudaEventRecord(event->handle(), stream_.handle()), "cudaEventRecord", index);
+    return Event(event);
+  }
+
+  void wait(const Event& event) override {
+    if (!event.valid() || event.state()->lane() == this || event.done()) return;
+    const int index = device().index;
+    DeviceGuard on(index);
+    if (auto* cuda_event = dynamic_cast<CudaEvent*>(event.state().get())) {
+      check(cudaStreamWaitEvent(stream_.handle(), cuda_event->handle(), 0), "cudaStreamWaitEvent", index);
+      return;
+    }
+    // A host lane's event: the stream's later work waits on a CUDA host thread, not on the caller.
+    auto* awaited = new std::shared_ptr<Event::State>(event.state());
+    const cudaError_t err = cudaLaunchHostFunc(stream_.handle(), wait_for_host_event, awaited);
+    if (err != cudaSuccess) delete awaited;
+    check(err, "cudaLaunchHostFunc", index);
+  }
+
+  std::unique_ptr<Scope> enter() override { return std::make_unique<StreamScope>(stream_); }
+
+ private:
+  Stream stream_;
+};
+
+Event default_stream_mark_on(int index) {
+  auto event = std::make_shared<CudaEvent>(index, nullptr);
+  DeviceGuard on(index);
+  check(cudaEventRecord(event->handle(), current_stream(index)), "cudaEventRecord", index);
+  return Event(event);
+}
+
+void current_stream_wait(const Event& event, int index) {
+  auto* cuda_event = dynamic_cast<CudaEvent*>(event.state().get());
+  if (!cuda_event) return event.synchronize("a device stream waits for a host event");
+  DeviceGuard on(index);
+  check(cudaStreamWaitEvent(current_stream(index), cuda_event->handle(), 0), "cudaStreamWaitEvent", index);
+}
+
+const bool registered = [] {
+  detail::register_cuda_lane_hooks({
+      .make = [](int index, std::string name) -> std::unique_ptr<Lane> {
+        return std::make_unique<CudaLane>(index, std::move(name));
+      },
+      .default_stream_mark = default_stream_mark_on,
+      .current_stream_wait = current_stream_wait,
+  });
+  return true;
+}();
+
+}  // namespace
+
+}  // namespace troupe::cuda
