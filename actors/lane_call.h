@@ -14,10 +14,15 @@
 
 namespace troupe::detail {
 
-// Calls f on every defined tensor held by a value: a Tensor, and vectors, optionals, pairs and
-// tuples of such; other values hold none.
+// Calls f on every defined tensor held by a value: a Tensor, a value that may hold one
+// (is_tensor()/tensor(), as a dataflow Value), and vectors, optionals, pairs and tuples of such;
+// other values hold none.
 template <class T, class F>
-void for_each_tensor(const T&, F&&) {}
+void for_each_tensor(const T& value, F&& f) {
+  if constexpr (requires { value.is_tensor(); value.tensor(); }) {
+    if (value.is_tensor() && value.tensor().defined()) f(value.tensor());
+  }
+}
 template <class F>
 void for_each_tensor(const Tensor& t, F&& f) {
   if (t.defined()) f(t);

@@ -15,6 +15,7 @@
 
 #include "actors/handoff.h"
 #include "actors/kernel_budget.h"
+#include "actors/lane_call.h"
 #include "actors/profiler.h"
 #include "actors/runtime.h"
 #include "actors/task.h"
@@ -63,6 +64,8 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
     caf::actor actor;
     std::shared_ptr<ExecutorCore> body;                // loop nodes
     std::unordered_map<uint64_t, Pending> pending;     // touched by the node's actor only
+    std::unique_ptr<Lane> lane;                        // a node on a GPU: its stream, its kernels' order
+    std::vector<std::optional<Tensor>> device_constants;  // per input slot: a constant uploaded once
   };
 
   ExecutorCore(const Graph& g, ExecutorOptions opts) : graph(std::make_shared<const Graph>(g)), options(opts) {
@@ -89,6 +92,28 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
       if (plan.nodes[i].inputs.empty()) sources.push_back(static_cast<int>(i));
       if (const auto* loop = plan.nodes[i].node->as<Node::Loop>())
         nodes[i].body = create(*loop->body, {.max_in_flight = options.max_in_flight});
+      const std::optional<Device>& device = plan.nodes[i].node->device;
+      if (device && !device->is_cpu() && runs_on_lane(*plan.nodes[i].node))
+        nodes[i].lane = Lane::make(*device, plan.nodes[i].path);
+    }
+    upload_constants();
+  }
+
+  static bool runs_on_lane(const Node& n) { return n.is<Node::Op>() || n.is<Node::Call>(); }
+
+  // A constant read by a node on a device moves there once, not at every invocation.
+  void upload_constants() {
+    for (size_t k = 0; k < plan.constants.size(); ++k) {
+      const Value& c = plan.constants[k];
+      if (!c.is_tensor() || !c.tensor().defined()) continue;
+      for (const Target& t : plan.constant_consumers[k]) {
+        if (t.node < 0 || !local(t.node)) continue;
+        const std::optional<Device>& device = plan.nodes[t.node].node->device;
+        if (!device || *device == c.tensor().device()) continue;
+        auto& slots = nodes[t.node].device_constants;
+        if (slots.size() <= static_cast<size_t>(t.slot)) slots.resize(t.slot + 1);
+        slots[t.slot] = c.tensor().to(*device);
+      }
     }
   }
 
@@ -331,11 +356,31 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
     }
   }
 
-  std::vector<Value> placed(const Node& n, std::vector<Value> values) const {
+  std::vector<Value> placed(int id, std::vector<Value> values) const {
+    const Node& n = *plan.nodes[id].node;
     if (!n.device) return values;
-    for (auto& v : values)
-      if (v.is_tensor() && v.tensor().defined() && v.tensor().device() != *n.device) v = v.tensor().to(*n.device);
+    const auto& constants = nodes[id].device_constants;
+    for (size_t i = 0; i < values.size(); ++i) {
+      Value& v = values[i];
+      if (i < constants.size() && constants[i])
+        v = *constants[i];
+      else if (v.is_tensor() && v.tensor().defined() && v.tensor().device() != *n.device)
+        v = v.tensor().to(*n.device);
+    }
     return values;
+  }
+
+  // Runs a node's work on its lane, if it has one (detail::run_on_lane: waits for the inputs'
+  // producers on the device, marks the outputs with the event after the work).
+  template <class Fn>
+  auto on_lane(int id, const std::vector<Value>& inputs, Fn&& fn) {
+    using R = decltype(fn());
+    Lane* lane = nodes[id].lane.get();
+    if (!lane) return fn();
+    std::vector<Tensor> tensors;
+    for (const Value& v : inputs)
+      if (v.is_tensor()) tensors.push_back(v.tensor());
+    return detail::run_on_lane<R>(lane, std::forward<Fn>(fn), tensors);
   }
 
   void fire(int id, const InvocationPtr& inv, std::vector<Value> values, std::vector<uint8_t> live) {
@@ -357,11 +402,12 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
       const bool done_here = std::visit(
           overloaded{
               [&](const Node::Op&) {
+                std::vector<Value> inputs = placed(id, std::move(values));
                 std::vector<Tensor> tensors;
-                tensors.reserve(values.size());
-                for (auto& v : placed(n, std::move(values))) tensors.push_back(v.tensor());
+                tensors.reserve(inputs.size());
+                for (auto& v : inputs) tensors.push_back(v.tensor());
                 KernelBudget budget(fixed_intra_op, cores);
-                auto outs = OpRegistry::global().call(*pn.def, tensors, pn.attrs);
+                auto outs = on_lane(id, inputs, [&] { return OpRegistry::global().call(*pn.def, tensors, pn.attrs); });
                 emit(id, inv, std::vector<Value>(outs.begin(), outs.end()));
                 return true;
               },
@@ -369,13 +415,14 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
                 std::vector<Value> outs;
                 {
                   KernelBudget budget(fixed_intra_op, cores);
-                  outs = call.fn(placed(n, std::move(values)));
+                  std::vector<Value> inputs = placed(id, std::move(values));
+                  outs = on_lane(id, inputs, [&] { return call.fn(inputs); });
                 }
                 emit(id, inv, std::move(outs));
                 return true;
               },
               [&](const Node::Module& module) {
-                submit_module(id, inv, module, placed(n, std::move(values)));
+                submit_module(id, inv, module, placed(id, std::move(values)));
                 return false;  // done in the module's actor
               },
               [&](const Node::Switch& sw) {

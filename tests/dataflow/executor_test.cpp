@@ -11,6 +11,7 @@
 #include "dataflow/executor.h"
 #include "devices/backend.h"
 #include "devices/ops.h"
+#include "devices/sync.h"
 #include "support/skip.h"
 #include "support/two_workers.h"
 
@@ -401,4 +402,26 @@ TEST_CASE("executor: nodes placed on a device get their inputs there", "[dataflo
   auto out = exec({{"x", vec({1, 2})}, {"y", vec({3, 4})}});
   CHECK(out.at("raw").tensor().device() == Device::cuda(0));
   CHECK(out.at("z").tensor().to_vector<float>() == std::vector<float>{3, 8});
+}
+
+TEST_CASE("executor: GPU nodes own lanes, take constants uploaded once, and hand tensors on by events",
+          "[dataflow][cuda]") {
+  two_workers();
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
+  const Device gpu = Device::cuda(0);
+  Graph g("two_layers");
+  Tensor w = Tensor::from_vector<float>({1, -1, 2, 0.5f}, {2, 2});
+  Port h = g.op("matmul", {g.input("x"), g.constant("w", w)}).named("layer1").on(gpu);
+  Port y = g.op("relu", {h}).named("act").on(gpu);
+  g.output("y", y);
+  Executor exec(g);
+  const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2});
+  const std::vector<float> want = relu(matmul(x, w)).to_vector<float>();
+  for (int i = 0; i < 3; ++i) {
+    reset_sync_counts();
+    Tensor out = exec({{"x", x.to(gpu)}}).at("y").tensor();
+    CHECK(sync_count() == 0);  // the nodes' lanes waited on each other on the device
+    CHECK(out.device() == gpu);
+    CHECK(out.to_vector<float>() == want);
+  }
 }
