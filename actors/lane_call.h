@@ -67,12 +67,19 @@ R run_on_lane(Lane* lane, Call&& call, const Args& args) {
       default_stream_producer = true;
   });
   await_arguments(*lane, producers, default_stream_producer && !lane->device().is_cpu());
+  // The arguments' bytes are not freed for reuse before this lane has read them.
+  auto note_uses = [&](const Event& done) {
+    for_each_tensor(args, [&](const Tensor& t) {
+      if (t.device() == lane->device()) t.storage()->add_use(done);
+    });
+  };
   if constexpr (std::is_void_v<R>) {
     call();
-    finish_call(*lane);
+    note_uses(finish_call(*lane));
   } else {
     R result = call();
     Event done = finish_call(*lane);
+    note_uses(done);
     for_each_tensor(result, [&](const Tensor& t) { t.storage()->set_ready(done); });
     return result;
   }

@@ -6,9 +6,11 @@
 //   void* p = cuda.allocate(bytes, 0);
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "devices/device.h"
 #include "devices/dtype.h"
+#include "devices/event.h"
 
 namespace troupe {
 
@@ -19,6 +21,13 @@ class DeviceBackend {
   virtual ~DeviceBackend() = default;
   virtual void* allocate(size_t nbytes, int index) = 0;
   virtual void deallocate(void* ptr, size_t nbytes, int index) = 0;
+  // Frees once the work before each event is done (the lanes that read the block). A device orders
+  // the free after them on its own; here the host holds the bytes until the readers are done.
+  virtual void deallocate_after(void* ptr, size_t nbytes, int index, const std::vector<Event>& events) {
+    for (const Event& e : events)
+      if (e.valid()) e.state()->wait();
+    deallocate(ptr, nbytes, index);
+  }
   // Copies nbytes between any two devices this backend can reach (one side may be the host).
   // Ordered after all work queued on the current stream; returns once the host side is safe.
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) = 0;

@@ -83,8 +83,23 @@ Storage::~Storage() {
   if (deleter_) {
     deleter_(data_);
   } else if (data_) {
-    backend(device_.type).deallocate(data_, nbytes_, device_.index);
+    DeviceBackend& b = backend(device_.type);
+    if (uses_.empty())
+      b.deallocate(data_, nbytes_, device_.index);
+    else
+      b.deallocate_after(data_, nbytes_, device_.index, uses_);
   }
+}
+
+void Storage::add_use(Event event) {
+  if (!event.valid()) return;
+  std::lock_guard lock(ready_mutex_);
+  for (Event& e : uses_)
+    if (e.state()->lane() == event.state()->lane()) {
+      e = std::move(event);
+      return;
+    }
+  uses_.push_back(std::move(event));
 }
 
 }  // namespace troupe

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "devices/device.h"
 #include "devices/event.h"
@@ -44,6 +45,9 @@ class Storage {
     std::lock_guard lock(ready_mutex_);
     ready_ = std::move(event);
   }
+  // The event after a lane's work that read these bytes: freeing them waits for it on the device,
+  // so a block is not reused while another lane still reads it. One per lane, the latest.
+  void add_use(Event event);
 
  private:
   void* data_ = nullptr;
@@ -53,6 +57,7 @@ class Storage {
   std::atomic<uint64_t> version_{0};
   mutable std::mutex ready_mutex_;
   Event ready_;
+  std::vector<Event> uses_;
 };
 
 }  // namespace troupe

@@ -134,6 +134,23 @@ class CudaBackend final : public DeviceBackend {
       std::fprintf(stderr, "troupe: cuda:%d: freeing %p: %s\n", index, ptr, cudaGetErrorString(err));
   }
 
+  // The block's own stream waits for each reader's event, then frees it in stream order. Runs from
+  // ~Storage, so it reports failures instead of throwing them.
+  void deallocate_after(void* ptr, size_t nbytes, int index, const std::vector<Event>& events) override {
+    try {
+      cudaStream_t owner = nullptr;
+      {
+        std::lock_guard lock(blocks().mutex);
+        auto it = blocks().stream_of.find(ptr);
+        if (it != blocks().stream_of.end()) owner = it->second;
+      }
+      for (const Event& e : events) stream_wait_event(owner ? owner : current_stream(index), e, index);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "troupe: cuda:%d: ordering the free of %p after its readers: %s\n", index, ptr, e.what());
+    }
+    deallocate(ptr, nbytes, index);
+  }
+
   void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) override {
     if (nbytes == 0) return;
     const int index = dst_device.is_cuda() ? dst_device.index : src_device.index;

@@ -110,12 +110,7 @@ Event default_stream_mark_on(int index) {
   return Event(event);
 }
 
-void current_stream_wait(const Event& event, int index) {
-  auto* cuda_event = dynamic_cast<CudaEvent*>(event.state().get());
-  if (!cuda_event) return event.synchronize("a device stream waits for a host event");
-  DeviceGuard on(index);
-  check(cudaStreamWaitEvent(current_stream(index), cuda_event->handle(), 0), "cudaStreamWaitEvent", index);
-}
+void current_stream_wait(const Event& event, int index) { stream_wait_event(current_stream(index), event, index); }
 
 const bool registered = [] {
   detail::register_cuda_lane_hooks({
@@ -129,5 +124,13 @@ const bool registered = [] {
 }();
 
 }  // namespace
+
+void stream_wait_event(cudaStream_t stream, const Event& event, int device) {
+  if (!event.valid() || event.done()) return;
+  auto* cuda_event = dynamic_cast<CudaEvent*>(event.state().get());
+  if (!cuda_event) return event.synchronize("a device stream waits for a host event");
+  DeviceGuard on(device);
+  check(cudaStreamWaitEvent(stream, cuda_event->handle(), 0), "cudaStreamWaitEvent", device);
+}
 
 }  // namespace troupe::cuda

@@ -7,6 +7,7 @@
 
 #include "devices/cuda/stream.h"
 #include "devices/error.h"
+#include "devices/event.h"
 
 namespace troupe {
 class Tensor;
@@ -32,6 +33,10 @@ class DeviceGuard {
   int device_;
   int previous_ = -1;
 };
+
+// Later work on stream waits, on the device, for the work before event (a host lane's event: the
+// host waits for it here).
+void stream_wait_event(cudaStream_t stream, const Event& event, int device);
 
 // Writes src's elements (any strides) converted to dst's dtype into dst (contiguous, same device
 // and numel), on the current stream. False when src has too many dims for the kernel.
