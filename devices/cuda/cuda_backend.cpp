@@ -12,6 +12,7 @@
 
 #include "devices/backend.h"
 #include "devices/cuda/cuda_util.h"
+#include "devices/cuda/kernel_errors.h"
 #include "devices/tensor.h"
 
 namespace troupe::cuda {
@@ -141,7 +142,10 @@ class CudaBackend final : public DeviceBackend {
     // Pageable host memory: a host-to-device copy returns once the source is staged, a
     // device-to-host copy once it has landed; the explicit wait keeps the latter true for pinned memory.
     check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync", index);
-    if (dst_device.is_cpu()) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", index);
+    if (dst_device.is_cpu()) {
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", index);
+      raise_pending_kernel_error(index);  // what the kernels before the copy found (kernel_errors.h)
+    }
   }
 
   bool copy_elements(const Tensor& src, Tensor& dst) override { return copy_elements_on_device(src, dst); }
@@ -224,6 +228,7 @@ Stream::~Stream() {
 
 void Stream::synchronize() const {
   check(cudaStreamSynchronize(handle_), "cudaStreamSynchronize", device_);
+  raise_pending_kernel_error(device_);
 }
 
 bool Stream::done() const {
@@ -263,6 +268,7 @@ const Stream* current_stream_object(int device) {
 
 void synchronize(int device) {
   check(cudaStreamSynchronize(current_stream(device)), "cudaStreamSynchronize", device);
+  raise_pending_kernel_error(device);
 }
 
 StreamGuard::StreamGuard(const Stream& stream)
