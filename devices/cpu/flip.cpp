@@ -1,5 +1,7 @@
 // flip: reverses the order of elements along the given dims (torch.flip). A flipped dim is a
 // negative stride starting at the dim's last element; the strided copy then reads it in order.
+// That copy is the device's own (clone() of a cuda view runs on the GPU), so the same kernel serves
+// cpu and cuda tensors.
 #include "devices/registry.h"
 
 namespace troupe {
@@ -25,7 +27,7 @@ std::vector<TensorMeta> infer_flip(const OpInfer& c) {
   return {c.inputs[0]};
 }
 
-std::vector<Tensor> flip_cpu(const OpCall& c) {
+std::vector<Tensor> flip_view_copy(const OpCall& c) {
   const Tensor& x = c.inputs[0];
   if (x.dim() == 0 || x.numel() == 0) return {x.clone()};  // nothing to reorder
   Strides strides = x.strides();
@@ -42,7 +44,7 @@ const OpRegistrar flip_op{OpDef{
     .doc = "reverses x along each of dims",
     .attrs = {{"dims", AttrType::int_list, std::nullopt, "the dims to reverse"}},
     .infer = infer_flip,
-    .kernels = {{DeviceType::cpu, flip_cpu}}}};
+    .kernels = {{DeviceType::cpu, flip_view_copy}, {DeviceType::cuda, flip_view_copy}}}};
 
 }  // namespace
 }  // namespace troupe

@@ -13,6 +13,7 @@
 #include "devices/backend.h"
 #include "devices/sync.h"
 #include "devices/cuda/cuda_util.h"
+#include "devices/cuda/kernel_errors.h"
 #include "devices/tensor.h"
 
 namespace troupe::cuda {
@@ -160,7 +161,10 @@ class CudaBackend final : public DeviceBackend {
     // device-to-host copy once it has landed; the explicit wait keeps the latter true for pinned memory.
     if (dst_device.is_cpu()) note_sync(src_device, "copy to host");  // before anything is queued: it may refuse
     check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync", index);
-    if (dst_device.is_cpu()) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", index);
+    if (dst_device.is_cpu()) {
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", index);
+      raise_pending_kernel_error(index);  // what the kernels before the copy found (kernel_errors.h)
+    }
   }
 
   bool copy_elements(const Tensor& src, Tensor& dst) override { return copy_elements_on_device(src, dst); }
@@ -244,6 +248,7 @@ Stream::~Stream() {
 void Stream::synchronize() const {
   note_sync(Device::cuda(device_), "Stream::synchronize");
   check(cudaStreamSynchronize(handle_), "cudaStreamSynchronize", device_);
+  raise_pending_kernel_error(device_);
 }
 
 bool Stream::done() const {
@@ -284,6 +289,7 @@ const Stream* current_stream_object(int device) {
 void synchronize(int device) {
   note_sync(Device::cuda(device), "cuda::synchronize");
   check(cudaStreamSynchronize(current_stream(device)), "cudaStreamSynchronize", device);
+  raise_pending_kernel_error(device);
 }
 
 StreamGuard::StreamGuard(const Stream& stream)

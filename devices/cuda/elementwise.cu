@@ -1,6 +1,8 @@
-// Elementwise cuda kernels: add, sub, mul, div with NumPy broadcasting, and the unary neg, relu,
-// exp, tanh, sigmoid, gelu. Inputs are first converted to the output dtype inference chose (type
-// promotion, integer division giving f32), so each kernel sees one element type.
+// Elementwise cuda kernels: add, sub, mul, div, maximum, minimum and the comparisons eq ne lt le gt
+// ge with NumPy broadcasting, and the unary neg, abs, relu, exp, log, sqrt, tanh, sigmoid, gelu.
+// Inputs are first converted to the dtype the op computes in (the output dtype inference chose:
+// type promotion, integer division giving f32; for comparisons the promoted inputs' dtype, the
+// output being bool), so each kernel sees one element type.
 #include <cmath>
 
 #include "devices/cuda/kernel_util.cuh"
@@ -14,62 +16,93 @@ struct AddOp { template <class A> __device__ A operator()(A x, A y) const { retu
 struct SubOp { template <class A> __device__ A operator()(A x, A y) const { return x - y; } };
 struct MulOp { template <class A> __device__ A operator()(A x, A y) const { return x * y; } };
 struct DivOp { template <class A> __device__ A operator()(A x, A y) const { return x / y; } };
+// NaN wins, like the CPU's NanMax/NanMin.
+struct MaximumOp { template <class A> __device__ A operator()(A x, A y) const { return (y > x || y != y) ? y : x; } };
+struct MinimumOp { template <class A> __device__ A operator()(A x, A y) const { return (y < x || y != y) ? y : x; } };
+struct EqOp { template <class A> __device__ bool operator()(A x, A y) const { return x == y; } };
+struct NeOp { template <class A> __device__ bool operator()(A x, A y) const { return x != y; } };
+struct LtOp { template <class A> __device__ bool operator()(A x, A y) const { return x < y; } };
+struct LeOp { template <class A> __device__ bool operator()(A x, A y) const { return x <= y; } };
+struct GtOp { template <class A> __device__ bool operator()(A x, A y) const { return x > y; } };
+struct GeOp { template <class A> __device__ bool operator()(A x, A y) const { return x >= y; } };
 
-template <class T, class Op>
-__global__ void binary_kernel(const T* a, const T* b, T* out, Strided<2> layout, int64_t n, Op op) {
+template <class T, class O, class Op>
+__global__ void binary_kernel(const T* a, const T* b, O* out, Strided<2> layout, int64_t n, Op op) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t off[2];
     layout.offsets(i, off);
-    out[i] = convert_to<T>(op(convert_to<Acc<T>>(a[off[0]]), convert_to<Acc<T>>(b[off[1]])));
+    out[i] = convert_to<O>(op(convert_to<Acc<T>>(a[off[0]]), convert_to<Acc<T>>(b[off[1]])));
   }
 }
 
-// The input as the output's dtype, broadcast (stride 0) to the output's shape.
-Tensor as_operand(const Tensor& x, const TensorMeta& out) {
-  return (x.dtype() == out.dtype ? x : x.to(out.dtype)).expand(out.shape);
+// The input as the compute dtype, broadcast (stride 0) to the output's shape.
+Tensor as_operand(const Tensor& x, DType compute, const Shape& shape) {
+  return (x.dtype() == compute ? x : x.to(compute)).expand(shape);
 }
 
+enum class Operands { any, floating, comparison };
+
 template <class Op>
-KernelFn binary(Op op, bool integers) {
-  return [op, integers](const OpCall& call) {
+KernelFn binary(Op op, Operands kind) {
+  return [op, kind](const OpCall& call) {
     const TensorMeta& meta = call.outputs[0];
     const int device = call.inputs[0].device().index;
     DeviceGuard on(device);
     Tensor out = Tensor::empty(meta.shape, meta.dtype, call.inputs[0].device());
     const int64_t n = out.numel();
     if (n == 0) return std::vector<Tensor>{out};
-    if (!integers && !is_floating(meta.dtype))
-      throw DeviceError(std::string(call.op) + ": no cuda kernel for " + name(meta.dtype));
-    Tensor a = as_operand(call.inputs[0], meta), b = as_operand(call.inputs[1], meta);
+    const DType compute =
+        kind == Operands::comparison ? promote(call.inputs[0].dtype(), call.inputs[1].dtype()) : meta.dtype;
+    if (kind == Operands::floating && !is_floating(compute))
+      throw DeviceError(std::string(call.op) + ": no cuda kernel for " + name(compute));
+    Tensor a = as_operand(call.inputs[0], compute, meta.shape), b = as_operand(call.inputs[1], compute, meta.shape);
     Strided<2> layout;
     if (!make_strided<2>(meta.shape, {&a.strides(), &b.strides()}, layout)) {
       a = a.contiguous();  // too many dims for the kernel's index: materialise the broadcast
       b = b.contiguous();
       make_strided<2>(meta.shape, {&a.strides(), &b.strides()}, layout);
     }
-    dispatch_device(meta.dtype, [&](auto tag) {
+    dispatch_device(compute, [&](auto tag) {
       using T = typename decltype(tag)::type;
+      using O = std::conditional_t<std::is_same_v<decltype(op(Acc<T>{}, Acc<T>{})), bool>, bool, T>;
       binary_kernel<<<blocks_for(n), kThreads, 0, current_stream(device)>>>(
           static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()),
-          static_cast<T*>(out.mutable_raw_data()), layout, n, op);
+          static_cast<O*>(out.mutable_raw_data()), layout, n, op);
     });
     check_launch(std::string(call.op).c_str(), device);
     return std::vector<Tensor>{out};
   };
 }
 
-const OpRegistrar add_cuda{"add", DeviceType::cuda, binary(AddOp{}, true)};
-const OpRegistrar sub_cuda{"sub", DeviceType::cuda, binary(SubOp{}, true)};
-const OpRegistrar mul_cuda{"mul", DeviceType::cuda, binary(MulOp{}, true)};
-const OpRegistrar div_cuda{"div", DeviceType::cuda, binary(DivOp{}, false)};
+const OpRegistrar add_cuda{"add", DeviceType::cuda, binary(AddOp{}, Operands::any)};
+const OpRegistrar sub_cuda{"sub", DeviceType::cuda, binary(SubOp{}, Operands::any)};
+const OpRegistrar mul_cuda{"mul", DeviceType::cuda, binary(MulOp{}, Operands::any)};
+const OpRegistrar div_cuda{"div", DeviceType::cuda, binary(DivOp{}, Operands::floating)};
+const OpRegistrar maximum_cuda{"maximum", DeviceType::cuda, binary(MaximumOp{}, Operands::any)};
+const OpRegistrar minimum_cuda{"minimum", DeviceType::cuda, binary(MinimumOp{}, Operands::any)};
+const OpRegistrar eq_cuda{"eq", DeviceType::cuda, binary(EqOp{}, Operands::comparison)};
+const OpRegistrar ne_cuda{"ne", DeviceType::cuda, binary(NeOp{}, Operands::comparison)};
+const OpRegistrar lt_cuda{"lt", DeviceType::cuda, binary(LtOp{}, Operands::comparison)};
+const OpRegistrar le_cuda{"le", DeviceType::cuda, binary(LeOp{}, Operands::comparison)};
+const OpRegistrar gt_cuda{"gt", DeviceType::cuda, binary(GtOp{}, Operands::comparison)};
+const OpRegistrar ge_cuda{"ge", DeviceType::cuda, binary(GeOp{}, Operands::comparison)};
 
 struct NegOp { template <class A> __device__ A operator()(A x) const { return -x; } };
+struct AbsOp {
+  template <class A> __device__ A operator()(A x) const {
+    if constexpr (std::is_unsigned_v<A>) return x;
+    else if constexpr (std::is_floating_point_v<A>) return ::fabs(x);  // -0 gives +0, NaN stays NaN
+    else return x < A(0) ? -x : x;
+  }
+};
 struct ReluOp {
   template <class A> __device__ A operator()(A x) const {
     if constexpr (std::is_unsigned_v<A>) return x; else return x < A(0) ? A(0) : x;  // NaN stays NaN
   }
 };
 struct ExpOp { template <class A> __device__ A operator()(A x) const { return exp_of(x); } };
+struct LogOp { template <class A> __device__ A operator()(A x) const { return log_of(x); } };
+struct SqrtOp { template <class A> __device__ A operator()(A x) const { return sqrt_of(x); } };
 struct TanhOp { template <class A> __device__ A operator()(A x) const { return tanh_of(x); } };
 struct SigmoidOp { template <class A> __device__ A operator()(A x) const { return A(1) / (A(1) + exp_of(-x)); } };
 struct GeluErfOp {
@@ -126,8 +159,11 @@ KernelFn unary(Op op) {
 }
 
 const OpRegistrar neg_cuda{"neg", DeviceType::cuda, unary<true>(NegOp{})};
+const OpRegistrar abs_cuda{"abs", DeviceType::cuda, unary<true>(AbsOp{})};
 const OpRegistrar relu_cuda{"relu", DeviceType::cuda, unary<true>(ReluOp{})};
 const OpRegistrar exp_cuda{"exp", DeviceType::cuda, unary<false>(ExpOp{})};
+const OpRegistrar log_cuda{"log", DeviceType::cuda, unary<false>(LogOp{})};
+const OpRegistrar sqrt_cuda{"sqrt", DeviceType::cuda, unary<false>(SqrtOp{})};
 const OpRegistrar tanh_cuda{"tanh", DeviceType::cuda, unary<false>(TanhOp{})};
 const OpRegistrar sigmoid_cuda{"sigmoid", DeviceType::cuda, unary<false>(SigmoidOp{})};
 const OpRegistrar gelu_cuda{"gelu", DeviceType::cuda, [](const OpCall& call) {

@@ -81,6 +81,18 @@ __device__ __forceinline__ A exp_of(A x) {
   if constexpr (std::is_same_v<A, float>) return expf(x); else return ::exp(x);
 }
 template <class A>
+__device__ __forceinline__ A log_of(A x) {
+  if constexpr (std::is_same_v<A, float>) return logf(x); else return ::log(x);
+}
+template <class A>
+__device__ __forceinline__ A sqrt_of(A x) {
+  if constexpr (std::is_same_v<A, float>) return sqrtf(x); else return ::sqrt(x);
+}
+template <class A>
+__device__ __forceinline__ A erf_of(A x) {
+  if constexpr (std::is_same_v<A, float>) return erff(x); else return ::erf(x);
+}
+template <class A>
 __device__ __forceinline__ A tanh_of(A x) {
   if constexpr (std::is_same_v<A, float>) return tanhf(x); else return ::tanh(x);
 }

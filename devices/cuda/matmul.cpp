@@ -1,4 +1,4 @@
-// matmul and linear on cuda through cuBLAS (cublasGemmStridedBatchedEx_64).
+// matmul, bmm and linear on cuda through cuBLAS (cublasGemmStridedBatchedEx_64).
 //
 // cuBLAS is column-major; a row-major C = A @ B is the column-major C^T = B^T @ A^T, so the
 // operands go in swapped. A row-major matrix read column-major is its transpose, and a transposed
@@ -145,6 +145,16 @@ std::vector<Tensor> matmul_cuda(const OpCall& call) {
   return {out.view(meta.shape)};  // drops the dims 1-d operands gained
 }
 
+// [B, M, K] @ [B, K, N]: inference has checked the shapes and dtypes.
+std::vector<Tensor> bmm_cuda(const OpCall& call) {
+  const Tensor &a = call.inputs[0], &b = call.inputs[1];
+  const TensorMeta& meta = call.outputs[0];
+  DeviceGuard on(a.device().index);
+  Tensor out = Tensor::empty(meta.shape, meta.dtype, a.device());
+  gemm("bmm", a, b, out, false);
+  return {out};
+}
+
 // x [..., K] @ weight[N, K]^T + bias[N]: the bias is copied into the output first and the product
 // accumulated onto it.
 std::vector<Tensor> linear_cuda(const OpCall& call) {
@@ -166,6 +176,7 @@ std::vector<Tensor> linear_cuda(const OpCall& call) {
 }
 
 const OpRegistrar matmul_kernel{"matmul", DeviceType::cuda, matmul_cuda};
+const OpRegistrar bmm_kernel{"bmm", DeviceType::cuda, bmm_cuda};
 const OpRegistrar linear_kernel{"linear", DeviceType::cuda, linear_cuda};
 
 }  // namespace

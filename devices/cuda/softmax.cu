@@ -1,5 +1,5 @@
-// softmax on cuda: one block per row, max-subtracted, in float (double for f64). Any dim: other
-// dims than the last are moved last, normalised, and moved back.
+// softmax and log_softmax on cuda: one block per row, max-subtracted, in float (double for f64).
+// Any dim: other dims than the last are moved last, normalised, and moved back.
 #include "devices/cuda/kernel_util.cuh"
 #include "devices/registry.h"
 
@@ -7,7 +7,7 @@ namespace troupe::cuda {
 
 namespace {
 
-template <class T>
+template <class T, bool Log>
 __global__ void softmax_rows(const T* in, T* out, int64_t n) {
   using A = Acc<T>;
   const T* row = in + blockIdx.x * n;
@@ -18,15 +18,24 @@ __global__ void softmax_rows(const T* in, T* out, int64_t n) {
   A sum = 0;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += exp_of(convert_to<A>(row[j]) - max);
   sum = block_reduce(sum, SumOp{});
-  const A scale = A(1) / sum;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) out_row[j] = convert_to<T>(exp_of(convert_to<A>(row[j]) - max) * scale);
+  if constexpr (Log) {
+    const A log_sum = log_of(sum);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      out_row[j] = convert_to<T>((convert_to<A>(row[j]) - max) - log_sum);
+  } else {
+    const A scale = A(1) / sum;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      out_row[j] = convert_to<T>(exp_of(convert_to<A>(row[j]) - max) * scale);
+  }
 }
 
+template <bool Log>
 std::vector<Tensor> softmax_cuda(const OpCall& call) {
+  const char* op = Log ? "log_softmax" : "softmax";
   const Tensor& x = call.inputs[0];
   const TensorMeta& meta = call.outputs[0];
   const int64_t last = x.dim() - 1;
-  const int64_t dim = x.dim() == 0 ? 0 : wrap_dim("softmax", call.attrs.get<int64_t>("dim"), x.dim());
+  const int64_t dim = x.dim() == 0 ? 0 : wrap_dim(op, call.attrs.get<int64_t>("dim"), x.dim());
   const int device = x.device().index;
   DeviceGuard on(device);
   // Rows along the normalised dim, contiguous; a 0-d tensor is one row of one.
@@ -35,18 +44,20 @@ std::vector<Tensor> softmax_cuda(const OpCall& call) {
   const int64_t n = x.dim() == 0 ? 1 : rows.size(-1);
   if (out.numel() > 0) {
     const int64_t count = out.numel() / n;
-    if (count > INT32_MAX) throw DeviceError("softmax: too many rows for the cuda kernel: " + x.meta().str());
-    dispatch_floating("softmax", meta.dtype, [&](auto tag) {
+    if (count > INT32_MAX)
+      throw DeviceError(std::string(op) + ": too many rows for the cuda kernel: " + x.meta().str());
+    dispatch_floating(op, meta.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      softmax_rows<<<static_cast<unsigned>(count), row_threads(n), 0, current_stream(device)>>>(
+      softmax_rows<T, Log><<<static_cast<unsigned>(count), row_threads(n), 0, current_stream(device)>>>(
           static_cast<const T*>(rows.raw_data()), static_cast<T*>(out.mutable_raw_data()), n);
     });
-    check_launch("softmax", device);
+    check_launch(op, device);
   }
   return {dim == last || x.dim() == 0 ? out : out.transpose(dim, last).contiguous()};
 }
 
-const OpRegistrar softmax_kernel{"softmax", DeviceType::cuda, softmax_cuda};
+const OpRegistrar softmax_kernel{"softmax", DeviceType::cuda, softmax_cuda<false>};
+const OpRegistrar log_softmax_kernel{"log_softmax", DeviceType::cuda, softmax_cuda<true>};
 
 }  // namespace
 

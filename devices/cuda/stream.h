@@ -35,7 +35,9 @@ class Stream {
 
   cudaStream_t handle() const { return handle_; }
   int device() const { return device_; }
-  void synchronize() const;  // blocks the host until all work queued so far is done
+  // Blocks the host until all work queued so far is done, then throws the error a kernel found in
+  // its data on this device, if any (an IndexError: cuda/kernel_errors.h).
+  void synchronize() const;
   bool done() const;         // whether all work queued so far is done (does not block)
   // Later work on this stream waits (on the device) for the work queued on `other` so far.
   void wait(cudaStream_t other) const;
@@ -58,7 +60,8 @@ class Stream {
 cudaStream_t current_stream(int device = 0);
 // The Stream object behind it while a StreamGuard is in scope; nullptr on the default stream.
 const Stream* current_stream_object(int device = 0);
-// Blocks until the calling thread's current stream for `device` has finished its work.
+// Blocks until the calling thread's current stream for `device` has finished its work; then as
+// Stream::synchronize.
 void synchronize(int device = 0);
 
 // Makes a stream the calling thread's current stream for its device while in scope.

@@ -3,10 +3,12 @@
 //   troupe op matmul --attr transpose_b=true a.npy b.npy --out c.npy
 //   troupe op split --attr size=2 x.npy --out-prefix part      # part0.npy, part1.npy, ...
 //   troupe op --list
+//   troupe op --list --json            # one JSON array: each op's inputs, attributes, devices
 //   troupe op --describe gather_nd
 //   troupe op --check                  # the op, kernel and backward tables agree (exit 1 if not)
 #include <iomanip>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "devices/io/npy.h"
 #include "devices/registry.h"
@@ -22,6 +24,7 @@ struct OpOptions {
   std::vector<std::string> outs;
   std::string out_prefix;
   bool list = false;
+  bool json = false;
   std::string describe;
   bool check = false;
 };
@@ -45,6 +48,36 @@ void list_ops() {
     for (const AttrSpec& spec : def.attrs) std::cout << " " << attr_summary(spec);
     std::cout << "\n" << std::setw(16) << "" << def.doc << "\n";
   }
+}
+
+// The value as JSON, in its own type (a list stays a list).
+nlohmann::ordered_json attr_json(const AttrValue& value) {
+  return std::visit([](const auto& v) { return nlohmann::ordered_json(v); }, value);
+}
+
+// One object per op: what --list prints, plus the device types it has kernels for.
+void list_ops_json() {
+  const OpRegistry& registry = OpRegistry::global();
+  auto ops = nlohmann::ordered_json::array();
+  for (const std::string& op : registry.names()) {
+    const OpDef& def = registry.get(op);
+    auto attrs = nlohmann::ordered_json::array();
+    for (const AttrSpec& spec : def.attrs) {
+      nlohmann::ordered_json a{{"name", spec.name}, {"type", name(spec.type)}, {"doc", spec.doc}};
+      if (spec.default_value) a["default"] = attr_json(*spec.default_value);
+      attrs.push_back(std::move(a));
+    }
+    auto devices = nlohmann::ordered_json::array();
+    for (const auto& [device, kernel] : def.kernels) devices.push_back(name(device));
+    ops.push_back({{"name", op},
+                   {"doc", def.doc},
+                   {"min_inputs", def.min_inputs},
+                   {"max_inputs", def.max_inputs},  // -1: any number
+                   {"attrs", std::move(attrs)},
+                   {"devices", std::move(devices)},
+                   {"differentiable", def.differentiable()}});
+  }
+  std::cout << ops.dump(2) << "\n";
 }
 
 void describe_op(const std::string& op) {
@@ -92,8 +125,9 @@ Attrs parse_attrs(const OpDef& def, const std::vector<std::string>& texts) {
 }
 
 int run_op(const OpOptions& o) {
+  if (o.json && !o.list) throw UsageError("--json goes with --list");
   if (o.list) {
-    list_ops();
+    o.json ? list_ops_json() : list_ops();
     return 0;
   }
   if (!o.describe.empty()) {
@@ -140,6 +174,7 @@ Command add_op_command(CLI::App& parent) {
   app->add_option("--out", o->outs, "Output .npy file, once per output in order")->allow_extra_args(false);
   app->add_option("--out-prefix", o->out_prefix, "Write outputs to PREFIX0.npy, PREFIX1.npy, ...");
   app->add_flag("--list", o->list, "List the registered ops with their inputs, attributes and docs");
+  app->add_flag("--json", o->json, "With --list: one JSON array, each op with the devices it has kernels for");
   app->add_option("--describe", o->describe, "Describe one op: inputs, attributes with types and defaults");
   app->add_flag("--check", o->check, "Check that the op, kernel and backward tables agree (exit 1 if not)");
   return {app, [o] { return run_op(*o); }};

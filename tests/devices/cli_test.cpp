@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -150,6 +151,28 @@ TEST_CASE("troupe op lists, describes and checks ops, --help everywhere", "[cli]
   CHECK_THAT(describe.out, Catch::Contains("--attr batch_dims=<int>") && Catch::Contains("default 0"));
   CHECK(troupe_cmd(dir, "op --describe no_such_op").code == 1);
   CHECK_THAT(troupe_cmd(dir, "op --describe argmax").out, Catch::Contains("not differentiable: integer output"));
+  // --json: one object per op, with the device types it has kernels for.
+  const Result json = troupe_cmd(dir, "op --list --json");
+  REQUIRE(json.code == 0);
+  const auto ops = nlohmann::json::parse(json.out);
+  auto find_op = [&](const std::string& name) {
+    for (const auto& op : ops)
+      if (op.at("name") == name) return op;
+    return nlohmann::json();
+  };
+  const auto add = find_op("add");
+  REQUIRE(add.is_object());
+  const auto devices = add.at("devices").get<std::vector<std::string>>();
+  CHECK(std::count(devices.begin(), devices.end(), "cpu") == 1);
+#ifdef TROUPE_HAVE_CUDA
+  CHECK(std::count(devices.begin(), devices.end(), "cuda") == 1);  // registered when built with nvcc, GPU or not
+#endif
+  const auto gather = find_op("gather_nd");
+  REQUIRE(gather.is_object());
+  CHECK(gather.at("min_inputs") == 2);
+  CHECK(gather.at("attrs").at(0).at("name") == "batch_dims");
+  CHECK(gather.at("attrs").at(0).at("default") == 0);
+  CHECK(troupe_cmd(dir, "op --json").code == 2);  // --json only goes with --list
   const Result check = troupe_cmd(dir, "op --check");
   CHECK(check.code == 0);
   CHECK_THAT(check.out, Catch::Contains("every differentiable op has a backward"));

@@ -4,16 +4,13 @@
 // the loop (a REQUIRE would end the test case at the first bad fixture). And every registered op
 // has a case here or a line in kNoOpFixture saying where it is checked instead.
 #include <catch2/catch.hpp>
-#include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 
-#include "devices/io/npy.h"
 #include "devices/registry.h"
 #include "support/close.h"
+#include "support/op_cases.h"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -65,60 +62,22 @@ const std::map<std::string, std::string> kNoOpFixture = {
     {"layer_norm_backward", "a gradient kernel: layer_norm's gradient checks (autograd_ops_test.cpp)"},
 };
 
-std::vector<fs::path> fixture_cases() {
-  std::vector<fs::path> cases;
-  for (const auto& entry : fs::directory_iterator(fs::path(TROUPE_FIXTURES) / "ops"))
-    if (entry.is_directory()) cases.push_back(entry.path());
-  std::sort(cases.begin(), cases.end());
-  return cases;
-}
-
-std::string fixture_op(const fs::path& dir) {
-  std::ifstream file(dir / "case.json");
-  return nlohmann::json::parse(file).at("op").get<std::string>();
-}
-
-// The case's JSON attributes, typed by the op's schema.
-Attrs attrs_from_json(const OpDef& def, const nlohmann::json& json) {
-  Attrs attrs;
-  for (const auto& [key, value] : json.items()) {
-    const AttrSpec* spec = nullptr;
-    for (const AttrSpec& s : def.attrs)
-      if (s.name == key) spec = &s;
-    if (!spec) throw ValueError(def.name + " has no attribute '" + key + "'");
-    switch (spec->type) {
-      case AttrType::boolean: attrs.set(key, value.get<bool>()); break;
-      case AttrType::integer: attrs.set(key, value.get<int64_t>()); break;
-      case AttrType::real: attrs.set(key, value.get<double>()); break;
-      case AttrType::string: attrs.set(key, value.get<std::string>()); break;
-      case AttrType::int_list: attrs.set(key, value.get<std::vector<int64_t>>()); break;
-    }
-  }
-  return attrs;
-}
-
 void check_case(const fs::path& dir) {
   INFO("fixture " << dir.filename().string());
-  std::ifstream file(dir / "case.json");
-  const nlohmann::json spec = nlohmann::json::parse(file);
-  const OpDef& def = OpRegistry::global().get(spec.at("op").get<std::string>());
-  std::vector<Tensor> inputs;
-  for (int i = 0; i < spec.at("inputs").get<int>(); ++i)
-    inputs.push_back(read_npy((dir / ("in" + std::to_string(i) + ".npy")).string()));
-  const auto outputs = OpRegistry::global().call(def, inputs, attrs_from_json(def, spec.at("attrs")));
-  CHECK(outputs.size() == spec.at("outputs").get<size_t>());
-  if (outputs.size() != spec.at("outputs").get<size_t>()) return;
+  const OpCase c = read_op_case(dir);
+  const auto outputs = call_op(c.op, c.inputs, c.attrs);
+  CHECK(outputs.size() == c.outputs.size());
+  if (outputs.size() != c.outputs.size()) return;
   for (size_t i = 0; i < outputs.size(); ++i) {
     INFO("output " << i);
-    const Tensor want = read_npy((dir / ("out" + std::to_string(i) + ".npy")).string());
-    check_close(outputs[i], want, {.rtol = spec.at("rtol").get<double>(), .atol = spec.at("atol").get<double>()});
+    check_close(outputs[i], c.outputs[i], {.rtol = c.rtol, .atol = c.atol});
   }
 }
 
 }  // namespace
 
 TEST_CASE("ops match the NumPy/PyTorch fixtures", "[ops][fixtures]") {
-  const std::vector<fs::path> cases = fixture_cases();
+  const std::vector<fs::path> cases = op_case_dirs();
   REQUIRE(cases.size() >= 40);
   for (const fs::path& dir : cases) {
     try {
@@ -131,7 +90,7 @@ TEST_CASE("ops match the NumPy/PyTorch fixtures", "[ops][fixtures]") {
 
 TEST_CASE("every op has a fixture or a recorded reason", "[ops][fixtures]") {
   std::set<std::string> with_fixture;
-  for (const fs::path& dir : fixture_cases()) with_fixture.insert(fixture_op(dir));
+  for (const fs::path& dir : op_case_dirs()) with_fixture.insert(op_case_op(dir));
   std::vector<std::string> neither, stale;
   for (const std::string& op : OpRegistry::global().names())
     if (!with_fixture.contains(op) && !kNoOpFixture.contains(op)) neither.push_back(op);
