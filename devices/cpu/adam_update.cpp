@@ -26,8 +26,8 @@ std::vector<TensorMeta> infer_adam_update(const OpInfer& c) {
   const char* names[] = {"", "", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   for (size_t i = 2; i < c.inputs.size(); ++i)
     if (c.inputs[i].dtype != p.dtype || c.inputs[i].shape != p.shape)
-      throw ShapeError(std::string("adam_update: ") + names[i] + " " + c.inputs[i].str() + " does not match the parameter " +
-                       p.str());
+      throw ShapeError(std::string("adam_update: ") + names[i] + " " + c.inputs[i].str() +
+                       " does not match the parameter " + p.str());
   if (c.attrs.get<int64_t>("step") < 1)
     throw ValueError("adam_update: step counts from 1, got " + std::to_string(c.attrs.get<int64_t>("step")));
   return std::vector<TensorMeta>(c.inputs.size() - 1, p);

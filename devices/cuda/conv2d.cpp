@@ -217,7 +217,8 @@ std::vector<Tensor> conv2d_backward_weight_cuda(const OpCall& call) {
   TensorDesc b(device);
   check_dnn(cudnnSetTensor4dDescriptor(b.d, CUDNN_TENSOR_NCHW, c.type, 1, dim(meta.shape, 0), 1, 1),
             "cudnnSetTensor4dDescriptor", device);
-  check_dnn(cudnnConvolutionBackwardBias(dnn_handle(device), one.of(c), c.y.d, grad.raw_data(), zero.of(c), b.d, ptr(db)),
+  check_dnn(cudnnConvolutionBackwardBias(dnn_handle(device), one.of(c), c.y.d, grad.raw_data(), zero.of(c), b.d,
+                                         ptr(db)),
             "cudnnConvolutionBackwardBias", device);
   return {dw, db};
 }

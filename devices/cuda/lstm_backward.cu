@@ -59,7 +59,8 @@ std::vector<Tensor> lstm_backward_cuda(const OpCall& call) {
 
   // Forward again: acts[t] the activated gates (i, f, g, o); hs[t], cs[t] the states before step t.
   Tensor acts = Tensor::empty({T * B, G}, DType::f32, on_device);
-  Tensor hs = Tensor::empty({T + 1, B, H}, DType::f32, on_device), cs = Tensor::empty({T + 1, B, H}, DType::f32, on_device);
+  Tensor hs = Tensor::empty({T + 1, B, H}, DType::f32, on_device);
+  Tensor cs = Tensor::empty({T + 1, B, H}, DType::f32, on_device);
   float* pa = acts.mutable_data<float>();
   float* ph = hs.mutable_data<float>();
   float* pc = cs.mutable_data<float>();

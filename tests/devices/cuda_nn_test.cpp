@@ -295,7 +295,8 @@ TEST_CASE("cuda sgd_update and adam_update match the CPU kernels", "[cuda]") {
   manual_seed(71);
   for (DType dtype : {DType::f32, DType::f64}) {
     INFO(name(dtype));
-    const Tensor p = uniform({33, 65}, 1.0, dtype), g = uniform({33, 65}, 1.0, dtype), b = uniform({33, 65}, 1.0, dtype);
+    const Tensor p = uniform({33, 65}, 1.0, dtype), g = uniform({33, 65}, 1.0, dtype);
+    const Tensor b = uniform({33, 65}, 1.0, dtype);
     check_against_cpu("sgd_update", {p, g}, {{"lr", 0.1}, {"weight_decay", 0.01}}, 1e-6);
     check_against_cpu("sgd_update", {p, g}, {{"lr", 0.1}, {"momentum", 0.9}}, 1e-6);  // the first step
     check_against_cpu("sgd_update", {p, g, b}, {{"lr", 0.1}, {"momentum", 0.9}, {"dampening", 0.1}}, 1e-6);
