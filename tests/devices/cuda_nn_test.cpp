@@ -124,6 +124,26 @@ TEST_CASE("cuda lstm_backward matches the CPU kernel", "[cuda]") {
   }
 }
 
+TEST_CASE("cuda lstm's gradients through the tape are the CPU's", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(14);
+  const std::vector<Tensor> host = lstm_inputs(6, 3, 5, 7, false);  // no h0, c0: the backward makes zeros
+  const Tensor grad_output = uniform({6, 3, 7});
+  auto gradients_on = [&](Device device) {
+    std::vector<Tensor> in;
+    for (const Tensor& t : host) in.push_back((device.is_cpu() ? t.clone() : t.to(device)).set_requires_grad());
+    call_op("lstm", in)[0].backward(grad_output.to(device));
+    std::vector<Tensor> grads;
+    for (const Tensor& t : in) grads.push_back(t.grad().to(Device::cpu()));
+    return grads;
+  };
+  const std::vector<Tensor> want = gradients_on(Device::cpu()), got = gradients_on(gpu);
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("gradient of input " << i);
+    CHECK(relative_error(got[i], want[i]) <= 1e-4);
+  }
+}
+
 TEST_CASE("cuda lstm rejects inputs on different devices", "[cuda]") {
   SKIP_WITHOUT_CUDA();
   std::vector<Tensor> in = on_gpu(lstm_inputs(2, 1, 3, 4, false));
