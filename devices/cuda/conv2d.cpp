@@ -199,13 +199,13 @@ std::vector<Tensor> conv2d_backward_weight_cuda(const OpCall& call) {
   DeviceGuard on(device);
   Tensor dw = Tensor::empty(meta.shape, meta.dtype, grad.device());
   Tensor db = bias ? Tensor::empty(call.outputs[1].shape, meta.dtype, grad.device()) : Tensor();
-  const Conv c("conv2d_backward_weight", meta.dtype, x.shape(), meta.shape, grad.shape(), call.attrs, device);
-  if (grad.numel() == 0) {  // N == 0: no terms in the sums
+  if (grad.numel() == 0) {  // N == 0: no terms in the sums (and cuDNN takes no empty tensors)
     const cudaStream_t stream = current_stream(device);
     check(cudaMemsetAsync(ptr(dw), 0, dw.nbytes(), stream), "cudaMemsetAsync", device);
     if (bias) check(cudaMemsetAsync(ptr(db), 0, db.nbytes(), stream), "cudaMemsetAsync", device);
     return bias ? std::vector<Tensor>{dw, db} : std::vector<Tensor>{dw};
   }
+  const Conv c("conv2d_backward_weight", meta.dtype, x.shape(), meta.shape, grad.shape(), call.attrs, device);
   const Choice choice = algorithm("conv2d_backward_weight", c, Pass::backward_filter);
   Tensor space = workspace(choice, grad.device());
   const Scale one(1), zero(0);

@@ -4,7 +4,7 @@
 // as the CPU backward does).
 //
 //   // gates [T*B, 4H] = x @ weight_ih^T already; h [T, B, H] out; c [B, H]: c0 in, c_n out
-//   lstm_steps(device, {T, B, H}, gates, w_hh, b_ih, b_hh, h0, h, c0_into_c, c, /*c_step=*/0, false);
+//   lstm_steps(device, {T, B, H}, gates, w_hh, b_ih, b_hh, h0, h, c, c, /*c_step=*/0, false);
 #include <cstdint>
 
 namespace troupe::cuda {
