@@ -42,7 +42,8 @@ TEST_CASE("SGD and Adam step parameters on cuda as on the host", "[cuda]") {
   if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
   check_follows_host([](auto params) { return std::make_unique<SGD>(params, SGDOptions{.lr = 0.1}); });
   check_follows_host([](auto params) {
-    return std::make_unique<SGD>(params, SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
+    return std::make_unique<SGD>(params,
+                                 SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
   });
   check_follows_host([](auto params) { return std::make_unique<Adam>(params, AdamOptions{.lr = 0.01}); });
   check_follows_host([](auto params) {
