@@ -76,7 +76,7 @@ Grads layer_norm_grad(const BackwardCall& c) {
 Grads lstm_grad(const BackwardCall& c) {
   std::vector<Tensor> in = c.inputs;
   const int64_t B = in[0].size(1), H = in[2].size(1);
-  while (in.size() < 7) in.push_back(Tensor::zeros({B, H}));
+  while (in.size() < 7) in.push_back(Tensor::zeros({B, H}, DType::f32, in[0].device()));
   Grads g = lstm_backward(in, c.grads[0], c.grads[1], c.grads[2]);
   g.resize(c.inputs.size());
   return g;

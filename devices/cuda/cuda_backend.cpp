@@ -242,6 +242,7 @@ Stream::~Stream() {
       if (stream == handle_) stream = nullptr;
   }
   destroy_blas();
+  if (dnn_) destroy_dnn_(dnn_);
   cudaStreamDestroy(handle_);
 }
 

@@ -20,6 +20,8 @@ struct CUstream_st;
 typedef struct CUstream_st* cudaStream_t;
 struct cublasContext;
 typedef struct cublasContext* cublasHandle_t;
+struct cudnnContext;
+typedef struct cudnnContext* cudnnHandle_t;
 
 namespace troupe::cuda {
 
@@ -50,10 +52,15 @@ class Stream {
   friend cublasHandle_t blas_handle(int device);  // the stream's own cuBLAS handle (cuda/blas.h)
   struct Blas;
   void destroy_blas();
+  friend cudnnHandle_t dnn_handle(int device);  // the stream's own cuDNN handle (cuda/dnn.h)
+  struct Dnn;
 
   cudaStream_t handle_ = nullptr;
   int device_ = 0;
   mutable Blas* blas_ = nullptr;  // made on first use by a kernel on this stream
+  mutable Dnn* dnn_ = nullptr;    // likewise, for cuDNN
+  // Set with dnn_ by cuda/dnn.cpp, so that a build without cuDNN has nothing to link here.
+  mutable void (*destroy_dnn_)(Dnn*) = nullptr;
 };
 
 // The stream the calling thread queues work on for `device`.

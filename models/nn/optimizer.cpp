@@ -1,21 +1,25 @@
 #include "models/nn/optimizer.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 
 #include "devices/autograd/grad_mode.h"
+#include "devices/backend.h"
+#include "devices/registry.h"
 
 namespace troupe::models {
 
 namespace {
 
-// Calls fn(T*) typed by the parameter's dtype (f32 or f64).
-template <class Fn>
-void typed(const char* who, const Tensor& p, Fn&& fn) {
-  if (p.dtype() == DType::f32) fn(float{});
-  else if (p.dtype() == DType::f64) fn(double{});
-  else throw DTypeError(std::string(who) + ": parameters must be f32 or f64, got " + p.meta().str());
+void check_dtype(const char* who, const Tensor& p) {
+  if (p.dtype() != DType::f32 && p.dtype() != DType::f64)
+    throw DTypeError(std::string(who) + ": parameters must be f32 or f64, got " + p.meta().str());
+}
+
+// The step's new values into the parameter's own bytes, on its device: it stays the same tensor
+// (its grad, its place on the tape, every module holding it), as when it was updated in place.
+void assign(Tensor& p, const Tensor& value) {
+  void* dst = p.mutable_raw_data();  // copy-on-write first, and a new version for the tape
+  backend(p.device().type).copy(dst, p.device(), value.raw_data(), value.device(), p.nbytes());
 }
 
 }  // namespace
@@ -70,32 +74,23 @@ SGD::SGD(std::vector<Tensor*> params, SGDOptions opts)
 // d = nesterov ? d + momentum * buf : buf; p -= lr * d.
 void SGD::step() {
   NoGradGuard no_grad;
+  const Attrs attrs{{"lr", options.lr},
+                    {"momentum", options.momentum},
+                    {"dampening", options.dampening},
+                    {"weight_decay", options.weight_decay},
+                    {"nesterov", options.nesterov}};
   for (size_t k = 0; k < params_.size(); ++k) {
     Tensor& p = *params_[k];
     const Tensor grad = p.grad();
     if (!grad.defined()) continue;
-    typed("SGD", p, [&](auto zero) {
-      using T = decltype(zero);
-      const Tensor g = grad.to(p.dtype()).contiguous();
-      const T* pg = g.data<T>();
-      T* pp = p.mutable_data<T>();
-      const int64_t n = p.numel();
-      const T lr = T(options.lr), wd = T(options.weight_decay), mom = T(options.momentum),
-              damp = T(1 - options.dampening);
-      if (options.momentum == 0) {
-        for (int64_t i = 0; i < n; ++i) pp[i] -= lr * (pg[i] + wd * pp[i]);
-        return;
-      }
-      Tensor& buffer = momentum_[k];
-      const bool first = !buffer.defined();
-      if (first) buffer = Tensor::empty(p.shape(), p.dtype());
-      T* pb = buffer.mutable_data<T>();
-      for (int64_t i = 0; i < n; ++i) {
-        const T d = pg[i] + wd * pp[i];
-        pb[i] = first ? d : mom * pb[i] + damp * d;
-        pp[i] -= lr * (options.nesterov ? d + mom * pb[i] : pb[i]);
-      }
-    });
+    check_dtype("SGD", p);
+    // One fused kernel (devices/cpu/sgd_update.cpp). The inputs are temporaries: no handle on p's
+    // bytes outlives the call, so assign() writes them without copying them first.
+    const std::vector<Tensor> out = options.momentum != 0 && momentum_[k].defined()
+                                        ? call_op("sgd_update", {p, grad, momentum_[k]}, attrs)
+                                        : call_op("sgd_update", {p, grad}, attrs);
+    assign(p, out[0]);
+    if (options.momentum != 0) momentum_[k] = out[1];
   }
 }
 
@@ -130,33 +125,23 @@ void Adam::step() {
     Tensor& p = *params_[k];
     const Tensor grad = p.grad();
     if (!grad.defined()) continue;
+    check_dtype("Adam", p);
     State& s = state_[k];
     if (s.steps++ == 0) {
-      s.m = Tensor::zeros(p.shape(), p.dtype());
-      s.v = Tensor::zeros(p.shape(), p.dtype());
-      if (options.amsgrad) s.v_max = Tensor::zeros(p.shape(), p.dtype());
+      s.m = Tensor::zeros(p.shape(), p.dtype(), p.device());
+      s.v = Tensor::zeros(p.shape(), p.dtype(), p.device());
+      if (options.amsgrad) s.v_max = Tensor::zeros(p.shape(), p.dtype(), p.device());
     }
-    typed("Adam", p, [&](auto zero) {
-      using T = decltype(zero);
-      const Tensor g = grad.to(p.dtype()).contiguous();
-      const T* pg = g.data<T>();
-      T* pp = p.mutable_data<T>();
-      T* pm = s.m.mutable_data<T>();
-      T* pv = s.v.mutable_data<T>();
-      T* pmax = options.amsgrad ? s.v_max.mutable_data<T>() : nullptr;
-      const double t = static_cast<double>(s.steps);
-      const T b1 = T(options.beta1), b2 = T(options.beta2), wd = T(options.weight_decay), eps = T(options.eps);
-      const T step_size = T(options.lr / (1 - std::pow(options.beta1, t)));
-      const T root_c2 = T(std::sqrt(1 - std::pow(options.beta2, t)));
-      for (int64_t i = 0, n = p.numel(); i < n; ++i) {
-        const T gi = pg[i] + wd * pp[i];
-        pm[i] = b1 * pm[i] + (T(1) - b1) * gi;
-        pv[i] = b2 * pv[i] + (T(1) - b2) * gi * gi;
-        T v = pv[i];
-        if (pmax) v = pmax[i] = std::max(pmax[i], v);
-        pp[i] -= step_size * pm[i] / (std::sqrt(v) / root_c2 + eps);
-      }
-    });
+    const Attrs attrs{{"lr", options.lr},   {"beta1", options.beta1},
+                      {"beta2", options.beta2}, {"eps", options.eps},
+                      {"weight_decay", options.weight_decay}, {"step", s.steps}};
+    // One fused kernel (devices/cpu/adam_update.cpp), its inputs temporaries as in SGD::step.
+    const std::vector<Tensor> out = options.amsgrad ? call_op("adam_update", {p, grad, s.m, s.v, s.v_max}, attrs)
+                                                    : call_op("adam_update", {p, grad, s.m, s.v}, attrs);
+    assign(p, out[0]);
+    s.m = out[1];
+    s.v = out[2];
+    if (options.amsgrad) s.v_max = out[3];
   }
 }
 

@@ -69,10 +69,12 @@ Tensor MultiheadAttention::forward_packed(const Tensor& tokens, const std::vecto
                                           const std::vector<int64_t>& key_lengths, DType matmul_dtype) const {
   const Tensor qkv = project(tokens, in_proj_weight, in_proj_bias, matmul_dtype);  // one GEMM over real tokens: [rows, 3d]
   const int64_t B = static_cast<int64_t>(offsets.size()) - 1;
-  const Tensor starts = Tensor::from_vector(offsets, {B + 1});
-  const Tensor context = key_lengths.empty()
-                             ? packed_attention(qkv, starts, num_heads)
-                             : packed_attention(qkv, starts, num_heads, Tensor::from_vector(key_lengths, {B}));
+  // The offsets go where qkv is (an op's inputs share a device; cuda's kernel reads them there).
+  const Tensor starts = Tensor::from_vector(offsets, {B + 1}).to(qkv.device());
+  const Tensor context =
+      key_lengths.empty()
+          ? packed_attention(qkv, starts, num_heads)
+          : packed_attention(qkv, starts, num_heads, Tensor::from_vector(key_lengths, {B}).to(qkv.device()));
   return project(context, out_proj.weight, out_proj.bias, matmul_dtype);
 }
 

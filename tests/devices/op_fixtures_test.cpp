@@ -60,6 +60,8 @@ const std::map<std::string, std::string> kNoOpFixture = {
     {"sigmoid_backward", "a gradient kernel: sigmoid's gradient checks (autograd_ops_test.cpp)"},
     {"gelu_backward", "a gradient kernel: gelu's gradient checks (autograd_ops_test.cpp)"},
     {"layer_norm_backward", "a gradient kernel: layer_norm's gradient checks (autograd_ops_test.cpp)"},
+    {"sgd_update", "optimizer_update_test.cpp, against SGD's update rule in double; the optimizer tests"},
+    {"adam_update", "optimizer_update_test.cpp, against Adam's update rule in double; the optimizer tests"},
 };
 
 void check_case(const fs::path& dir) {

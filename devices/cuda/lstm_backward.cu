@@ -1,0 +1,109 @@
+// lstm_backward on cuda (the CPU op's contract: devices/cpu/lstm_backward.cpp): the forward
+// recurrence again (lstm_steps), keeping every step's activated gates and states, then backwards
+// through time with one fused gate-gradient kernel and one GEMM (dh_{t-1} = dgates_t @ W_hh) per
+// step; dx and the weight gradients are three GEMMs over all steps at once, the bias gradient a
+// column sum in the CPU's row order.
+#include "devices/cuda/gemm_f32.h"
+#include "devices/cuda/kernel_util.cuh"
+#include "devices/cuda/lstm_steps.h"
+#include "devices/registry.h"
+
+namespace troupe::cuda {
+
+namespace {
+
+// One thread per (row b, unit j) of step t: the unit's four pre-activation gate gradients, and dc
+// carried to step t-1 (in place).
+__global__ void lstm_cell_backward(const float* acts, const float* c_prev, const float* c_t, const float* grad_out,
+                                   const float* dh, float* dc, float* dgates, int64_t batch, int64_t hidden) {
+  const int64_t n = batch * hidden, g4 = 4 * hidden;
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = k / hidden, j = k % hidden;
+    const float* a = acts + b * g4;
+    float* d = dgates + b * g4;
+    const float i = a[j], f = a[hidden + j], g = a[2 * hidden + j], o = a[3 * hidden + j], tc = tanhf(c_t[k]);
+    const float dh_j = dh[k] + grad_out[k];
+    const float dc_j = dc[k] + dh_j * o * (1.0f - tc * tc);
+    d[j] = dc_j * g * i * (1.0f - i);
+    d[hidden + j] = dc_j * c_prev[k] * f * (1.0f - f);
+    d[2 * hidden + j] = dc_j * i * (1.0f - g * g);
+    d[3 * hidden + j] = dh_j * tc * o * (1.0f - o);
+    dc[k] = dc_j * f;
+  }
+}
+
+// sums[j] = sum over rows r in order of m[r, j]: one thread per column, so the order (and the
+// result) is the CPU loop's.
+__global__ void column_sums(const float* m, int64_t rows, int64_t cols, float* sums) {
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < cols; j += int64_t(gridDim.x) * blockDim.x) {
+    float s = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) s += m[r * cols + j];
+    sums[j] = s;
+  }
+}
+
+std::vector<Tensor> lstm_backward_cuda(const OpCall& call) {
+  std::vector<Tensor> in;
+  for (const Tensor& t : call.inputs) in.push_back(t.contiguous());
+  const Tensor &x = in[0], &w_ih = in[1], &w_hh = in[2];
+  const int64_t T = x.size(0), B = x.size(1), C = x.size(2), H = w_hh.size(1), G = 4 * H, BH = B * H;
+  const Device on_device = x.device();
+  const int device = on_device.index;
+  DeviceGuard on(device);
+  const cudaStream_t stream = current_stream(device);
+  auto copy = [&](float* dst, const Tensor& src, int64_t count) {
+    if (count > 0)
+      check(cudaMemcpyAsync(dst, src.data<float>(), sizeof(float) * count, cudaMemcpyDeviceToDevice, stream),
+            "cudaMemcpyAsync", device);
+  };
+
+  // Forward again: acts[t] the activated gates (i, f, g, o); hs[t], cs[t] the states before step t.
+  Tensor acts = Tensor::empty({T * B, G}, DType::f32, on_device);
+  Tensor hs = Tensor::empty({T + 1, B, H}, DType::f32, on_device);
+  Tensor cs = Tensor::empty({T + 1, B, H}, DType::f32, on_device);
+  float* pa = acts.mutable_data<float>();
+  float* ph = hs.mutable_data<float>();
+  float* pc = cs.mutable_data<float>();
+  copy(ph, in[5], BH);
+  copy(pc, in[6], BH);
+  gemm_f32(device, false, true, T * B, G, C, 1.0f, x.data<float>(), C, w_ih.data<float>(), C, 0.0f, pa, G);
+  lstm_steps(device, {T, B, H}, pa, w_hh.data<float>(), in[3].data<float>(), in[4].data<float>(), ph, ph + BH, pc,
+             pc + BH, BH, true);
+
+  // Backwards through time: dgates[t] = d loss / d (pre-activation gates of step t).
+  Tensor dgates = Tensor::empty({T * B, G}, DType::f32, on_device);
+  Tensor dh0 = Tensor::empty({B, H}, DType::f32, on_device), dc0 = Tensor::empty({B, H}, DType::f32, on_device);
+  float* pd = dgates.mutable_data<float>();
+  float* dh = dh0.mutable_data<float>();
+  float* dc = dc0.mutable_data<float>();
+  copy(dh, in[8], BH);
+  copy(dc, in[9], BH);
+  const float* grad_out = in[7].data<float>();
+  for (int64_t t = T - 1; t >= 0 && BH > 0; --t) {
+    lstm_cell_backward<<<blocks_for(BH), kThreads, 0, stream>>>(pa + t * B * G, pc + t * BH, pc + (t + 1) * BH,
+                                                                grad_out + t * BH, dh, dc, pd + t * B * G, B, H);
+    check_launch("lstm_backward", device);
+    gemm_f32(device, false, false, B, H, G, 1.0f, pd + t * B * G, G, w_hh.data<float>(), H, 0.0f, dh, H);
+  }
+
+  Tensor dx = Tensor::empty({T, B, C}, DType::f32, on_device);
+  Tensor dw_ih = Tensor::empty({G, C}, DType::f32, on_device), dw_hh = Tensor::empty({G, H}, DType::f32, on_device);
+  Tensor db_ih = Tensor::empty({G}, DType::f32, on_device), db_hh = Tensor::empty({G}, DType::f32, on_device);
+  gemm_f32(device, false, false, T * B, C, G, 1.0f, pd, G, w_ih.data<float>(), C, 0.0f, dx.mutable_data<float>(), C);
+  gemm_f32(device, true, false, G, C, T * B, 1.0f, pd, G, x.data<float>(), C, 0.0f, dw_ih.mutable_data<float>(), C);
+  gemm_f32(device, true, false, G, H, T * B, 1.0f, pd, G, ph, H, 0.0f, dw_hh.mutable_data<float>(), H);
+  if (G > 0) {
+    float* pb = db_ih.mutable_data<float>();
+    column_sums<<<blocks_for(G), kThreads, 0, stream>>>(pd, T * B, G, pb);
+    check_launch("lstm_backward", device);
+    check(cudaMemcpyAsync(db_hh.mutable_data<float>(), pb, sizeof(float) * G, cudaMemcpyDeviceToDevice, stream),
+          "cudaMemcpyAsync", device);
+  }
+  return {dx, dw_ih, dw_hh, db_ih, db_hh, dh0, dc0};
+}
+
+const OpRegistrar lstm_backward_kernel{"lstm_backward", DeviceType::cuda, lstm_backward_cuda};
+
+}  // namespace
+
+}  // namespace troupe::cuda

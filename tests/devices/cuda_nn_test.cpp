@@ -1,0 +1,331 @@
+// The cuda kernels of the compute-heavy ops (lstm, conv2d, max_pool2d and their gradients, ...)
+// against their CPU kernels on the same random inputs: forward and backward, several shapes and
+// edge cases. TF32 stays off (the default), so f32 agrees to 1e-4 relative. Without a GPU each test
+// is skipped; the CPU-only cases at the end run everywhere.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "devices/backend.h"
+#include "devices/determinism.h"
+#include "devices/random.h"
+#include "devices/registry.h"
+#include "support/close.h"
+#include "support/skip.h"
+
+using namespace troupe;
+
+namespace {
+
+const Device gpu = Device::cuda(0);
+
+#define SKIP_WITHOUT_CUDA() \
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason())
+// conv2d's cuda kernels exist only when the build found cuDNN.
+#define SKIP_WITHOUT_CUDA_KERNEL(op)                                                  \
+  SKIP_WITHOUT_CUDA();                                                                \
+  if (!OpRegistry::global().get(op).kernels.count(DeviceType::cuda))                  \
+  SKIP_TEST(op << " has no cuda kernel in this build (cuDNN was not found)")
+
+std::vector<Tensor> on_gpu(const std::vector<Tensor>& host) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : host) out.push_back(t.to(gpu));
+  return out;
+}
+
+// Runs op on the host inputs and on copies of them on cuda:0; every output agrees (floating ones to
+// rtol relative to the largest value; rtol 0 and integer ones exactly) and lives on cuda:0.
+void check_against_cpu(const std::string& op, const std::vector<Tensor>& inputs, const Attrs& attrs = {},
+                       double rtol = 1e-4) {
+  const std::vector<Tensor> want = call_op(op, inputs, attrs);
+  const std::vector<Tensor> got = call_op(op, on_gpu(inputs), attrs);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(op << " output " << i << ": " << want[i].meta().str());
+    CHECK(got[i].device() == gpu);
+    REQUIRE(got[i].shape() == want[i].shape());
+    REQUIRE(got[i].dtype() == want[i].dtype());
+    const Tensor back = got[i].to(Device::cpu());
+    if (rtol == 0 || !is_floating(want[i].dtype()))
+      check_close(back, want[i]);  // exactly; NaN matches NaN
+    else
+      CHECK(relative_error(back, want[i]) <= rtol);
+  }
+}
+
+Tensor uniform(const Shape& shape, double scale = 1.0, DType dtype = DType::f32) {
+  return rand_uniform(shape, -scale, scale, dtype);
+}
+
+// Whole numbers in [-4, 4]: many ties, so the first maximum must win on both devices.
+Tensor whole_numbers(const Shape& shape, DType dtype) {
+  std::vector<double> v = uniform(shape, 4.0, DType::f64).to_vector<double>();
+  for (double& e : v) e = std::round(e);
+  return Tensor::from_vector<double>(v, shape).to(dtype);
+}
+
+// lstm's inputs: x [T,B,C], weights and biases of hidden size H, h0 and c0 when with_state.
+std::vector<Tensor> lstm_inputs(int64_t T, int64_t B, int64_t C, int64_t H, bool with_state) {
+  const double k = 1.0 / std::sqrt(double(H));
+  std::vector<Tensor> in{uniform({T, B, C}), uniform({4 * H, C}, k), uniform({4 * H, H}, k), uniform({4 * H}, k),
+                         uniform({4 * H}, k)};
+  if (with_state) {
+    in.push_back(uniform({B, H}));
+    in.push_back(uniform({B, H}));
+  }
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("cuda lstm matches the CPU kernel", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(11);
+  struct Case {
+    int64_t T, B, C, H;
+    bool state;
+  };
+  for (const Case& c : {Case{5, 3, 7, 8, false}, Case{1, 1, 4, 4, true}, Case{12, 16, 32, 64, true},
+                        Case{0, 2, 3, 4, true}, Case{3, 1, 1, 1, false}, Case{50, 10, 64, 256, false}}) {
+    INFO("T=" << c.T << " B=" << c.B << " C=" << c.C << " H=" << c.H << (c.state ? " with h0, c0" : ""));
+    check_against_cpu("lstm", lstm_inputs(c.T, c.B, c.C, c.H, c.state));
+  }
+  // h0 without c0: c0 is zeros.
+  std::vector<Tensor> in = lstm_inputs(4, 2, 3, 5, true);
+  in.pop_back();
+  check_against_cpu("lstm", in);
+}
+
+TEST_CASE("cuda lstm runs both directions as the bidirectional model does", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(12);
+  // The backward direction is lstm over the time-flipped input (models/lstm.h).
+  std::vector<Tensor> in = lstm_inputs(9, 4, 6, 10, false);
+  in[0] = call_op("flip", {in[0]}, {{"dims", std::vector<int64_t>{0}}})[0];
+  check_against_cpu("lstm", in);
+}
+
+TEST_CASE("cuda lstm_backward matches the CPU kernel", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(13);
+  struct Case {
+    int64_t T, B, C, H;
+  };
+  for (const Case& c : {Case{5, 3, 7, 8}, Case{1, 1, 4, 4}, Case{12, 16, 32, 64}, Case{0, 2, 3, 4}, Case{3, 1, 1, 1},
+                        Case{40, 8, 48, 128}}) {
+    INFO("T=" << c.T << " B=" << c.B << " C=" << c.C << " H=" << c.H);
+    std::vector<Tensor> in = lstm_inputs(c.T, c.B, c.C, c.H, true);
+    in.push_back(uniform({c.T, c.B, c.H}));  // grad_output
+    in.push_back(uniform({c.B, c.H}));       // grad_h_n
+    in.push_back(uniform({c.B, c.H}));       // grad_c_n
+    check_against_cpu("lstm_backward", in);
+  }
+}
+
+TEST_CASE("cuda lstm's gradients through the tape are the CPU's", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(14);
+  const std::vector<Tensor> host = lstm_inputs(6, 3, 5, 7, false);  // no h0, c0: the backward makes zeros
+  const Tensor grad_output = uniform({6, 3, 7});
+  auto gradients_on = [&](Device device) {
+    std::vector<Tensor> in;
+    for (const Tensor& t : host) in.push_back((device.is_cpu() ? t.clone() : t.to(device)).set_requires_grad());
+    call_op("lstm", in)[0].backward(grad_output.to(device));
+    std::vector<Tensor> grads;
+    for (const Tensor& t : in) grads.push_back(t.grad().to(Device::cpu()));
+    return grads;
+  };
+  const std::vector<Tensor> want = gradients_on(Device::cpu()), got = gradients_on(gpu);
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("gradient of input " << i);
+    CHECK(relative_error(got[i], want[i]) <= 1e-4);
+  }
+}
+
+TEST_CASE("cuda lstm rejects inputs on different devices", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  std::vector<Tensor> in = on_gpu(lstm_inputs(2, 1, 3, 4, false));
+  in[2] = in[2].to(Device::cpu());
+  CHECK_THROWS_AS(call_op("lstm", in), DeviceError);
+}
+
+TEST_CASE("cuda conv2d and its gradients match the CPU kernels", "[cuda]") {
+  SKIP_WITHOUT_CUDA_KERNEL("conv2d");
+  manual_seed(21);
+  struct Case {
+    Shape x, w;
+    std::vector<int64_t> stride, padding, dilation;
+    int64_t groups;
+    bool bias;
+  };
+  const std::vector<Case> cases{
+      {{2, 3, 8, 8}, {4, 3, 3, 3}, {1}, {0}, {1}, 1, true},
+      {{1, 1, 5, 5}, {1, 1, 1, 1}, {1}, {0}, {1}, 1, false},          // batch 1, 1x1 kernel
+      {{3, 4, 11, 9}, {6, 4, 3, 2}, {2, 1}, {1, 2}, {1}, 1, true},    // stride and padding per dim
+      {{2, 6, 10, 10}, {6, 2, 3, 3}, {1}, {2}, {2}, 3, true},         // groups and dilation
+      {{4, 16, 14, 14}, {32, 16, 5, 5}, {2}, {2}, {1}, 1, true},
+      {{8, 64, 28, 28}, {64, 64, 3, 3}, {1}, {1}, {1}, 1, false}};
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const Case& c : cases) {
+      INFO(name(dtype) << " x " << to_string(c.x) << " w " << to_string(c.w) << " groups " << c.groups);
+      const Attrs attrs{{"stride", c.stride}, {"padding", c.padding}, {"dilation", c.dilation}, {"groups", c.groups}};
+      const Tensor x = uniform(c.x, 1.0, dtype), w = uniform(c.w, 0.5, dtype);
+      std::vector<Tensor> in{x, w};
+      if (c.bias) in.push_back(uniform({c.w[0]}, 1.0, dtype));
+      check_against_cpu("conv2d", in, attrs);
+      const Tensor y = call_op("conv2d", in, attrs)[0];
+      const Tensor grad = uniform(y.shape(), 1.0, dtype);
+      Attrs input_attrs = attrs;
+      input_attrs.set("input_shape", std::vector<int64_t>(c.x.begin(), c.x.end()));
+      check_against_cpu("conv2d_backward_input", {grad, w}, input_attrs);
+      Attrs weight_attrs = attrs;
+      weight_attrs.set("weight_shape", std::vector<int64_t>(c.w.begin(), c.w.end())).set("bias", c.bias);
+      check_against_cpu("conv2d_backward_weight", {grad, x}, weight_attrs);
+    }
+}
+
+TEST_CASE("cuda conv2d with deterministic kernels repeats bit for bit", "[cuda]") {
+  SKIP_WITHOUT_CUDA_KERNEL("conv2d");
+  manual_seed(22);
+  const bool was = deterministic_kernels();
+  set_deterministic_kernels(true);
+  const Attrs attrs{{"padding", std::vector<int64_t>{1}},
+                    {"weight_shape", std::vector<int64_t>{16, 8, 3, 3}},
+                    {"bias", true}};
+  const Tensor x = uniform({8, 8, 16, 16}).to(gpu), grad = uniform({8, 16, 16, 16}).to(gpu);
+  const auto first = call_op("conv2d_backward_weight", {grad, x}, attrs);
+  const auto second = call_op("conv2d_backward_weight", {grad, x}, attrs);
+  set_deterministic_kernels(was);
+  CHECK(first[0].to_vector<float>() == second[0].to_vector<float>());
+  CHECK(first[1].to_vector<float>() == second[1].to_vector<float>());
+}
+
+TEST_CASE("cuda conv2d rejects inputs on different devices", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  CHECK_THROWS_AS(call_op("conv2d", {uniform({1, 2, 4, 4}).to(gpu), uniform({2, 2, 3, 3})}), DeviceError);
+}
+
+TEST_CASE("cuda max_pool2d and its gradient match the CPU kernels", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(31);
+  struct Case {
+    Shape x;
+    std::vector<int64_t> kernel, stride, padding;
+  };
+  const std::vector<Case> cases{{{2, 3, 8, 8}, {2}, {}, {0}},
+                                {{1, 1, 5, 7}, {3}, {1}, {1}},          // overlapping windows, padding
+                                {{3, 4, 9, 11}, {3, 2}, {2, 1}, {1, 0}},
+                                {{1, 2, 1, 1}, {1}, {}, {0}},
+                                {{8, 16, 32, 32}, {3}, {2}, {1}}};
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const Case& c : cases) {
+      INFO(name(dtype) << " x " << to_string(c.x));
+      const Attrs attrs{{"kernel_size", c.kernel}, {"stride", c.stride}, {"padding", c.padding}};
+      const Tensor x = whole_numbers(c.x, dtype);
+      check_against_cpu("max_pool2d", {x}, attrs, 0.0);
+      const auto pooled = call_op("max_pool2d", {x}, attrs);
+      const Tensor grad = uniform(pooled[0].shape(), 1.0, dtype);
+      const Attrs back{{"input_shape", std::vector<int64_t>(c.x.begin(), c.x.end())}};
+      check_against_cpu("max_pool2d_backward", {grad, pooled[1]}, back, 1e-6);
+      const bool was = deterministic_kernels();
+      set_deterministic_kernels(true);
+      check_against_cpu("max_pool2d_backward", {grad, pooled[1]}, back, 0.0);  // the CPU's order: exact
+      set_deterministic_kernels(was);
+    }
+}
+
+TEST_CASE("cuda max_pool2d keeps NaN as the maximum", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const Tensor x = Tensor::from_vector<float>({1, NAN, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3});
+  check_against_cpu("max_pool2d", {x}, {{"kernel_size", std::vector<int64_t>{2}}, {"stride", std::vector<int64_t>{1}}},
+                    0.0);
+}
+
+TEST_CASE("cuda layer_norm_backward matches the CPU kernel", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(41);
+  struct Case {
+    Shape x;
+    std::vector<int64_t> norm;
+    bool affine;
+  };
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const Case& c : {Case{{4, 16}, {16}, true}, Case{{1, 1}, {1}, true}, Case{{3, 5, 8}, {5, 8}, false},
+                          Case{{64, 768}, {768}, true}, Case{{2, 3, 1000}, {1000}, false}}) {
+      INFO(name(dtype) << " x " << to_string(c.x) << (c.affine ? " with weight" : ""));
+      std::vector<Tensor> in{uniform(c.x, 1.0, dtype), uniform(c.x, 2.0, dtype)};
+      if (c.affine) in.push_back(uniform(Shape(c.norm.begin(), c.norm.end()), 1.0, dtype));
+      std::swap(in[0], in[1]);  // (grad, x[, weight])
+      check_against_cpu("layer_norm_backward", in, {{"normalized_shape", c.norm}, {"eps", 1e-5}});
+    }
+}
+
+TEST_CASE("cuda linear_bf16 matches the CPU kernel", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(51);
+  struct Case {
+    Shape x;
+    int64_t out;
+    bool bias;
+    std::string activation, out_dtype;
+  };
+  for (const Case& c : {Case{{4, 32}, 16, true, "none", "f32"}, Case{{1, 8}, 3, false, "relu", "f32"},
+                        Case{{2, 5, 64}, 48, true, "gelu", "f32"}, Case{{64, 256}, 128, true, "gelu", "bf16"},
+                        Case{{3, 7}, 5, false, "none", "bf16"}}) {
+    INFO("x " << to_string(c.x) << " -> " << c.out << " " << c.activation << " " << c.out_dtype);
+    const int64_t in = c.x.back();
+    std::vector<Tensor> inputs{uniform(c.x), uniform({c.out, in}, 1.0 / std::sqrt(double(in)))};
+    if (c.bias) inputs.push_back(uniform({c.out}));
+    const Attrs attrs{{"activation", c.activation}, {"out_dtype", c.out_dtype}};
+    // A bf16 output may round a hair's different sum the other way: one bf16 step (2^-8).
+    check_against_cpu("linear_bf16", inputs, attrs, c.out_dtype == "bf16" ? 1e-2 : 1e-4);
+    inputs[0] = inputs[0].to(DType::bf16);  // x already rounded
+    check_against_cpu("linear_bf16", inputs, attrs, c.out_dtype == "bf16" ? 1e-2 : 1e-4);
+  }
+}
+
+TEST_CASE("cuda packed_attention matches the CPU kernel", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(61);
+  struct Case {
+    std::vector<int64_t> lengths, keys;  // keys empty: no key_lengths input
+    int64_t d, heads;
+  };
+  for (const Case& c : {Case{{3, 5, 1}, {}, 16, 2}, Case{{1}, {}, 8, 1}, Case{{4, 0, 6}, {}, 64, 4},
+                        Case{{7, 2, 9}, {5, 2, 1}, 32, 2}, Case{{128, 77, 3, 200}, {100, 77, 3, 1}, 768, 12},
+                        Case{{5, 3}, {0, 3}, 16, 4}, Case{{6}, {}, 512, 2}}) {
+    std::vector<int64_t> offsets{0};
+    for (int64_t l : c.lengths) offsets.push_back(offsets.back() + l);
+    INFO("offsets " << to_string(AttrValue(offsets)) << " d " << c.d << " heads " << c.heads);
+    std::vector<Tensor> in{uniform({offsets.back(), 3 * c.d}, 2.0),
+                           Tensor::from_vector<int64_t>(offsets, {int64_t(offsets.size())})};
+    if (!c.keys.empty()) in.push_back(Tensor::from_vector<int64_t>(c.keys, {int64_t(c.keys.size())}));
+    const Attrs attrs{{"heads", c.heads}};
+    const Tensor want = call_op("packed_attention", in, attrs)[0];
+    const Tensor got = call_op("packed_attention", on_gpu(in), attrs)[0];
+    CHECK(got.device() == gpu);
+    check_close(got.to(Device::cpu()), want, {.rtol = 1e-4, .atol = 1e-5});  // rows with no keys: NaN on both
+  }
+}
+
+TEST_CASE("cuda sgd_update and adam_update match the CPU kernels", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(71);
+  for (DType dtype : {DType::f32, DType::f64}) {
+    INFO(name(dtype));
+    const Tensor p = uniform({33, 65}, 1.0, dtype), g = uniform({33, 65}, 1.0, dtype);
+    const Tensor b = uniform({33, 65}, 1.0, dtype);
+    check_against_cpu("sgd_update", {p, g}, {{"lr", 0.1}, {"weight_decay", 0.01}}, 1e-6);
+    check_against_cpu("sgd_update", {p, g}, {{"lr", 0.1}, {"momentum", 0.9}}, 1e-6);  // the first step
+    check_against_cpu("sgd_update", {p, g, b}, {{"lr", 0.1}, {"momentum", 0.9}, {"dampening", 0.1}}, 1e-6);
+    check_against_cpu("sgd_update", {p, g, b}, {{"lr", 0.1}, {"momentum", 0.9}, {"nesterov", true}}, 1e-6);
+    const Tensor m = uniform({33, 65}, 0.1, dtype), v = rand_uniform({33, 65}, 0.0, 0.01, dtype);
+    const Tensor v_max = rand_uniform({33, 65}, 0.0, 0.02, dtype);
+    check_against_cpu("adam_update", {p, g, m, v}, {{"lr", 1e-3}, {"step", int64_t{1}}}, 1e-6);
+    check_against_cpu("adam_update", {p, g, m, v, v_max}, {{"lr", 1e-2}, {"weight_decay", 0.01}, {"step", int64_t{7}}},
+                      1e-6);
+  }
+  CHECK_THROWS_AS(call_op("sgd_update", {Tensor::zeros({2}).to(gpu), Tensor::zeros({2})}, {{"lr", 0.1}}), DeviceError);
+}
