@@ -19,6 +19,7 @@
 #include "actors/profiler.h"
 #include "actors/runtime.h"
 #include "actors/task.h"
+#include "dataflow/captured_plan.h"
 #include "dataflow/invocation_state.h"
 #include "dataflow/plan.h"
 #include "dataflow/rank_link.h"
@@ -65,7 +66,6 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
     std::shared_ptr<ExecutorCore> body;                // loop nodes
     std::unordered_map<uint64_t, Pending> pending;     // touched by the node's actor only
     std::unique_ptr<Lane> lane;                        // a node on a GPU: its stream, its kernels' order
-    std::vector<std::optional<Tensor>> device_constants;  // per input slot: a constant uploaded once
   };
 
   ExecutorCore(const Graph& g, ExecutorOptions opts) : graph(std::make_shared<const Graph>(g)), options(opts) {
@@ -96,7 +96,13 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
       if (device && !device->is_cpu() && runs_on_lane(*plan.nodes[i].node))
         nodes[i].lane = Lane::make(*device, plan.nodes[i].path);
     }
+    placed_constants.resize(plan.nodes.size());
     upload_constants();
+    if (options.cuda_graph) {
+      if (world > 1) throw ValueError("Executor: cuda_graph: graph '" + plan.graph + "' is spread over " +
+                                      std::to_string(world) + " ranks; a captured graph runs in one process");
+      captured = std::make_unique<CapturedPlan>(plan, placed_constants);
+    }
   }
 
   static bool runs_on_lane(const Node& n) { return n.is<Node::Op>() || n.is<Node::Call>(); }
@@ -110,7 +116,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
         if (t.node < 0 || !local(t.node)) continue;
         const std::optional<Device>& device = plan.nodes[t.node].node->device;
         if (!device || *device == c.tensor().device()) continue;
-        auto& slots = nodes[t.node].device_constants;
+        auto& slots = placed_constants[t.node];
         if (slots.size() <= static_cast<size_t>(t.slot)) slots.resize(t.slot + 1);
         slots[t.slot] = c.tensor().to(*device);
       }
@@ -359,7 +365,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   std::vector<Value> placed(int id, std::vector<Value> values) const {
     const Node& n = *plan.nodes[id].node;
     if (!n.device) return values;
-    const auto& constants = nodes[id].device_constants;
+    const auto& constants = placed_constants[id];
     for (size_t i = 0; i < values.size(); ++i) {
       Value& v = values[i];
       if (i < constants.size() && constants[i])
@@ -543,6 +549,9 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   bool served = false;  // rank 0's executor went away (or the link broke): serve() returns
 
   int rank = 0, world = 1;
+  CapturedPlan::PlacedConstants placed_constants;  // per node and input slot: a constant uploaded once
+  std::unique_ptr<CapturedPlan> captured;          // cuda_graph
+  std::mutex capture_mutex;                        // one replay at a time: they share the graph's bytes
   // With a process group of more than one rank: this process's remote actors (when the executor
   // made them) and the link to the other ranks' parts.
   std::shared_ptr<net::RemoteActors> remote;
@@ -618,6 +627,32 @@ Invocation Executor::run(std::map<std::string, Value> inputs) {
     throw ValueError("run: graph '" + plan.graph + "' has no input '" + inputs.begin()->first + "' (inputs: " + names + ")");
   }
   Invocation result;
+  if (core_->captured) {
+    std::optional<std::vector<Value>> outputs;
+    std::exception_ptr error;
+    {
+      std::lock_guard lock(core_->capture_mutex);
+      try {
+        outputs = core_->captured->run(ordered);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    if (outputs || error) {  // the captured graph ran it: a finished invocation
+      result.state_ = core_->make_invocation(core_->next_id.fetch_add(1, std::memory_order_relaxed), 0);
+      result.state_->finished.store(true, std::memory_order_release);
+      result.names_ = core_->output_names;
+      result.state_->promises.resize(plan.output_names.size());
+      for (size_t k = 0; k < plan.output_names.size(); ++k) {
+        result.futures_.push_back(result.state_->promises[k].future());
+        if (error)
+          result.state_->promises[k].set_exception(error);
+        else
+          result.state_->promises[k].set_value(std::move((*outputs)[k]));
+      }
+      return result;
+    }
+  }
   result.state_ = core_->start(/*wait_for_slot=*/true);
   result.names_ = core_->output_names;
   result.state_->promises.resize(plan.output_names.size());

@@ -41,6 +41,11 @@
 //   Graph g = build();                                   // e.g. g.op(...).on_rank(1)
 //   Executor exec(g, {.group = world});
 //   if (world->rank() == 0) y = exec({{"x", x}}).at("y"); else exec.serve();
+//
+// CUDA graphs (a static graph on one GPU, small batches: the launches cost more than the kernels):
+//
+//   Executor exec(g, {.cuda_graph = true});          // g's nodes all .on(Device::cuda(0))
+//   for (auto& x : batches) y = exec({{"x", x}}).at("y");   // the first is captured, the rest replay it
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -61,6 +66,11 @@ class ProcessGroup;
 struct ExecutorOptions {
   int max_in_flight = 4;                    // invocations in flight before run() blocks; >= 1
   std::shared_ptr<net::ProcessGroup> group = nullptr;  // ranks the nodes are placed on; none: this process
+  // Every node an op or call placed on one CUDA device, one process: the first invocation runs its
+  // nodes in order on one stream and is captured as a CUDA graph; later ones whose inputs have the
+  // same dtypes and shapes replay it with one launch (their outputs copied out of the graph's
+  // memory); others run on the node actors. ValueError naming a node that cannot be captured.
+  bool cuda_graph = false;
 };
 
 namespace detail {

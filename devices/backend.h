@@ -34,6 +34,9 @@ class DeviceBackend {
   // Writes src's elements, converted to dst's dtype, into dst (contiguous, same device and numel).
   // Returns false when the backend has no kernel for it; the caller then goes through the host.
   virtual bool copy_elements(const Tensor& src, Tensor& dst) { return false; }
+  // A contiguous tensor of this backend's as a host tensor (host_contiguous(): the device's pinned
+  // staging memory where it has some).
+  virtual Tensor to_host(const Tensor& contiguous);
   virtual int device_count() = 0;
   virtual std::string describe() = 0;  // one line for `troupe info`
 };

@@ -8,6 +8,7 @@
 #include "devices/backend.h"
 #include "devices/error.h"
 #include "devices/host_allocator.h"
+#include "devices/tensor.h"
 
 namespace troupe {
 
@@ -41,6 +42,8 @@ Backends& backends() {
 }
 
 }  // namespace
+
+Tensor DeviceBackend::to_host(const Tensor& contiguous) { return contiguous.to(Device::cpu()); }
 
 void register_backend(DeviceType type, DeviceBackend* backend) {
   std::lock_guard lock(backends().mutex);

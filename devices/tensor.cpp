@@ -417,6 +417,12 @@ Tensor Tensor::to(Device target) const {
   return out;
 }
 
+Tensor host_contiguous(const Tensor& t) {
+  if (!t.defined() || t.device().is_cpu()) return t.contiguous();
+  await_ready(t);
+  return backend(t.device().type).to_host(t.contiguous());
+}
+
 std::string Tensor::str() const {
   if (!defined()) return "Tensor(undefined)";
   std::ostringstream os;

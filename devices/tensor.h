@@ -144,6 +144,11 @@ class Tensor {
   std::shared_ptr<AutogradMeta> autograd_;  // shared by copies of this handle; null: not on the tape
 };
 
+// The tensor as contiguous host bytes, for code that sends or writes them: itself when it already
+// is; a view's elements gathered; a device tensor copied into pinned host memory on the calling
+// thread's stream (its lane's), after the lane work that wrote it, with one counted host wait.
+Tensor host_contiguous(const Tensor& t);
+
 // Every element of src (any strides, any device cpu) converted into dst's dtype, in
 // row-major order, into the contiguous host buffer dst_data. The one strided copy loop.
 void copy_elements(const Tensor& src, DType dst_dtype, void* dst_data);

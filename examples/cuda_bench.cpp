@@ -18,6 +18,7 @@
 #include "devices/cuda/stream.h"
 #include "devices/ops.h"
 #include "devices/tensor.h"
+#include "examples/json_line.h"
 #include "examples/run_example.h"
 
 using namespace troupe;
@@ -71,7 +72,9 @@ struct Shape3 {
 int main(int argc, char** argv) {
   CLI::App app{"cuBLAS and Troupe GEMM rates, host<->device bandwidth"};
   int reps = 20;
+  bool json = false;
   app.add_option("--reps", reps, "timed repetitions per figure (median reported)");
+  app.add_flag("--json", json, "also one JSON line of every figure, last");
   CLI11_PARSE(app, argc, argv);
   return run_example("cuda_bench", [&] {
     if (!has_backend(DeviceType::cuda)) {
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::printf("%s\n", backend(DeviceType::cuda).describe().c_str());
+    nlohmann::ordered_json figures{{"device", backend(DeviceType::cuda).describe()}};
     const Device gpu = Device::cuda(0);
     const cudaStream_t stream = cuda::current_stream(0);
     cublasHandle_t handle;
@@ -110,6 +114,10 @@ int main(int argc, char** argv) {
       const double op16 = median_ms(stream, reps, [&] { keep = matmul(a16, b16); });
       std::printf("gemm %ldx%ldx%ld  troupe matmul f32 %.1f TFLOP/s (%.3f ms)  bf16 %.1f (%.3f ms)\n", long(s.m),
                   long(s.k), long(s.n), flop / op32 / 1e9, op32, flop / op16 / 1e9, op16);
+      const auto tflops = [&](double ms) { return significant(flop / ms / 1e9, 4); };
+      figures["gemm_" + std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n) + "_tflops"] = {
+          {"cublas_fp32", tflops(fp32)}, {"cublas_tf32", tflops(tf32)}, {"cublas_bf16", tflops(bf16)},
+          {"troupe_f32", tflops(op32)}, {"troupe_bf16", tflops(op16)}};
     }
 
     const int64_t bytes = int64_t(256) << 20;
@@ -141,6 +149,11 @@ int main(int argc, char** argv) {
     cudaFreeHost(pinned);
     std::printf("copy 256 MiB  Tensor::to (pageable) H2D %.1f GB/s  D2H %.1f GB/s  pinned H2D %.1f GB/s  D2H %.1f GB/s\n",
                 bytes / h2d / 1e9, bytes / d2h / 1e9, bytes / h2d_pinned / 1e9, bytes / d2h_pinned / 1e9);
+    figures["copy_256mib_gbs"] = {{"h2d_pageable", significant(bytes / h2d / 1e9, 3)},
+                                  {"d2h_pageable", significant(bytes / d2h / 1e9, 3)},
+                                  {"h2d_pinned", significant(bytes / h2d_pinned / 1e9, 3)},
+                                  {"d2h_pinned", significant(bytes / d2h_pinned / 1e9, 3)}};
+    if (json) print_json_line(figures);
     cublasDestroy(handle);
     return 0;
   });

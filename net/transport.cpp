@@ -462,7 +462,7 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
   check_healthy();
   Tensor host;
   if (payload.defined()) {
-    host = (payload.device().is_cpu() ? payload : payload.to(Device::cpu())).contiguous();
+    host = host_contiguous(payload);
     h.dtype = host.dtype();
     h.shape = host.shape();
     h.payload_bytes = host.nbytes();
@@ -555,7 +555,7 @@ void Transport::send_actor_frame(int dst, const std::vector<uint8_t>& call_frame
   h.payload_bytes = call_frame.size();
   std::vector<Tensor> hosts;
   hosts.reserve(tensors.size());
-  for (const Tensor& t : tensors) hosts.push_back((t.device().is_cpu() ? t : t.to(Device::cpu())).contiguous());
+  for (const Tensor& t : tensors) hosts.push_back(host_contiguous(t));
   std::lock_guard lock(peer.send_mutex);
   h.seq = peer.next_seq++;
   {

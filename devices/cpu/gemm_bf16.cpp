@@ -1,7 +1,9 @@
 #include "devices/cpu/gemm_bf16.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <dnnl.hpp>
 #include <unordered_map>
 #include <vector>
@@ -10,6 +12,7 @@
 #include <immintrin.h>
 #endif
 
+#include "devices/cpu/gemm.h"
 #include "devices/cpu/parallel_ranges.h"
 #include "devices/error.h"
 #include "devices/threads.h"
@@ -19,9 +22,12 @@ namespace troupe {
 using dnnl::memory;
 using Dt = memory::data_type;
 
+// Native: the weights [k, n] blocked as oneDNN's bf16 matmul reads them. Without a bf16 matmul
+// on this CPU: W [n, k] rounded to bf16 and held widened to f32, for the f32 GEMM.
 struct PackedWeightBf16::Blocks {
-  memory::desc desc;  // the weights [k, n] as the matmul reads them
+  memory::desc desc;
   void* data = nullptr;
+  size_t nbytes = 0;
 };
 
 namespace {
@@ -55,6 +61,21 @@ dnnl::matmul::primitive_desc product_desc(int64_t m, int64_t n, int64_t k, int64
   return {dnnl::matmul::desc(a, weights, memory::desc({1, n}, Dt::f32, memory::format_tag::ab), c), attr, engine()};
 }
 
+// Whether oneDNN has a bf16 matmul on this CPU (AVX512-BF16 or AMX; not on AVX2-only CPUs such
+// as AMD Zen 3). Without it the products run as f32 GEMMs on operands rounded to bf16: the same
+// values up to the order of the f32 accumulation, at f32 speed.
+bool native_bf16() {
+  static const bool native = [] {
+    try {
+      product_desc(16, 16, 16, 16, memory::desc({16, 16}, Dt::bf16, memory::format_tag::any), {});
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return native;
+}
+
 // Rounded to nearest even as BFloat16 rounds (NaN stays NaN), 16 at a time where the CPU converts.
 void round_rows(int64_t m, int64_t k, const float* a, int64_t lda, uint16_t* out) {
   parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 20) / k), 1, [&](int64_t begin, int64_t end) {
@@ -76,11 +97,21 @@ void round_rows(int64_t m, int64_t k, const float* a, int64_t lda, uint16_t* out
 PackedWeightBf16::PackedWeightBf16(const float* w, int64_t n, int64_t k, int64_t ldw)
     : n_(n), k_(k), blocks_(std::make_unique<Blocks>()) {
   check_sizes("PackedWeightBf16", n, k, ldw, "ldw");
+  if (!native_bf16()) {
+    blocks_->nbytes = static_cast<size_t>(n * k) * sizeof(float);
+    auto* rounded = static_cast<float*>(std::aligned_alloc(64, (blocks_->nbytes + 63) / 64 * 64));
+    if (!rounded) throw ValueError("PackedWeightBf16: out of memory for " + std::to_string(n) + "x" + std::to_string(k));
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < k; ++j) rounded[r * k + j] = static_cast<float>(BFloat16(w[r * ldw + j]));
+    blocks_->data = rounded;
+    return;
+  }
   // The layout the matmul picks for a typical row count; it is the same for every m (checked on
   // AMX and AVX512 CPUs), and gemm_bf16 names it explicitly.
   blocks_->desc =
       product_desc(256, n, k, n, memory::desc({k, n}, Dt::bf16, memory::format_tag::any), {}).weights_desc();
-  blocks_->data = std::aligned_alloc(64, (blocks_->desc.get_size() + 63) / 64 * 64);
+  blocks_->nbytes = blocks_->desc.get_size();
+  blocks_->data = std::aligned_alloc(64, (blocks_->nbytes + 63) / 64 * 64);
   if (!blocks_->data) throw ValueError("PackedWeightBf16: out of memory for " + std::to_string(n) + "x" + std::to_string(k));
   // W^T [k, n] read in place (strides 1 and ldw), rounded and blocked by one reorder.
   memory source(memory::desc({k, n}, Dt::f32, memory::dims{1, ldw}), engine(), const_cast<float*>(w));
@@ -93,7 +124,12 @@ PackedWeightBf16::PackedWeightBf16(const float* w, int64_t n, int64_t k, int64_t
 
 PackedWeightBf16::~PackedWeightBf16() { std::free(blocks_->data); }
 
-size_t PackedWeightBf16::nbytes() const { return blocks_->desc.get_size(); }
+size_t PackedWeightBf16::nbytes() const { return blocks_->nbytes; }
+
+const char* gemm_bf16_path() {
+  return native_bf16() ? "oneDNN bf16 matmul (AVX512-BF16 or AMX)"
+                       : "f32 GEMM on bf16-rounded operands (this CPU has no bf16 matmul in oneDNN)";
+}
 
 namespace {
 
@@ -104,9 +140,37 @@ void check_product(int64_t m, int64_t lda, const PackedWeightBf16& w, int64_t ld
                      " ldc=" + std::to_string(ldc));
 }
 
+// The f32 form of product() for CPUs without a bf16 matmul: A widened, one f32 GEMM, then the epilogue.
+void product_f32(int64_t m, const uint16_t* a, int64_t lda, const PackedWeightBf16& w,
+                 const GemmBf16Epilogue& epilogue, void* c, int64_t ldc) {
+  const int64_t n = w.n(), k = w.k();
+  thread_local std::vector<float> wide, out;
+  wide.resize(static_cast<size_t>(m * k));
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < k; ++j) {
+      const uint32_t bits = static_cast<uint32_t>(a[r * lda + j]) << 16;  // bf16 is f32's upper half
+      std::memcpy(&wide[r * k + j], &bits, sizeof(float));
+    }
+  out.resize(static_cast<size_t>(m * n));
+  gemm_f32(false, true, m, n, k, 1.0f, wide.data(), k, static_cast<const float*>(w.blocks().data), k, 0.0f, out.data(),
+           n);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      float v = out[r * n + j] + (epilogue.bias ? epilogue.bias[j] : 0.0f);
+      if (epilogue.activation == GemmActivation::relu) v = std::max(v, 0.0f);
+      if (epilogue.activation == GemmActivation::gelu)
+        v = static_cast<float>(0.5 * v * std::erfc(-static_cast<double>(v) * 0.70710678118654752440));
+      if (epilogue.bf16_out)
+        static_cast<BFloat16*>(c)[r * ldc + j] = BFloat16(v);
+      else
+        static_cast<float*>(c)[r * ldc + j] = v;
+    }
+}
+
 // A's rows already in bf16, lda apart.
 void product(int64_t m, const uint16_t* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
              void* c, int64_t ldc) {
+  if (!native_bf16()) return product_f32(m, a, lda, w, epilogue, c, ldc);
   apply_intra_op_threads();
   // oneDNN's primitive cache makes the descriptor and primitive for a seen shape cheap (~10 us).
   const auto desc = product_desc(m, w.n(), w.k(), ldc, w.blocks().desc, epilogue);

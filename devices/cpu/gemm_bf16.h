@@ -57,6 +57,9 @@ void gemm_bf16(int64_t m, const BFloat16* a, int64_t lda, const PackedWeightBf16
 // The bf16 form of a 2-d f32 weight [n, k] (any strides), made on first use and kept while the
 // weight's bytes live and are unchanged (weight_cache.h). DTypeError/ShapeError for other weights.
 std::shared_ptr<const PackedWeightBf16> packed_weight_bf16(const Tensor& w);
+// How bf16 products run on this CPU, for `troupe info`: oneDNN's bf16 matmul, or (no AVX512-BF16
+// nor AMX) an f32 GEMM on the rounded operands, with the same results up to accumulation order.
+const char* gemm_bf16_path();
 size_t packed_weight_bf16_cache_bytes();
 
 }  // namespace troupe

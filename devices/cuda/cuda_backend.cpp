@@ -7,8 +7,11 @@
 // event), so the block outlives both its producer's and its last consumer's kernels.
 #include <cstdint>
 #include <cstdio>
+#include <atomic>
+#include <map>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "devices/backend.h"
 #include "devices/sync.h"
@@ -74,12 +77,85 @@ cudaStream_t default_stream(int device) {
 
 thread_local const Stream* thread_streams[kMaxDevices] = {};
 
+// Pinned host blocks for staging, kept for reuse by size (cudaHostAlloc costs milliseconds); at most
+// kPinnedKeep bytes are kept, the rest freed when returned.
+class PinnedBlocks {
+ public:
+  void* take(size_t nbytes, int device) {
+    if (nbytes == 0) return nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = free_.find(nbytes);
+      if (it != free_.end()) {
+        void* p = it->second;
+        free_.erase(it);
+        kept_ -= nbytes;
+        return p;
+      }
+    }
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, nbytes, cudaHostAllocPortable), "cudaHostAlloc (staging)", device);
+    return p;
+  }
+  void give_back(void* p, size_t nbytes) {
+    if (!p) return;
+    {
+      std::lock_guard lock(mutex_);
+      if (kept_ + nbytes <= kPinnedKeep) {
+        free_.emplace(nbytes, p);
+        kept_ += nbytes;
+        return;
+      }
+    }
+    cudaFreeHost(p);
+  }
+
+ private:
+  static constexpr size_t kPinnedKeep = size_t(1) << 30;
+  std::mutex mutex_;
+  std::multimap<size_t, void*> free_;
+  size_t kept_ = 0;
+};
+
+// Arena blocks keep the pool's 256-byte alignment.
+size_t round_up(size_t nbytes) { return (nbytes + 255) / 256 * 256; }
+
+void* from_arena(AllocationArena& arena, size_t nbytes, int index) {
+  const size_t need = round_up(nbytes);
+  if (arena.used + need > arena.size)
+    throw DeviceError("cuda:" + std::to_string(index) + ": a captured graph's arena of " + std::to_string(arena.size) +
+                      " bytes cannot hold " + std::to_string(need) + " more (the captured code allocated more than "
+                      "its measured run: it must queue the same work each time)");
+  void* p = arena.base + arena.used;
+  arena.used += need;
+  return p;
+}
+
+struct Arenas {
+  std::mutex mutex;
+  std::vector<const AllocationArena*> live;
+  std::atomic<int> count{0};
+};
+
+Arenas& arenas() {
+  static Arenas* a = new Arenas;
+  return *a;
+}
+
+PinnedBlocks& pinned_blocks() {
+  static PinnedBlocks* blocks = new PinnedBlocks;  // never destroyed: storages may go during static teardown
+  return *blocks;
+}
+
 class CudaBackend final : public DeviceBackend {
  public:
   explicit CudaBackend(int count) : count_(count) {}
 
   void* allocate(size_t nbytes, int index) override {
     if (nbytes == 0) return nullptr;
+    ThreadAllocation& mode = thread_allocation();
+    if (mode.arena) return from_arena(*mode.arena, nbytes, index);
+    if (mode.meter) *mode.meter += round_up(nbytes);
     DeviceGuard on(index);
     keep_pool_memory(index);
     const cudaStream_t stream = current_stream(index);
@@ -101,7 +177,7 @@ class CudaBackend final : public DeviceBackend {
 
   // Runs from ~Storage, so it reports failures instead of throwing them.
   void deallocate(void* ptr, size_t, int index) override {
-    if (!ptr) return;
+    if (!ptr || in_arena(ptr)) return;  // an arena's blocks go with the arena
     cudaStream_t owner = nullptr;
     {
       std::lock_guard lock(blocks().mutex);
@@ -169,6 +245,26 @@ class CudaBackend final : public DeviceBackend {
 
   bool copy_elements(const Tensor& src, Tensor& dst) override { return copy_elements_on_device(src, dst); }
 
+  // Device to host through pinned memory: one DMA at the link's full rate (a pageable copy goes
+  // through the driver's own staging buffer), on the calling thread's stream, one counted wait.
+  Tensor to_host(const Tensor& contiguous) override {
+    const int index = contiguous.device().index;
+    const size_t nbytes = contiguous.nbytes();
+    void* pinned = pinned_blocks().take(nbytes, index);
+    auto storage = std::make_shared<Storage>(pinned, nbytes, Device::cpu(),
+                                             [nbytes](void* p) { pinned_blocks().give_back(p, nbytes); });
+    Tensor host(std::move(storage), contiguous.dtype(), contiguous.shape(), contiguous_strides(contiguous.shape()), 0);
+    if (nbytes == 0) return host;
+    DeviceGuard on(index);
+    const cudaStream_t stream = current_stream(index);
+    note_sync(contiguous.device(), "copy to host");
+    check(cudaMemcpyAsync(pinned, contiguous.raw_data(), nbytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync",
+          index);
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", index);
+    raise_pending_kernel_error(index);
+    return host;
+  }
+
   int device_count() override { return count_; }
 
   std::string describe() override {
@@ -218,6 +314,35 @@ const bool registered = [] {
   register_backend(DeviceType::cuda, new CudaBackend(count));  // never destroyed, like the cpu backend
   return true;
 }();
+
+}  // namespace
+
+ThreadAllocation& thread_allocation() {
+  thread_local ThreadAllocation mode;
+  return mode;
+}
+
+bool in_arena(const void* p) {
+  if (arenas().count.load(std::memory_order_acquire) == 0) return false;  // no capture alive: one load
+  std::lock_guard lock(arenas().mutex);
+  for (const AllocationArena* a : arenas().live)
+    if (p >= a->base && p < a->base + a->size) return true;
+  return false;
+}
+
+void add_arena(const AllocationArena* arena) {
+  std::lock_guard lock(arenas().mutex);
+  arenas().live.push_back(arena);
+  arenas().count.fetch_add(1, std::memory_order_release);
+}
+
+void remove_arena(const AllocationArena* arena) {
+  std::lock_guard lock(arenas().mutex);
+  std::erase(arenas().live, arena);
+  arenas().count.fetch_sub(1, std::memory_order_release);
+}
+
+namespace {
 
 void host_callback(void* fn) {
   auto* callback = static_cast<std::function<void()>*>(fn);

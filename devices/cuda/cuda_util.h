@@ -38,6 +38,23 @@ class DeviceGuard {
 // host waits for it here).
 void stream_wait_event(cudaStream_t stream, const Event& event, int device);
 
+// Where this thread's device allocations go while a CUDA graph is measured or captured
+// (devices/captured_work.h): an arena the capture owns, or the pool with every byte counted.
+struct AllocationArena {
+  char* base = nullptr;
+  size_t size = 0;
+  size_t used = 0;
+};
+struct ThreadAllocation {
+  AllocationArena* arena = nullptr;  // set while capturing
+  size_t* meter = nullptr;           // set while measuring
+};
+ThreadAllocation& thread_allocation();
+// Whether p lies in an arena still alive (its blocks are freed with the arena, not one by one).
+bool in_arena(const void* p);
+void add_arena(const AllocationArena* arena);
+void remove_arena(const AllocationArena* arena);
+
 // Writes src's elements (any strides) converted to dst's dtype into dst (contiguous, same device
 // and numel), on the current stream. False when src has too many dims for the kernel.
 bool copy_elements_on_device(const Tensor& src, Tensor& dst);

@@ -211,7 +211,7 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
   for (const auto& [name, t] : tensors) {
     if (name == "__metadata__") throw ValueError("write_safetensors: the tensor name __metadata__ is reserved");
     if (!t.defined()) throw ValueError("write_safetensors: tensor '" + name + "' is undefined");
-    ordered.emplace_back(name, (t.device().is_cpu() ? t : t.to(Device::cpu())).contiguous());
+    ordered.emplace_back(name, host_contiguous(t));
   }
   std::stable_sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) {
     return itemsize(a.second.dtype()) > itemsize(b.second.dtype());

@@ -9,6 +9,7 @@
 
 #include "devices/backend.h"
 #include "devices/cpu/gemm.h"
+#include "devices/cpu/gemm_bf16.h"
 #include "devices/determinism.h"
 #include "devices/registry.h"
 #include "devices/threads.h"
@@ -80,6 +81,7 @@ Json collect() {
         {"reason", gemm.reason},
         {"onednn_gflops", gemm.onednn_gflops},
         {"openblas_gflops", gemm.openblas_gflops}}},
+      {"gemm_bf16", gemm_bf16_path()},
       {"ops", OpRegistry::global().names().size()},
       {"cuda", cuda},
   };
@@ -98,6 +100,7 @@ void print_text(const Json& info) {
   row("oneDNN") << info["onednn"]["version"].get<std::string>() << " (" << info["onednn"]["hash"].get<std::string>()
                 << "), dispatching " << info["onednn"]["isa"].get<std::string>() << "\n";
   row("OpenBLAS") << info["openblas"]["config"].get<std::string>() << "\n";
+  row("bf16 products") << info["gemm_bf16"].get<std::string>() << "\n";
   const Json& gemm = info["gemm"];
   const std::string reason = gemm["reason"].get<std::string>();
   row("gemm") << gemm["backend"].get<std::string>() << ": " << reason;

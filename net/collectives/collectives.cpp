@@ -78,9 +78,9 @@ void check_outputs(const char* op, const ProcessGroup& g, const std::vector<Tens
                      std::to_string(g.size()) + " (pass an empty vector or one per rank)");
 }
 
-// The algorithms work on contiguous host tensors, flattened where they split them.
-Tensor host(const Tensor& t) { return (t.device().is_cpu() ? t : t.to(Device::cpu())).contiguous(); }
-Tensor host_flat(const Tensor& t) { return host(t).reshape({t.numel()}); }
+// The algorithms work on contiguous host tensors (host_contiguous: device tensors staged through
+// pinned memory), flattened where they split them.
+Tensor host_flat(const Tensor& t) { return host_contiguous(t).reshape({t.numel()}); }
 Tensor restore(const Tensor& result, const TensorMeta& like) {
   Tensor shaped = result.shape() == like.shape ? result : result.reshape(like.shape);
   return like.device.is_cpu() ? shaped : shaped.to(like.device);
@@ -156,7 +156,7 @@ Plan plan_broadcast(ProcessGroup& g, Tensor& tensor, int root) {
     if (hosts.leaders) l.leaders = begin(*hosts.leaders, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), root_host);
     if (!on_root_host && shared_host) l.within_last = begin(*hosts.local, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), 0);
   });
-  return {std::move(call), [data = host(tensor), meta, root, levels, out = &tensor](Call& c) {
+  return {std::move(call), [data = host_contiguous(tensor), meta, root, levels, out = &tensor](Call& c) {
             if (c.size() == 1) return;
             Tensor got;
             if (levels) {
@@ -229,7 +229,7 @@ Plan plan_scatter(ProcessGroup& g, Tensor& output, const std::vector<Tensor>& in
   std::vector<Tensor> parts;
   if (g.rank() == root) {
     check_list("scatter", g, inputs, "inputs", &output, true);
-    for (const Tensor& t : inputs) parts.push_back(host(t));
+    for (const Tensor& t : inputs) parts.push_back(host_contiguous(t));
   }
   const TensorMeta meta = output.meta();
   Call call = begin(g, CollectiveOp::scatter, ReduceOp::none, meta.dtype, output.numel(), root);
@@ -245,7 +245,7 @@ Plan plan_gather(ProcessGroup& g, std::vector<Tensor>& outputs, const Tensor& in
   if (g.rank() == root) check_outputs("gather", g, outputs);
   const TensorMeta meta = input.meta();
   Call call = begin(g, CollectiveOp::gather, ReduceOp::none, meta.dtype, input.numel(), root);
-  return {std::move(call), [data = host(input), input, root, out = &outputs](Call& c) {
+  return {std::move(call), [data = host_contiguous(input), input, root, out = &outputs](Call& c) {
             if (c.size() == 1) {
               *out = {input};
               return;
@@ -263,7 +263,7 @@ Plan plan_all_gather(ProcessGroup& g, std::vector<Tensor>& outputs, const Tensor
   check_outputs("all_gather", g, outputs);
   const TensorMeta meta = input.meta();
   Call call = begin(g, CollectiveOp::all_gather, ReduceOp::none, meta.dtype, input.numel());
-  return {std::move(call), [data = host(input), input, out = &outputs](Call& c) {
+  return {std::move(call), [data = host_contiguous(input), input, out = &outputs](Call& c) {
             if (c.size() == 1) {
               *out = {input};
               return;
@@ -280,7 +280,7 @@ Plan plan_reduce_scatter(ProcessGroup& g, Tensor& output, const std::vector<Tens
   check_list("reduce_scatter", g, inputs, "inputs", &inputs[0], true);
   check_reducible("reduce_scatter", g, inputs[0], op);
   std::vector<Tensor> parts;
-  for (const Tensor& t : inputs) parts.push_back(host(t));
+  for (const Tensor& t : inputs) parts.push_back(host_contiguous(t));
   const TensorMeta meta = inputs[0].meta();
   Call call = begin(g, CollectiveOp::reduce_scatter, op, meta.dtype, inputs[0].numel());
   return {std::move(call), [parts = std::move(parts), meta, op, out = &output](Call& c) {
@@ -294,7 +294,7 @@ Plan plan_all_to_all(ProcessGroup& g, std::vector<Tensor>& outputs, const std::v
   check_list("all_to_all", g, inputs, "inputs", &inputs[0], false);
   check_outputs("all_to_all", g, outputs);
   std::vector<Tensor> parts;
-  for (const Tensor& t : inputs) parts.push_back(host(t));
+  for (const Tensor& t : inputs) parts.push_back(host_contiguous(t));
   const Device device = inputs[0].device();
   // Parts may differ in size per pair, so the descriptor's count is the number of parts.
   Call call = begin(g, CollectiveOp::all_to_all, ReduceOp::none, inputs[0].dtype(), inputs.size());

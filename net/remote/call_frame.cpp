@@ -59,7 +59,7 @@ void encode_value(const Value& v, std::vector<uint8_t>& out, std::vector<Tensor>
       out.push_back(static_cast<uint8_t>(t.dtype()));
       out.push_back(static_cast<uint8_t>(t.dim()));
       for (int64_t d : t.shape()) append<int64_t>(out, d);
-      tensors.push_back((t.device().is_cpu() ? t : t.to(Device::cpu())).contiguous());
+      tensors.push_back(host_contiguous(t));
       return;
     }
     case Value::Kind::list: {

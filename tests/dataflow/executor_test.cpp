@@ -425,3 +425,43 @@ TEST_CASE("executor: GPU nodes own lanes, take constants uploaded once, and hand
     CHECK(out.to_vector<float>() == want);
   }
 }
+
+TEST_CASE("executor: cuda_graph takes only ops and calls on one CUDA device, and says which node is not",
+          "[dataflow]") {
+  two_workers();
+  Graph on_host("on_host");
+  on_host.output("y", on_host.op("relu", {on_host.input("x")}).named("act"));
+  CHECK_THROWS_AS(Executor(on_host, {.cuda_graph = true}), ValueError);
+  CHECK_THROWS_WITH(Executor(on_host, {.cuda_graph = true}),
+                    Catch::Contains("node 'act' runs on cpu") && Catch::Contains("one CUDA device"));
+
+  Graph with_switch("with_switch");
+  NodeRef sw = with_switch.switch_("sw", with_switch.input("p"), {with_switch.input("x")});
+  with_switch.output("y", with_switch.merge("m", {{sw.out("then.0")}, {sw.out("else.0")}}));
+  CHECK_THROWS_WITH(Executor(with_switch, {.cuda_graph = true}),
+                    Catch::Contains("node 'sw' is a switch node") && Catch::Contains("only ops and calls"));
+
+  Graph on_gpu("on_gpu");
+  on_gpu.output("y", on_gpu.op("relu", {on_gpu.input("x")}).named("act").on(Device::cuda(0)));
+  if (!has_backend(DeviceType::cuda))
+    CHECK_THROWS_AS(Executor(on_gpu, {.cuda_graph = true}), DeviceError);  // no GPU: no lane to capture on
+}
+
+TEST_CASE("executor: a captured CUDA graph replays with new inputs, and other shapes run on the actors",
+          "[dataflow][cuda]") {
+  two_workers();
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
+  const Device gpu = Device::cuda(0);
+  Graph g("mlp");
+  Tensor w = Tensor::from_vector<float>({1, -1, 2, 0.5f, -0.25f, 3}, {3, 2});
+  Port h = g.op("matmul", {g.input("x"), g.constant("w", w)}).named("layer").on(gpu);
+  g.output("y", g.op("relu", {h}).named("act").on(gpu));
+  Executor exec(g, {.cuda_graph = true});
+  for (float scale : {1.0f, -2.0f, 0.5f}) {  // captured, then replayed twice
+    const Tensor x = Tensor::from_vector<float>({scale, 2 * scale, -scale, 4 * scale, scale, -scale}, {2, 3});
+    const std::vector<float> want = relu(matmul(x, w)).to_vector<float>();
+    CHECK(exec({{"x", x.to(gpu)}}).at("y").tensor().to_vector<float>() == want);
+  }
+  const Tensor wide = Tensor::ones({5, 3});  // another shape: the node actors run it
+  CHECK(exec({{"x", wide}}).at("y").tensor().to_vector<float>() == relu(matmul(wide, w)).to_vector<float>());
+}

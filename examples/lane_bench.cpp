@@ -1,0 +1,87 @@
+// What a call to an actor that owns a lane costs the caller, and what a hand-off between two such
+// actors costs the host: the figures behind "GPU actors own CUDA streams".
+//
+//   lane_bench --device cuda --json     # a GPU actor: enqueue cost per call, host syncs per hand-off
+//   lane_bench --device cpu             # the same protocol on host lanes (no GPU needed)
+//
+// enqueue_us: median wall time of fork + wait of one call that queues one small kernel on the actor's
+// lane (the Future completes when the kernel is queued, so this is the caller's whole cost).
+// handoff_syncs: host waits counted (devices/sync.h) while a tensor goes from one lane actor to
+// another and that one's call is queued: 0 means the consumer waited on the device, not the host.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "actors/fork.h"
+#include "devices/lane.h"
+#include "devices/ops.h"
+#include "devices/sync.h"
+#include "examples/json_line.h"
+#include "examples/run_example.h"
+
+using namespace troupe;
+
+namespace {
+
+struct Scale {
+  Tensor factor;
+  Tensor operator()(const Tensor& x) const { return mul(x, factor); }
+  void to(Device d) { factor = factor.to(d); }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_example("lane_bench", [&] {
+    CLI::App app("A call to a lane actor: the caller's cost, and host syncs per hand-off");
+    std::string device_name = "cpu";
+    int calls = 2000;
+    bool json = false;
+    app.add_option("--device", device_name, "cpu (host lanes) or cuda[:N]");
+    app.add_option("--calls", calls, "calls timed")->check(CLI::PositiveNumber);
+    app.add_flag("--json", json, "one JSON line of figures");
+    CLI11_PARSE(app, argc, argv);
+    const Device device = Device::parse(device_name);
+    const ActorOptions first_options{.name = "first", .device = device, .host_lane = true};
+    const ActorOptions second_options{.name = "second", .device = device, .host_lane = true};
+    ModuleActor<Scale> first(first_options, Scale{Tensor::full({1}, 2.0f)});
+    ModuleActor<Scale> second(second_options, Scale{Tensor::full({1}, 0.5f)});
+    Tensor x = Tensor::ones({256}).to(device);
+
+    // The caller's cost per call: fork and wait, the kernel only queued.
+    for (int i = 0; i < 100; ++i) wait(fork(first, x));
+    first.lane()->synchronize();
+    std::vector<double> us;
+    us.reserve(calls);
+    for (int i = 0; i < calls; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      Tensor y = wait(fork(first, x));
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    }
+    first.lane()->synchronize();
+    std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+    const double enqueue_us = us[us.size() / 2];
+
+    // A hand-off: first's result to second, nothing read on the host.
+    reset_sync_counts();
+    const int handoffs = 100;
+    Tensor z;
+    for (int i = 0; i < handoffs; ++i) z = wait(fork(second, wait(fork(first, x))));
+    const uint64_t syncs = sync_count();
+    const float value = z.to(Device::cpu()).item<float>();  // the one wait, after the count
+    if (value != 1.0f) throw ValueError("lane_bench: the hand-off computed " + std::to_string(value) + ", not 1");
+
+    if (json) {
+      print_json_line(nlohmann::ordered_json{{"device", device.str()},
+                                             {"lane", device.is_cpu() ? "host" : "cuda stream"},
+                                             {"enqueue_us", rounded(enqueue_us, 2)},
+                                             {"handoffs", handoffs},
+                                             {"handoff_syncs", syncs}});
+    } else {
+      std::printf("%s lanes: a call costs its caller %.2f us (median of %d); %d hand-offs made %llu host syncs\n",
+                  device.str().c_str(), enqueue_us, calls, handoffs, static_cast<unsigned long long>(syncs));
+    }
+    return 0;
+  });
+}
