@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "devices/error.h"
+#include "devices/lane.h"
 #include "devices/registry.h"
 #include "devices/sync.h"
 
@@ -23,7 +24,7 @@ int64_t now_ns() {
       .count();
 }
 
-struct Event {
+struct Span {
   std::string name;
   std::string args;   // input shapes of an op, or user text
   std::string actor;  // the actor running on the thread then
@@ -32,7 +33,34 @@ struct Event {
   int64_t parent = -1;   // index of the enclosing open span on this thread
   uint64_t flow_out = 0; // a fork: id of the task it starts
   uint64_t flow_in = 0;  // a task: its own id
+  bool sync = false;     // an instant: the host waited for a device here
 };
+
+// An op's span on a device lane (a GPU actor's stream, or a device's default stream), timed by the
+// events queued before and after it.
+struct DeviceSpan {
+  std::string lane;
+  std::string name;
+  Event start, end;
+};
+
+// Per device: an event and the host time at which it was done, to place device events on the
+// host's clock (within the time the device took to reach the event when it was recorded).
+struct DeviceClock {
+  Event reference;
+  int64_t host_ns = 0;
+};
+
+struct DeviceSpans {
+  std::mutex mutex;
+  std::vector<DeviceSpan> spans;
+  std::map<std::pair<int, int>, DeviceClock> clocks;
+};
+
+DeviceSpans& device_spans() {
+  static DeviceSpans* d = new DeviceSpans;
+  return *d;
+}
 
 // One per thread that ever recorded; owned by the registry below so the profiler can read it
 // after the thread is gone.
@@ -40,7 +68,7 @@ struct ThreadLog {
   std::mutex mutex;  // uncontended while recording; lets export read a thread still running
   int tid = 0;
   std::string actor = "main";
-  std::vector<Event> events;
+  std::vector<Span> events;
   int64_t open = -1;  // innermost open span
   uint64_t generation = 0;
 };
@@ -77,7 +105,7 @@ ThreadLog& this_thread_log() {
 int64_t open_span(std::string name, std::string args, uint64_t flow_in = 0) {
   ThreadLog& log = this_thread_log();
   std::lock_guard lock(log.mutex);
-  Event e;
+  Span e;
   e.name = std::move(name);
   e.args = std::move(args);
   e.actor = log.actor;
@@ -93,21 +121,79 @@ void close_span(int64_t index) {
   ThreadLog& log = this_thread_log();
   std::lock_guard lock(log.mutex);
   if (index < 0 || index >= static_cast<int64_t>(log.events.size())) return;  // profiler restarted meanwhile
-  Event& e = log.events[index];
+  Span& e = log.events[index];
   e.end = now_ns();
   if (e.parent >= 0) log.events[e.parent].child_ns += e.end - e.start;
   log.open = e.parent;
 }
 
-// Records every registry op call while the profiler is on.
+void record_sync(const SyncSite& site) {
+  if (!Profiler::global().recording()) return;
+  const int64_t index = open_span("sync", site.op + " waits for " + site.device.str());
+  ThreadLog& log = this_thread_log();
+  {
+    std::lock_guard lock(log.mutex);
+    log.events[index].sync = true;
+  }
+  close_span(index);
+}
+
+// An event now on the device's lane for this thread (its lane, else the default stream).
+Event mark(Device device, std::string& lane_name) {
+  if (Lane* lane = Lane::current(device)) {
+    lane_name = device.str() + " " + (lane->name().empty() ? "lane" : lane->name());
+    return lane->record();
+  }
+  lane_name = device.str() + " default stream";
+  return default_stream_mark(device);
+}
+
+void ensure_clock(Device device) {
+  const std::pair<int, int> key{static_cast<int>(device.type), device.index};
+  {
+    std::lock_guard lock(device_spans().mutex);
+    if (device_spans().clocks.contains(key)) return;
+  }
+  DeviceClock clock{default_stream_mark(device), 0};
+  if (clock.reference.valid()) clock.reference.state()->wait();  // the profiler's own wait, not counted as a sync
+  clock.host_ns = now_ns();
+  std::lock_guard lock(device_spans().mutex);
+  device_spans().clocks.emplace(key, std::move(clock));
+}
+
+// Records every registry op call while the profiler is on: a span on the calling thread and, for
+// an op on a device, a span on the device lane it was queued on.
 class OpRecorder final : public OpObserver {
  public:
+  struct Token {
+    int64_t index;
+    Device device;
+    std::string lane;
+    std::string op;
+    Event start;
+  };
   void* begin(std::string_view op, const std::vector<Tensor>& inputs) override {
     std::string shapes;
     for (auto& t : inputs) shapes += (shapes.empty() ? "" : ", ") + t.meta().str();
-    return reinterpret_cast<void*>(open_span(std::string(op), std::move(shapes)) + 1);
+    auto* token = new Token{open_span(std::string(op), std::move(shapes)), Device::cpu(), {}, std::string(op), {}};
+    if (!inputs.empty() && !inputs[0].device().is_cpu()) {
+      token->device = inputs[0].device();
+      ensure_clock(token->device);
+      token->start = mark(token->device, token->lane);
+    }
+    return token;
   }
-  void end(void* token) override { close_span(reinterpret_cast<int64_t>(token) - 1); }
+  void end(void* opaque) override {
+    auto* token = static_cast<Token*>(opaque);
+    close_span(token->index);
+    if (token->start.valid()) {
+      std::string lane;
+      Event end = mark(token->device, lane);
+      std::lock_guard lock(device_spans().mutex);
+      device_spans().spans.push_back({std::move(token->lane), std::move(token->op), std::move(token->start), std::move(end)});
+    }
+    delete token;
+  }
 };
 
 OpRecorder op_recorder;
@@ -125,13 +211,20 @@ void Profiler::start() {
     ++logs().generation;
     logs().origin = now_ns();
   }
+  {
+    std::lock_guard lock(device_spans().mutex);
+    device_spans().spans.clear();
+    device_spans().clocks.clear();
+  }
   OpRegistry::global().set_observer(&op_recorder);
+  set_sync_listener(record_sync);
   recording_.store(true, std::memory_order_relaxed);
 }
 
 void Profiler::stop() {
   recording_.store(false, std::memory_order_relaxed);
   OpRegistry::global().set_observer(nullptr);
+  set_sync_listener(nullptr);
 }
 
 void Profiler::set_thread_actor(std::string_view actor) {
@@ -172,14 +265,14 @@ TaskSpan::~TaskSpan() {
 namespace {
 
 // Snapshot of the finished spans of the current generation, per thread.
-std::vector<std::pair<const ThreadLog*, std::vector<Event>>> snapshot(std::vector<std::shared_ptr<ThreadLog>>& keep) {
+std::vector<std::pair<const ThreadLog*, std::vector<Span>>> snapshot(std::vector<std::shared_ptr<ThreadLog>>& keep) {
   std::lock_guard lock(logs().mutex);
   keep = logs().threads;
-  std::vector<std::pair<const ThreadLog*, std::vector<Event>>> out;
+  std::vector<std::pair<const ThreadLog*, std::vector<Span>>> out;
   for (auto& t : keep) {
     std::lock_guard thread_lock(t->mutex);
     if (t->generation != logs().generation) continue;
-    std::vector<Event> done;
+    std::vector<Span> done;
     for (auto& e : t->events)
       if (e.end >= 0) done.push_back(e);
     out.emplace_back(t.get(), std::move(done));
@@ -188,6 +281,28 @@ std::vector<std::pair<const ThreadLog*, std::vector<Event>>> snapshot(std::vecto
 }
 
 }  // namespace
+
+// The device lanes, as process 2: one lane per stream, each op's span timed by its events.
+template <class Us>
+void append_device_lanes(nlohmann::json& trace, Us us) {
+  std::lock_guard lock(device_spans().mutex);
+  if (device_spans().spans.empty()) return;
+  trace.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 2}, {"args", {{"name", "devices"}}}});
+  std::map<std::string, int> lanes;
+  for (DeviceSpan& span : device_spans().spans) {
+    auto [it, added] = lanes.emplace(span.lane, static_cast<int>(lanes.size()));
+    if (added)
+      trace.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 2}, {"tid", it->second}, {"args", {{"name", span.lane}}}});
+    const Device device = span.start.device();
+    const DeviceClock& clock = device_spans().clocks.at({static_cast<int>(device.type), device.index});
+    span.start.state()->wait();  // the profiler's own waits, not counted as syncs
+    span.end.state()->wait();
+    const int64_t start = clock.host_ns + static_cast<int64_t>(clock.reference.elapsed_ms(span.start) * 1e6);
+    const int64_t end = clock.host_ns + static_cast<int64_t>(clock.reference.elapsed_ms(span.end) * 1e6);
+    trace.push_back({{"ph", "X"}, {"name", span.name}, {"cat", "kernel"}, {"pid", 2}, {"tid", it->second},
+                     {"ts", us(start)}, {"dur", std::max(0.001, us(end) - us(start))}});
+  }
+}
 
 size_t Profiler::event_count() const {
   std::vector<std::shared_ptr<ThreadLog>> keep;
@@ -212,6 +327,11 @@ void Profiler::export_chrome_trace(const std::string& path) const {
     for (size_t i = 0; i < actors.size(); ++i) lane += (i ? ", " : ": ") + actors[i];
     trace.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", log->tid}, {"args", {{"name", lane}}}});
     for (auto& e : events) {
+      if (e.sync) {  // an instant on the thread that waited
+        trace.push_back({{"ph", "i"}, {"s", "t"}, {"name", "sync"}, {"cat", "sync"}, {"pid", 1}, {"tid", log->tid},
+                         {"ts", us(e.start)}, {"args", {{"actor", e.actor}, {"what", e.args}}}});
+        continue;
+      }
       json args = {{"actor", e.actor}};
       if (!e.args.empty()) args["inputs"] = e.args;
       if (e.flow_in) args["task"] = e.flow_in;
@@ -226,6 +346,7 @@ void Profiler::export_chrome_trace(const std::string& path) const {
                          {"pid", 1}, {"tid", log->tid}, {"ts", us(e.start)}});
     }
   }
+  append_device_lanes(trace, us);
   std::ofstream out(path);
   if (!out) throw IOError("export_chrome_trace: cannot write " + path);
   out << json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump();
@@ -242,6 +363,7 @@ std::string Profiler::table(size_t max_rows) const {
   int64_t all_self = 0;
   for (auto& [log, events] : snapshot(keep))
     for (auto& e : events) {
+      if (e.sync) continue;
       Row& r = rows[e.name];
       r.name = e.name;
       ++r.calls;

@@ -1,7 +1,8 @@
 #pragma once
 // Profiler: records ops, tasks and user scopes per thread while on, then exports a Chrome trace
-// (chrome://tracing, Perfetto: one lane per thread, flow arrows from each fork to its task)
-// and a summary table like PyTorch's key_averages().table().
+// (chrome://tracing, Perfetto: one lane per thread, flow arrows from each fork to its task; ops
+// queued on a device also on one lane per stream, timed by events; each host sync an instant on
+// the thread that waited) and a summary table like PyTorch's key_averages().table().
 //
 //   Profiler& p = Profiler::global();
 //   p.start();

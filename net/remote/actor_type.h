@@ -33,6 +33,8 @@ struct ActorType {
   };
   std::string name;
   std::function<std::shared_ptr<void>(const Value& arguments)> construct;
+  // Moves an object's state to a device (its to(Device)); empty when the class has none.
+  std::function<void(void* object, Device device)> move_to;
   std::vector<Method> methods;
 
   const Method* method(std::string_view name) const;  // nullptr: none
@@ -108,6 +110,8 @@ struct ActorTypeRegistrar {
       return std::apply([](auto&&... a) { return std::make_shared<T>(std::move(a)...); },
                         decode_arguments(arguments, static_cast<Arguments*>(nullptr)));
     };
+    if constexpr (requires(T& t) { t.to(Device::cpu()); })
+      type.move_to = [](void* object, Device device) { static_cast<T*>(object)->to(device); };
     const std::vector<std::string> names = member_names(member_pointers);
     size_t i = 0;
     (type.methods.push_back(bind_method<T>(names.at(i++), methods)), ...);

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "actors/module_queue.h"
+#include "devices/lane.h"
 #include "devices/error_kinds.h"
 #include "net/remote/call_frame.h"
 #include "net/remote/remote_actor.h"
@@ -40,6 +41,7 @@ struct ActorRef {
   std::vector<std::function<void(std::exception_ptr)>> on_down;
   // Supervision, on the rank that spawned it with max_restarts > 0:
   Value arguments;  // the constructor's, for a respawn
+  std::string device = "cpu";  // where it runs, for a respawn
   int restarts_left = 0;
   bool restarting = false;
   std::vector<std::function<void()>> held;  // calls made during a restart, made again after it
@@ -61,6 +63,7 @@ struct Hosted {
   std::shared_ptr<const ActorType> type;  // registered (not owned), or a hosted object's methods
   std::shared_ptr<void> object;           // null once stopped
   std::shared_ptr<ModuleQueue> executor;  // its CAF actor, for calls that no serving thread takes
+  std::shared_ptr<Lane> lane;             // spawned on a device: its calls queue there
   std::set<int> watchers;                 // ranks to tell when it stops (under Impl::mutex)
   std::mutex mutex;                       // guards the mailbox
   std::deque<Call> mailbox;
@@ -167,7 +170,7 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   // in rank 0's directory, and only then is the spawner answered (so a lookup after spawn_on finds it).
   void host_spawn(int source, CallFrame&& call);
   void construct(const ActorType* type, int source, uint64_t request, std::string name, const Value& arguments,
-                 int replaces_rank, uint64_t replaces_id);
+                 Device device, int replaces_rank, uint64_t replaces_id);
   // host(): the object joins this rank's actors, then its name is enrolled in rank 0's directory
   // (waiting for that); a name taken there undoes it.
   std::shared_ptr<ActorRef> host_object(std::string name, std::shared_ptr<void> object,

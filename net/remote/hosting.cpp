@@ -2,12 +2,39 @@
 
 #include <iostream>
 
+#include "actors/lane_call.h"
 #include "actors/module_actor.h"
 
 namespace troupe::net {
 
 using detail::error;
 using detail::error_text;
+
+namespace {
+
+// Every tensor a call's value holds (its arguments, or its result).
+void collect_tensors(const Value& v, std::vector<Tensor>& out) {
+  if (v.kind() == Value::Kind::tensor) out.push_back(v.as_tensor());
+  if (v.kind() == Value::Kind::list)
+    for (const Value& item : v.as_list()) collect_tensors(item, out);
+}
+
+// A call of an actor spawned on a device: its kernels queue on the actor's lane, after the work
+// that wrote its tensor arguments there; its result tensors are marked with the lane's event.
+Value call_on_lane(Lane& lane, const ActorType::Method& method, void* object, const Value& arguments) {
+  std::vector<Tensor> inputs;
+  collect_tensors(arguments, inputs);
+  Value result;
+  std::vector<Tensor> outputs = troupe::detail::run_on_lane<std::vector<Tensor>>(&lane, [&] {
+    result = method.call(object, arguments);
+    std::vector<Tensor> made;
+    collect_tensors(result, made);
+    return made;
+  }, inputs);
+  return result;
+}
+
+}  // namespace
 
 namespace detail {
 thread_local ServeLoop* serve_loop_here = nullptr;
@@ -95,7 +122,8 @@ void RemoteActors::Impl::run(Hosted& actor, Call& call) {
                                 " has " + actor.type->method_names());
   } else {
     try {
-      result = method->call(actor.object.get(), call.arguments);
+      result = actor.lane ? call_on_lane(*actor.lane, *method, actor.object.get(), call.arguments)
+                          : method->call(actor.object.get(), call.arguments);
     } catch (...) {
       failure = with_context(what, std::current_exception());
     }
@@ -142,27 +170,39 @@ void RemoteActors::Impl::host_spawn(int source, CallFrame&& call) {
   }
   Value::List& items = call.value.as_list();
   std::string name = items[0].is_none() ? "" : items[0].as_string();
-  const int replaces_rank = items.size() > 2 ? static_cast<int>(items[2].as_int()) : -1;
-  const uint64_t replaces_id = items.size() > 3 ? static_cast<uint64_t>(items[3].as_int()) : 0;
+  const int replaces_rank = static_cast<int>(items[2].as_int());
+  const uint64_t replaces_id = static_cast<uint64_t>(items[3].as_int());
+  Device device;
+  try {
+    device = Device::parse(items[4].as_string());
+  } catch (...) {
+    refuse(source, request, with_context("spawn_on: " + type->name + " on rank " + std::to_string(rank) + ": ",
+                                         std::current_exception()));
+    return;
+  }
   {
     std::lock_guard lock(mutex);
     ++running;
   }
   auto construct = [self = shared_from_this(), type, source, request, name = std::move(name),
-                    arguments = std::move(items[1]), replaces_rank, replaces_id]() mutable {
-    self->construct(type, source, request, std::move(name), arguments, replaces_rank, replaces_id);
+                    arguments = std::move(items[1]), replaces_rank, replaces_id, device]() mutable {
+    self->construct(type, source, request, std::move(name), arguments, device, replaces_rank, replaces_id);
     self->finished_running();
   };
   constructor->submit(std::make_shared<troupe::detail::Task<void, decltype(construct)>>(std::move(construct), constructor));
 }
 
 void RemoteActors::Impl::construct(const ActorType* type, int source, uint64_t request, std::string name, const Value& arguments,
-               int replaces_rank, uint64_t replaces_id) {
+               Device device, int replaces_rank, uint64_t replaces_id) {
   const std::string what = "spawn_on: " + type->name + " on rank " + std::to_string(rank) + ": ";
   auto actor = std::make_shared<Hosted>();
   actor->type = std::shared_ptr<const ActorType>(std::shared_ptr<const void>(), type);  // registered: lives on
   try {
     actor->object = type->construct(arguments);
+    if (!device.is_cpu()) {
+      actor->lane = Lane::make(device, type->name);
+      if (type->move_to) type->move_to(actor->object.get(), device);  // its state goes there once
+    }
   } catch (...) {
     refuse(source, request, with_context(what, std::current_exception()));
     return;

@@ -170,13 +170,15 @@ RemoteActor spawn(const SpawnOptions& options, std::string_view type, Value argu
   Value name = options.name.empty() ? Value() : Value::string(options.name);
   Value answer = node->ask_and_wait(
       options.rank,
-      CallFrame{CallKind::spawn, 0, 0, std::string(type), Value::list({name, arguments, Value::integer(-1), Value::integer(0)})},
+      CallFrame{CallKind::spawn, 0, 0, std::string(type),
+                Value::list({name, arguments, Value::integer(-1), Value::integer(0), Value::string(options.device.str())})},
       "spawn_on: " + std::string(type) + " on rank " + std::to_string(options.rank) + ": ");
   const Value::List& items = answer.as_list();
   auto ref = node->make_ref(items.at(1).as_string(), std::string(type), options.rank,
                             static_cast<uint64_t>(items.at(0).as_int()));
   if (options.max_restarts > 0) {
     ref->arguments = std::move(arguments);
+    ref->device = options.device.str();
     ref->restarts_left = options.max_restarts;
     node->watch(ref);
   }

@@ -107,6 +107,10 @@ struct SpawnOptions {
   int rank = 0;
   std::string name;      // empty: "<type>/<rank>" (then "<type>/<rank>.1", ...)
   int max_restarts = 0;  // respawns on another live rank after its rank is lost
+  // cuda:N: the actor owns a lane there (devices/lane.h): its state moves there once (T::to(Device),
+  // where T has one) and its calls queue their kernels on the lane, waiting on the device for the
+  // work that wrote their tensor arguments on that rank.
+  Device device = Device::cpu();
 };
 
 // This rank's part in the job's remote actors: it hosts actors spawned here, answers the calls to

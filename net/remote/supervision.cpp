@@ -115,7 +115,7 @@ void RemoteActors::Impl::respawn(const std::shared_ptr<ActorRef>& ref, int from,
   ask(to,
       CallFrame{CallKind::spawn, 0, 0, ref->type,
                 Value::list({Value::string(ref->name), std::move(arguments), Value::integer(from),
-                             Value::integer(static_cast<int64_t>(old_id))})},
+                             Value::integer(static_cast<int64_t>(old_id)), Value::string(ref->device)})},
       "restarting remote actor '" + ref->name + "' on rank " + std::to_string(to) + ": ", std::move(respawned));
 }
 

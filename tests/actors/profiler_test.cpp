@@ -1,14 +1,22 @@
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
 
 #include "actors/fork.h"
 #include "actors/profiler.h"
 #include "actors/runtime.h"
 #include "support/two_workers.h"
+#include "devices/backend.h"
+#include "devices/lane.h"
 #include "devices/ops.h"
+#include "devices/sync.h"
+#include "support/skip.h"
 
 using namespace troupe;
 
@@ -56,4 +64,61 @@ TEST_CASE("the profiler records ops, forks and tasks, and exports a Chrome trace
   const size_t before = p.event_count();
   neg(x);
   CHECK(p.event_count() == before);
+}
+
+TEST_CASE("the profiler marks each host sync on the thread that waited", "[profiler]") {
+  two_workers();
+  Profiler& p = Profiler::global();
+  auto lane = Lane::make(Device::cpu(), "slow");
+  std::atomic<bool> release{false};
+  lane->enqueue([&] {
+    while (!release.load()) std::this_thread::yield();
+  });
+  reset_sync_counts();
+  p.start();
+  Event pending = lane->record();
+  std::thread opener([&] { release = true; });
+  pending.synchronize("the test's wait");  // a sync unless the lane was already done: then none
+  opener.join();
+  p.stop();
+  const std::string path = (std::filesystem::temp_directory_path() / "troupe_profiler_sync_trace.json").string();
+  p.export_chrome_trace(path);
+  std::ifstream in(path);
+  auto trace = nlohmann::json::parse(in);
+  int syncs = 0;
+  for (auto& e : trace["traceEvents"])
+    if (e["ph"] == "i" && e["name"] == "sync") {
+      ++syncs;
+      CHECK(e["args"]["what"] == "the test's wait waits for cpu");
+      CHECK(e["args"]["actor"] == "main");
+    }
+  CHECK(syncs == static_cast<int>(sync_count()));  // every counted sync is marked, and only those
+  CHECK(p.table().find("sync") == std::string::npos);  // an instant, not a span of the table
+}
+
+TEST_CASE("the profiler puts ops queued on a GPU on one lane per stream", "[profiler][cuda]") {
+  two_workers();
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
+  Profiler& p = Profiler::global();
+  std::unique_ptr<Lane> lane = Lane::make(Device::cuda(0), "actor");
+  Tensor x = Tensor::ones({64, 64}).to(Device::cuda(0));
+  p.start();
+  lane->enqueue([&] { x = relu(matmul(x, x)); });
+  Tensor y = relu(x);  // the default stream, after the lane's work
+  p.stop();
+  const std::string path = (std::filesystem::temp_directory_path() / "troupe_profiler_gpu_trace.json").string();
+  p.export_chrome_trace(path);
+  std::ifstream in(path);
+  auto trace = nlohmann::json::parse(in);
+  std::map<int, std::string> lanes;
+  std::vector<std::pair<int, std::string>> kernels;
+  for (auto& e : trace["traceEvents"]) {
+    if (e.value("pid", 0) != 2) continue;
+    if (e["ph"] == "M" && e["name"] == "thread_name") lanes[e["tid"]] = e["args"]["name"];
+    if (e["ph"] == "X") kernels.emplace_back(e["tid"].get<int>(), e["name"].get<std::string>());
+  }
+  CHECK(kernels.size() == 3);
+  std::set<std::string> names;
+  for (auto& [tid, lane_name] : lanes) names.insert(lane_name);
+  CHECK(names == std::set<std::string>{"cuda:0 actor", "cuda:0 default stream"});
 }

@@ -95,7 +95,8 @@ TEST_CASE("call frame: every kind of value round-trips, tensors as views of the 
   CHECK(round_trip(CallFrame{CallKind::failure, 0, 9, record, Value()}).text == record);
   CHECK(round_trip(CallFrame{CallKind::down, 4, 0, "", Value()}).actor == 4);
   CHECK(round_trip(CallFrame{CallKind::done, 0, 0, "", Value()}).kind == CallKind::done);
-  const Value spawn = Value::list({Value(), Value::list({}), Value::integer(-1), Value::integer(0)});
+  const Value spawn =
+      Value::list({Value(), Value::list({}), Value::integer(-1), Value::integer(0), Value::string("cuda:0")});
   CHECK(round_trip(CallFrame{CallKind::spawn, 0, 1, "xlmr.stage", spawn}).text == "xlmr.stage");
 }
 
@@ -167,6 +168,9 @@ TEST_CASE("call frame: every malformed field is a CommError", "[net][remote]") {
   check_malformed(frame(CallKind::request, 1, 1, "", Value::list({})), {}, "request without a name");
   check_malformed(frame(CallKind::request, 1, 1, "m", Value::integer(1)), {}, "request carrying an int");
   check_malformed(frame(CallKind::spawn, 0, 1, "t", Value::list({Value(), Value::list({})})), {}, "not [name, arguments");
+  check_malformed(frame(CallKind::spawn, 0, 1, "t",
+                        Value::list({Value(), Value::list({}), Value::integer(-1), Value::integer(0), Value::integer(0)})),
+                  {}, "replaced id, device]");
   check_malformed(frame(CallKind::enroll, 1, 1, "n", Value::list({Value::string("t")})), {}, "not [type");
   check_malformed(frame(CallKind::failure, 0, 1, "no record", Value()), {}, "without an error record");
 }

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "devices/backend.h"
 #include "devices/ops.h"
 #include "net/remote/remote_actor.h"
 #include "support/close.h"
@@ -196,6 +197,10 @@ void errors() {
   m = thrown<ValueError>([&] { spawn_on(SpawnOptions{.rank = 0, .name = "taken", .max_restarts = 0}, "test.fragile", 2); });
   CHECK_THAT(m, Catch::Contains("the name 'taken' is taken (by a test.fragile on rank 1)"));
   thrown<IndexError>([&] { spawn_on(5, "test.echo", Config{}); });
+  if (!has_backend(DeviceType::cuda)) {  // a device the rank lacks is refused, saying why
+    m = thrown<DeviceError>([&] { spawn_on(SpawnOptions{.rank = 1, .device = Device::cuda(0)}, "test.echo", Config{}); });
+    CHECK_THAT(m, Catch::Contains("test.echo on rank 1") && Catch::Contains("cuda"));
+  }
   m = thrown<ValueError>([&] { lookup("missing"); });
   CHECK_THAT(m, Catch::Contains("no actor named 'missing'"));
   CHECK_THAT(m, Catch::Contains("taken"));
