@@ -18,8 +18,9 @@ std::string shape_str(const Tensor& t) { return t.defined() ? t.meta().str() : "
 // 0 for tokens, -inf for padding, shaped [B, 1, 1, S] to broadcast over heads and queries.
 Tensor padding_bias(const Tensor& key_padding_mask) {
   const int64_t B = key_padding_mask.shape()[0], S = key_padding_mask.shape()[1];
-  Tensor bias = where(key_padding_mask, Tensor::full({}, -std::numeric_limits<double>::infinity()),
-                      Tensor::zeros({}));
+  const Device device = key_padding_mask.device();
+  Tensor bias = where(key_padding_mask, Tensor::full({}, -std::numeric_limits<double>::infinity(), DType::f32, device),
+                      Tensor::zeros({}, DType::f32, device));
   return bias.reshape({B, 1, 1, S});
 }
 
@@ -183,7 +184,9 @@ Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask) const 
     if (norm) t = norm->forward(t);
     x = t.reshape({B, S, options.d_model});
   } else {
-    for (const auto& layer : layers) x = layer->forward(x, mask);
+    // The general path masks on src's device (the fastpaths read the mask on the host).
+    const Tensor device_mask = mask.defined() ? mask.to(x.device()) : mask;
+    for (const auto& layer : layers) x = layer->forward(x, device_mask);
     if (norm) x = norm->forward(x);
   }
   return options.batch_first ? x : x.transpose(0, 1);

@@ -21,6 +21,10 @@
 // fastpath computes every padded position like a token, attending only to real keys (PyTorch's
 // dense fastpath): those rows hold whatever that computes, not zeros. set_fastpath(false) forces
 // the general path (benchmarks); set_fastpath_dtype(DType::bf16) runs the fastpath's GEMMs in bf16.
+//
+// On a GPU (encoder.to(Device::cuda()), src there too) every path runs there. The key padding mask
+// may stay on the host: the fastpaths read it there to pack the tokens (a mask on the device costs
+// one counted host sync, devices/sync.h), and the general path copies it to src's device.
 #include <memory>
 #include <string>
 #include <vector>
