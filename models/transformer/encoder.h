@@ -45,6 +45,14 @@ struct EncoderLayerOptions {
   bool norm_first = false;   // true: pre-LN
 };
 
+// A fastpath batch's packing as packed_attention reads it: sequence starts (i64 [B + 1]) and, for the
+// dense fastpath, key lengths (i64 [B]; undefined: every key of a sequence is attended). Made once
+// per forward on the tokens' device, not once per layer: on a GPU each is a host-to-device copy.
+struct PackedSequences {
+  PackedSequences(const std::vector<int64_t>& offsets, const std::vector<int64_t>& key_lengths, Device device);
+  Tensor starts, key_lengths;
+};
+
 class LayerNorm : public Module {
  public:
   LayerNorm(int64_t d, double eps);
@@ -66,6 +74,7 @@ class MultiheadAttention : public Module {
   // matmul_dtype bf16: the projections round their operands to bf16 (linear_bf16).
   Tensor forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
                         const std::vector<int64_t>& key_lengths = {}, DType matmul_dtype = DType::f32) const;
+  Tensor forward_packed(const Tensor& tokens, const PackedSequences& packing, DType matmul_dtype) const;
 
   int64_t embed_dim, num_heads;
   double dropout;
@@ -80,6 +89,7 @@ class TransformerEncoderLayer : public Module {
   Tensor forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
                         const std::vector<int64_t>& key_lengths = {},
                         DType matmul_dtype = DType::f32) const;  // fastpath
+  Tensor forward_packed(const Tensor& tokens, const PackedSequences& packing, DType matmul_dtype) const;
 
   EncoderLayerOptions options;
   MultiheadAttention self_attn;
