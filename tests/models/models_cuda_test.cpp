@@ -185,3 +185,29 @@ TEST_CASE("a Net training step on cuda: the CPU's loss and updated weights, grad
     }
   }
 }
+
+TEST_CASE("nested tensors on cuda: packed and unpacked by one gather each, as on the host", "[cuda]") {
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
+  const Tensor padded = rand_uniform({3, 4, 5}, -1, 1);
+  // Row 0: padding between tokens; row 1: none; row 2: all padding.
+  const Tensor mask = Tensor::from_vector<bool>({false, true, false, true, false, false, false, false, true, true, true, true}, {3, 4});
+  const NestedTensor cpu = NestedTensor::from_padded(padded, mask);
+  const NestedTensor cuda = NestedTensor::from_padded(padded.to(gpu), mask);
+  CHECK(cuda.offsets() == cpu.offsets());
+  CHECK(cuda.tokens().device() == gpu);
+  check_close(on_host(cuda.tokens()), cpu.tokens());
+  check_close(on_host(cuda.to_padded(mask)), cpu.to_padded(mask));
+  check_close(on_host(cuda.to_padded(6)), cpu.to_padded(6));
+}
+
+TEST_CASE("flatten_grads on cuda: one flat tensor on the device, zeros for a parameter without a grad", "[cuda]") {
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
+  Tensor a = Tensor::ones({2, 2}).to(gpu).set_requires_grad(), b = Tensor::ones({3}).to(gpu).set_requires_grad();
+  a.set_grad(Tensor::full({2, 2}, 2.0).to(gpu));
+  const Tensor flat = flatten_grads({&a, &b});
+  CHECK(flat.device() == gpu);
+  check_close(on_host(flat), Tensor::from_vector<float>({2, 2, 2, 2, 0, 0, 0}, {7}));
+  assign_flat_grads({&a, &b}, flat);
+  CHECK(b.grad().device() == gpu);
+  check_close(on_host(b.grad()), Tensor::zeros({3}));
+}
