@@ -2,7 +2,8 @@
 // (zero_grad, forward, nll_loss, backward, SGD with momentum) and an inference forward, median
 // milliseconds; and the tape's cost on a small op (add of two f32[16]): inputs that do not require
 // grad, the same under NoGradGuard with inputs that do, and recorded. --torch runs the PyTorch peer
-// (examples/net_step_torch.py) in the same run and adds its figures and the ratios. --device cuda
+// (examples/net_step_torch.py, by $TROUPE_PYTHON or /usr/bin/python3) in the same run and adds its figures and
+// the ratios. --device cuda
 // runs the Net's step and forward on the GPU (each timed until the device is done; the peer too);
 // the small-op figures stay on the cpu, where the tape's cost shows.
 //
@@ -11,6 +12,7 @@
 //   train_bench --device cuda --torch --json
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -41,7 +43,10 @@ double per_call_ns(const std::function<void()>& fn, int calls = 20000) {
 }
 
 nlohmann::json run_torch(int steps, const Device& device) {
-  const std::string command = "/usr/bin/python3 " TROUPE_EXAMPLES_DIR "/net_step_torch.py " + std::to_string(steps) +
+  // TROUPE_PYTHON: an interpreter of one's own (a GPU machine's torch may live in another python).
+  const char* python = std::getenv("TROUPE_PYTHON");
+  const std::string command = std::string(python ? python : "/usr/bin/python3") +
+                              " " TROUPE_EXAMPLES_DIR "/net_step_torch.py " + std::to_string(steps) +
                               " --device " + (device.is_cpu() ? "cpu" : "cuda:" + std::to_string(device.index));
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
   if (!pipe) throw std::runtime_error("could not run " + command);
