@@ -2,10 +2,9 @@
 // (zero_grad, forward, nll_loss, backward, SGD with momentum) and an inference forward, median
 // milliseconds; and the tape's cost on a small op (add of two f32[16]): inputs that do not require
 // grad, the same under NoGradGuard with inputs that do, and recorded. --torch runs the PyTorch peer
-// (examples/net_step_torch.py, by $TROUPE_PYTHON or /usr/bin/python3) in the same run and adds its figures and
-// the ratios. --device cuda
-// runs the Net's step and forward on the GPU (each timed until the device is done; the peer too);
-// the small-op figures stay on the cpu, where the tape's cost shows.
+// (examples/net_step_torch.py, by $TROUPE_PYTHON or /usr/bin/python3) in the same run and adds its
+// figures and the ratios. --device cuda runs the Net's step and forward on the GPU (each timed until
+// the device is done; the peer too); the small-op figures stay on the cpu, where the tape's cost shows.
 //
 //   train_bench                # table
 //   train_bench --torch --json # one JSON line, with PyTorch's figures
