@@ -2,6 +2,10 @@
 // partition with batch 128 / world and gradients averaged across ranks after each backward.
 //   troupe launch --nproc 2 -- build/bin/dist_sgd [--epochs 10] [--sync ddp|naive|ring] [--json]
 //   troupe launch --nproc 2 --max-restarts 3 -- build/bin/dist_sgd --checkpoint-dir ckpt --resume
+//   troupe launch --nproc 2 -- build/bin/dist_sgd --device cuda    # both ranks on cuda:0
+//
+// --device cuda trains on the GPU with --sync ddp: the reducer stages the gradients through the
+// host (one flat buffer per step, models/train/gradient_reducer.h), so ranks may share one GPU.
 //
 // Checkpoints (models/train/checkpoint.h): every rank saves its own under DIR/rank-R every
 // --checkpoint-every steps (model, momentum, the loader's position, the dropout generator), so no
@@ -50,6 +54,7 @@
 #include "models/train/wide_net.h"
 #include "net/collectives.h"
 #include "net/seed_ring_all_reduce.h"
+#include "examples/device_option.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
 
@@ -76,7 +81,7 @@ void average_gradients(net::ProcessGroup& world, const std::vector<Tensor*>& par
 int64_t parameter_hash(const std::vector<Tensor*>& params) {
   uint64_t h = 1469598103934665603ull;
   for (const Tensor* p : params) {
-    Tensor c = p->contiguous();
+    Tensor c = p->to(Device::cpu()).contiguous();
     const auto* bytes = static_cast<const unsigned char*>(c.raw_data());
     for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
   }
@@ -109,14 +114,14 @@ Model make_model() {
   return {std::move(network), [raw](const Tensor& x) { return raw->forward(x); }};
 }
 
-double accuracy(Model& model, const Dataset& test) {
+double accuracy(Model& model, const Dataset& test, Device device) {
   model.eval();
   NoGradGuard no_grad;
   int64_t correct = 0;
   for (int64_t start = 0; start < test.size(); start += 1000) {
     const int64_t n = std::min<int64_t>(1000, test.size() - start);
-    Tensor predicted = argmax(model(test.images.slice(0, start, start + n)), 1);
-    correct += sum(eq(predicted, test.labels.slice(0, start, start + n)).to(DType::i64)).item<int64_t>();
+    Tensor predicted = argmax(model(test.images.slice(0, start, start + n).to(device)), 1);
+    correct += sum(eq(predicted, test.labels.slice(0, start, start + n).to(device)).to(DType::i64)).item<int64_t>();
   }
   model.train();
   return static_cast<double>(correct) / static_cast<double>(test.size());
@@ -142,7 +147,7 @@ int main(int argc, char** argv) {
   int epochs = 10, threads = 1;
   int64_t subset = 0, bucket_kb = 1024;
   uint64_t seed = 1234;
-  std::string data = kFashionMnistDir, sync = "ddp", recipe = "seed", model_name = "net";
+  std::string data = kFashionMnistDir, sync = "ddp", recipe = "seed", model_name = "net", device_name = "cpu";
   bool json = false, verify = false, resume = false, deterministic = false;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 100, log_every = 0;
@@ -160,6 +165,7 @@ int main(int argc, char** argv) {
                "deterministic kernels (devices/determinism.h): runs with the same seed end with the same weights, resumed or not");
   app.add_flag("--verify", verify, "check after every step that all ranks hold bit-identical parameters");
   app.add_flag("--json", json, "rank 0 ends with one JSON line of figures");
+  add_device_option(app, device_name);
   app.add_option("--checkpoint-dir", checkpoint_dir, "save checkpoints under DIR/rank-R (the last two kept)");
   app.add_option("--checkpoint-every", checkpoint_every, "steps between checkpoints")->check(CLI::PositiveNumber);
   app.add_flag("--resume", resume, "go on from the newest checkpoint every rank has (a fresh start when there is none)");
@@ -172,6 +178,11 @@ int main(int argc, char** argv) {
   }
 
   return run_example("dist_sgd", [&] {
+    const Device device = example_device(device_name);
+    if (!device.is_cpu() && sync != "ddp")
+      throw ValueError("dist_sgd: --device " + device_name + " takes --sync ddp (gradients staged through the host), not " + sync);
+    if (!device.is_cpu() && !checkpoint_dir.empty())
+      throw ValueError("dist_sgd: --checkpoint-dir is for --device cpu (checkpoints are saved from host tensors)");
     auto world = net::init_process_group();
     const int rank = world->rank(), size = world->size();
     if (128 % size != 0) throw ValueError("dist_sgd: the global batch 128 does not split over " + std::to_string(size) + " ranks");
@@ -192,6 +203,7 @@ int main(int argc, char** argv) {
       net::broadcast(*world, received, 0);
       std::memcpy(p->mutable_data<float>(), received.data<float>(), p->nbytes());
     }
+    model.module->to(device);  // before the reducer hooks the parameters and the optimizer holds them
     std::optional<GradientReducer> reducer;  // hooks the parameters: after the broadcast, before training
     if (sync == "ddp") reducer.emplace(*world, model.parameters(), bucket_kb * 1024);
     const bool better = recipe == "better";
@@ -237,7 +249,7 @@ int main(int argc, char** argv) {
       int64_t batches = loader.position();
       while (auto batch = loader.next()) {
         optimizer.zero_grad();
-        Tensor loss = nll_loss(model(batch->images), batch->labels);
+        Tensor loss = nll_loss(model(batch->images.to(device)), batch->labels.to(device));
         total += loss.item<float>();
         loss.backward();
         if (reducer)
@@ -268,9 +280,10 @@ int main(int argc, char** argv) {
     }
     const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (rank == 0) {
-      const double acc = accuracy(model, load_fashion_mnist(data, "t10k"));
+      const double acc = accuracy(model, load_fashion_mnist(data, "t10k"), device);
       if (json)
-        print_json_line(nlohmann::ordered_json{{"world", size},
+        print_json_line(nlohmann::ordered_json{{"device", device.str()},
+                                               {"world", size},
                                                {"epochs", epochs},
                                                {"test_accuracy", rounded(acc, 4)},
                                                {"train_s", rounded(train_s, 2)},

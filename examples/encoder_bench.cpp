@@ -2,8 +2,10 @@
 // post-LN, gelu, batch first) over a padded batch of lengths 4, 5 and 250: the general path in
 // training mode, the fastpath over every padded position, the fastpath over real tokens only.
 // With --dtype bf16 the two fastpaths run again with their GEMMs in bf16 (set_fastpath_dtype):
-// their times, the speed-up over f32 and the largest difference from the f32 result.
-//   encoder_bench [--layers 24] [--lengths 4,5,250] [--reps 3] [--dtype f32|bf16] [--json]
+// their times, the speed-up over f32 and the largest difference from the f32 result. With --device
+// cuda the encoder and the batch live on the GPU (the padding mask stays on the host, where the
+// fastpaths read it) and each time runs until the device is done.
+//   encoder_bench [--layers 24] [--lengths 4,5,250] [--reps 3] [--dtype f32|bf16] [--device cpu|cuda] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -12,6 +14,7 @@
 #include "devices/autograd/grad_mode.h"
 #include "devices/ops.h"
 #include "devices/random.h"
+#include "examples/device_option.h"
 #include "examples/median_time.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
@@ -24,22 +27,25 @@ int main(int argc, char** argv) {
   int layers = 24, reps = 3;
   std::vector<int64_t> lengths = {4, 5, 250};
   bool json = false;
-  std::string dtype = "f32";
+  std::string dtype = "f32", device_name = "cpu";
   CLI::App app{"Transformer encoder: general path, fastpath dense, fastpath nested"};
   app.add_option("--layers", layers, "encoder layers")->check(CLI::PositiveNumber);
   app.add_option("--lengths", lengths, "sequence lengths of the batch")->delimiter(',');
   app.add_option("--reps", reps, "timed runs (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--dtype", dtype, "also time the fastpaths with bf16 GEMMs")->check(CLI::IsMember({"f32", "bf16"}));
+  add_device_option(app, device_name);
   app.add_flag("--json", json, "one JSON line of figures");
   CLI11_PARSE(app, argc, argv);
   return run_example("encoder_bench", [&] {
+    const Device device = example_device(device_name);
     const int64_t d = 1024, ffn = 4096, B = static_cast<int64_t>(lengths.size());
     const int64_t S = *std::max_element(lengths.begin(), lengths.end());
     manual_seed(0);
     TransformerEncoder encoder({.d_model = d, .nhead = 16, .dim_feedforward = ffn, .dropout = 0.1, .activation = "gelu",
                                 .batch_first = true},
                                layers);
-    const Tensor x = rand_uniform({B, S, d}, 0, 1);
+    encoder.to(device);
+    const Tensor x = rand_uniform({B, S, d}, 0, 1).to(device);
     std::vector<bool> pad;
     for (int64_t b = 0; b < B; ++b)
       for (int64_t s = 0; s < S; ++s) pad.push_back(s >= lengths[static_cast<size_t>(b)]);
@@ -47,23 +53,23 @@ int main(int argc, char** argv) {
 
     // Two warm-ups per path: linear packs a weight on its second use.
     encoder.train();
-    const double slow = median_seconds([&] { encoder(x, mask); }, reps, 2);
+    const double slow = median_seconds([&] { encoder(x, mask); finish(device); }, reps, 2);
     encoder.eval();
     NoGradGuard no_grad;
     encoder.set_nested(false);
     Tensor dense;
-    const double fast_dense = median_seconds([&] { dense = encoder(x, mask); }, reps, 2);
+    const double fast_dense = median_seconds([&] { dense = encoder(x, mask); finish(device); }, reps, 2);
     encoder.set_nested(true);
     Tensor nested;
-    const double fast_nested = median_seconds([&] { nested = encoder(x, mask); }, reps, 2);
+    const double fast_nested = median_seconds([&] { nested = encoder(x, mask); finish(device); }, reps, 2);
     double dense_bf16 = 0, nested_bf16 = 0, max_diff_bf16 = 0;
     if (dtype == "bf16") {
       encoder.set_fastpath_dtype(DType::bf16);
       encoder.set_nested(false);
       Tensor dense16, nested16;
-      dense_bf16 = median_seconds([&] { dense16 = encoder(x, mask); }, reps, 1);
+      dense_bf16 = median_seconds([&] { dense16 = encoder(x, mask); finish(device); }, reps, 1);
       encoder.set_nested(true);
-      nested_bf16 = median_seconds([&] { nested16 = encoder(x, mask); }, reps, 1);
+      nested_bf16 = median_seconds([&] { nested16 = encoder(x, mask); finish(device); }, reps, 1);
       encoder.set_fastpath_dtype(DType::f32);
       for (int64_t b = 0; b < B; ++b) {
         const int64_t L = lengths[static_cast<size_t>(b)];
@@ -89,7 +95,8 @@ int main(int argc, char** argv) {
     for (int64_t L : lengths) flop += static_cast<double>(L) * (2.0 * (4 * d * d + 2 * d * ffn) + 4.0 * L * d);
     flop *= layers;
     if (json) {
-      nlohmann::ordered_json line{{"layers", layers},
+      nlohmann::ordered_json line{{"device", device.str()},
+                                  {"layers", layers},
                                   {"tokens", tokens},
                                   {"slow_ms", rounded(slow * 1e3, 1)},
                                   {"fast_dense_ms", rounded(fast_dense * 1e3, 1)},
@@ -104,8 +111,8 @@ int main(int argc, char** argv) {
       }
       print_json_line(line);
     } else {
-      std::printf("encoder: %d layers, d %lld, 16 heads, ffn %lld, batch of %lld padded to %lld (%lld real tokens)\n",
-                  layers, static_cast<long long>(d), static_cast<long long>(ffn), static_cast<long long>(B),
+      std::printf("encoder on %s: %d layers, d %lld, 16 heads, ffn %lld, batch of %lld padded to %lld (%lld real tokens)\n",
+                  device.str().c_str(), layers, static_cast<long long>(d), static_cast<long long>(ffn), static_cast<long long>(B),
                   static_cast<long long>(S), static_cast<long long>(tokens));
       std::printf("  general path (train mode, tape)  %8.1f ms\n", slow * 1e3);
       std::printf("  fastpath, dense (padding computed) %6.1f ms\n", fast_dense * 1e3);

@@ -56,3 +56,17 @@ spm_train --input="$(dirname "$0")/../tests/fixtures/xlmr/corpus.txt" --model_pr
 
 step "Distributed SGD on Fashion-MNIST, 2 ranks, one epoch (the distributed tutorial's recipe; --epochs 10 for the full run)"
 launch --nproc 2 -- "$bin/dist_sgd" --epochs 1
+
+step "On the GPU: the seed workloads again with --device cuda (each checks itself against the CPU or its own variants)"
+cuda_reason="$("$bin/troupe" info --json |
+  python3 -c 'import json, sys; c = json.load(sys.stdin)["cuda"]; print("" if c["available"] else c.get("reason") or "unavailable")')"
+if [[ -z "$cuda_reason" ]]; then
+  "$bin/gathernd_bench" --device cuda
+  "$bin/lstm_ensemble" --device cuda --reps 3
+  "$bin/encoder_bench" --device cuda --layers 24 --reps 3 --dtype bf16
+  "$bin/xlmr_bench" --device cuda
+  "$bin/train_bench" --device cuda
+  launch --nproc 2 -- "$bin/dist_sgd" --device cuda --epochs 1  # both ranks share cuda:0
+else
+  echo "skipped the --device cuda runs: no GPU here ($cuda_reason)"
+fi

@@ -2,15 +2,24 @@
 # The PyTorch peer of xlmr_bench: XLM-R base classification (RoBERTa embeddings, 12 post-LN gelu
 # layers of nn.TransformerEncoder with enable_nested_tensor, the classification head on <s>) of the
 # same batch of 64 sentences of 5..250 tokens, random weights, eval mode under inference_mode:
-# Better Transformer's fastpath over nested tensors. Prints one JSON line.
-#   /usr/bin/python3 examples/xlmr_bench_torch.py [threads] [sentences] [reps]
-import json, sys, time
+# Better Transformer's fastpath over nested tensors, in f32 and with the model in bf16 (as xlmr_bench's
+# bf16 GEMMs). --device cuda: the model and the tokens on the GPU, TF32 off (the f32 figure is f32),
+# timed to torch.cuda.synchronize(). Prints one JSON line.
+#   /usr/bin/python3 examples/xlmr_bench_torch.py [threads] [sentences] [reps] [--device cpu|cuda] [--json]
+import argparse, copy, json, time
 import torch, torch.nn as nn
 
-threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
-sentences = int(sys.argv[2]) if len(sys.argv) > 2 else 64
-reps = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+parser = argparse.ArgumentParser()
+parser.add_argument("threads", nargs="?", type=int, default=1)
+parser.add_argument("sentences", nargs="?", type=int, default=64)
+parser.add_argument("reps", nargs="?", type=int, default=3)
+parser.add_argument("--device", default="cpu")
+parser.add_argument("--json", action="store_true", help="accepted for symmetry: the output is always one JSON line")
+args = parser.parse_args()
+threads, sentences, reps, device = args.threads, args.sentences, args.reps, torch.device(args.device)
 torch.set_num_threads(threads)
+if device.type == "cuda":
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
 V, D, H, F, LAYERS, PAD = 250002, 768, 12, 3072, 12, 1
 
 state = 1234
@@ -47,17 +56,26 @@ class XLMR(nn.Module):
         return self.out_proj(torch.tanh(self.dense(x[:, 0])))
 
 
+def median_seconds(model, tokens):
+    with torch.inference_mode():
+        for _ in range(2):
+            model(tokens)
+        if device.type == "cuda": torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            model(tokens)
+            if device.type == "cuda": torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2]
+
+
 torch.manual_seed(0)
-model = XLMR().eval()
-with torch.inference_mode():
-    for _ in range(2):
-        model(tokens)
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        model(tokens)
-        times.append(time.perf_counter() - start)
-times.sort()
-median = times[len(times) // 2]
-print(json.dumps({"torch": torch.__version__, "threads": threads, "sentences": sentences, "tokens": sum(lengths),
-                  "ms": round(median * 1e3, 1), "tokens_per_s": round(sum(lengths) / median)}))
+model = XLMR().eval().to(device)
+tokens = tokens.to(device)
+median = median_seconds(model, tokens)
+bf16 = median_seconds(copy.deepcopy(model).to(torch.bfloat16), tokens)
+print(json.dumps({"torch": torch.__version__, "device": str(device), "threads": threads, "sentences": sentences,
+                  "tokens": sum(lengths), "ms": round(median * 1e3, 1), "tokens_per_s": round(sum(lengths) / median),
+                  "bf16_ms": round(bf16 * 1e3, 1), "bf16_tokens_per_s": round(sum(lengths) / bf16)}))

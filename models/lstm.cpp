@@ -59,11 +59,12 @@ Tensor BidirectionalLSTM::forked(const Tensor& x) const {
   return cat({out_f, flip(out_b, {0})}, 2);
 }
 
-LSTMEnsemble::LSTMEnsemble(int members, int64_t input_size, int64_t hidden_size, uint64_t seed) {
+LSTMEnsemble::LSTMEnsemble(int members, int64_t input_size, int64_t hidden_size, uint64_t seed, Device device) {
   if (members <= 0) throw ValueError("LSTMEnsemble: needs at least one member, got " + std::to_string(members));
   members_.reserve(members);
   for (int i = 0; i < members; ++i) {
-    members_.emplace_back("member " + std::to_string(i), input_size, hidden_size, seed * 1000 + i);
+    members_.emplace_back(ActorOptions{.name = "member " + std::to_string(i), .device = device}, input_size, hidden_size,
+                          seed * 1000 + i);
     register_module("models." + std::to_string(i), *members_.back());
   }
 }
@@ -92,7 +93,8 @@ Tensor LSTMEnsemble::fork_directions(const Tensor& x) const {
 
 Tensor LSTMEnsemble::fork_members(const Tensor& x) {
   std::vector<Future<Tensor>> futures;
-  for (auto& m : members_) futures.push_back(fork(m, &BidirectionalLSTM::forked, x));
+  for (auto& m : members_)
+    futures.push_back(m.lane() ? fork(m, x) : fork(m, &BidirectionalLSTM::forked, x));
   return sum_outputs(wait_all(futures));
 }
 

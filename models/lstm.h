@@ -13,6 +13,9 @@
 //   Tensor a = ensemble.serial(x);          // one thread of control
 //   Tensor b = ensemble.fork_directions(x); // each model forks its forward direction
 //   Tensor c = ensemble.fork_members(x);    // each member in its own module actor, directions forked
+//
+//   models::LSTMEnsemble gpu(4, 1024, 1024, /*seed=*/0, Device::cuda(0));   // each member a GPU actor
+//   Tensor d = gpu.fork_members(x.to(Device::cuda(0)));   // members overlap, each on its own stream
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -64,11 +67,17 @@ class BidirectionalLSTM : public Module {
 // Names: models.<i>.cell_f.weight_ih_l0 ...
 class LSTMEnsemble : public Module {
  public:
-  LSTMEnsemble(int members, int64_t input_size, int64_t hidden_size, uint64_t seed = 0);
+  // On a cuda device each member is a GPU actor (ActorOptions::device): its weights move there at
+  // construction and its calls queue on its own lane (stream), so fork_members' members overlap.
+  // DeviceError without that device.
+  LSTMEnsemble(int members, int64_t input_size, int64_t hidden_size, uint64_t seed = 0,
+               Device device = Device::cpu());
 
   Tensor serial(const Tensor& x) const;
   Tensor fork_directions(const Tensor& x) const;
-  Tensor fork_members(const Tensor& x);  // members are module actors
+  // Members are module actors. A GPU member runs both directions on its own stream (forking a
+  // direction to a worker would put it on the default stream, serialising the members).
+  Tensor fork_members(const Tensor& x);
 
   int members() const { return static_cast<int>(members_.size()); }
 

@@ -4,6 +4,7 @@
 
 #include "devices/autograd/grad_mode.h"
 #include "devices/backend.h"
+#include "devices/ops.h"
 #include "devices/registry.h"
 
 namespace troupe::models {
@@ -188,6 +189,16 @@ Tensor flatten_grads(const std::vector<Tensor*>& params) {
       throw DTypeError("flatten_grads: parameters of mixed dtypes (" + params[0]->meta().str() + ", " +
                        p->meta().str() + ")");
     total += p->numel();
+  }
+  const Device device = params[0]->device();
+  if (!device.is_cpu()) {  // one cat on the device: its gradients never pass through the host here
+    NoGradGuard no_grad;
+    std::vector<Tensor> pieces;
+    for (Tensor* p : params) {
+      const Tensor g = p->grad();
+      pieces.push_back(g.defined() ? g.detach().to(dtype).reshape({p->numel()}) : Tensor::zeros({p->numel()}, dtype, device));
+    }
+    return cat(pieces, 0);
   }
   Tensor flat = Tensor::zeros({total}, dtype);
   char* out = static_cast<char*>(flat.mutable_raw_data());

@@ -15,6 +15,7 @@
 //
 // For data-parallel training, flatten_grads() packs every gradient into one tensor for a single
 // all_reduce and assign_flat_grads() unpacks the reduced result.
+// On a device both stay there (flat is on the parameters' device).
 #include <map>
 #include <string>
 #include <vector>

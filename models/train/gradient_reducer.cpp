@@ -1,5 +1,6 @@
 #include "models/train/gradient_reducer.h"
 
+#include <limits>
 #include <string>
 
 #include "devices/autograd/node.h"
@@ -22,6 +23,8 @@ GradientReducer::GradientReducer(net::ProcessGroup& group, std::vector<Tensor*> 
       throw DTypeError("GradientReducer: parameters of mixed dtypes (" + params_[0]->meta().str() + ", " +
                        p.meta().str() + ")");
   }
+  // Gradients on a device go through the host in one piece per step (the header says why).
+  if (!params_[0]->device().is_cpu()) bucket_bytes = std::numeric_limits<int64_t>::max();
   int64_t filled = bucket_bytes;  // forces a first bucket
   for (size_t i = params_.size(); i-- > 0;) {
     if (filled >= bucket_bytes) {
@@ -69,7 +72,9 @@ void GradientReducer::on_gradient(size_t param) {
 }
 
 void GradientReducer::launch(Bucket& bucket) {
-  bucket.flat = flatten_grads(bucket.params);  // a copy: backward may go on accumulating elsewhere
+  // A copy: backward may go on accumulating elsewhere. Device gradients are staged on the host,
+  // where the collectives work: one device-to-host copy of the whole flat buffer.
+  bucket.flat = flatten_grads(bucket.params).to(Device::cpu());
   bucket.work = net::all_reduce_async(group_, bucket.flat, net::ReduceOp::avg);
   bucket.launched = true;
   ++launched_;
@@ -83,7 +88,7 @@ void GradientReducer::finish() {
   for (Bucket& b : buckets_) {
     b.work.wait();
     b.launched = false;
-    assign_flat_grads(b.params, b.flat);
+    assign_flat_grads(b.params, b.flat.to(b.params[0]->device()));  // back to the device, one copy
   }
   reset();
 }

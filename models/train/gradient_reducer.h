@@ -14,6 +14,11 @@
 // a parameter without a gradient in a pass is reduced as zeros when finish() is called. Each
 // parameter may receive one gradient per pass (ValueError otherwise, naming it). The reducer hooks
 // the parameters (AutogradMeta::grad_accumulated) until it is destroyed, so it must not outlive them.
+//
+// Parameters on a GPU: the collectives move host memory, so the gradients are staged through the
+// host, as one contiguous flat buffer per step (a single bucket, whatever bucket_bytes says):
+// flattened on the device once backward is done, copied to the host (one counted sync), all-reduced
+// there, and copied back as the parameters' grads. Ranks sharing one GPU need nothing else.
 #include <cstdint>
 #include <vector>
 

@@ -18,8 +18,9 @@ std::string shape_str(const Tensor& t) { return t.defined() ? t.meta().str() : "
 // 0 for tokens, -inf for padding, shaped [B, 1, 1, S] to broadcast over heads and queries.
 Tensor padding_bias(const Tensor& key_padding_mask) {
   const int64_t B = key_padding_mask.shape()[0], S = key_padding_mask.shape()[1];
-  Tensor bias = where(key_padding_mask, Tensor::full({}, -std::numeric_limits<double>::infinity()),
-                      Tensor::zeros({}));
+  const Device device = key_padding_mask.device();
+  Tensor bias = where(key_padding_mask, Tensor::full({}, -std::numeric_limits<double>::infinity(), DType::f32, device),
+                      Tensor::zeros({}, DType::f32, device));
   return bias.reshape({B, 1, 1, S});
 }
 
@@ -31,6 +32,11 @@ Tensor project(const Tensor& x, const Tensor& weight, const Tensor& bias, DType 
 }
 
 }  // namespace
+
+PackedSequences::PackedSequences(const std::vector<int64_t>& offsets, const std::vector<int64_t>& lengths, Device device)
+    : starts(Tensor::from_vector(offsets, {static_cast<int64_t>(offsets.size())}).to(device)) {
+  if (!lengths.empty()) key_lengths = Tensor::from_vector(lengths, {static_cast<int64_t>(lengths.size())}).to(device);
+}
 
 LayerNorm::LayerNorm(int64_t d, double eps_) : weight(Tensor::ones({d})), bias(Tensor::zeros({d})), eps(eps_) {
   register_parameter("weight", weight);
@@ -67,14 +73,12 @@ Tensor MultiheadAttention::forward(const Tensor& x, const Tensor& key_padding_ma
 
 Tensor MultiheadAttention::forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
                                           const std::vector<int64_t>& key_lengths, DType matmul_dtype) const {
+  return forward_packed(tokens, PackedSequences(offsets, key_lengths, tokens.device()), matmul_dtype);
+}
+
+Tensor MultiheadAttention::forward_packed(const Tensor& tokens, const PackedSequences& packing, DType matmul_dtype) const {
   const Tensor qkv = project(tokens, in_proj_weight, in_proj_bias, matmul_dtype);  // one GEMM over real tokens: [rows, 3d]
-  const int64_t B = static_cast<int64_t>(offsets.size()) - 1;
-  // The offsets go where qkv is (an op's inputs share a device; cuda's kernel reads them there).
-  const Tensor starts = Tensor::from_vector(offsets, {B + 1}).to(qkv.device());
-  const Tensor context =
-      key_lengths.empty()
-          ? packed_attention(qkv, starts, num_heads)
-          : packed_attention(qkv, starts, num_heads, Tensor::from_vector(key_lengths, {B}).to(qkv.device()));
+  const Tensor context = packed_attention(qkv, packing.starts, num_heads, packing.key_lengths);
   return project(context, out_proj.weight, out_proj.bias, matmul_dtype);
 }
 
@@ -115,6 +119,10 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& mask) con
 
 Tensor TransformerEncoderLayer::forward_packed(const Tensor& x, const std::vector<int64_t>& offsets,
                                                const std::vector<int64_t>& key_lengths, DType matmul_dtype) const {
+  return forward_packed(x, PackedSequences(offsets, key_lengths, x.device()), matmul_dtype);
+}
+
+Tensor TransformerEncoderLayer::forward_packed(const Tensor& x, const PackedSequences& packing, DType matmul_dtype) const {
   auto ff = [&](const Tensor& t) {
     if (matmul_dtype == DType::bf16) {  // the activation fused into the first product, its output kept in bf16
       const Tensor hidden = linear_bf16(t, linear1.weight, linear1.bias, options.activation, DType::bf16);
@@ -123,10 +131,10 @@ Tensor TransformerEncoderLayer::forward_packed(const Tensor& x, const std::vecto
     return linear2(activate(options.activation, linear1(t)));
   };
   if (options.norm_first) {
-    Tensor h = add(x, self_attn.forward_packed(norm1(x), offsets, key_lengths, matmul_dtype));
+    Tensor h = add(x, self_attn.forward_packed(norm1(x), packing, matmul_dtype));
     return add(h, ff(norm2(h)));
   }
-  Tensor h = norm1(add(x, self_attn.forward_packed(x, offsets, key_lengths, matmul_dtype)));
+  Tensor h = norm1(add(x, self_attn.forward_packed(x, packing, matmul_dtype)));
   return norm2(add(h, ff(h)));
 }
 
@@ -179,11 +187,14 @@ Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask) const 
     if (mask.defined()) key_lengths = sequence_lengths(mask);
     NoGradGuard no_grad;
     Tensor t = x.reshape({B * S, options.d_model}).contiguous();
-    for (const auto& layer : layers) t = layer->forward_packed(t, offsets, key_lengths, fastpath_dtype_);
+    const PackedSequences packing(offsets, key_lengths, t.device());
+    for (const auto& layer : layers) t = layer->forward_packed(t, packing, fastpath_dtype_);
     if (norm) t = norm->forward(t);
     x = t.reshape({B, S, options.d_model});
   } else {
-    for (const auto& layer : layers) x = layer->forward(x, mask);
+    // The general path masks on src's device (the fastpaths read the mask on the host).
+    const Tensor device_mask = mask.defined() ? mask.to(x.device()) : mask;
+    for (const auto& layer : layers) x = layer->forward(x, device_mask);
     if (norm) x = norm->forward(x);
   }
   return options.batch_first ? x : x.transpose(0, 1);
@@ -195,7 +206,8 @@ NestedTensor TransformerEncoder::forward(const NestedTensor& src) const {
                      src.tokens().meta().str());
   NoGradGuard no_grad;  // the fastpath is inference only
   Tensor x = src.tokens().contiguous();
-  for (const auto& layer : layers) x = layer->forward_packed(x, src.offsets(), {}, fastpath_dtype_);
+  const PackedSequences packing(src.offsets(), {}, x.device());
+  for (const auto& layer : layers) x = layer->forward_packed(x, packing, fastpath_dtype_);
   if (norm) x = norm->forward(x);
   return src.with_tokens(x);
 }

@@ -21,6 +21,10 @@
 // fastpath computes every padded position like a token, attending only to real keys (PyTorch's
 // dense fastpath): those rows hold whatever that computes, not zeros. set_fastpath(false) forces
 // the general path (benchmarks); set_fastpath_dtype(DType::bf16) runs the fastpath's GEMMs in bf16.
+//
+// On a GPU (encoder.to(Device::cuda()), src there too) every path runs there. The key padding mask
+// may stay on the host: the fastpaths read it there to pack the tokens (a mask on the device costs
+// one counted host sync, devices/sync.h), and the general path copies it to src's device.
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +43,14 @@ struct EncoderLayerOptions {
   double layer_norm_eps = 1e-5;
   bool batch_first = false;  // false: [S, B, d], like PyTorch's default
   bool norm_first = false;   // true: pre-LN
+};
+
+// A fastpath batch's packing as packed_attention reads it: sequence starts (i64 [B + 1]) and, for the
+// dense fastpath, key lengths (i64 [B]; undefined: every key of a sequence is attended). Made once
+// per forward on the tokens' device, not once per layer: on a GPU each is a host-to-device copy.
+struct PackedSequences {
+  PackedSequences(const std::vector<int64_t>& offsets, const std::vector<int64_t>& key_lengths, Device device);
+  Tensor starts, key_lengths;
 };
 
 class LayerNorm : public Module {
@@ -62,6 +74,7 @@ class MultiheadAttention : public Module {
   // matmul_dtype bf16: the projections round their operands to bf16 (linear_bf16).
   Tensor forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
                         const std::vector<int64_t>& key_lengths = {}, DType matmul_dtype = DType::f32) const;
+  Tensor forward_packed(const Tensor& tokens, const PackedSequences& packing, DType matmul_dtype) const;
 
   int64_t embed_dim, num_heads;
   double dropout;
@@ -76,6 +89,7 @@ class TransformerEncoderLayer : public Module {
   Tensor forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
                         const std::vector<int64_t>& key_lengths = {},
                         DType matmul_dtype = DType::f32) const;  // fastpath
+  Tensor forward_packed(const Tensor& tokens, const PackedSequences& packing, DType matmul_dtype) const;
 
   EncoderLayerOptions options;
   MultiheadAttention self_attn;

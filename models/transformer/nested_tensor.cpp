@@ -8,6 +8,21 @@
 
 namespace troupe::models {
 
+namespace {
+
+// Which positions are tokens decides shapes, so masks are read on the host. A mask on a device
+// costs one counted host sync here: keep masks on the host (XLMR makes its own from host tokens).
+Tensor host_mask(const Tensor& mask) { return mask.device().is_cpu() ? mask.contiguous() : mask.to(Device::cpu()); }
+
+// Rows of source [rows, d] picked by row index, as one gather on source's device: a device's
+// tokens are moved by a kernel, never through the host.
+Tensor gather_rows(const Tensor& source, const std::vector<int64_t>& rows) {
+  const Tensor index = Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())}).to(source.device());
+  return index_select(source, 0, index);
+}
+
+}  // namespace
+
 NestedTensor::NestedTensor(Tensor tokens, std::vector<int64_t> offsets)
     : tokens_(std::move(tokens)), offsets_(std::move(offsets)) {
   if (tokens_.dim() != 2) throw ShapeError("NestedTensor: tokens must be [rows, d], got " + tokens_.meta().str());
@@ -21,7 +36,7 @@ std::vector<int64_t> sequence_lengths(const Tensor& mask) {
   if (mask.dtype() != DType::boolean || mask.dim() != 2)
     throw ShapeError("sequence_lengths: key_padding_mask must be bool[B,S], got " + mask.meta().str());
   const int64_t B = mask.shape()[0], S = mask.shape()[1];
-  const Tensor m = mask.contiguous();
+  const Tensor m = host_mask(mask);
   const bool* pad = m.data<bool>();
   std::vector<int64_t> lengths;
   for (int64_t b = 0; b < B; ++b) {
@@ -50,7 +65,7 @@ void check_mask(const char* op, const Tensor& padded, const Tensor& mask) {
 template <class F>
 void for_each_token_run(const Tensor& mask, F f) {
   const int64_t B = mask.shape()[0], S = mask.shape()[1];
-  const Tensor m = mask.contiguous();
+  const Tensor m = host_mask(mask);
   const bool* pad = m.data<bool>();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t s = 0; s < S;) {
@@ -76,15 +91,20 @@ bool trailing_padding(const Tensor& mask) {
 
 NestedTensor NestedTensor::from_padded(const Tensor& padded, const Tensor& mask) {
   check_mask("NestedTensor::from_padded", padded, mask);
-  const int64_t B = padded.shape()[0];
+  const int64_t B = padded.shape()[0], S = padded.shape()[1], d = padded.shape()[2];
   std::vector<int64_t> offsets(static_cast<size_t>(B) + 1, 0);
   std::vector<Tensor> rows;
+  std::vector<int64_t> token_rows;  // on a device: each token's row of padded [B * S, d]
   for_each_token_run(mask, [&](int64_t b, int64_t begin, int64_t end) {
-    rows.push_back(padded.select(0, b).slice(0, begin, end));
+    if (padded.device().is_cpu())
+      rows.push_back(padded.select(0, b).slice(0, begin, end));
+    else
+      for (int64_t s = begin; s < end; ++s) token_rows.push_back(b * S + s);
     offsets[static_cast<size_t>(b) + 1] += end - begin;
   });
   for (size_t i = 1; i < offsets.size(); ++i) offsets[i] += offsets[i - 1];
-  if (rows.empty()) return {Tensor::empty({0, padded.shape()[2]}, padded.dtype()), std::move(offsets)};
+  if (!token_rows.empty()) return {gather_rows(padded.contiguous().reshape({B * S, d}), token_rows), std::move(offsets)};
+  if (rows.empty()) return {Tensor::empty({0, d}, padded.dtype(), padded.device()), std::move(offsets)};
   return {rows.size() == 1 ? rows[0].contiguous() : cat(rows, 0), std::move(offsets)};
 }
 
@@ -100,12 +120,22 @@ Tensor NestedTensor::to_padded(const Tensor& mask) const {
       throw ShapeError("NestedTensor::to_padded: the mask's row " + std::to_string(b) + " has " +
                        std::to_string(counts[static_cast<size_t>(b)]) + " tokens, sequence " + std::to_string(b) +
                        " has " + std::to_string(length(b)));
+  std::vector<int64_t> next(offsets_.begin(), offsets_.end() - 1);  // each sequence's next packed row
+  if (!tokens_.device().is_cpu()) {
+    // One gather from the tokens and a zero row after them (the padding's source).
+    const int64_t zero_row = tokens_.shape()[0];
+    std::vector<int64_t> rows(static_cast<size_t>(B * S), zero_row);
+    for_each_token_run(mask, [&](int64_t b, int64_t begin, int64_t end) {
+      for (int64_t s = begin; s < end; ++s) rows[static_cast<size_t>(b * S + s)] = next[static_cast<size_t>(b)]++;
+    });
+    return gather_rows(cat({tokens_, Tensor::zeros({1, d}, tokens_.dtype(), tokens_.device())}, 0), rows)
+        .reshape({B, S, d});
+  }
   Tensor out = Tensor::zeros({B, S, d}, tokens_.dtype());
   const Tensor src = tokens_.contiguous();
   const size_t row_bytes = static_cast<size_t>(d) * itemsize(tokens_.dtype());
   auto* dst = static_cast<unsigned char*>(out.mutable_raw_data());
   const auto* from = static_cast<const unsigned char*>(src.raw_data());
-  std::vector<int64_t> next(offsets_.begin(), offsets_.end() - 1);  // each sequence's next packed row
   for_each_token_run(mask, [&](int64_t b, int64_t begin, int64_t end) {
     int64_t& row = next[static_cast<size_t>(b)];
     std::memcpy(dst + static_cast<size_t>(b * S + begin) * row_bytes, from + static_cast<size_t>(row) * row_bytes,
@@ -145,6 +175,14 @@ Tensor NestedTensor::to_padded(int64_t length) const {
     throw ShapeError("NestedTensor::to_padded: length " + std::to_string(length) + " is shorter than a sequence of " +
                      std::to_string(max_length()));
   const int64_t d = tokens_.shape()[1];
+  if (!tokens_.device().is_cpu()) {
+    const int64_t zero_row = tokens_.shape()[0];  // as in to_padded(mask): a zero row after the tokens
+    std::vector<int64_t> rows(static_cast<size_t>(batch() * length), zero_row);
+    for (int64_t i = 0; i < batch(); ++i)
+      for (int64_t j = 0; j < this->length(i); ++j) rows[static_cast<size_t>(i * length + j)] = offsets_[i] + j;
+    return gather_rows(cat({tokens_, Tensor::zeros({1, d}, tokens_.dtype(), tokens_.device())}, 0), rows)
+        .reshape({batch(), length, d});
+  }
   Tensor out = Tensor::zeros({batch(), length, d}, tokens_.dtype());
   const Tensor src = tokens_.contiguous();
   const size_t row_bytes = static_cast<size_t>(d) * itemsize(tokens_.dtype());

@@ -60,7 +60,8 @@ Tensor XLMRobertaEmbeddings::positions(const Tensor& tokens, int64_t padding_idx
   return Tensor::from_vector(ids, {B, S});
 }
 
-Tensor XLMRobertaEmbeddings::operator()(const Tensor& tokens) const {
+Tensor XLMRobertaEmbeddings::operator()(const Tensor& tokens_in) const {
+  const Tensor tokens = tokens_in.device().is_cpu() ? tokens_in : tokens_in.to(Device::cpu());
   Tensor pos = positions(tokens, padding_idx_);
   // The largest position is padding_idx + the longest row's real tokens, at most + S.
   const std::vector<int64_t> all = pos.to_vector<int64_t>();
@@ -69,7 +70,8 @@ Tensor XLMRobertaEmbeddings::operator()(const Tensor& tokens) const {
     throw IndexError("XLMRobertaEmbeddings: " + tokens.meta().str() + " needs position " + std::to_string(longest) +
                      " but the table has " + std::to_string(max_positions_) + " (at most " +
                      std::to_string(max_positions_ - padding_idx_ - 1) + " tokens per sequence)");
-  Tensor x = add(embedding(tokens, token_embedding_), embedding(pos, position_embedding_));
+  const Device device = token_embedding_.device();
+  Tensor x = add(embedding(tokens.to(device), token_embedding_), embedding(pos.to(device), position_embedding_));
   x = layer_norm(x, {d_model_}, norm_weight_, norm_bias_, eps_);
   return dropout(x, dropout_, is_training());
 }

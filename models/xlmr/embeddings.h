@@ -27,6 +27,8 @@ class XLMRobertaEmbeddings : public Module {
   // tokens i32/i64 [B, S] -> f32 [B, S, d_model]. ShapeError for another rank, DTypeError for a
   // non-integer dtype, IndexError for a token outside the vocabulary or a sequence longer than
   // the position table allows (max_positions - padding_idx - 1 tokens).
+  // The output is on the weights' device (to()). Positions are counted on the host: host tokens
+  // cost no sync (they move to the device with the positions); device tokens cost one counted sync.
   Tensor operator()(const Tensor& tokens) const;
   static Tensor positions(const Tensor& tokens, int64_t padding_idx);  // i64 [B, S]
 

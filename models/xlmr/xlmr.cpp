@@ -59,12 +59,15 @@ XLMR::XLMR(const XLMRConfig& c, uint64_t seed, Generator&& layers_generator)
   register_module("head", head);
 }
 
-Tensor XLMR::features(const Tensor& tokens) const {
-  Tensor x = embeddings(tokens);  // checks the tokens' rank, dtype and range
+Tensor XLMR::features(const Tensor& tokens_in) const {
+  // The mask stays on the host, where the encoder packs the tokens by it: host tokens (a serving
+  // batch from XLMRTransform) cost no host sync on a GPU model, device tokens one.
+  const Tensor tokens = tokens_in.device().is_cpu() ? tokens_in : tokens_in.to(Device::cpu());
+  Tensor x = embeddings(tokens);  // checks the tokens' rank, dtype and range; on the model's device
   const Tensor pad_id = Tensor::full({}, static_cast<double>(config.padding_idx), tokens.dtype());
   x = encoder(x, eq(tokens, pad_id));
   if (encoder.takes_fastpath()) return x;  // the nested fastpath leaves zeros at padding
-  return mul(x, ne(tokens, pad_id).to(DType::f32).unsqueeze(2));
+  return mul(x, ne(tokens, pad_id).to(DType::f32).to(x.device()).unsqueeze(2));
 }
 
 void XLMR::load(const std::map<std::string, Tensor>& checkpoint) {

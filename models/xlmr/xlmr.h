@@ -47,7 +47,8 @@ class XLMR : public Module {
 
   // tokens i32/i64 [B, S], padded with config.padding_idx (after each row's tokens in XLMRTransform's
   // batches; padding between tokens is skipped too) -> features f32 [B, S, d_model], zeros at
-  // padding. Errors name the shapes.
+  // padding, on the model's device (to()). Tokens are best on the host: the padding mask is read
+  // there (device tokens cost one counted sync). Errors name the shapes.
   Tensor features(const Tensor& tokens) const;
   // -> logits f32 [B, num_classes].
   Tensor forward(const Tensor& tokens) const { return head(features(tokens)); }
