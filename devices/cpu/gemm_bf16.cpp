@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <dnnl.hpp>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -22,6 +23,9 @@ using Dt = memory::data_type;
 struct PackedWeightBf16::Blocks {
   memory::desc desc;  // the weights [k, n] as the matmul reads them
   void* data = nullptr;
+  // Where oneDNN has no bf16 (emulated()): the weights rounded to bf16 but kept in f32, for an f32
+  // matmul.
+  bool f32 = false;
 };
 
 namespace {
@@ -37,10 +41,11 @@ void check_sizes(const char* op, int64_t n, int64_t k, int64_t ld, const char* l
                      ld_name + "=" + std::to_string(ld));
 }
 
-// The matmul C[m, n] (row stride ldc) = epilogue(A_bf16[m, k] @ weights), the weights in `weights`.
+// The matmul C[m, n] (row stride ldc) = epilogue(A[m, k] @ weights), the weights in `weights`, A
+// in bf16 (or, emulating, in f32 holding bf16 values).
 dnnl::matmul::primitive_desc product_desc(int64_t m, int64_t n, int64_t k, int64_t ldc, const memory::desc& weights,
-                                          const GemmBf16Epilogue& epilogue) {
-  const memory::desc a({m, k}, Dt::bf16, memory::format_tag::ab);
+                                          const GemmBf16Epilogue& epilogue, Dt a_type = Dt::bf16) {
+  const memory::desc a({m, k}, a_type, memory::format_tag::ab);
   const memory::desc c({m, n}, epilogue.bf16_out ? Dt::bf16 : Dt::f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   if (epilogue.activation != GemmActivation::none) {
@@ -53,6 +58,22 @@ dnnl::matmul::primitive_desc product_desc(int64_t m, int64_t n, int64_t k, int64
   }
   if (!epilogue.bias) return {dnnl::matmul::desc(a, weights, c), attr, engine()};
   return {dnnl::matmul::desc(a, weights, memory::desc({1, n}, Dt::f32, memory::format_tag::ab), c), attr, engine()};
+}
+
+// oneDNN computes in bf16 only on CPUs with AVX-512 (avx512_core; AVX512-BF16 and AMX make it
+// fast). Elsewhere (AVX2: AMD Zen 3, older Intel) the product is emulated: operands rounded to
+// bf16 values kept in f32, an f32 matmul, so the results are those of bf16 operands with f32
+// accumulation all the same, at f32's speed plus the rounding.
+bool emulated() {
+  static const bool no_bf16 = [] {
+    try {
+      product_desc(1, 16, 16, 16, memory::desc({16, 16}, Dt::bf16, memory::format_tag::any), {});
+      return false;
+    } catch (const dnnl::error&) {
+      return true;
+    }
+  }();
+  return no_bf16;
 }
 
 // Rounded to nearest even as BFloat16 rounds (NaN stays NaN), 16 at a time where the CPU converts.
@@ -71,15 +92,25 @@ void round_rows(int64_t m, int64_t k, const float* a, int64_t lda, uint16_t* out
   });
 }
 
+// The same rounding, the values kept in f32 (emulated()), rows k apart in out; a may be out.
+void round_in_f32(int64_t m, int64_t k, const float* a, int64_t lda, float* out) {
+  parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 20) / k), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t j = 0; j < k; ++j) out[r * k + j] = static_cast<float>(BFloat16(a[r * lda + j]));
+  });
+}
+
 }  // namespace
 
 PackedWeightBf16::PackedWeightBf16(const float* w, int64_t n, int64_t k, int64_t ldw)
     : n_(n), k_(k), blocks_(std::make_unique<Blocks>()) {
   check_sizes("PackedWeightBf16", n, k, ldw, "ldw");
+  blocks_->f32 = emulated();
+  const Dt type = blocks_->f32 ? Dt::f32 : Dt::bf16;
   // The layout the matmul picks for a typical row count; it is the same for every m (checked on
   // AMX and AVX512 CPUs), and gemm_bf16 names it explicitly.
-  blocks_->desc =
-      product_desc(256, n, k, n, memory::desc({k, n}, Dt::bf16, memory::format_tag::any), {}).weights_desc();
+  blocks_->desc = product_desc(256, n, k, n, memory::desc({k, n}, type, memory::format_tag::any), {}, type)
+                      .weights_desc();
   blocks_->data = std::aligned_alloc(64, (blocks_->desc.get_size() + 63) / 64 * 64);
   if (!blocks_->data) throw ValueError("PackedWeightBf16: out of memory for " + std::to_string(n) + "x" + std::to_string(k));
   // W^T [k, n] read in place (strides 1 and ldw), rounded and blocked by one reorder.
@@ -89,6 +120,12 @@ PackedWeightBf16::PackedWeightBf16(const float* w, int64_t n, int64_t k, int64_t
   apply_intra_op_threads();
   dnnl::reorder(source, target).execute(stream, source, target);
   stream.wait();
+  // Emulating: the f32 blocks rounded in place (element by element, so the layout does not matter).
+  if (blocks_->f32) {
+    float* blocks = static_cast<float*>(blocks_->data);
+    const auto count = static_cast<int64_t>(blocks_->desc.get_size() / sizeof(float));
+    round_in_f32(1, count, blocks, count, blocks);
+  }
 }
 
 PackedWeightBf16::~PackedWeightBf16() { std::free(blocks_->data); }
@@ -104,14 +141,16 @@ void check_product(int64_t m, int64_t lda, const PackedWeightBf16& w, int64_t ld
                      " ldc=" + std::to_string(ldc));
 }
 
-// A's rows already in bf16, lda apart.
-void product(int64_t m, const uint16_t* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
+// A's rows already in bf16 (or, emulating, bf16 values in f32), lda apart.
+template <class Element>
+void product(int64_t m, const Element* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
              void* c, int64_t ldc) {
   apply_intra_op_threads();
+  const Dt type = std::is_same_v<Element, float> ? Dt::f32 : Dt::bf16;
   // oneDNN's primitive cache makes the descriptor and primitive for a seen shape cheap (~10 us).
-  const auto desc = product_desc(m, w.n(), w.k(), ldc, w.blocks().desc, epilogue);
+  const auto desc = product_desc(m, w.n(), w.k(), ldc, w.blocks().desc, epilogue, type);
   thread_local dnnl::stream stream(engine());
-  memory src(memory::desc({m, w.k()}, Dt::bf16, memory::dims{lda, 1}), engine(), const_cast<uint16_t*>(a));
+  memory src(memory::desc({m, w.k()}, type, memory::dims{lda, 1}), engine(), const_cast<Element*>(a));
   memory weights(w.blocks().desc, engine(), w.blocks().data);
   memory dst(desc.dst_desc(), engine(), c);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
@@ -121,12 +160,36 @@ void product(int64_t m, const uint16_t* a, int64_t lda, const PackedWeightBf16& 
   stream.wait();
 }
 
+// emulated(): the product in f32 on bf16 values, its output rounded to bf16 here when asked for.
+void emulated_product(int64_t m, const float* a, int64_t lda, const PackedWeightBf16& w,
+                      const GemmBf16Epilogue& epilogue, void* c, int64_t ldc) {
+  if (!epilogue.bf16_out) return product(m, a, lda, w, epilogue, c, ldc);
+  const int64_t n = w.n();
+  thread_local std::vector<float> out;
+  out.resize(static_cast<size_t>(m * n));
+  GemmBf16Epilogue f32_out = epilogue;
+  f32_out.bf16_out = false;
+  product(m, a, lda, w, f32_out, out.data(), n);
+  auto* dst = static_cast<BFloat16*>(c);
+  const float* src = out.data();  // this thread's buffer (the workers' thread_local ones are others)
+  parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 20) / n), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t j = 0; j < n; ++j) dst[r * ldc + j] = BFloat16(src[r * n + j]);
+  });
+}
+
 }  // namespace
 
 void gemm_bf16(int64_t m, const float* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
                void* c, int64_t ldc) {
   check_product(m, lda, w, ldc);
   if (m == 0) return;
+  if (w.blocks().f32) {
+    thread_local std::vector<float> values;
+    values.resize(static_cast<size_t>(m * w.k()));
+    round_in_f32(m, w.k(), a, lda, values.data());
+    return emulated_product(m, values.data(), w.k(), w, epilogue, c, ldc);
+  }
   thread_local std::vector<uint16_t> rounded;
   rounded.resize(static_cast<size_t>(m * w.k()));
   round_rows(m, w.k(), a, lda, rounded.data());
@@ -138,6 +201,13 @@ void gemm_bf16(int64_t m, const BFloat16* a, int64_t lda, const PackedWeightBf16
   check_product(m, lda, w, ldc);
   if (m == 0) return;
   static_assert(sizeof(BFloat16) == sizeof(uint16_t));
+  if (w.blocks().f32) {
+    thread_local std::vector<float> values;
+    values.resize(static_cast<size_t>(m * w.k()));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < w.k(); ++j) values[static_cast<size_t>(r * w.k() + j)] = static_cast<float>(a[r * lda + j]);
+    return emulated_product(m, values.data(), w.k(), w, epilogue, c, ldc);
+  }
   product(m, reinterpret_cast<const uint16_t*>(a), lda, w, epilogue, c, ldc);
 }
 
