@@ -5,9 +5,9 @@
 #
 #   scripts/chaos_soak.sh [MINUTES=20] [SEED=1]
 #
-# The pauses between kills scale with the length: 30-120 s from 4 minutes up, shorter below (1
-# minute: 10-24 s), and no kill in the last margin (30 s, 10 s at 1 minute), so every length kills at
-# least once; CHAOS_MIN_PAUSE=seconds sets the shortest pause. Each rank keeps its tally in a file
+# The pauses between kills scale with the length: 30-120 s from 7 minutes up, shorter below (1
+# minute: 10-24 s, 2 minutes: 20-49 s), and no kill in the last margin (30 s, a sixth of shorter
+# runs), so every length kills at least once; CHAOS_MIN_PAUSE=seconds sets the shortest pause. Each rank keeps its tally in a file
 # as it goes (chaos_soak --tally-dir), so a killed rank's requests are counted too: those it had in
 # flight when it died are "lost_in_flight" (rank 0 sends them; killing it ends them with it).
 #
