@@ -16,6 +16,8 @@ function(troupe_layer layer)
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/troupe>)
   target_link_libraries(${target} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS} $<BUILD_INTERFACE:troupe_warnings>)
+  # The headers are C++20: a project that links troupe::<layer> compiles as C++20 at least.
+  target_compile_features(${target} PUBLIC cxx_std_20)
   install(TARGETS ${target} EXPORT troupeTargets
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})

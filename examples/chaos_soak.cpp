@@ -3,7 +3,10 @@
 // (the model's nodes on rank 1, up to --in-flight requests in it) and, beside each request, an
 // all_reduce whose sum both ranks check. Every request ends completed with the right answer or
 // failed with a typed error; at its end (the --until deadline, or the first error: a lost peer)
-// each rank prints one JSON line: what it did, how each request ended, its RSS over time.
+// each rank prints one JSON line: what it did, how each request ended, its RSS over time. With
+// --tally-dir each rank also keeps that line, as it goes (every 0.2 s, "end": "running" and the
+// requests still in flight), in DIR/attempt-A-rank-R.json: a rank killed with SIGKILL prints
+// nothing, and its last tally is what the soak counts for it.
 //   troupe launch --nproc 2 --max-restarts 100 -- build/bin/chaos_soak --until $(( $(date +%s) + 600 ))
 #include <unistd.h>
 
@@ -11,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -62,9 +66,10 @@ double now_s() {
 // What one rank saw in this attempt.
 struct Tally {
   int64_t requests = 0, completed = 0, wrong = 0, untyped = 0, all_reduces = 0;
+  int64_t in_flight = 0;                  // requests sent and not yet ended (rank 0)
   std::map<std::string, int64_t> failed;  // by error kind
   std::vector<double> rss;                // MB, one sample every --rss-every seconds
-  std::string end = "deadline";
+  std::string end = "running";            // then "deadline" or the error that ended the attempt
 
   void fail(const std::exception_ptr& error) {
     try {
@@ -75,6 +80,35 @@ struct Tally {
       ++untyped;
     }
   }
+
+  nlohmann::ordered_json json(int rank, int attempt, double seconds) const {
+    std::vector<double> mb;
+    for (double x : rss) mb.push_back(rounded(x, 1));
+    return {{"chaos", rank},     {"attempt", attempt},      {"seconds", rounded(seconds, 1)},
+            {"requests", requests}, {"completed", completed}, {"failed", failed},
+            {"wrong", wrong},       {"untyped", untyped},     {"in_flight", in_flight},
+            {"all_reduces", all_reduces}, {"rss_mb", mb},     {"end", end}};
+  }
+};
+
+// Keeps a rank's tally in a file, replaced whole (written beside it, then renamed) so that a kill
+// at any moment leaves the previous version or this one.
+class TallyFile {
+ public:
+  TallyFile(const std::string& dir, int rank, int attempt) {
+    if (dir.empty()) return;
+    std::filesystem::create_directories(dir);
+    path_ = dir + "/attempt-" + std::to_string(attempt) + "-rank-" + std::to_string(rank) + ".json";
+  }
+  void write(const nlohmann::ordered_json& tally) const {
+    if (path_.empty()) return;
+    const std::string partial = path_ + ".partial";
+    std::ofstream(partial) << tally.dump() << "\n";
+    std::filesystem::rename(partial, path_);
+  }
+
+ private:
+  std::string path_;
 };
 
 // An all_reduce of [rank + 1] * 1024 and a stop flag (max): both ranks check the sum, 3 * 1024.
@@ -98,9 +132,11 @@ int main(int argc, char** argv) {
   CLI::App app{"chaos soak: one rank of a split graph and an all_reduce loop"};
   double until = 0, rss_every = 5;
   int in_flight = 8;
+  std::string tally_dir;
   app.add_option("--until", until, "stop at this time (seconds since the epoch): every attempt ends together")->required();
   app.add_option("--in-flight", in_flight, "requests in the graph at once")->check(CLI::PositiveNumber);
   app.add_option("--rss-every", rss_every, "seconds between RSS samples")->check(CLI::PositiveNumber);
+  app.add_option("--tally-dir", tally_dir, "keep this rank's tally in DIR/attempt-A-rank-R.json as it goes");
   CLI11_PARSE(app, argc, argv);
 
   return run_example("chaos_soak", [&] {
@@ -109,13 +145,22 @@ int main(int argc, char** argv) {
     auto world = net::init_process_group();
     if (world->size() != 2) throw ValueError("chaos_soak: run it on two ranks, got " + std::to_string(world->size()));
     const int rank = world->rank();
-    const char* attempt = std::getenv("TROUPE_RESTART_COUNT");
+    const char* restarts = std::getenv("TROUPE_RESTART_COUNT");
+    const int attempt = restarts ? std::atoi(restarts) : 0;
     Tally t;
-    double next_rss = started;
-    auto sample_rss = [&] {
-      if (now_s() >= next_rss) {
+    const TallyFile file(tally_dir, rank, attempt);
+    file.write(t.json(rank, attempt, now_s() - started));
+    double next_rss = started, next_tally = started;
+    // Between requests and rounds: an RSS sample every --rss-every s, the tally file every 0.2 s.
+    auto sample = [&] {
+      const double now = now_s();
+      if (now >= next_rss) {
         t.rss.push_back(rss_mb());
         next_rss += rss_every;
+      }
+      if (now >= next_tally) {
+        file.write(t.json(rank, attempt, now - started));
+        next_tally = now + 0.2;
       }
     };
 
@@ -142,7 +187,7 @@ int main(int argc, char** argv) {
           }
         });
         try {
-          while (!all_reduce_round(*world, false, t)) sample_rss();
+          while (!all_reduce_round(*world, false, t)) sample();
         } catch (...) {
           error = std::current_exception();
         }
@@ -153,6 +198,7 @@ int main(int argc, char** argv) {
         auto finish_oldest = [&] {
           auto [i, run] = std::move(pending.front());
           pending.pop_front();
+          --t.in_flight;
           try {
             if (run.get("classes").tensor().to_vector<int64_t>() == answers[static_cast<size_t>(i)]) ++t.completed;
             else ++t.wrong;
@@ -169,8 +215,14 @@ int main(int argc, char** argv) {
             if (error) break;
             const int i = static_cast<int>(round % 16);
             ++t.requests;
-            pending.emplace_back(i, exec.run({{"x", inputs[static_cast<size_t>(i)]}}));
-            sample_rss();
+            try {
+              pending.emplace_back(i, exec.run({{"x", inputs[static_cast<size_t>(i)]}}));
+              ++t.in_flight;
+            } catch (...) {
+              t.fail(std::current_exception());  // refused at once: ended, as a failure
+              throw;
+            }
+            sample();
           }
         } catch (...) {
           if (!error) error = std::current_exception();
@@ -181,6 +233,7 @@ int main(int argc, char** argv) {
       if (!error) error = std::current_exception();
     }
     t.rss.push_back(rss_mb());
+    t.end = "deadline";
     if (error) {
       try {
         std::rethrow_exception(error);
@@ -188,19 +241,9 @@ int main(int argc, char** argv) {
         t.end = e.what();
       }
     }
-    std::vector<double> rss;
-    for (double mb : t.rss) rss.push_back(rounded(mb, 1));
-    print_json_line(nlohmann::ordered_json{{"chaos", rank},
-                                           {"attempt", attempt ? std::atoi(attempt) : 0},
-                                           {"seconds", rounded(now_s() - started, 1)},
-                                           {"requests", t.requests},
-                                           {"completed", t.completed},
-                                           {"failed", t.failed},
-                                           {"wrong", t.wrong},
-                                           {"untyped", t.untyped},
-                                           {"all_reduces", t.all_reduces},
-                                           {"rss_mb", rss},
-                                           {"end", t.end}});
+    const nlohmann::ordered_json tally = t.json(rank, attempt, now_s() - started);
+    file.write(tally);
+    print_json_line(tally);
     if (error) std::rethrow_exception(error);
     return 0;
   });

@@ -60,22 +60,29 @@ std::optional<MasterAddress> master_from_engine(const std::function<const char*(
                        text("OMPI_COMM_WORLD_SIZE") + ", " + text("OMPI_COMM_WORLD_LOCAL_SIZE") +
                        " here): pass rank 0's host, `mpirun -x MASTER_ADDR=<host> ...`");
     m.host = "127.0.0.1";
+    m.from = "OMPI_COMM_WORLD_LOCAL_SIZE (one node)";
   } else if (!text("SLURM_PROCID").empty()) {
     m.engine = "Slurm";
     const auto job = number(getenv("SLURM_JOB_ID"));
     if (!job) throw ValueError("init_process_group: Slurm set no numeric SLURM_JOB_ID; set MASTER_PORT");
     m.port = port_of(*job * 64 + number(getenv("SLURM_STEP_ID")).value_or(0));
-    const std::string nodes = !text("SLURM_STEP_NODELIST").empty() ? text("SLURM_STEP_NODELIST") : text("SLURM_JOB_NODELIST");
+    const char* list = !text("SLURM_STEP_NODELIST").empty() ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
+    const std::string nodes = text(list);
     if (number(getenv("SLURM_NNODES")).value_or(0) == 1 || nodes.empty()) {
       m.host = "127.0.0.1";
+      m.from = "SLURM_NNODES (one node)";
     } else {
+      m.from = list;
       m.host = first_slurm_host(nodes);
       if (m.host.empty()) throw ValueError("init_process_group: no host in Slurm's node list '" + nodes + "'; set MASTER_ADDR");
     }
   } else {
     return std::nullopt;
   }
-  if (const std::string host = text("MASTER_ADDR"); !host.empty()) m.host = host;
+  if (const std::string host = text("MASTER_ADDR"); !host.empty()) {
+    m.host = host;
+    m.from = "MASTER_ADDR";
+  }
   if (const auto port = number(getenv("MASTER_PORT"))) m.port = static_cast<int>(*port);
   return m;
 }

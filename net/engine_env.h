@@ -23,6 +23,7 @@ struct MasterAddress {
   std::string host;
   int port = 0;
   std::string engine;  // "OpenMPI", "Slurm": for messages
+  std::string from;    // the variable host came from ("MASTER_ADDR", "SLURM_STEP_NODELIST", ...): for messages
 };
 
 // getenv: the environment to read (a parameter so that tests can give one).

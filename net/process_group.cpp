@@ -1,10 +1,5 @@
 #include "net/process_group.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <numeric>
 #include <set>
@@ -16,6 +11,7 @@
 #include "net/collectives/shm_all_reduce.h"
 #include "net/engine_env.h"
 #include "net/rendezvous.h"
+#include "net/resolve.h"
 #include "net/transport.h"
 
 namespace troupe::net {
@@ -44,26 +40,25 @@ std::string env_string(const char* name) {
   return v ? v : "";
 }
 
-// The local IPv4 address the kernel would use to reach host (no packet is sent).
-std::string local_address_towards(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) return "127.0.0.1";
-  std::string out = "127.0.0.1";
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
-    sockaddr_in local{};
-    socklen_t size = sizeof local;
-    char text[INET_ADDRSTRLEN];
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &size) == 0 &&
-        inet_ntop(AF_INET, &local.sin_addr, text, sizeof text))
-      out = text;
+// The address this rank binds for the others, found from rank 0's host (named by `from`), unless
+// TROUPE_HOST gives it. The other ranks resolve rank 0's host first in any case (waiting a bounded
+// time for DNS: resolve.h), so that a name that never resolves is an error now, not a rendezvous
+// that hangs until its timeout. Rank 0 serves the rendezvous on its own host and needs no name for
+// that: where its name has no record yet (a Kubernetes pod before the Service publishes it), it
+// takes its default route's interface.
+std::string address_towards_master(const std::string& host, int port, const std::string& from, int rank,
+                                   Deadline deadline) {
+  const std::string given = env_string("TROUPE_HOST"), what = from + "=" + host;
+  if (rank != 0) {
+    const std::string numeric = detail::resolve_host(host, from, detail::resolve_patience(), deadline);
+    return !given.empty() ? given : detail::local_address_towards(numeric, port, what);
   }
-  if (fd >= 0) ::close(fd);
-  freeaddrinfo(found);
-  return out;
+  if (!given.empty()) return given;
+  if (auto numeric = detail::try_resolve_host(host)) return detail::local_address_towards(*numeric, port, what);
+  if (auto mine = detail::default_route_address()) return *mine;
+  throw CommError("init_process_group: rank 0: " + from + "='" + host +
+                  "' does not resolve and this host has no default route: give rank 0 one of its own addresses (" +
+                  from + " or TROUPE_HOST)");
 }
 
 uint64_t splitmix64(uint64_t x) {
@@ -176,18 +171,22 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
                      ") outside a world of " + std::to_string(options.world_size) + " (" + world_from + ")");
 
   std::string method = options.init_method;
+  std::string master_from = "init_method";  // where rank 0's host came from, for the messages
   if (method == "env://") {
     const std::string addr = env_string("MASTER_ADDR"), port = env_string("MASTER_PORT");
     if (!addr.empty() && !port.empty()) {
       method = "tcp://" + addr + ":" + port;
+      master_from = "MASTER_ADDR";
     } else if (auto master = detail::master_from_engine(std::getenv)) {
       method = "tcp://" + master->host + ":" + std::to_string(master->port);
+      master_from = master->from;
     } else {
       throw ValueError("init_process_group: env:// needs MASTER_ADDR and MASTER_PORT (troupe launch sets them; "
                        "under mpirun or srun they are derived from the job)");
     }
   }
 
+  const Deadline deadline = deadline_after(options.timeout);
   TransportOptions t;
   t.rank = options.rank;
   t.world_size = options.world_size;
@@ -216,19 +215,19 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
     if (*v < 0) throw ValueError("init_process_group: TROUPE_BUSY_POLL_US=" + std::to_string(*v) + " is negative");
     t.busy_poll = std::chrono::microseconds(*v);
   }
-  if (const std::string host = env_string("TROUPE_HOST"); !host.empty()) {
-    t.tcp_host = host;
-  } else if (method.rfind("tcp://", 0) == 0) {
+  if (method.rfind("tcp://", 0) == 0) {
     auto [host, port] = split_host_port(method.substr(6));
-    t.tcp_host = local_address_towards(host, port);
+    t.tcp_host = address_towards_master(host, port, master_from, options.rank, deadline);
+  } else if (!env_string("TROUPE_HOST").empty()) {
+    t.tcp_host = env_string("TROUPE_HOST");
   } else {
-    t.tcp_host = local_address_towards("192.0.2.1", 9);  // any off-host address: finds the default route's interface
+    // file://: no host to aim at; the default route's interface, loopback on a host without one.
+    t.tcp_host = detail::default_route_address().value_or("127.0.0.1");
   }
   const std::string key_file =
       !options.curve_key_file.empty() ? options.curve_key_file : env_string("TROUPE_CURVE_SECRET_FILE");
   if (!key_file.empty()) t.curve = load_curve_key_file(key_file);
 
-  const Deadline deadline = deadline_after(options.timeout);
   auto transport = std::make_shared<Transport>(t);
   std::vector<PeerAddress> table = rendezvous(method, options.rank, options.world_size, *transport, deadline);
   transport->connect(table, deadline);

@@ -51,7 +51,9 @@ HostGroups make_host_groups(ProcessGroup& group);
 struct InitOptions {
   // env:// (MASTER_ADDR, MASTER_PORT and RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE or
   // SLURM_PROCID/NTASKS; under mpirun or srun without MASTER_*, the address is derived from the
-  // job: net/engine_env.h), tcp://HOST:PORT (rank 0 serves there) or file:///PATH.
+  // job: net/engine_env.h), tcp://HOST:PORT (rank 0 serves there) or file:///PATH. A HOST that does
+  // not resolve is retried for TROUPE_RESOLVE_TIMEOUT seconds (30), then a CommError naming the
+  // variable and the name (net/resolve.h); rank 0 needs no record of its own name.
   std::string init_method = "env://";
   int rank = -1;        // -1: from the environment
   int world_size = -1;  // -1: from the environment

@@ -1,10 +1,9 @@
 #include "devices/cpu/gemm_bf16.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <dnnl.hpp>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -12,7 +11,6 @@
 #include <immintrin.h>
 #endif
 
-#include "devices/cpu/gemm.h"
 #include "devices/cpu/parallel_ranges.h"
 #include "devices/error.h"
 #include "devices/threads.h"
@@ -22,12 +20,12 @@ namespace troupe {
 using dnnl::memory;
 using Dt = memory::data_type;
 
-// Native: the weights [k, n] blocked as oneDNN's bf16 matmul reads them. Without a bf16 matmul
-// on this CPU: W [n, k] rounded to bf16 and held widened to f32, for the f32 GEMM.
 struct PackedWeightBf16::Blocks {
-  memory::desc desc;
+  memory::desc desc;  // the weights [k, n] as the matmul reads them
   void* data = nullptr;
-  size_t nbytes = 0;
+  // Where oneDNN has no bf16 (emulated()): the weights rounded to bf16 but kept in f32, for an f32
+  // matmul.
+  bool f32 = false;
 };
 
 namespace {
@@ -43,10 +41,11 @@ void check_sizes(const char* op, int64_t n, int64_t k, int64_t ld, const char* l
                      ld_name + "=" + std::to_string(ld));
 }
 
-// The matmul C[m, n] (row stride ldc) = epilogue(A_bf16[m, k] @ weights), the weights in `weights`.
+// The matmul C[m, n] (row stride ldc) = epilogue(A[m, k] @ weights), the weights in `weights`, A
+// in bf16 (or, emulating, in f32 holding bf16 values).
 dnnl::matmul::primitive_desc product_desc(int64_t m, int64_t n, int64_t k, int64_t ldc, const memory::desc& weights,
-                                          const GemmBf16Epilogue& epilogue) {
-  const memory::desc a({m, k}, Dt::bf16, memory::format_tag::ab);
+                                          const GemmBf16Epilogue& epilogue, Dt a_type = Dt::bf16) {
+  const memory::desc a({m, k}, a_type, memory::format_tag::ab);
   const memory::desc c({m, n}, epilogue.bf16_out ? Dt::bf16 : Dt::f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   if (epilogue.activation != GemmActivation::none) {
@@ -61,19 +60,20 @@ dnnl::matmul::primitive_desc product_desc(int64_t m, int64_t n, int64_t k, int64
   return {dnnl::matmul::desc(a, weights, memory::desc({1, n}, Dt::f32, memory::format_tag::ab), c), attr, engine()};
 }
 
-// Whether oneDNN has a bf16 matmul on this CPU (AVX512-BF16 or AMX; not on AVX2-only CPUs such
-// as AMD Zen 3). Without it the products run as f32 GEMMs on operands rounded to bf16: the same
-// values up to the order of the f32 accumulation, at f32 speed.
-bool native_bf16() {
-  static const bool native = [] {
+// oneDNN computes in bf16 only on CPUs with AVX-512 (avx512_core; AVX512-BF16 and AMX make it
+// fast). Elsewhere (AVX2: AMD Zen 3, older Intel) the product is emulated: operands rounded to
+// bf16 values kept in f32, an f32 matmul, so the results are those of bf16 operands with f32
+// accumulation all the same, at f32's speed plus the rounding.
+bool emulated() {
+  static const bool no_bf16 = [] {
     try {
-      product_desc(16, 16, 16, 16, memory::desc({16, 16}, Dt::bf16, memory::format_tag::any), {});
-      return true;
-    } catch (const dnnl::error&) {
+      product_desc(1, 16, 16, 16, memory::desc({16, 16}, Dt::bf16, memory::format_tag::any), {});
       return false;
+    } catch (const dnnl::error&) {
+      return true;
     }
   }();
-  return native;
+  return no_bf16;
 }
 
 // Rounded to nearest even as BFloat16 rounds (NaN stays NaN), 16 at a time where the CPU converts.
@@ -92,26 +92,26 @@ void round_rows(int64_t m, int64_t k, const float* a, int64_t lda, uint16_t* out
   });
 }
 
+// The same rounding, the values kept in f32 (emulated()), rows k apart in out; a may be out.
+void round_in_f32(int64_t m, int64_t k, const float* a, int64_t lda, float* out) {
+  parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 20) / k), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t j = 0; j < k; ++j) out[r * k + j] = static_cast<float>(BFloat16(a[r * lda + j]));
+  });
+}
+
 }  // namespace
 
 PackedWeightBf16::PackedWeightBf16(const float* w, int64_t n, int64_t k, int64_t ldw)
     : n_(n), k_(k), blocks_(std::make_unique<Blocks>()) {
   check_sizes("PackedWeightBf16", n, k, ldw, "ldw");
-  if (!native_bf16()) {
-    blocks_->nbytes = static_cast<size_t>(n * k) * sizeof(float);
-    auto* rounded = static_cast<float*>(std::aligned_alloc(64, (blocks_->nbytes + 63) / 64 * 64));
-    if (!rounded) throw ValueError("PackedWeightBf16: out of memory for " + std::to_string(n) + "x" + std::to_string(k));
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t j = 0; j < k; ++j) rounded[r * k + j] = static_cast<float>(BFloat16(w[r * ldw + j]));
-    blocks_->data = rounded;
-    return;
-  }
+  blocks_->f32 = emulated();
+  const Dt type = blocks_->f32 ? Dt::f32 : Dt::bf16;
   // The layout the matmul picks for a typical row count; it is the same for every m (checked on
   // AMX and AVX512 CPUs), and gemm_bf16 names it explicitly.
-  blocks_->desc =
-      product_desc(256, n, k, n, memory::desc({k, n}, Dt::bf16, memory::format_tag::any), {}).weights_desc();
-  blocks_->nbytes = blocks_->desc.get_size();
-  blocks_->data = std::aligned_alloc(64, (blocks_->nbytes + 63) / 64 * 64);
+  blocks_->desc = product_desc(256, n, k, n, memory::desc({k, n}, type, memory::format_tag::any), {}, type)
+                      .weights_desc();
+  blocks_->data = std::aligned_alloc(64, (blocks_->desc.get_size() + 63) / 64 * 64);
   if (!blocks_->data) throw ValueError("PackedWeightBf16: out of memory for " + std::to_string(n) + "x" + std::to_string(k));
   // W^T [k, n] read in place (strides 1 and ldw), rounded and blocked by one reorder.
   memory source(memory::desc({k, n}, Dt::f32, memory::dims{1, ldw}), engine(), const_cast<float*>(w));
@@ -120,15 +120,21 @@ PackedWeightBf16::PackedWeightBf16(const float* w, int64_t n, int64_t k, int64_t
   apply_intra_op_threads();
   dnnl::reorder(source, target).execute(stream, source, target);
   stream.wait();
+  // Emulating: the f32 blocks rounded in place (element by element, so the layout does not matter).
+  if (blocks_->f32) {
+    float* blocks = static_cast<float*>(blocks_->data);
+    const auto count = static_cast<int64_t>(blocks_->desc.get_size() / sizeof(float));
+    round_in_f32(1, count, blocks, count, blocks);
+  }
 }
 
 PackedWeightBf16::~PackedWeightBf16() { std::free(blocks_->data); }
 
-size_t PackedWeightBf16::nbytes() const { return blocks_->nbytes; }
+size_t PackedWeightBf16::nbytes() const { return blocks_->desc.get_size(); }
 
 const char* gemm_bf16_path() {
-  return native_bf16() ? "oneDNN bf16 matmul (AVX512-BF16 or AMX)"
-                       : "f32 GEMM on bf16-rounded operands (this CPU has no bf16 matmul in oneDNN)";
+  return emulated() ? "f32 matmul on bf16-rounded operands (oneDNN has no bf16 on this CPU: no AVX-512)"
+                    : "oneDNN bf16 matmul (AMX or AVX512-BF16 make it fast; plain AVX-512 converts)";
 }
 
 namespace {
@@ -140,42 +146,16 @@ void check_product(int64_t m, int64_t lda, const PackedWeightBf16& w, int64_t ld
                      " ldc=" + std::to_string(ldc));
 }
 
-// The f32 form of product() for CPUs without a bf16 matmul: A widened, one f32 GEMM, then the epilogue.
-void product_f32(int64_t m, const uint16_t* a, int64_t lda, const PackedWeightBf16& w,
-                 const GemmBf16Epilogue& epilogue, void* c, int64_t ldc) {
-  const int64_t n = w.n(), k = w.k();
-  thread_local std::vector<float> wide, out;
-  wide.resize(static_cast<size_t>(m * k));
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = 0; j < k; ++j) {
-      const uint32_t bits = static_cast<uint32_t>(a[r * lda + j]) << 16;  // bf16 is f32's upper half
-      std::memcpy(&wide[r * k + j], &bits, sizeof(float));
-    }
-  out.resize(static_cast<size_t>(m * n));
-  gemm_f32(false, true, m, n, k, 1.0f, wide.data(), k, static_cast<const float*>(w.blocks().data), k, 0.0f, out.data(),
-           n);
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = 0; j < n; ++j) {
-      float v = out[r * n + j] + (epilogue.bias ? epilogue.bias[j] : 0.0f);
-      if (epilogue.activation == GemmActivation::relu) v = std::max(v, 0.0f);
-      if (epilogue.activation == GemmActivation::gelu)
-        v = static_cast<float>(0.5 * v * std::erfc(-static_cast<double>(v) * 0.70710678118654752440));
-      if (epilogue.bf16_out)
-        static_cast<BFloat16*>(c)[r * ldc + j] = BFloat16(v);
-      else
-        static_cast<float*>(c)[r * ldc + j] = v;
-    }
-}
-
-// A's rows already in bf16, lda apart.
-void product(int64_t m, const uint16_t* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
+// A's rows already in bf16 (or, emulating, bf16 values in f32), lda apart.
+template <class Element>
+void product(int64_t m, const Element* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
              void* c, int64_t ldc) {
-  if (!native_bf16()) return product_f32(m, a, lda, w, epilogue, c, ldc);
   apply_intra_op_threads();
+  const Dt type = std::is_same_v<Element, float> ? Dt::f32 : Dt::bf16;
   // oneDNN's primitive cache makes the descriptor and primitive for a seen shape cheap (~10 us).
-  const auto desc = product_desc(m, w.n(), w.k(), ldc, w.blocks().desc, epilogue);
+  const auto desc = product_desc(m, w.n(), w.k(), ldc, w.blocks().desc, epilogue, type);
   thread_local dnnl::stream stream(engine());
-  memory src(memory::desc({m, w.k()}, Dt::bf16, memory::dims{lda, 1}), engine(), const_cast<uint16_t*>(a));
+  memory src(memory::desc({m, w.k()}, type, memory::dims{lda, 1}), engine(), const_cast<Element*>(a));
   memory weights(w.blocks().desc, engine(), w.blocks().data);
   memory dst(desc.dst_desc(), engine(), c);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
@@ -185,12 +165,36 @@ void product(int64_t m, const uint16_t* a, int64_t lda, const PackedWeightBf16& 
   stream.wait();
 }
 
+// emulated(): the product in f32 on bf16 values, its output rounded to bf16 here when asked for.
+void emulated_product(int64_t m, const float* a, int64_t lda, const PackedWeightBf16& w,
+                      const GemmBf16Epilogue& epilogue, void* c, int64_t ldc) {
+  if (!epilogue.bf16_out) return product(m, a, lda, w, epilogue, c, ldc);
+  const int64_t n = w.n();
+  thread_local std::vector<float> out;
+  out.resize(static_cast<size_t>(m * n));
+  GemmBf16Epilogue f32_out = epilogue;
+  f32_out.bf16_out = false;
+  product(m, a, lda, w, f32_out, out.data(), n);
+  auto* dst = static_cast<BFloat16*>(c);
+  const float* src = out.data();  // this thread's buffer (the workers' thread_local ones are others)
+  parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 20) / n), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t j = 0; j < n; ++j) dst[r * ldc + j] = BFloat16(src[r * n + j]);
+  });
+}
+
 }  // namespace
 
 void gemm_bf16(int64_t m, const float* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
                void* c, int64_t ldc) {
   check_product(m, lda, w, ldc);
   if (m == 0) return;
+  if (w.blocks().f32) {
+    thread_local std::vector<float> values;
+    values.resize(static_cast<size_t>(m * w.k()));
+    round_in_f32(m, w.k(), a, lda, values.data());
+    return emulated_product(m, values.data(), w.k(), w, epilogue, c, ldc);
+  }
   thread_local std::vector<uint16_t> rounded;
   rounded.resize(static_cast<size_t>(m * w.k()));
   round_rows(m, w.k(), a, lda, rounded.data());
@@ -202,6 +206,13 @@ void gemm_bf16(int64_t m, const BFloat16* a, int64_t lda, const PackedWeightBf16
   check_product(m, lda, w, ldc);
   if (m == 0) return;
   static_assert(sizeof(BFloat16) == sizeof(uint16_t));
+  if (w.blocks().f32) {
+    thread_local std::vector<float> values;
+    values.resize(static_cast<size_t>(m * w.k()));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < w.k(); ++j) values[static_cast<size_t>(r * w.k() + j)] = static_cast<float>(a[r * lda + j]);
+    return emulated_product(m, values.data(), w.k(), w, epilogue, c, ldc);
+  }
   product(m, reinterpret_cast<const uint16_t*>(a), lda, w, epilogue, c, ldc);
 }
 

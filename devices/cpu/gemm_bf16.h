@@ -4,7 +4,8 @@
 // layout oneDNN's matmul reads (AMX tiles on CPUs with AMX-BF16, AVX512-BF16 dot products
 // below that); the rows of A are rounded on each call, which costs m*k conversions against the
 // product's 2*m*n*k operations. Results differ from f32 by bf16's rounding of the operands
-// (8 bits of mantissa), not by the accumulation.
+// (8 bits of mantissa), not by the accumulation. On CPUs without AVX-512, where oneDNN has no
+// bf16, the same values come from an f32 matmul of the rounded operands (no faster than f32).
 //
 //   std::shared_ptr<const PackedWeightBf16> w16 = packed_weight_bf16(w);   // cached per weight tensor
 //   gemm_bf16(m, a, k, *w16, {.bias = b}, c, n);                             // f32 in, f32 out
@@ -57,9 +58,9 @@ void gemm_bf16(int64_t m, const BFloat16* a, int64_t lda, const PackedWeightBf16
 // The bf16 form of a 2-d f32 weight [n, k] (any strides), made on first use and kept while the
 // weight's bytes live and are unchanged (weight_cache.h). DTypeError/ShapeError for other weights.
 std::shared_ptr<const PackedWeightBf16> packed_weight_bf16(const Tensor& w);
-// How bf16 products run on this CPU, for `troupe info`: oneDNN's bf16 matmul, or (no AVX512-BF16
-// nor AMX) an f32 GEMM on the rounded operands, with the same results up to accumulation order.
-const char* gemm_bf16_path();
 size_t packed_weight_bf16_cache_bytes();
+// How bf16 products run on this CPU, for `troupe info`: oneDNN's bf16 matmul, or (no AVX-512) an
+// f32 matmul on the rounded operands, with the same values.
+const char* gemm_bf16_path();
 
 }  // namespace troupe

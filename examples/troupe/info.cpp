@@ -1,5 +1,6 @@
 // troupe info: what this build and this machine offer Troupe (text, or one JSON object with --json).
 #include <cblas.h>
+#include <sched.h>
 
 #include <fstream>
 #include <iomanip>
@@ -42,6 +43,24 @@ Json cpu_features() {
               {"avx512vnni", __builtin_cpu_supports("avx512vnni") != 0}};
 }
 
+// The CPUs this process may run on, as ranges ("0-1", "0,2-3"): what srun, mpirun or taskset bound
+// it to. Ranks of one host whose masks together give fewer CPUs than ranks wait without spinning
+// (net/collectives/shm_all_reduce.h): a spinner would hold the CPU its peer needs.
+std::string allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return "unknown";
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+    out += (out.empty() ? "" : ",") + std::to_string(c) + (last > c ? "-" + std::to_string(last) : "");
+    c = last;
+  }
+  return out;
+}
+
 // The widest instruction set oneDNN dispatches to here (avx512_core_amx: bf16 GEMMs on AMX tiles).
 std::string onednn_isa() {
   switch (dnnl_get_effective_cpu_isa()) {
@@ -72,6 +91,7 @@ Json collect() {
       {"version", TROUPE_VERSION},
       {"cpu", {{"model", cpu_model()}, {"features", cpu_features()}}},
       {"cores", hardware_cores()},
+      {"cpu_affinity", allowed_cpus()},
       {"intra_op_threads", intra_op_threads()},
       {"deterministic_kernels", deterministic_kernels()},
       {"onednn", {{"version", dnnl_text}, {"hash", dnnl->hash ? dnnl->hash : ""}, {"isa", onednn_isa()}}},
@@ -97,6 +117,8 @@ void print_text(const Json& info) {
   row("cpu features") << (have.empty() ? " none" : have) << (lack.empty() ? "" : "  (lacks" + lack + ")") << "\n";
   row("cores") << info["cores"] << ", intra-op threads " << info["intra_op_threads"]
                << (info["deterministic_kernels"].get<bool>() ? ", deterministic kernels" : "") << "\n";
+  row("cpu affinity") << "CPUs " << info["cpu_affinity"].get<std::string>()
+                      << ": ranks of one host spin-wait while their masks give each rank a CPU, else yield at once\n";
   row("oneDNN") << info["onednn"]["version"].get<std::string>() << " (" << info["onednn"]["hash"].get<std::string>()
                 << "), dispatching " << info["onednn"]["isa"].get<std::string>() << "\n";
   row("OpenBLAS") << info["openblas"]["config"].get<std::string>() << "\n";

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <immintrin.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -25,9 +26,18 @@ constexpr size_t kSlotBytes = 16 << 20;
 // instead of three, for n times the (tiny) reading.
 constexpr size_t kSmallBytes = 64 << 10;
 // Waiting: a few microseconds of pause (a peer running on another core answers within that), then
-// yielding (a peer waiting for this core gets it at once), then sleeping on a futex.
+// yielding (a peer waiting for this core gets it at once), then sleeping on a futex. Ranks that
+// share CPUs skip the pauses (see cores_each_).
 constexpr int kPauses = 200;
 constexpr int kYields = 50;
+
+// The CPUs a process may run on; an empty set when its mask cannot be read (it is gone).
+cpu_set_t allowed_cpus(pid_t pid) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(pid, sizeof set, &set) != 0) CPU_ZERO(&set);
+  return set;
+}
 
 }  // namespace
 
@@ -99,6 +109,7 @@ bool SharedMemoryAllReduce::set_up(Call& call) {
     ok = segments_[static_cast<size_t>(r)] != nullptr;
   }
   const Tensor where = Tensor::from_vector<int64_t>({::getpid(), memfd_, ok}, {3});
+  cpu_set_t cpus = allowed_cpus(0);
   for (int p = 0; p < n; ++p)
     if (p != r) call.send(p, where);
   for (int p = 0; p < n; ++p) {
@@ -108,6 +119,8 @@ bool SharedMemoryAllReduce::set_up(Call& call) {
       ok = false;
       continue;
     }
+    cpu_set_t theirs = allowed_cpus(static_cast<pid_t>(w[0]));
+    CPU_OR(&cpus, &cpus, &theirs);
     const std::string path = "/proc/" + std::to_string(w[0]) + "/fd/" + std::to_string(w[1]);
     const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) {
@@ -118,6 +131,7 @@ bool SharedMemoryAllReduce::set_up(Call& call) {
     ::close(fd);
     ok = ok && segments_[static_cast<size_t>(p)] != nullptr;
   }
+  cores_each_ = CPU_COUNT(&cpus) >= n;
   const Tensor verdict = Tensor::scalar<int64_t>(ok);
   for (int p = 0; p < n; ++p)
     if (p != r) call.send(p, verdict);
@@ -148,7 +162,7 @@ void SharedMemoryAllReduce::wait_for(Call& call, int peer, const char* stage, Fl
   for (int spins = 0;; ++spins) {
     const uint64_t seen = flag.value.load(std::memory_order_acquire);
     if (seen >= target) return;
-    if (spins < kPauses) {
+    if (spins < (cores_each_ ? kPauses : 0)) {
       _mm_pause();
       continue;
     }

@@ -14,7 +14,8 @@
 // other segment from its owner's slot and raises `consumed`, which frees its slot for the next
 // piece. A 4-byte all_reduce costs two flag hand-offs instead of two ZeroMQ messages.
 //
-// Waiting spins briefly, then sleeps on a futex in the segment, and meanwhile watches the collective's ZeroMQ inbox (an
+// Waiting spins briefly (unless the ranks' CPU masks give them fewer CPUs than ranks), then sleeps
+// on a futex in the segment, and meanwhile watches the collective's ZeroMQ inbox (an
 // abort notice, or a frame from a rank that called something else), the transport's health (a
 // lost peer) and the deadline. The ready flag publishes each rank's op descriptor, checked like
 // the Channel does. A failed call turns the path off for the group: later calls use ZeroMQ.
@@ -70,6 +71,10 @@ class SharedMemoryAllReduce {
   size_t segment_bytes_ = 0;
   uint64_t generation_ = 0;         // pieces done so far, the same on every rank
   uint64_t last_large_ = 0;         // the last generation that used the whole slot
+  // Whether the group's ranks may run on as many CPUs as there are ranks (their affinity masks,
+  // together). When they may not (srun or mpirun binding two ranks to one CPU, taskset), a waiter
+  // that pauses holds the CPU its peer needs to answer: it yields at once instead.
+  bool cores_each_ = true;
   std::shared_ptr<Transport::Slot> probe_;  // the current call's ZeroMQ inbox, any source
 };
 

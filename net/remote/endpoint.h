@@ -63,7 +63,7 @@ struct Hosted {
   std::shared_ptr<const ActorType> type;  // registered (not owned), or a hosted object's methods
   std::shared_ptr<void> object;           // null once stopped
   std::shared_ptr<ModuleQueue> executor;  // its CAF actor, for calls that no serving thread takes
-  std::shared_ptr<Lane> lane;             // spawned on a device: its calls queue there
+  std::shared_ptr<troupe::Lane> lane;     // spawned on a device: its calls queue there
   std::set<int> watchers;                 // ranks to tell when it stops (under Impl::mutex)
   std::mutex mutex;                       // guards the mailbox
   std::deque<Call> mailbox;

@@ -21,7 +21,7 @@ void collect_tensors(const Value& v, std::vector<Tensor>& out) {
 
 // A call of an actor spawned on a device: its kernels queue on the actor's lane, after the work
 // that wrote its tensor arguments there; its result tensors are marked with the lane's event.
-Value call_on_lane(Lane& lane, const ActorType::Method& method, void* object, const Value& arguments) {
+Value call_on_lane(troupe::Lane& lane, const ActorType::Method& method, void* object, const Value& arguments) {
   std::vector<Tensor> inputs;
   collect_tensors(arguments, inputs);
   Value result;
@@ -200,7 +200,7 @@ void RemoteActors::Impl::construct(const ActorType* type, int source, uint64_t r
   try {
     actor->object = type->construct(arguments);
     if (!device.is_cpu()) {
-      actor->lane = Lane::make(device, type->name);
+      actor->lane = troupe::Lane::make(device, type->name);
       if (type->move_to) type->move_to(actor->object.get(), device);  // its state goes there once
     }
   } catch (...) {

@@ -196,6 +196,7 @@ TEST_CASE("troupe info reports the build and machine, as text or JSON", "[cli]")
   const auto info = nlohmann::json::parse(json.out);
   CHECK_FALSE(info.at("version").get<std::string>().empty());
   CHECK(info.at("cores").get<int>() >= 1);
+  CHECK_THAT(info.at("cpu_affinity").get<std::string>(), Catch::Matches("[0-9][0-9,-]*"));
   CHECK(info.at("ops").get<int>() > 0);
   CHECK(info.at("onednn").at("version").get<std::string>().find('.') != std::string::npos);
   CHECK((info.at("gemm").at("backend") == "onednn" || info.at("gemm").at("backend") == "openblas"));

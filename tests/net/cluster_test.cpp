@@ -1,12 +1,15 @@
 // Ranks on 2 and 4 "hosts" of a test cluster (scripts/netns_cluster.sh: a network namespace per
-// host, joined by a bridge): the collectives, remote actors and dist_sgd across hosts, and a host
-// whose link goes down mid-collective. Needs root and iproute2; skipped otherwise.
+// host, joined by a bridge): the collectives, remote actors and dist_sgd across hosts, a host whose
+// link goes down mid-collective, and the Kubernetes example's rendezvous with rank 0's name
+// appearing late or never. Needs root and iproute2; skipped otherwise.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -116,4 +119,75 @@ TEST_CASE("cluster: a host's link goes down mid-collective, every survivor gets 
   RankRun run = run_ranks(3, "collectives rank: link down", o);
   cut.join();
   check_all_passed(run, 3);
+}
+
+namespace {
+
+// A pod's view of names: `ip netns exec NS` bind-mounts /etc/netns/NS/hosts over /etc/hosts, and
+// in a namespace with no route to a name server that file is all the resolver has. Written in
+// place (the bind mount keeps the inode), so a line added later is seen by a rank already running,
+// as a headless Service's record appears once the pod has an address. Removed on scope exit.
+struct PodHosts {
+  std::filesystem::path dir;
+  explicit PodHosts(const std::string& ns) : dir("/etc/netns/" + ns) {
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "hosts") << "127.0.0.1 localhost\n";
+  }
+  ~PodHosts() { std::filesystem::remove_all(dir); }
+  void add(const std::string& address, const std::string& name) const {
+    std::ofstream(dir / "hosts", std::ios::app) << address << " " << name << "\n";
+  }
+};
+
+const std::string kRank0Name = "troupe-dist-sgd-0.troupe-ranks";
+
+// examples/k8s/: each rank runs rank.sh in its namespace with the variables its pod would have
+// (the manifest's env, the completion index, the pod's address), rank.sh runs dist_sgd.
+LaunchOptions as_pods(const Cluster& cluster) {
+  LaunchOptions o;
+  o.nproc = 2;
+  o.master = cluster.address(0) + ":29400";  // the launcher's default, replaced by the manifest's below
+  o.env = {{"MASTER_ADDR", kRank0Name}, {"MASTER_PORT", "29400"}, {"WORLD_SIZE", "2"}};
+  o.command = {"sh", "-c",
+               "export JOB_COMPLETION_INDEX=$RANK POD_IP=$(" + kScript + " addr $RANK " + cluster.prefix +
+                   "); exec ip netns exec " + cluster.prefix + "-h$RANK " + std::string(TROUPE_SOURCE_DIR) +
+                   "/examples/k8s/rank.sh \"$@\"",
+               "sh"};
+  for (const char* part : {"/dist_sgd", "--epochs", "1", "--subset", "2048", "--json"})
+    o.command.push_back(part[0] == '/' ? std::string(TROUPE_BIN_DIR) + part : part);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("cluster: the Kubernetes example's ranks meet when rank 0's name resolves only after a while",
+          "[net][cluster][k8s]") {
+  Cluster cluster(2);
+  REQUIRE_CLUSTER(cluster);
+  PodHosts rank1(cluster.prefix + "-h1");
+  std::thread publish([&] {
+    std::this_thread::sleep_for(3s);  // the Service publishes rank 0's record
+    rank1.add(cluster.address(0), kRank0Name);
+  });
+  const RankRun run = launch_collecting(as_pods(cluster));
+  publish.join();
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK_THAT(run.output, Catch::Contains("MASTER_ADDR='" + kRank0Name + "' does not resolve yet"));
+  CHECK_THAT(run.output, Catch::Contains("\"world\":2"));
+}
+
+TEST_CASE("cluster: the Kubernetes example's rank 1 names MASTER_ADDR when rank 0's name never resolves",
+          "[net][cluster][k8s]") {
+  Cluster cluster(2);
+  REQUIRE_CLUSTER(cluster);
+  PodHosts rank1(cluster.prefix + "-h1");
+  LaunchOptions o = as_pods(cluster);
+  o.env.push_back({"TROUPE_RESOLVE_TIMEOUT", "2"});
+  const RankRun run = launch_collecting(o);
+  INFO(run.output);
+  CHECK(run.result.exit_code != 0);
+  CHECK_THAT(run.output, Catch::Contains("[rank 1] dist_sgd: init_process_group: MASTER_ADDR='" + kRank0Name +
+                                         "' does not resolve"));
+  CHECK(run.seconds < 60);  // not the 5-minute rendezvous timeout
 }

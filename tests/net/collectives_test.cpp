@@ -2,6 +2,8 @@
 // async variant and sub-group with 2, 3 and 4 real processes (collectives_ranks.cpp), over ZeroMQ and
 // with all_reduce through shared memory; a rank killed mid-collective; mismatched calls; per-call
 // timeouts.
+#include <sched.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -43,6 +45,21 @@ TEST_CASE("collectives: the same with all_reduce through shared memory, 2 and 3 
     RankRun run = run_collective_ranks(n, "collectives rank: all");
     check_all_passed(run, n);
   }
+}
+
+// Two ranks bound to one CPU (as a job engine's binding or an inherited taskset may leave them):
+// their masks give them fewer CPUs than ranks, so the shared-memory all_reduce waits by yielding,
+// never by pausing on the CPU the peer needs; the answers are the same.
+TEST_CASE("collectives: all_reduce through shared memory with 2 ranks bound to one CPU", "[net][collectives]") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &set)) ++cpu;
+  LaunchOptions o;
+  o.command = {"taskset", "-c", std::to_string(cpu)};
+  RankRun run = run_ranks(2, "collectives rank: all", o);
+  check_all_passed(run, 2);
 }
 
 TEST_CASE("collectives: kill -9 of a rank mid-collective gives every survivor PeerLostError", "[net][collectives]") {
