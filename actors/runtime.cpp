@@ -147,6 +147,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)
   (void)&thread_locals_sentinel;  // constructed now, so its destructor marks this thread's exit
   set_intra_op_share(adaptive_share);  // cores / 1 while nothing runs: as without it
   metrics::serve_from_env();
+  Profiler::start_job_trace_from_env();
   std::lock_guard lock(current_mutex);
   if (current_runtime.load() && current_runtime.load() != fallback_runtime)
     throw ValueError("Runtime: another explicit Runtime is alive; one at a time");

@@ -17,6 +17,7 @@
 #include "actors/handoff.h"
 #include "actors/metrics.h"
 #include "actors/metrics_server.h"
+#include "actors/profiler.h"
 #include "devices/error.h"
 
 namespace troupe::net {
@@ -293,6 +294,7 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
     if (r != options_.rank) peers_.back()->link = link_counters(r);
   }
   metrics::serve_from_env();
+  Profiler::start_job_trace_from_env();
   context_ = zmq_ctx_new();
   if (!context_) zmq_fail("zmq_ctx_new");
   zmq_ctx_set(context_, ZMQ_BLOCKY, 0);
@@ -487,6 +489,46 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
     throw TimeoutError("init_process_group: rank " + std::to_string(rank()) + " heard no hello from rank(s) " +
                        missing + " (not started, unreachable, or holding a different CURVE key)");
   }
+  lock.unlock();
+  const char* trace = std::getenv("TROUPE_TRACE");
+  if (trace && *trace) sync_trace_clock(deadline);
+}
+
+void Transport::sync_trace_clock(Deadline deadline) {
+  // Each rank in turn pings rank 0; rank 0 answers with its clock. The round trip that took
+  // least bounds the offset's error by half of it: the answer was stamped somewhere inside it.
+  constexpr uint64_t kClockGroup = 0x7472616365636c6bULL;  // "traceclk": no process group's id
+  constexpr int kRounds = 32;
+  auto now = [] { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); };
+  FrameHeader h;
+  h.group = kClockGroup;
+  if (rank() == 0) {
+    for (int r = 1; r < world_size(); ++r)
+      for (int k = 0; k < kRounds; ++k) {
+        if (!wait(post(kClockGroup, Lane::p2p, k, r), deadline))
+          throw TimeoutError("TROUPE_TRACE: no clock ping from rank " + std::to_string(r));
+        h.tag = k;
+        send(r, h, Tensor::from_vector<int64_t>({now()}, {1}));
+      }
+    Profiler::set_job_clock(0, 0, 0);
+    return;
+  }
+  int64_t best_rtt = -1, offset = 0;
+  for (int k = 0; k < kRounds; ++k) {
+    auto slot = post(kClockGroup, Lane::p2p, k, 0);
+    h.tag = k;
+    const int64_t sent = now();
+    send(0, h, Tensor());
+    std::optional<Message> m = wait(slot, deadline);
+    const int64_t back = now();
+    if (!m) throw TimeoutError("TROUPE_TRACE: no clock answer from rank 0");
+    const int64_t rtt = back - sent;
+    if (best_rtt < 0 || rtt < best_rtt) {
+      best_rtt = rtt;
+      offset = m->payload.to_vector<int64_t>()[0] - (sent + back) / 2;
+    }
+  }
+  Profiler::set_job_clock(rank(), offset, (best_rtt + 1) / 2);
 }
 
 void Transport::send_control_locked(Peer& peer, FrameKind kind) {

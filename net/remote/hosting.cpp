@@ -1,8 +1,10 @@
 #include "net/remote/endpoint.h"
 
 #include <iostream>
+#include <optional>
 
 #include "actors/module_actor.h"
+#include "actors/profiler.h"
 
 namespace troupe::net {
 
@@ -88,6 +90,9 @@ void RemoteActors::Impl::run(Hosted& actor, Call& call) {
   if (call.kind == CallKind::stop) return end(actor, call);
   const std::string what = where(actor) + call.method + ": ";
   const auto start = std::chrono::steady_clock::now();
+  std::optional<RemoteSpan> span;  // the end of the caller's arrow in a trace
+  if (Profiler::global().recording())
+    span.emplace(actor.name + "." + call.method, call.request ? Profiler::remote_flow_id(call.source, call.request) : 0);
   Value result;
   std::exception_ptr failure;
   const ActorType::Method* method = actor.type->method(call.method);
