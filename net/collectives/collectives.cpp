@@ -8,8 +8,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "actors/metrics.h"
+#include "actors/profiler.h"
 #include "devices/error.h"
 #include "net/collectives/algorithms.h"
 #include "net/collectives/collective_actor.h"
@@ -148,11 +150,15 @@ void count_collective(const Call& call, uint64_t bytes, std::chrono::steady_cloc
 void run(Plan& plan, Timeout timeout) {
   Call& call = plan.call;
   call.deadline = call.channel.deadline(timeout);
+  const uint64_t bytes = plan.bytes ? plan.bytes : call.op.count * itemsize(call.op.dtype);
   const bool counted = metrics::enabled();
   const auto start = counted ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  std::optional<ProfileScope> span;  // a span on every rank of a job's trace
+  if (Profiler::global().recording())
+    span.emplace(name(call.op.op), std::to_string(bytes) + " bytes, collective #" + std::to_string(call.op.collective_seq));
   try {
     plan.body(call);
-    if (counted) count_collective(call, plan.bytes ? plan.bytes : call.op.count * itemsize(call.op.dtype), start);
+    if (counted) count_collective(call, bytes, start);
   } catch (const CommError&) {
     throw;  // the transport's and the channel's errors reach every rank by themselves
   } catch (const std::exception& e) {

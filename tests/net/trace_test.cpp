@@ -1,6 +1,7 @@
 // One trace for a job: a 2-rank remote-actor run with TROUPE_TRACE set, merged by `troupe trace
 // merge`: every call's arrow leaves the caller's span on rank 0 and ends in the callee's on rank 1,
-// each lane's spans stay in order, and the clocks' error bound is printed.
+// each lane's spans stay in order, a collective is a span on both ranks, and the clocks' error
+// bound is printed.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -9,10 +10,12 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "devices/ops.h"
+#include "net/collectives.h"
 #include "net/remote/remote_actor.h"
 #include "support/ranks.h"
 
@@ -34,6 +37,8 @@ TEST_CASE("trace rank: remote calls recorded", "[.rank]") {
   InitOptions o;
   o.timeout = 30s;
   auto world = init_process_group(o);
+  Tensor t = Tensor::ones({256});
+  all_reduce(*world, t);
   RemoteActors actors(world);
   if (world->rank() == 1) {
     host("trace.doubler", std::make_shared<Doubler>(), Method{"twice", &Doubler::twice});
@@ -71,8 +76,10 @@ TEST_CASE("trace: a 2-rank remote-actor run merges into one trace with matched a
   std::map<uint64_t, nlohmann::json> sends, receives;
   std::map<std::pair<int, int>, double> last_start;  // per lane (pid, tid)
   bool monotone = true;
+  std::set<int> all_reduce_on;  // the collective's span, on every rank
   for (const auto& e : trace["traceEvents"]) {
     const std::string ph = e["ph"];
+    if (ph == "X" && e["name"] == "all_reduce") all_reduce_on.insert(e["pid"].get<int>());
     if (ph == "X") {
       auto lane = std::make_pair(e["pid"].get<int>(), e["tid"].get<int>());
       const double ts = e["ts"];
@@ -84,6 +91,7 @@ TEST_CASE("trace: a 2-rank remote-actor run merges into one trace with matched a
     if (ph == "f") receives[e["id"]] = e;
   }
   CHECK(monotone);
+  CHECK(all_reduce_on == std::set<int>{0, 1});
   CHECK(sends.size() >= kCalls);
   int matched = 0;
   for (const auto& [id, s] : sends) {
