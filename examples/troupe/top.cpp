@@ -296,9 +296,9 @@ int top(const TopOptions& o) {
   std::vector<std::string> endpoints = split(o.endpoints);
   if (endpoints.empty() && o.port > 0)
     for (int r = 0; r < std::max(1, o.ranks); ++r) endpoints.push_back("127.0.0.1:" + std::to_string(o.port + r));
-  if (endpoints.empty()) throw UsageError("top: give --endpoints host:port,... or --port P [--ranks N]");
+  if (endpoints.empty()) throw UsageError("give --endpoints host:port,... or --port P [--ranks N]");
   for (const std::string& e : endpoints)
-    if (e.find(':') == std::string::npos) throw UsageError("top: endpoint '" + e + "' is not host:port");
+    if (e.find(':') == std::string::npos) throw UsageError("endpoint '" + e + "' is not host:port");
   if (o.once) {
     Snapshot first = poll_ranks(endpoints);
     std::this_thread::sleep_for(std::chrono::duration<double>(o.interval));

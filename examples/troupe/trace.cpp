@@ -35,7 +35,7 @@ struct RankTrace {
 
 std::vector<RankTrace> read_ranks(const std::string& dir) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(dir)) throw UsageError("trace merge: " + dir + " is not a directory");
+  if (!fs::is_directory(dir)) throw UsageError("merge: " + dir + " is not a directory");
   std::vector<RankTrace> ranks;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
@@ -45,7 +45,7 @@ std::vector<RankTrace> read_ranks(const std::string& dir) {
     try {
       doc = json::parse(in);
     } catch (const json::exception& e) {
-      throw IOError("trace merge: " + entry.path().string() + " is not a trace: " + e.what());
+      throw IOError("merge: " + entry.path().string() + " is not a trace: " + e.what());
     }
     RankTrace t;
     t.rank = std::stoi(name.substr(5));
@@ -58,7 +58,7 @@ std::vector<RankTrace> read_ranks(const std::string& dir) {
     }
     ranks.push_back(std::move(t));
   }
-  if (ranks.empty()) throw UsageError("trace merge: no rank-N.json in " + dir + " (was TROUPE_TRACE set?)");
+  if (ranks.empty()) throw UsageError("merge: no rank-N.json in " + dir + " (was TROUPE_TRACE set?)");
   std::sort(ranks.begin(), ranks.end(), [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
   return ranks;
 }
@@ -90,12 +90,12 @@ int merge(const std::string& dir, const std::string& out_path) {
     }
   }
   std::ofstream out(out_path);
-  if (!out) throw IOError("trace merge: cannot write " + out_path);
+  if (!out) throw IOError("merge: cannot write " + out_path);
   const double error_us = static_cast<double>(error_ns) / 1000.0;
   out << json{{"traceEvents", merged}, {"displayTimeUnit", "ms"},
               {"troupe", {{"ranks", ranks.size()}, {"clock_error_us", error_us}}}}
              .dump();
-  if (!out) throw IOError("trace merge: writing " + out_path + " failed");
+  if (!out) throw IOError("merge: writing " + out_path + " failed");
   size_t matched = 0;
   for (uint64_t id : calls) matched += served.count(id);
   std::cout << "merged " << ranks.size() << " rank(s), " << merged.size() << " events into " << out_path << "; "
