@@ -34,9 +34,11 @@
 #include "devices/cuda/stream.h"
 #endif
 
-// actors/: the runtime, fork/wait, promises, module actors, the profiler.
+// actors/: the runtime, fork/wait, promises, module actors, the profiler, metrics.
 #include "actors/fork.h"
 #include "actors/future.h"
+#include "actors/metrics.h"
+#include "actors/metrics_server.h"
 #include "actors/module_actor.h"
 #include "actors/profiler.h"
 #include "actors/promise.h"

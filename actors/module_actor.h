@@ -33,8 +33,10 @@ struct ActorOptions {
 };
 
 namespace detail {
-// Spawns the module's actor; it runs the queue's calls as their requests arrive.
-std::shared_ptr<ModuleQueue> spawn_module_actor(std::string name);
+// Spawns the module's actor; it runs the queue's calls as their requests arrive. counted: its
+// calls count in the actor metrics (false for a hosted remote actor's executor, which counts
+// each remote call itself rather than the batches it runs).
+std::shared_ptr<ModuleQueue> spawn_module_actor(std::string name, bool counted = true);
 }  // namespace detail
 
 template <class M>

@@ -1,6 +1,7 @@
 #include "actors/module_queue.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "devices/error.h"
@@ -17,6 +18,9 @@ struct HeldScope {
 };
 }  // namespace
 
+ModuleQueue::ModuleQueue(std::string name, bool counted)
+    : name_(std::move(name)), metrics_(counted ? std::make_unique<metrics::ActorMetrics>(name_) : nullptr) {}
+
 ModuleQueue::~ModuleQueue() {
   if (stop_) stop_();
 }
@@ -30,6 +34,7 @@ void ModuleQueue::submit(const detail::TaskPtr& task) {
   {
     std::lock_guard lock(queue_mutex_);
     queue_.push_back(task);
+    if (metrics_) metrics_->mailbox.add(1);  // under the lock, so the depth never reads below 0
   }
   send_(task);
 }
@@ -39,13 +44,26 @@ detail::TaskPtr ModuleQueue::pop() {
   if (queue_.empty()) return nullptr;
   auto task = std::move(queue_.front());
   queue_.pop_front();
+  if (metrics_) metrics_->mailbox.add(-1);
   return task;
 }
 
 void ModuleQueue::run_next() {
   std::lock_guard run(run_mutex_);
   HeldScope held(this);
-  if (auto task = pop()) task->try_run();
+  if (auto task = pop()) run_call(task);
+}
+
+void ModuleQueue::run_call(const detail::TaskPtr& task) {
+  if (!metrics_ || !metrics::enabled()) {
+    task->try_run();
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  if (!task->try_run()) return;
+  metrics_->seconds.observe(metrics::seconds_since(start));
+  metrics_->calls.add();
+  if (task->error_) metrics_->errors.add();
 }
 
 void ModuleQueue::run_until(detail::TaskBase* task) {
@@ -58,7 +76,7 @@ void ModuleQueue::run_until(detail::TaskBase* task) {
   while (!task->is_done()) {
     auto next = pop();
     if (!next) break;
-    next->try_run();
+    run_call(next);
   }
 }
 

@@ -2,19 +2,23 @@
 // The mailbox discipline of a module actor: calls run one at a time, in the order they were
 // forked. The actor drains the queue as its request messages arrive; a thread that waits for a
 // queued call may drain up to it itself (holding the same run lock), so a module call never
-// waits for a free scheduler thread and fork/wait on modules cannot deadlock.
+// waits for a free scheduler thread and fork/wait on modules cannot deadlock. Each module name has
+// its metrics (metrics::ActorMetrics): calls, errors, mailbox depth and the time calls run.
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
+#include "actors/metrics.h"
 #include "actors/task.h"
 
 namespace troupe {
 
 class ModuleQueue {
  public:
-  explicit ModuleQueue(std::string name) : name_(std::move(name)) {}
+  // counted: whether its calls count in the actor metrics (a hosted remote actor counts its own).
+  explicit ModuleQueue(std::string name, bool counted = true);
   ~ModuleQueue();
   const std::string& name() const { return name_; }
 
@@ -29,6 +33,7 @@ class ModuleQueue {
 
  private:
   detail::TaskPtr pop();
+  void run_call(const detail::TaskPtr& task);  // runs it, counting it in the module's metrics
 
   std::string name_;
   std::function<void(const detail::TaskPtr&)> send_;
@@ -36,6 +41,7 @@ class ModuleQueue {
   std::mutex queue_mutex_;
   std::deque<detail::TaskPtr> queue_;
   std::mutex run_mutex_;  // held while a call of this module runs
+  std::unique_ptr<metrics::ActorMetrics> metrics_;  // null: not counted
 };
 
 }  // namespace troupe

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,7 +36,9 @@ struct Span {
   int64_t parent = -1;   // index of the enclosing open span on this thread
   uint64_t flow_out = 0; // a fork: id of the task it starts
   uint64_t flow_in = 0;  // a task: its own id
-  bool sync = false;     // an instant: the host waited for a device here
+  uint64_t remote_out = 0;  // a remote call made: its flow id (Profiler::remote_flow_id)
+  uint64_t remote_in = 0;   // a remote call run here: the same id
+  bool sync = false;        // an instant: the host waited for a device here
 };
 
 // An op's span on a device lane (a GPU actor's stream, or a device's default stream), timed by the
@@ -78,6 +83,9 @@ struct Logs {
   std::vector<std::shared_ptr<ThreadLog>> threads;
   std::atomic<uint64_t> generation{0};  // bumped by start(): older logs are cleared lazily
   std::atomic<int64_t> origin{0};
+  // The job's clock (set_job_clock), under mutex.
+  int rank = -1;
+  int64_t clock_offset_ns = 0, clock_error_ns = -1;  // error -1: not measured
 };
 
 Logs& logs() {
@@ -235,6 +243,66 @@ void Profiler::set_thread_actor(std::string_view actor) {
   log.actor = std::string(actor);
 }
 
+uint64_t Profiler::remote_flow_id(int caller_rank, uint64_t request) {
+  // Below 2^53 (JSON readers hold ids as doubles) and apart from fork ids, which troupe trace merge
+  // moves to rank * 2^32 + id.
+  return (uint64_t{1} << 52) | (static_cast<uint64_t>(caller_rank & 0xfffff) << 32) | (request & 0xffffffff);
+}
+
+void Profiler::record_remote_call(std::string_view name, uint64_t flow) {
+  if (!global().recording()) return;
+  const int64_t index = open_span(std::string(name), {});
+  {
+    ThreadLog& log = this_thread_log();
+    std::lock_guard lock(log.mutex);
+    log.events[index].remote_out = flow;
+  }
+  close_span(index);
+}
+
+void Profiler::set_job_clock(int rank, int64_t offset_ns, int64_t error_ns) {
+  std::lock_guard lock(logs().mutex);
+  logs().rank = rank;
+  logs().clock_offset_ns = offset_ns;
+  logs().clock_error_ns = error_ns;
+}
+
+void Profiler::start_job_trace_from_env() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* dir = std::getenv("TROUPE_TRACE");
+    if (!dir || !*dir) return;
+    global().start();
+    std::atexit([] {
+      const char* dir = std::getenv("TROUPE_TRACE");
+      int rank = logs().rank;
+      if (rank < 0)
+        for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
+          if (const char* v = std::getenv(name); v && *v && rank < 0) rank = std::atoi(v);
+      const std::string path = std::string(dir) + "/rank-" + std::to_string(std::max(rank, 0)) + ".json";
+      try {
+        std::filesystem::create_directories(dir);
+        global().stop();
+        global().export_chrome_trace(path);
+      } catch (const std::exception& e) {
+        std::cerr << "troupe: TROUPE_TRACE: " << e.what() << "\n";
+      }
+    });
+  });
+}
+
+RemoteSpan::RemoteSpan(std::string_view name, uint64_t flow) {
+  if (!Profiler::global().recording()) return;
+  index_ = open_span(std::string(name), {});
+  ThreadLog& log = this_thread_log();
+  std::lock_guard lock(log.mutex);
+  log.events[index_].remote_in = flow;
+}
+
+RemoteSpan::~RemoteSpan() {
+  if (index_ >= 0) close_span(index_);
+}
+
 void Profiler::record_fork(uint64_t task_id) {
   if (!global().recording()) return;
   const int64_t index = open_span("fork", {});
@@ -335,7 +403,9 @@ void Profiler::export_chrome_trace(const std::string& path) const {
       json args = {{"actor", e.actor}};
       if (!e.args.empty()) args["inputs"] = e.args;
       if (e.flow_in) args["task"] = e.flow_in;
-      trace.push_back({{"ph", "X"}, {"name", e.name}, {"cat", e.flow_in ? "task" : e.flow_out ? "fork" : "op"},
+      const bool remote = e.remote_in || e.remote_out;
+      trace.push_back({{"ph", "X"}, {"name", e.name},
+                       {"cat", remote ? "remote" : e.flow_in ? "task" : e.flow_out ? "fork" : "op"},
                        {"pid", 1}, {"tid", log->tid}, {"ts", us(e.start)},
                        {"dur", std::max(0.001, us(e.end) - us(e.start))}, {"args", args}});
       if (e.flow_out)
@@ -344,12 +414,24 @@ void Profiler::export_chrome_trace(const std::string& path) const {
       if (e.flow_in)
         trace.push_back({{"ph", "f"}, {"bp", "e"}, {"name", "fork"}, {"cat", "fork"}, {"id", e.flow_in},
                          {"pid", 1}, {"tid", log->tid}, {"ts", us(e.start)}});
+      if (e.remote_out)
+        trace.push_back({{"ph", "s"}, {"name", "remote call"}, {"cat", "remote"}, {"id", e.remote_out}, {"pid", 1},
+                         {"tid", log->tid}, {"ts", us(e.start)}});
+      if (e.remote_in)
+        trace.push_back({{"ph", "f"}, {"bp", "e"}, {"name", "remote call"}, {"cat", "remote"}, {"id", e.remote_in},
+                         {"pid", 1}, {"tid", log->tid}, {"ts", us(e.start)}});
     }
   }
   append_device_lanes(trace, us);
   std::ofstream out(path);
   if (!out) throw IOError("export_chrome_trace: cannot write " + path);
-  out << json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump();
+  json clock;
+  {
+    std::lock_guard lock(logs().mutex);
+    clock = {{"rank", logs().rank}, {"origin_ns", origin}, {"clock_offset_ns", logs().clock_offset_ns},
+             {"clock_error_ns", logs().clock_error_ns}};
+  }
+  out << json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}, {"troupe", clock}}.dump();
   if (!out) throw IOError("export_chrome_trace: writing " + path + " failed");
 }
 

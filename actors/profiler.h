@@ -12,6 +12,12 @@
 //   std::cout << p.table();
 //
 // Off, it costs one relaxed atomic load per op, fork and scope.
+//
+// A job's trace: with TROUPE_TRACE=DIR (or `troupe launch --trace DIR`) every rank starts
+// recording when its runtime or transport starts and writes DIR/rank-N.json at exit, with its
+// clock's offset to rank 0's (measured by the transport at connect); remote calls are flow arrows
+// from the caller's "remote call" span to the callee's span, which `troupe trace merge DIR -o
+// job.json` joins into one trace, a process per rank.
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -36,6 +42,17 @@ class Profiler {
   static void set_thread_actor(std::string_view actor);
   static void record_fork(uint64_t task_id);
 
+  // Remote calls: a flow id unique in the job (the caller's rank and its request number), the
+  // caller's instant span that starts the arrow (RemoteSpan ends it on the callee).
+  static uint64_t remote_flow_id(int caller_rank, uint64_t request);
+  static void record_remote_call(std::string_view name, uint64_t flow);
+
+  // TROUPE_TRACE=DIR: starts recording (once per process) and writes DIR/rank-N.json at exit.
+  static void start_job_trace_from_env();
+  // This rank and its clock's offset to rank 0's (rank 0 clock = this clock + offset), with the
+  // bound on the offset's error, written into the trace for `troupe trace merge`.
+  static void set_job_clock(int rank, int64_t offset_ns, int64_t error_ns);
+
  private:
   std::atomic<bool> recording_{false};
 };
@@ -47,6 +64,18 @@ class ProfileScope {
   ~ProfileScope();
   ProfileScope(const ProfileScope&) = delete;
   ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  int64_t index_ = -1;
+};
+
+// The span of a remote call on the rank that runs it; the end of the arrow from its caller.
+class RemoteSpan {
+ public:
+  RemoteSpan(std::string_view name, uint64_t flow);
+  ~RemoteSpan();
+  RemoteSpan(const RemoteSpan&) = delete;
+  RemoteSpan& operator=(const RemoteSpan&) = delete;
 
  private:
   int64_t index_ = -1;

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "actors/handoff.h"
+#include "actors/metrics.h"
+#include "actors/metrics_server.h"
 #include "actors/module_actor.h"
 #include "actors/profiler.h"
 #include "actors/task.h"
@@ -57,6 +59,7 @@ class HelpQueue {
 
 std::atomic<int> running_tasks{0};
 std::atomic<uint64_t> next_task_id{1};
+metrics::Counter& tasks_forked = metrics::counter("troupe_tasks_total", "Tasks forked (fork/wait and module calls)");
 
 // The thread budget counts, besides running tasks, threads outside the runtime that forked and
 // have not waited since: they presumably compute alongside their forks (the TorchScript fork/wait tutorial's BiFork runs
@@ -143,6 +146,8 @@ struct Runtime::Impl {
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)) {
   (void)&thread_locals_sentinel;  // constructed now, so its destructor marks this thread's exit
   set_intra_op_share(adaptive_share);  // cores / 1 while nothing runs: as without it
+  metrics::serve_from_env();
+  Profiler::start_job_trace_from_env();
   std::lock_guard lock(current_mutex);
   if (current_runtime.load() && current_runtime.load() != fallback_runtime)
     throw ValueError("Runtime: another explicit Runtime is alive; one at a time");
@@ -266,6 +271,7 @@ void TaskBase::wait() {
 void submit(const TaskPtr& task) {
   Runtime& rt = Runtime::current();
   forking_external.start();
+  tasks_forked.add();
   Profiler::record_fork(task->id());
   if (ModuleQueue* queue = task->queue()) {
     queue->submit(task);
@@ -279,7 +285,7 @@ void submit(const TaskPtr& task) {
 
 // The module's actor: each request runs the oldest queued call. It holds no reference to the
 // queue (the tasks do), so a module whose handles are gone stops its actor from ~ModuleQueue.
-std::shared_ptr<ModuleQueue> spawn_module_actor(std::string name) {
+std::shared_ptr<ModuleQueue> spawn_module_actor(std::string name, bool counted) {
   auto& system = Runtime::current().system();
   auto actor = system.spawn(  // name as a spawn argument: see Runtime::Impl
       [](std::string name) -> caf::behavior {
@@ -290,7 +296,7 @@ std::shared_ptr<ModuleQueue> spawn_module_actor(std::string name) {
         }};
       },
       name);
-  auto queue = std::make_shared<ModuleQueue>(std::move(name));
+  auto queue = std::make_shared<ModuleQueue>(std::move(name), counted);
   queue->set_notifier(
       [actor](const TaskPtr& task) { send_handoff(actor, TaskRequest{task}); },
                       [actor] { caf::anon_send_exit(actor, caf::exit_reason::user_shutdown); });

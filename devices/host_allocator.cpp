@@ -54,6 +54,10 @@ class LargeBlockCache {
     cached_ += bytes;
     return true;
   }
+  size_t cached() {
+    std::lock_guard lock(mutex_);
+    return cached_;
+  }
 
  private:
   std::mutex mutex_;
@@ -87,5 +91,7 @@ void host_deallocate(void* ptr, size_t nbytes) {
   const size_t bytes = large_size(nbytes);
   if (!cache().keep(ptr, bytes)) munmap(ptr, bytes);
 }
+
+size_t host_cached_bytes() { return cache().cached(); }
 
 }  // namespace troupe

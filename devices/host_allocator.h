@@ -14,5 +14,7 @@ namespace troupe {
 
 void* host_allocate(size_t nbytes);
 void host_deallocate(void* ptr, size_t nbytes);
+// Bytes of freed large blocks kept for reuse now (the metrics' troupe_host_allocator_cached_bytes).
+size_t host_cached_bytes();
 
 }  // namespace troupe

@@ -15,6 +15,9 @@
 #include <fstream>
 
 #include "actors/handoff.h"
+#include "actors/metrics.h"
+#include "actors/metrics_server.h"
+#include "actors/profiler.h"
 #include "devices/error.h"
 
 namespace troupe::net {
@@ -41,6 +44,36 @@ void set_int(void* socket, int option, int value) {
 void set_string(void* socket, int option, const std::string& value) {
   if (zmq_setsockopt(socket, option, value.data(), value.size()) != 0)
     zmq_fail("zmq_setsockopt " + std::to_string(option));
+}
+
+// Bytes (headers included) and frames per peer and path, both ways (metrics.h): what troupe top
+// shows per link. Heartbeats and the other control frames are not counted.
+enum Path { zmq_path, direct_path, stripes_path };
+struct LinkCounters {
+  metrics::Counter* sent_bytes;
+  metrics::Counter* sent_frames;
+  metrics::Counter* received_bytes;
+  metrics::Counter* received_frames;
+};
+
+std::array<LinkCounters, 3> link_counters(int peer) {
+  std::array<LinkCounters, 3> out;
+  const char* names[] = {"zmq", "direct", "stripes"};
+  for (int p = 0; p < 3; ++p) {
+    const metrics::Labels labels{{"peer", std::to_string(peer)}, {"path", names[p]}};
+    out[p] = {&metrics::counter("troupe_transport_sent_bytes_total", "Bytes sent to a peer, headers included", labels),
+              &metrics::counter("troupe_transport_sent_frames_total", "Frames sent to a peer", labels),
+              &metrics::counter("troupe_transport_received_bytes_total", "Bytes received from a peer, headers included",
+                                labels),
+              &metrics::counter("troupe_transport_received_frames_total", "Frames received from a peer", labels)};
+  }
+  return out;
+}
+
+size_t parts_bytes(std::span<const std::span<const uint8_t>> parts) {
+  size_t bytes = 0;
+  for (const auto& p : parts) bytes += p.size();
+  return bytes;
 }
 
 std::string last_endpoint(void* socket) {
@@ -218,6 +251,16 @@ struct Transport::Peer {
     std::vector<Tensor> extra;
   };
   std::map<uint64_t, Held> held;
+  std::array<LinkCounters, 3> link{};  // by Path; set by the constructor (not for this rank)
+
+  void count_sent(Path path, size_t bytes) {
+    link[path].sent_bytes->add(bytes);
+    link[path].sent_frames->add();
+  }
+  void count_received(Path path, size_t bytes) {
+    link[path].received_bytes->add(bytes);
+    link[path].received_frames->add();
+  }
 };
 
 struct Transport::Slot {
@@ -246,7 +289,12 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
   if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size)
     throw ValueError("transport: rank " + std::to_string(options_.rank) + " outside a world of " +
                      std::to_string(options_.world_size));
-  for (int r = 0; r < options_.world_size; ++r) peers_.push_back(std::make_unique<Peer>());
+  for (int r = 0; r < options_.world_size; ++r) {
+    peers_.push_back(std::make_unique<Peer>());
+    if (r != options_.rank) peers_.back()->link = link_counters(r);
+  }
+  metrics::serve_from_env();
+  Profiler::start_job_trace_from_env();
   context_ = zmq_ctx_new();
   if (!context_) zmq_fail("zmq_ctx_new");
   zmq_ctx_set(context_, ZMQ_BLOCKY, 0);
@@ -441,6 +489,46 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
     throw TimeoutError("init_process_group: rank " + std::to_string(rank()) + " heard no hello from rank(s) " +
                        missing + " (not started, unreachable, or holding a different CURVE key)");
   }
+  lock.unlock();
+  const char* trace = std::getenv("TROUPE_TRACE");
+  if (trace && *trace) sync_trace_clock(deadline);
+}
+
+void Transport::sync_trace_clock(Deadline deadline) {
+  // Each rank in turn pings rank 0; rank 0 answers with its clock. The round trip that took
+  // least bounds the offset's error by half of it: the answer was stamped somewhere inside it.
+  constexpr uint64_t kClockGroup = 0x7472616365636c6bULL;  // "traceclk": no process group's id
+  constexpr int kRounds = 32;
+  auto now = [] { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); };
+  FrameHeader h;
+  h.group = kClockGroup;
+  if (rank() == 0) {
+    for (int r = 1; r < world_size(); ++r)
+      for (int k = 0; k < kRounds; ++k) {
+        if (!wait(post(kClockGroup, Lane::p2p, k, r), deadline))
+          throw TimeoutError("TROUPE_TRACE: no clock ping from rank " + std::to_string(r));
+        h.tag = k;
+        send(r, h, Tensor::from_vector<int64_t>({now()}, {1}));
+      }
+    Profiler::set_job_clock(0, 0, 0);
+    return;
+  }
+  int64_t best_rtt = -1, offset = 0;
+  for (int k = 0; k < kRounds; ++k) {
+    auto slot = post(kClockGroup, Lane::p2p, k, 0);
+    h.tag = k;
+    const int64_t sent = now();
+    send(0, h, Tensor());
+    std::optional<Message> m = wait(slot, deadline);
+    const int64_t back = now();
+    if (!m) throw TimeoutError("TROUPE_TRACE: no clock answer from rank 0");
+    const int64_t rtt = back - sent;
+    if (best_rtt < 0 || rtt < best_rtt) {
+      best_rtt = rtt;
+      offset = m->payload.to_vector<int64_t>()[0] - (sent + back) / 2;
+    }
+  }
+  Profiler::set_job_clock(rank(), offset, (best_rtt + 1) / 2);
 }
 
 void Transport::send_control_locked(Peer& peer, FrameKind kind) {
@@ -505,12 +593,14 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
     const std::span<const uint8_t> parts[] = {bytes};
     const auto payload_parts = std::span(parts, h.payload_bytes > 0 ? 1 : 0);
     if (send_direct_locked(peer, h, payload_parts)) {
+      peer.count_sent(direct_path, header_size(h.shape.size()) + h.payload_bytes);
       ++peer.next_seq;
       touch();
       if (done) done->finish();
       return;
     }
     if (takes_stripes(dst, payload_parts)) {
+      peer.count_sent(stripes_path, header_size(h.shape.size()) + h.payload_bytes);
       send_striped_locked(dst, h, payload_parts, std::make_shared<Tensor>(host), done);
       ++peer.next_seq;
       touch();
@@ -529,6 +619,7 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
     zmq_fail("send to rank " + std::to_string(dst));
   }
   if (has_payload) send_tensor_part(peer.dealer, host, 0, zero_copy ? done : nullptr, dst);
+  peer.count_sent(zmq_path, header_size(h.shape.size()) + h.payload_bytes);
   touch();
   if (done && !zero_copy) done->finish();
 }
@@ -561,11 +652,14 @@ void Transport::send_actor_frame(int dst, const std::vector<uint8_t>& call_frame
   {
     std::vector<std::span<const uint8_t>> parts{{call_frame.data(), call_frame.size()}};
     for (const Tensor& t : hosts) parts.emplace_back(static_cast<const uint8_t*>(t.raw_data()), t.nbytes());
+    const size_t frame_bytes = header_size(1) + parts_bytes(parts);
     if (send_direct_locked(peer, h, parts)) {
+      peer.count_sent(direct_path, frame_bytes);
       touch();
       return;
     }
     if (takes_stripes(dst, parts)) {
+      peer.count_sent(stripes_path, frame_bytes);
       // The stripes' threads write later: they keep a copy of the call frame and the tensors.
       auto kept = std::make_shared<std::pair<std::vector<uint8_t>, std::vector<Tensor>>>(call_frame, hosts);
       parts[0] = {kept->first.data(), kept->first.size()};
@@ -588,8 +682,12 @@ void Transport::send_actor_frame(int dst, const std::vector<uint8_t>& call_frame
     zmq_msg_close(&call_msg);
     zmq_fail("send to rank " + std::to_string(dst));
   }
-  for (size_t i = 0; i < hosts.size(); ++i)
+  size_t frame_bytes = header_size(1) + call_frame.size();
+  for (size_t i = 0; i < hosts.size(); ++i) {
     send_tensor_part(peer.dealer, hosts[i], i + 1 < hosts.size() ? ZMQ_SNDMORE : 0, nullptr, dst);
+    frame_bytes += hosts[i].nbytes();
+  }
+  peer.count_sent(zmq_path, frame_bytes);
   touch();
 }
 
@@ -1001,6 +1099,9 @@ int Transport::handle_router() {
         throw CommError("frame: malformed: claims source rank " + std::to_string(h.source));
       if (!extra.empty() && h.kind != FrameKind::actor)
         throw CommError("frame: malformed: " + std::to_string(count + extra.size()) + " message parts");
+      size_t frame_bytes = zmq_msg_size(&parts[1]) + payload_size;
+      for (const Tensor& t : extra) frame_bytes += t.nbytes();
+      peers_[peer]->count_received(zmq_path, frame_bytes);
       Tensor payload = adopt_payload(&parts[2], h.dtype, h.shape);
       take_frame(peer, std::move(h), std::move(payload), std::move(extra));
       ++handled;
@@ -1038,6 +1139,7 @@ int Transport::handle_direct() {
         }
         ++handled;
         ++direct_frames_;
+        peers_[in.peer()]->count_received(direct_path, record.header.size() + parts_bytes(record.parts));
         take_frame(in.peer(), std::move(h), std::move(payload), std::move(extra));
       });
     } catch (const CommError& e) {
@@ -1090,6 +1192,9 @@ int Transport::handle_striped() {
                            Strides{1}, static_cast<int64_t>(f.parts[i].first));
       ++handled;
       ++striped_frames_;
+      size_t frame_bytes = f.header.size();
+      for (const auto& part : f.parts) frame_bytes += part.second;
+      peers_[f.peer]->count_received(stripes_path, frame_bytes);
       take_frame(f.peer, std::move(h), std::move(payload), std::move(extra));
     } catch (const CommError& e) {
       lose_peer(f.peer, std::make_exception_ptr(

@@ -218,6 +218,8 @@ class Transport {
   void tick(Clock::time_point now);
   void deliver(Message message);  // with mutex_ held
   void send_control_locked(Peer& peer, FrameKind kind);
+  // TROUPE_TRACE: measures this rank's clock offset to rank 0 (ping-pong) for the job's trace.
+  void sync_trace_clock(Deadline deadline);
   void break_transport(std::exception_ptr error);
   void lose_peer(int r, std::exception_ptr error);  // a crash or a bad frame: breaks the transport
   void peer_departed(int r);

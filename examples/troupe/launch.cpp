@@ -3,6 +3,9 @@
 //   troupe launch --nproc 2 -- build/bin/p2p_blocking
 //   troupe launch --nproc 4 --nnodes 2 --node-rank 0 --master 10.0.0.1:29500 --curve-key job.key -- prog
 //   troupe launch --nproc 2 --max-restarts 3 -- build/bin/dist_sgd --checkpoint-dir ckpt --resume
+//   troupe launch --nproc 2 --metrics-port 9400 -- build/bin/remote_bench   # rank r: GET :9400+r/metrics
+//   troupe launch --nproc 2 --trace /tmp/t -- build/bin/remote_bench; troupe trace merge /tmp/t -o job.json
+#include <filesystem>
 #include <memory>
 
 #include "examples/troupe/commands.h"
@@ -15,6 +18,8 @@ Command add_launch_command(CLI::App& parent) {
       "launch", "Start local ranks of a distributed program with env:// set (RANK, WORLD_SIZE, MASTER_ADDR, ...)");
   auto o = std::make_shared<net::LaunchOptions>();
   auto grace_s = std::make_shared<double>(5.0);
+  auto metrics_port = std::make_shared<int>(0);
+  auto trace_dir = std::make_shared<std::string>();
   app->add_option("--nproc", o->nproc, "Ranks to start on this node")->required()->check(CLI::PositiveNumber);
   app->add_option("--nnodes", o->nnodes, "Nodes in the job")->check(CLI::PositiveNumber);
   app->add_option("--node-rank", o->node_rank, "This node's index (0..nnodes-1)")->check(CLI::NonNegativeNumber);
@@ -26,9 +31,16 @@ Command add_launch_command(CLI::App& parent) {
   app->add_flag("--curve", o->curve, "Authenticate and encrypt with a fresh CURVE key (single node)");
   app->add_flag("!--no-huge-pages", o->huge_pages, "Leave malloc's pages as they are (no glibc.malloc.hugetlb=1)");
   app->add_option("--curve-key", o->curve_key_file, "CURVE key file shared by every node (created if missing)");
+  app->add_option("--metrics-port", *metrics_port,
+                  "Serve Prometheus metrics: rank r on port P+r (GET /metrics; TROUPE_METRICS_ADDR, default 127.0.0.1)")
+      ->check(CLI::Range(1, 65535));
+  app->add_option("--trace", *trace_dir, "Every rank records a trace into DIR/rank-N.json (troupe trace merge DIR)");
   app->add_option("command", o->command, "-- PROGRAM ARGS...")->required();
-  return {app, [o, grace_s] {
+  return {app, [o, grace_s, metrics_port, trace_dir] {
             o->grace = std::chrono::milliseconds(static_cast<int64_t>(*grace_s * 1000));
+            // Each rank adds its RANK to the port (actors/metrics_server.h), as under mpirun or srun.
+            if (*metrics_port > 0) o->env.emplace_back("TROUPE_METRICS_PORT", std::to_string(*metrics_port));
+            if (!trace_dir->empty()) o->env.emplace_back("TROUPE_TRACE", std::filesystem::absolute(*trace_dir).string());
             return net::launch(*o).exit_code;
           }};
 }

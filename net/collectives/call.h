@@ -16,6 +16,8 @@ struct Call {
   Channel channel;
   OpDescriptor op;
   Deadline deadline;
+  // The algorithm that ran, set by the rank's part: the algorithm label of the collective's metrics.
+  const char* algorithm = "local";
 
   int rank() const { return channel.rank(); }
   int size() const { return channel.size(); }

@@ -3,9 +3,15 @@
 #include "net/collectives.h"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 
+#include "actors/metrics.h"
+#include "actors/profiler.h"
 #include "devices/error.h"
 #include "net/collectives/algorithms.h"
 #include "net/collectives/collective_actor.h"
@@ -102,6 +108,7 @@ std::shared_ptr<collectives::TwoLevel> two_level(ProcessGroup& g, NumberLevels n
 struct Plan {
   Call call;
   std::function<void(Call&)> body;
+  uint64_t bytes = 0;  // for the metrics; 0: the descriptor's count times the dtype's size
 };
 
 Call begin(ProcessGroup& g, CollectiveOp op, ReduceOp r, DType dtype, uint64_t count, int root = -1) {
@@ -110,11 +117,48 @@ Call begin(ProcessGroup& g, CollectiveOp op, ReduceOp r, DType dtype, uint64_t c
   return Call{std::move(channel), d, {}};
 }
 
+// Calls, bytes and seconds per collective and algorithm (metrics.h); the series are looked up
+// once per pair, not per call.
+struct CollectiveCounters {
+  metrics::Counter& calls;
+  metrics::Counter& bytes;
+  metrics::Histogram& seconds;
+};
+
+CollectiveCounters& collective_counters(CollectiveOp op, const char* algorithm) {
+  static std::mutex mutex;
+  static std::map<std::pair<CollectiveOp, std::string>, std::unique_ptr<CollectiveCounters>> known;
+  std::lock_guard lock(mutex);
+  auto& slot = known[{op, algorithm}];
+  if (!slot) {
+    const metrics::Labels labels{{"collective", name(op)}, {"algorithm", algorithm}};
+    slot.reset(new CollectiveCounters{
+        metrics::counter("troupe_collective_calls_total", "Collective calls this rank took part in", labels),
+        metrics::counter("troupe_collective_bytes_total", "Bytes of the tensors given to collectives", labels),
+        metrics::histogram("troupe_collective_seconds", "Time this rank spent in a collective call", labels)});
+  }
+  return *slot;
+}
+
+void count_collective(const Call& call, uint64_t bytes, std::chrono::steady_clock::time_point start) {
+  CollectiveCounters& c = collective_counters(call.op.op, call.algorithm);
+  c.calls.add();
+  c.bytes.add(bytes);
+  c.seconds.observe(metrics::seconds_since(start));
+}
+
 void run(Plan& plan, Timeout timeout) {
   Call& call = plan.call;
   call.deadline = call.channel.deadline(timeout);
+  const uint64_t bytes = plan.bytes ? plan.bytes : call.op.count * itemsize(call.op.dtype);
+  const bool counted = metrics::enabled();
+  const auto start = counted ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  std::optional<ProfileScope> span;  // a span on every rank of a job's trace
+  if (Profiler::global().recording())
+    span.emplace(name(call.op.op), std::to_string(bytes) + " bytes, collective #" + std::to_string(call.op.collective_seq));
   try {
     plan.body(call);
+    if (counted) count_collective(call, bytes, start);
   } catch (const CommError&) {
     throw;  // the transport's and the channel's errors reach every rank by themselves
   } catch (const std::exception& e) {
@@ -160,9 +204,11 @@ Plan plan_broadcast(ProcessGroup& g, Tensor& tensor, int root) {
             if (c.size() == 1) return;
             Tensor got;
             if (levels) {
+              c.algorithm = "two_level";
               levels->deadline = c.deadline;
               got = collectives::two_level_broadcast(*levels, data);
             } else {
+              c.algorithm = "binomial_tree";
               got = collectives::binomial_broadcast(c, data, root);
             }
             if (c.rank() != root) *out = restore(got, meta);
@@ -177,6 +223,7 @@ Plan plan_reduce(ProcessGroup& g, Tensor& tensor, int root, ReduceOp op) {
   Call call = begin(g, CollectiveOp::reduce, op, meta.dtype, tensor.numel(), root);
   return {std::move(call), [data = host_flat(tensor), meta, root, op, out = &tensor](Call& c) {
             if (c.size() == 1) return;
+            c.algorithm = "binomial_tree";
             Tensor got = collectives::binomial_reduce(c, data, root, op);
             if (c.rank() == root) *out = restore(got, meta);
           }};
@@ -208,6 +255,7 @@ Plan plan_all_reduce(ProcessGroup& g, Tensor& tensor, ReduceOp op) {
   return {std::move(call), [data = host_flat(tensor), meta, op, ticket, levels, out = &tensor](Call& c) {
             if (c.size() == 1) return;
             if (levels) {
+              c.algorithm = "two_level";
               levels->deadline = c.deadline;
               *out = restore(collectives::two_level_all_reduce(*levels, data, op, c.size()), meta);
               return;
@@ -215,6 +263,7 @@ Plan plan_all_reduce(ProcessGroup& g, Tensor& tensor, ReduceOp op) {
             if (ticket) {
               auto& shm = c.channel.group().shared_memory_all_reduce();
               if (std::optional<Tensor> sum = shm.run(c, *ticket, data, op)) {
+                c.algorithm = "shared_memory";
                 *out = restore(*sum, meta);
                 return;
               }
@@ -234,6 +283,7 @@ Plan plan_scatter(ProcessGroup& g, Tensor& output, const std::vector<Tensor>& in
   const TensorMeta meta = output.meta();
   Call call = begin(g, CollectiveOp::scatter, ReduceOp::none, meta.dtype, output.numel(), root);
   return {std::move(call), [parts = std::move(parts), meta, root, out = &output](Call& c) {
+            if (c.size() > 1) c.algorithm = "direct";
             Tensor got = c.size() == 1 ? parts[0] : collectives::direct_scatter(c, parts, root);
             *out = restore(got, meta);
           }};
@@ -250,6 +300,7 @@ Plan plan_gather(ProcessGroup& g, std::vector<Tensor>& outputs, const Tensor& in
               *out = {input};
               return;
             }
+            c.algorithm = "direct";
             std::vector<Tensor> parts = collectives::direct_gather(c, data, root);
             if (c.rank() != root) return;
             parts[static_cast<size_t>(root)] = input;
@@ -268,6 +319,7 @@ Plan plan_all_gather(ProcessGroup& g, std::vector<Tensor>& outputs, const Tensor
               *out = {input};
               return;
             }
+            c.algorithm = "ring";
             std::vector<Tensor> parts = collectives::ring_all_gather(c, data);
             parts[static_cast<size_t>(c.rank())] = input;
             for (Tensor& p : parts) p = restore(p, {p.dtype(), p.shape(), input.device()});
@@ -284,6 +336,7 @@ Plan plan_reduce_scatter(ProcessGroup& g, Tensor& output, const std::vector<Tens
   const TensorMeta meta = inputs[0].meta();
   Call call = begin(g, CollectiveOp::reduce_scatter, op, meta.dtype, inputs[0].numel());
   return {std::move(call), [parts = std::move(parts), meta, op, out = &output](Call& c) {
+            if (c.size() > 1) c.algorithm = "ring";
             Tensor got = c.size() == 1 ? parts[0] : collectives::ring_reduce_scatter(c, parts, op);
             *out = restore(got, meta);
           }};
@@ -296,18 +349,25 @@ Plan plan_all_to_all(ProcessGroup& g, std::vector<Tensor>& outputs, const std::v
   std::vector<Tensor> parts;
   for (const Tensor& t : inputs) parts.push_back(host_contiguous(t));
   const Device device = inputs[0].device();
+  uint64_t bytes = 0;
+  for (const Tensor& p : parts) bytes += p.nbytes();
   // Parts may differ in size per pair, so the descriptor's count is the number of parts.
   Call call = begin(g, CollectiveOp::all_to_all, ReduceOp::none, inputs[0].dtype(), inputs.size());
   return {std::move(call), [parts = std::move(parts), device, out = &outputs](Call& c) {
+            if (c.size() > 1) c.algorithm = "direct";
             std::vector<Tensor> got = c.size() == 1 ? parts : collectives::direct_all_to_all(c, parts);
             for (Tensor& p : got) p = restore(p, {p.dtype(), p.shape(), device});
             *out = std::move(got);
-          }};
+          },
+          bytes};
 }
 
 Plan plan_barrier(ProcessGroup& g) {
   Call call = begin(g, CollectiveOp::barrier, ReduceOp::none, DType::u8, 0);
-  return {std::move(call), [](Call& c) { collectives::dissemination_barrier(c); }};
+  return {std::move(call), [](Call& c) {
+            c.algorithm = "dissemination";
+            collectives::dissemination_barrier(c);
+          }};
 }
 
 }  // namespace
@@ -319,8 +379,15 @@ Tensor choose_all_reduce(Call& call, const Tensor& flat, ReduceOp op) {
   // needs 2(n-1) latencies and sends 2(n-1)/n of it in total. Two ranks exchange their tensors
   // either way: whole when small, in pipelined chunks (pair_all_reduce) when large.
   const size_t limit = call.size() == 2 ? kRecursiveDoublingMaxBytesTwoRanks : kRecursiveDoublingMaxBytes;
-  if (flat.nbytes() <= limit) return collectives::recursive_doubling_all_reduce(call, flat, op);
-  if (call.size() == 2) return collectives::pair_all_reduce(call, flat, op);
+  if (flat.nbytes() <= limit) {
+    call.algorithm = "recursive_doubling";
+    return collectives::recursive_doubling_all_reduce(call, flat, op);
+  }
+  if (call.size() == 2) {
+    call.algorithm = "pair";
+    return collectives::pair_all_reduce(call, flat, op);
+  }
+  call.algorithm = "ring";
   return collectives::ring_all_reduce(call, flat, op);
 }
 }  // namespace collectives

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "actors/module_actor.h"
+#include "actors/profiler.h"
 #include "actors/promise.h"
 
 namespace troupe::net {
@@ -34,6 +35,9 @@ void RemoteActors::Impl::ask(int dst, CallFrame call, std::string what, Answer a
     pending.emplace(call.request, Pending{dst, std::move(what), std::move(answer)});
   }
   const uint64_t id = call.request;
+  // The start of the trace's arrow to the callee's span (hosting.cpp).
+  if (call.kind == CallKind::request && Profiler::global().recording())
+    Profiler::record_remote_call("call " + call.text, Profiler::remote_flow_id(rank, id));
   try {
     post(dst, std::move(call));
   } catch (...) {

@@ -68,6 +68,7 @@ struct Hosted {
   std::mutex mutex;                       // guards the mailbox
   std::deque<Call> mailbox;
   bool scheduled = false;  // a thread runs (or is about to run) the mailbox
+  std::unique_ptr<metrics::ActorMetrics> metrics;  // set with the name, before any call arrives
 };
 
 // The thread in serve(), while it waits for frames: calls it receives for idle actors run on it.

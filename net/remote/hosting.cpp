@@ -1,9 +1,11 @@
 #include "net/remote/endpoint.h"
 
 #include <iostream>
+#include <optional>
 
 #include "actors/lane_call.h"
 #include "actors/module_actor.h"
+#include "actors/profiler.h"
 
 namespace troupe::net {
 
@@ -60,6 +62,7 @@ void RemoteActors::Impl::deliver(int source, CallFrame&& call) {
   {
     std::lock_guard lock(actor->mutex);
     actor->mailbox.push_back(Call{call.kind, source, call.request, std::move(call.text), std::move(call.value)});
+    actor->metrics->mailbox.add(1);
     start = !actor->scheduled;
     actor->scheduled = true;
   }
@@ -94,6 +97,7 @@ void RemoteActors::Impl::drain(Hosted& actor) {
       }
       call = std::move(actor.mailbox.front());
       actor.mailbox.pop_front();
+      actor.metrics->mailbox.add(-1);
     }
     run(actor, call);
   }
@@ -112,6 +116,10 @@ std::string RemoteActors::Impl::where(const detail::Hosted& actor) const {
 void RemoteActors::Impl::run(Hosted& actor, Call& call) {
   if (call.kind == CallKind::stop) return end(actor, call);
   const std::string what = where(actor) + call.method + ": ";
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<RemoteSpan> span;  // the end of the caller's arrow in a trace
+  if (Profiler::global().recording())
+    span.emplace(actor.name + "." + call.method, call.request ? Profiler::remote_flow_id(call.source, call.request) : 0);
   Value result;
   std::exception_ptr failure;
   const ActorType::Method* method = actor.type->method(call.method);
@@ -127,6 +135,11 @@ void RemoteActors::Impl::run(Hosted& actor, Call& call) {
     } catch (...) {
       failure = with_context(what, std::current_exception());
     }
+  }
+  if (metrics::enabled()) {
+    actor.metrics->seconds.observe(metrics::seconds_since(start));
+    actor.metrics->calls.add();
+    if (failure) actor.metrics->errors.add();
   }
   if (failure) refuse(call.source, call.request, failure);
   else if (call.request != 0) respond(call.source, call.request, std::move(result), what);
@@ -215,9 +228,10 @@ void RemoteActors::Impl::construct(const ActorType* type, int source, uint64_t r
       name = type->name + "/" + std::to_string(rank) + (n == 0 ? "" : "." + std::to_string(n));
     }
     actor->name = name;
+    actor->metrics = std::make_unique<metrics::ActorMetrics>(name);
     hosted.emplace(actor->id, actor);
   }
-  actor->executor = troupe::detail::spawn_module_actor(actor->name);
+  actor->executor = troupe::detail::spawn_module_actor(actor->name, /*counted=*/false);
   auto enrolled = [self = shared_from_this(), actor, source, request, what](Value&&, std::exception_ptr e) {
     if (e) {
       {
@@ -246,7 +260,8 @@ std::shared_ptr<detail::ActorRef> RemoteActors::Impl::host_object(std::string na
   actor->name = name;
   actor->type = std::move(methods);
   actor->object = std::move(object);
-  actor->executor = troupe::detail::spawn_module_actor(name);
+  actor->metrics = std::make_unique<metrics::ActorMetrics>(name);
+  actor->executor = troupe::detail::spawn_module_actor(name, /*counted=*/false);
   {
     std::lock_guard lock(mutex);
     actor->id = next_actor++;
