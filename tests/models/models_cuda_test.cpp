@@ -42,7 +42,7 @@ Tensor padding_mask() {
 
 }  // namespace
 
-TEST_CASE("--device: cpu by default, cuda only where there is a GPU, else a DeviceError naming the option", "[device-cli]") {
+TEST_CASE("the device option: cpu by default, cuda only where there is a GPU, else a DeviceError naming --device", "[device-cli]") {
   CHECK(example_device("cpu") == Device::cpu());
   CHECK_THROWS_AS(example_device("gpu"), DeviceError);
   if (has_backend(DeviceType::cuda)) {
