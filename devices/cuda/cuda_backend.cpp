@@ -78,16 +78,19 @@ cudaStream_t default_stream(int device) {
 thread_local const Stream* thread_streams[kMaxDevices] = {};
 
 // Pinned host blocks for staging, kept for reuse by size (cudaHostAlloc costs milliseconds); at most
-// kPinnedKeep bytes are kept, the rest freed when returned.
+// kPinnedKeep bytes are kept, the rest freed when returned. A block that an upload still reads (a
+// host-to-device copy queued from it and not done: the DMA reads pinned memory after the call
+// returns) is not handed out again before that copy is done.
 class PinnedBlocks {
  public:
   void* take(size_t nbytes, int device) {
     if (nbytes == 0) return nullptr;
     {
       std::lock_guard lock(mutex_);
-      auto it = free_.find(nbytes);
-      if (it != free_.end()) {
-        void* p = it->second;
+      for (auto [it, end] = free_.equal_range(nbytes); it != end; ++it) {
+        const Block& block = blocks_.at(it->second);
+        if (block.read && cudaEventQuery(block.read) != cudaSuccess) continue;
+        char* p = it->second;
         free_.erase(it);
         kept_ -= nbytes;
         return p;
@@ -95,27 +98,59 @@ class PinnedBlocks {
     }
     void* p = nullptr;
     check(cudaHostAlloc(&p, nbytes, cudaHostAllocPortable), "cudaHostAlloc (staging)", device);
+    std::lock_guard lock(mutex_);
+    blocks_.emplace(static_cast<char*>(p), Block{nbytes, nullptr});
     return p;
   }
+
   void give_back(void* p, size_t nbytes) {
     if (!p) return;
+    Block block;
     {
       std::lock_guard lock(mutex_);
       if (kept_ + nbytes <= kPinnedKeep) {
-        free_.emplace(nbytes, p);
+        free_.emplace(nbytes, static_cast<char*>(p));
         kept_ += nbytes;
         return;
       }
+      block = blocks_.at(static_cast<char*>(p));
+      blocks_.erase(static_cast<char*>(p));
+    }
+    if (block.read) {
+      cudaEventSynchronize(block.read);  // rare: only past kPinnedKeep, and only while an upload reads it
+      cudaEventDestroy(block.read);
     }
     cudaFreeHost(p);
   }
 
+  // An upload from src was queued on stream: a staging block holding src is busy until it is done.
+  void note_read(const void* src, cudaStream_t stream, int device) {
+    std::lock_guard lock(mutex_);
+    auto it = blocks_.upper_bound(static_cast<char*>(const_cast<void*>(src)));
+    if (it == blocks_.begin()) return;
+    --it;
+    if (static_cast<const char*>(src) >= it->first + it->second.size) return;
+    if (!it->second.read)
+      check(cudaEventCreateWithFlags(&it->second.read, cudaEventDisableTiming), "cudaEventCreateWithFlags", device);
+    check(cudaEventRecord(it->second.read, stream), "cudaEventRecord", device);
+  }
+
  private:
+  struct Block {
+    size_t size = 0;
+    cudaEvent_t read = nullptr;  // after the last upload queued from it
+  };
   static constexpr size_t kPinnedKeep = size_t(1) << 30;
   std::mutex mutex_;
-  std::multimap<size_t, void*> free_;
+  std::map<char*, Block> blocks_;  // every block made and not freed, by address
+  std::multimap<size_t, char*> free_;
   size_t kept_ = 0;
 };
+
+PinnedBlocks& pinned_blocks() {
+  static PinnedBlocks* blocks = new PinnedBlocks;  // never destroyed: storages may go during static teardown
+  return *blocks;
+}
 
 // Arena blocks keep the pool's 256-byte alignment.
 size_t round_up(size_t nbytes) { return (nbytes + 255) / 256 * 256; }
@@ -140,11 +175,6 @@ struct Arenas {
 Arenas& arenas() {
   static Arenas* a = new Arenas;
   return *a;
-}
-
-PinnedBlocks& pinned_blocks() {
-  static PinnedBlocks* blocks = new PinnedBlocks;  // never destroyed: storages may go during static teardown
-  return *blocks;
 }
 
 class CudaBackend final : public DeviceBackend {
@@ -237,6 +267,7 @@ class CudaBackend final : public DeviceBackend {
     // device-to-host copy once it has landed; the explicit wait keeps the latter true for pinned memory.
     if (dst_device.is_cpu()) note_sync(src_device, "copy to host");  // before anything is queued: it may refuse
     check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync", index);
+    if (src_device.is_cpu()) pinned_blocks().note_read(src, stream, index);
     if (dst_device.is_cpu()) {
       check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", index);
       raise_pending_kernel_error(index);  // what the kernels before the copy found (kernel_errors.h)
