@@ -78,7 +78,7 @@ TEST_CASE("top: troupe top in tmux shows a running job's actors, sorts on a key 
     if (const int p = free_tcp_port(); port_pair_free(p)) port = p;
   REQUIRE(port > 0);
   LaunchOptions o;
-  o.env = {{"TROUPE_METRICS_PORT", std::to_string(port)}, {"TOP_BUSY_S", "8"}};
+  o.env = {{"TROUPE_METRICS_PORT", std::to_string(port)}, {"TOP_BUSY_S", "20"}};
   RankRun run;
   std::thread job([&] { run = run_ranks(2, "top rank: busy for a while", o); });  // no assertions in there
 
@@ -87,21 +87,32 @@ TEST_CASE("top: troupe top in tmux shows a running job's actors, sorts on a key 
   const std::string start = "tmux new-session -d -s " + session + " -x 150 -y 40 '" TROUPE_BIN_DIR "/troupe top --port " +
                             std::to_string(port) + " --ranks 2'";
   REQUIRE(std::system(start.c_str()) == 0);
-  std::this_thread::sleep_for(2500ms);
-  const std::string screen = output_of("tmux capture-pane -p -t " + session);
+  // The screen as soon as it shows `needle`, or as it is after 15 s (a sanitizer build starts slowly).
+  auto screen_with = [&](const std::string& needle) {
+    std::string screen;
+    for (int i = 0; i < 75; ++i) {
+      screen = output_of("tmux capture-pane -p -t " + session);
+      if (screen.find(needle) != std::string::npos) break;
+      std::this_thread::sleep_for(200ms);
+    }
+    return screen;
+  };
+  const std::string screen = screen_with("top.worker");
   INFO(screen);
   CHECK_THAT(screen, Catch::Contains("troupe top - 2 rank(s)"));
   CHECK_THAT(screen, Catch::Contains("top.worker"));
   CHECK_THAT(screen, Catch::Contains("calls/s"));
   CHECK_THAT(screen, Catch::Contains("PEER"));
   std::system(("tmux send-keys -t " + session + " e").c_str());
-  std::this_thread::sleep_for(500ms);
-  const std::string sorted = output_of("tmux capture-pane -p -t " + session);
+  const std::string sorted = screen_with("sort: errors");
   INFO(sorted);
   CHECK_THAT(sorted, Catch::Contains("sort: errors"));
   std::system(("tmux send-keys -t " + session + " q").c_str());
-  std::this_thread::sleep_for(800ms);
-  const bool still_there = std::system(("tmux has-session -t " + session + " 2>/dev/null").c_str()) == 0;
+  bool still_there = true;
+  for (int i = 0; i < 50 && still_there; ++i) {
+    std::this_thread::sleep_for(100ms);
+    still_there = std::system(("tmux has-session -t " + session + " 2>/dev/null").c_str()) == 0;
+  }
   CHECK_FALSE(still_there);  // q ended top, and with it the session
   if (still_there) std::system(("tmux kill-session -t " + session).c_str());
   job.join();
