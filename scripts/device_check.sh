@@ -83,6 +83,9 @@ run() {
     set -e
     local line
     line=$(grep -E '^\{.*\}$' "$out/step.txt" | tail -1 || true)
+    # A step whose whole output is one JSON document over several lines (troupe info --json).
+    [ -n "$line" ] || line=$("$python" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' \
+      "$out/step.txt" 2>/dev/null || true)
     [ -n "$line" ] || line='null'
     printf '{"step":"%s","rc":%d,"seconds":%.1f,"figures":%s}\n' "$name" "$rc" \
       "$(awk "BEGIN{print $(date +%s.%N) - $started}")" "$line" >>"$figures"
