@@ -380,13 +380,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   // producers on the device, marks the outputs with the event after the work).
   template <class Fn>
   auto on_lane(int id, const std::vector<Value>& inputs, Fn&& fn) {
-    using R = decltype(fn());
-    Lane* lane = nodes[id].lane.get();
-    if (!lane) return fn();
-    std::vector<Tensor> tensors;
-    for (const Value& v : inputs)
-      if (v.is_tensor()) tensors.push_back(v.tensor());
-    return detail::run_on_lane<R>(lane, std::forward<Fn>(fn), tensors);
+    return detail::run_on_lane<decltype(fn())>(nodes[id].lane.get(), std::forward<Fn>(fn), inputs);
   }
 
   void fire(int id, const InvocationPtr& inv, std::vector<Value> values, std::vector<uint8_t> live) {

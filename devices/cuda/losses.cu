@@ -87,17 +87,34 @@ LossArgs loss_args(const OpCall& call, const Tensor& x, bool from_logits) {
 // Threads per sample block: a row's worth for log-sum-exp, one warp to read one element otherwise.
 int sample_threads(const LossArgs& a) { return a.from_logits ? row_threads(a.c) : 32; }
 
+// What the forward and backward kernels both read: x, target and the optional weight, from the
+// call's inputs at `first` (after grad in the backward), contiguous, and the launch's device and stream.
+struct LossInputs {
+  LossInputs(const OpCall& call, size_t first, bool from_logits, const char* op_name)
+      : op(op_name),
+        x(call.inputs[first].contiguous()),
+        target(call.inputs[first + 1].contiguous()),
+        weight(call.inputs.size() > first + 2 ? call.inputs[first + 2].contiguous() : Tensor()),
+        device(x.device().index),
+        on(device),
+        stream(current_stream(device)),
+        a(loss_args(call, x, from_logits)),
+        n(x.size(0)) {
+    if (n > INT32_MAX) throw DeviceError(std::string(op) + ": too many samples for the cuda kernel: " + x.meta().str());
+  }
+  const char* op;
+  const Tensor x, target, weight;
+  const int device;
+  DeviceGuard on;
+  const cudaStream_t stream;
+  const LossArgs a;
+  const int64_t n;
+};
+
 std::vector<Tensor> loss_cuda(const OpCall& call, bool from_logits) {
-  const char* op = from_logits ? "cross_entropy" : "nll_loss";
-  const Tensor x = call.inputs[0].contiguous(), target = call.inputs[1].contiguous();
-  const Tensor weight = call.inputs.size() > 2 ? call.inputs[2].contiguous() : Tensor();
+  const LossInputs in(call, 0, from_logits, from_logits ? "cross_entropy" : "nll_loss");
+  const auto& [op, x, target, weight, device, on, stream, a, n] = in;
   const TensorMeta& meta = call.outputs[0];
-  const int device = x.device().index;
-  DeviceGuard on(device);
-  const cudaStream_t stream = current_stream(device);
-  const LossArgs a = loss_args(call, x, from_logits);
-  const int64_t n = x.size(0);
-  if (n > INT32_MAX) throw DeviceError(std::string(op) + ": too many samples for the cuda kernel: " + x.meta().str());
   Tensor out = Tensor::empty(meta.shape, meta.dtype, x.device());
   if (out.numel() == 0) return {out};
   Tensor loss = Tensor::empty({n}, DType::f64, x.device()), counted = Tensor::empty({n}, DType::f64, x.device());
@@ -162,17 +179,10 @@ __global__ void loss_grad_rows(const T* grad, const T* x, const I* target, const
 }
 
 std::vector<Tensor> loss_backward_cuda(const OpCall& call, bool from_logits) {
-  const char* op = from_logits ? "cross_entropy_backward" : "nll_loss_backward";
+  const LossInputs in(call, 1, from_logits, from_logits ? "cross_entropy_backward" : "nll_loss_backward");
+  const auto& [op, x, target, weight, device, on, stream, a, n] = in;
   const Tensor grad = call.inputs[0].contiguous();
-  const Tensor x = call.inputs[1].contiguous(), target = call.inputs[2].contiguous();
-  const Tensor weight = call.inputs.size() > 3 ? call.inputs[3].contiguous() : Tensor();
   const TensorMeta& meta = call.outputs[0];
-  const int device = x.device().index;
-  DeviceGuard on(device);
-  const cudaStream_t stream = current_stream(device);
-  const LossArgs a = loss_args(call, x, from_logits);
-  const int64_t n = x.size(0);
-  if (n > INT32_MAX) throw DeviceError(std::string(op) + ": too many samples for the cuda kernel: " + x.meta().str());
   Tensor dx = Tensor::empty(meta.shape, meta.dtype, x.device());
   if (dx.numel() == 0) return {dx};
   Tensor total = Tensor::empty({1}, DType::f64, x.device());
