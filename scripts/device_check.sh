@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 build=build-dev
 pack_dir=.devcheck
 binaries=(test_devices test_actors test_dataflow test_models troupe cuda_bench lane_bench gathernd_bench lstm_ensemble
-          encoder_bench xlmr_bench train_bench dist_sgd)
+          encoder_bench encoder_graph_bench xlmr_bench train_bench dist_sgd)
 
 pack() {
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
@@ -104,6 +104,7 @@ run() {
   done
   step "cuda_bench" 60 "$build/bin/cuda_bench" --reps 20 --json
   step "lane_bench" 30 "$build/bin/lane_bench" --device cuda --json
+  step "encoder_graph_bench" 60 "$build/bin/encoder_graph_bench" --device cuda --layers 24 --reps 20 --json
   step "gathernd_bench" 30 "$build/bin/gathernd_bench" --device cuda --json
   step "lstm_ensemble" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --json
   step "encoder_bench" 90 "$build/bin/encoder_bench" --device cuda --layers 24 --reps 5 --dtype bf16 --json
