@@ -1,0 +1,106 @@
+// Supervised actors that come back with their state (TROUPE_STATE, net::replayable): the
+// declaration, snapshots in a world of one, and a respawn from snapshots between real processes
+// whose hosting ranks are killed (the ranks: kept_state_ranks.cpp).
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "net/launcher.h"
+#include "net/remote/remote_actor.h"
+#include "support/close.h"
+#include "support/ranks.h"
+#include "support/thrown.h"
+
+using namespace troupe;
+using namespace troupe::net;
+
+namespace {
+
+class Account {
+ public:
+  int64_t add(int64_t amount) { return total_ += amount; }
+  int64_t total() const { return total_; }
+  void reset() { total_ = 0; }
+
+ private:
+  int64_t total_ = 0;
+  Tensor history_ = Tensor::zeros({2});
+  TROUPE_STATE(total_, history_)  // private members
+};
+TROUPE_ACTOR(Account, "test.account", net::replayable(&Account::add), &Account::total, &Account::reset);
+
+struct Stateless {
+  int64_t one() const { return 1; }
+};
+TROUPE_ACTOR(Stateless, "test.stateless", &Stateless::one);
+
+}  // namespace
+
+TEST_CASE("TROUPE_STATE: a snapshot holds the listed members and restores them; replayable and const are marked",
+          "[net][remote][kept]") {
+  const ActorType* type = find_actor_type("test.account");
+  REQUIRE(type);
+  REQUIRE(type->snapshot);
+  REQUIRE(type->restore);
+  CHECK(type->method("add")->replayable);
+  CHECK(type->method("add")->changes_state);
+  CHECK_FALSE(type->method("total")->replayable);
+  CHECK_FALSE(type->method("total")->changes_state);
+  CHECK_FALSE(type->method("reset")->replayable);
+  CHECK(type->method_names() == "add, total, reset");
+  auto a = type->construct(Value::list({}));
+  type->method("add")->call(a.get(), Value::list({Value::integer(5)}));
+  const Value state = type->snapshot->call(a.get(), Value::list({}));
+  REQUIRE(state.as_list().size() == 2);
+  CHECK(state.as_list()[0].as_int() == 5);
+  auto b = type->construct(Value::list({}));
+  type->restore(b.get(), state);
+  CHECK(type->method("total")->call(b.get(), Value::list({})).as_int() == 5);
+  CHECK_THAT(thrown<ValueError>([&] { type->restore(b.get(), Value::list({Value::integer(1), Value::integer(2)})); }),
+             Catch::Contains("state member 2: expected a tensor, got an int"));
+  CHECK_FALSE(find_actor_type("test.stateless")->snapshot);
+}
+
+TEST_CASE("kept state: snapshots in a world of one; what snapshot() and snapshot_every refuse", "[net][remote][kept]") {
+  auto world = world_of_one();
+  RemoteActors actors(world);
+  SpawnOptions o{.rank = 0, .name = "account", .max_restarts = 1};
+  o.snapshot_every = 2;
+  RemoteActor a = spawn_on(o, "test.account");
+  for (int64_t i = 1; i <= 5; ++i) a.send("add", i);
+  CHECK(a.request<int64_t>("total").get() == 15);
+  a.snapshot();
+  CHECK(a.request<int64_t>("add", 1).get() == 16);
+  a.snapshot();
+  CHECK_THAT(thrown<ValueError>([&] { spawn_on(0, "test.account").snapshot(); }),
+             Catch::Contains("remote actor 'test.account/0' keeps no state here"));
+  CHECK_THAT(thrown<ValueError>([&] { lookup("account").snapshot(); }), Catch::Contains("keeps no state here"));
+  SpawnOptions every{.rank = 0, .name = "", .max_restarts = 0};
+  every.snapshot_every = 3;
+  CHECK_THAT(thrown<ValueError>([&] { spawn_on(every, "test.account"); }),
+             Catch::Contains("spawn_on: test.account: snapshot_every needs max_restarts > 0") &&
+                 Catch::Contains("max_restarts is 0"));
+  every.max_restarts = 1;
+  CHECK_THAT(thrown<ValueError>([&] { spawn_on(every, "test.stateless"); }),
+             Catch::Contains("it declares no TROUPE_STATE"));
+  every.snapshot_every = -1;
+  thrown<ValueError>([&] { spawn_on(every, "test.account"); });
+  a.stop();
+  CHECK_THAT(thrown<ValueError>([&] { a.snapshot(); }), Catch::Contains("stopped"));
+}
+
+TEST_CASE("kept state: a supervised actor whose rank is killed comes back with its state, in-flight calls replayed",
+          "[net][remote][kept]") {
+  LaunchOptions o;
+  o.stop_on_failure = false;  // ranks 1 and 2 are killed on purpose
+  RankRun run = run_ranks(3, "kept state rank: respawn from snapshots", o);
+  INFO(run.output);
+  REQUIRE(run.result.ranks.size() == 3);
+  CHECK(run.result.ranks[0].exit_code == 0);
+  CHECK(run.result.ranks[1].signal == 9);
+  CHECK(run.result.ranks[2].signal == 9);
+  CHECK(run.passed_ranks() == 1);
+  CHECK(run.count("[rank 0] remote actors: rank 0: 'ledger' respawned on rank 0 from its last snapshot without 2 "
+                  "call(s) made since: note is not replayable") == 1);
+}
