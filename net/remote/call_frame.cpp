@@ -273,7 +273,8 @@ CallFrame decode_call(const void* data, size_t size, const std::vector<Tensor>& 
        !(item_is(0, Value::Kind::none) || item_is(0, Value::Kind::string)) ||
        !item_is(1, Value::Kind::list) || !item_is(2, Value::Kind::integer) || !item_is(3, Value::Kind::integer) ||
        !item_is(4, Value::Kind::string)))
-    malformed("spawn carrying " + call.value.describe() + ", not [name, arguments, replaced rank, replaced id, device(, state)]");
+    malformed("spawn carrying " + call.value.describe() +
+              ", not [name, arguments, replaced rank, replaced id, device] (and a respawn's state)");
   if (call.kind == CallKind::enroll &&
       (call.value.as_list().size() != 3 || !item_is(0, Value::Kind::string) || !item_is(1, Value::Kind::integer) ||
        !item_is(2, Value::Kind::integer)))
