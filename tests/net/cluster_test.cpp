@@ -121,6 +121,21 @@ TEST_CASE("cluster: a host's link goes down mid-collective, every survivor gets 
   check_all_passed(run, 3);
 }
 
+TEST_CASE("cluster: a supervised actor whose host is killed comes back on another host with its state",
+          "[net][cluster][kept]") {
+  Cluster cluster(3);
+  REQUIRE_CLUSTER(cluster);
+  LaunchOptions o = cluster.options(1);
+  o.stop_on_failure = false;  // the ranks on hosts 1 and 2 are killed on purpose (kept_state_ranks.cpp)
+  RankRun run = run_ranks(3, "kept state rank: respawn from snapshots", o);
+  INFO(run.output);
+  REQUIRE(run.result.ranks.size() == 3);
+  CHECK(run.result.ranks[0].exit_code == 0);
+  CHECK(run.result.ranks[1].signal == 9);
+  CHECK(run.result.ranks[2].signal == 9);
+  CHECK(run.passed_ranks() == 1);
+}
+
 namespace {
 
 // A pod's view of names: `ip netns exec NS` bind-mounts /etc/netns/NS/hosts over /etc/hosts, and
