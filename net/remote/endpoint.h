@@ -54,7 +54,9 @@ struct KeptState {
   std::optional<Value> state;                // the last snapshot; none yet: the constructor's
   std::map<uint64_t, LoggedCall> log;        // by the order the calls were made
   uint64_t next_call = 1;
-  std::mutex sending;  // a call is logged and sent under it, so the log's order is the wire's
+  // A call is logged and sent under it, so the log's order is the wire's. Recursive: a caller's
+  // answer that fails at once runs on this thread, and may call the actor again.
+  std::recursive_mutex sending;
 };
 
 // What a RemoteActor handle points at. A restart moves the actor, so rank and id are read under

@@ -60,10 +60,14 @@ void cover(KeptState& kept, uint64_t snapshot) {
   }
 }
 
-// The answer to one send of a logged call. A replayable call that meets its rank's loss waits for
-// the respawn (replay() sends it again); anything else goes to the caller.
-detail::Answer logged_answer(const std::shared_ptr<detail::ActorRef>& ref, uint64_t number, uint32_t attempt) {
-  return [ref, number, attempt](Value&& result, std::exception_ptr e) {
+// The answer to one send of a logged call, to rank `at`. A replayable call that meets the loss of
+// that rank waits for the respawn (replay() sends it again); anything else goes to the caller (a
+// PeerLostError from further away too: the method's own call to a lost rank).
+detail::Answer logged_answer(RemoteActors::Impl& node, const std::shared_ptr<detail::ActorRef>& ref, int at,
+                             uint64_t number, uint32_t attempt) {
+  return [node = node.weak_from_this(), ref, at, number, attempt](Value&& result, std::exception_ptr e) {
+    const auto here = node.lock();
+    const bool rank_lost = e && here && here->transport.is_gone(at) && is_peer_lost(e);
     detail::Answer answer;
     {
       std::lock_guard lock(ref->mutex);
@@ -71,8 +75,7 @@ detail::Answer logged_answer(const std::shared_ptr<detail::ActorRef>& ref, uint6
       auto it = kept.log.find(number);
       if (it == kept.log.end() || it->second.attempt != attempt) return;  // an earlier send's
       LoggedCall& call = it->second;
-      if (e && is_peer_lost(e) && call.replayable && !call.covered && (ref->restarts_left > 0 || ref->restarting))
-        return;
+      if (rank_lost && call.replayable && !call.covered && (ref->restarts_left > 0 || ref->restarting)) return;
       if (!e && call.method == detail::kSnapshotMethod) {
         kept.state = std::move(result);
         result = Value();
@@ -92,7 +95,7 @@ void send_logged(RemoteActors::Impl& node, const std::shared_ptr<detail::ActorRe
                  Outgoing call) {
   const std::string what = RemoteActors::Impl::describe(ref->name, at, call.method);
   CallFrame frame{call.request ? CallKind::request : CallKind::tell, id, 0, call.method, std::move(call.arguments)};
-  if (call.request) return node.ask(at, std::move(frame), what, logged_answer(ref, call.number, call.attempt));
+  if (call.request) return node.ask(at, std::move(frame), what, logged_answer(node, ref, at, call.number, call.attempt));
   try {
     node.post(at, std::move(frame));
   } catch (const PeerLostError&) {
@@ -121,34 +124,26 @@ void RemoteActors::Impl::call_kept(const std::shared_ptr<ActorRef>& ref, std::st
     if (ref->down) {
       down = ref->down_error ? ref->down_error : error<ValueError>("the actor was stopped");
     } else {
-      auto log = [&](LoggedCall call) {
+      // Logs a call (a snapshot is a request whatever its answer), and says whether it changes the state.
+      auto log = [&](std::string_view name, Value args, Answer reply) {
+        const bool snapshot = name == detail::kSnapshotMethod;
+        const ActorType::Method* m = snapshot ? &*kept.type->snapshot : kept.type->method(name);
         const uint64_t number = kept.next_call++;
-        LoggedCall& logged = kept.log.emplace(number, std::move(call)).first->second;
-        logged.awaited = logged.request;
-        if (!ref->restarting) out.push_back(outgoing(number, logged));  // else replay() sends it
+        LoggedCall& call = kept.log[number];
+        call.method = std::string(name);
+        call.arguments = std::move(args);
+        call.request = reply != nullptr || snapshot;
+        call.answer = std::move(reply);
+        call.awaited = call.request;
+        call.replayable = m && m->replayable;
+        call.changes_state = m && m->changes_state;  // an unknown method is refused: it changes nothing
+        if (!ref->restarting) out.push_back(outgoing(number, call));  // else replay() sends it
+        if (snapshot) kept.calls = 0;
+        return call.changes_state;
       };
-      const bool snapshot = method == detail::kSnapshotMethod;
-      const ActorType::Method* m = snapshot ? &*kept.type->snapshot : kept.type->method(method);
-      LoggedCall call;
-      call.method = std::string(method);
-      call.arguments = std::move(arguments);
-      call.request = answer != nullptr;
-      call.answer = std::move(answer);
-      call.replayable = m && m->replayable;
-      call.changes_state = m && m->changes_state;  // an unknown method is refused: it changes nothing
-      const bool counted = call.changes_state;
-      log(std::move(call));
-      if (snapshot) kept.calls = 0;
-      if (counted && kept.snapshot_every > 0 && ++kept.calls >= kept.snapshot_every) {
-        kept.calls = 0;
-        LoggedCall snapshot_call;
-        snapshot_call.method = detail::kSnapshotMethod;
-        snapshot_call.arguments = Value::list({});
-        snapshot_call.request = true;
-        snapshot_call.replayable = true;
-        snapshot_call.changes_state = false;
-        log(std::move(snapshot_call));
-      }
+      if (log(method, std::move(arguments), std::move(answer)) && kept.snapshot_every > 0 &&
+          ++kept.calls >= kept.snapshot_every)
+        log(detail::kSnapshotMethod, Value::list({}), nullptr);
     }
   }
   if (down) {
@@ -156,7 +151,15 @@ void RemoteActors::Impl::call_kept(const std::shared_ptr<ActorRef>& ref, std::st
     if (!answer) std::rethrow_exception(e);
     return answer({}, e);
   }
-  for (Outgoing& call : out) send_logged(*this, ref, at, id, std::move(call));
+  std::exception_ptr failed;  // a tell that could not go: after the calls logged with it went
+  for (Outgoing& call : out) {
+    try {
+      send_logged(*this, ref, at, id, std::move(call));
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
 }
 
 void RemoteActors::Impl::replay(const std::shared_ptr<ActorRef>& ref, int to, uint64_t id) {

@@ -120,7 +120,7 @@ struct SpawnOptions {
   Device device = Device::cpu();
   // A type with TROUPE_STATE and max_restarts > 0 comes back with its state: this rank keeps its
   // last snapshot and the calls made through the handle since, and a respawn restores the one and
-  // replays the other (see "Supervision"). A snapshot is taken after this many calls through the
+  // replays the other (see "State"). A snapshot is taken after this many calls through the
   // handle that change the state (non-const methods); 0: only when RemoteActor::snapshot() asks.
   int snapshot_every = 0;
 };

@@ -59,6 +59,8 @@ struct Cluster {
 
 }  // namespace
 
+void check_respawn_from_snapshots(LaunchOptions o);  // kept_state_test.cpp
+
 #define REQUIRE_CLUSTER(cluster)                                                             \
   if (::geteuid() != 0 || !sh("ip netns list")) SKIP_TEST("needs root and `ip netns` (iproute2)"); \
   if (!(cluster).ok) SKIP_TEST("could not create the namespaces and the bridge here")
@@ -125,15 +127,7 @@ TEST_CASE("cluster: a supervised actor whose host is killed comes back on anothe
           "[net][cluster][kept]") {
   Cluster cluster(3);
   REQUIRE_CLUSTER(cluster);
-  LaunchOptions o = cluster.options(1);
-  o.stop_on_failure = false;  // the ranks on hosts 1 and 2 are killed on purpose (kept_state_ranks.cpp)
-  RankRun run = run_ranks(3, "kept state rank: respawn from snapshots", o);
-  INFO(run.output);
-  REQUIRE(run.result.ranks.size() == 3);
-  CHECK(run.result.ranks[0].exit_code == 0);
-  CHECK(run.result.ranks[1].signal == 9);
-  CHECK(run.result.ranks[2].signal == 9);
-  CHECK(run.passed_ranks() == 1);
+  check_respawn_from_snapshots(cluster.options(1));  // the ranks on hosts 1 and 2 are killed
 }
 
 namespace {
