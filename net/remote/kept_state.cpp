@@ -81,6 +81,9 @@ detail::Answer logged_answer(RemoteActors::Impl& node, const std::shared_ptr<det
         result = Value();
         cover(kept, number);
       }
+      if (e && !call.answer && call.method == detail::kSnapshotMethod && !rank_lost)  // nobody waits for it
+        std::cerr << "remote actors: rank " << (here ? here->rank : -1) << ": a snapshot of '" << ref->name
+                  << "' failed (the last one is kept): " << encode_error(e).message << std::endl;
       answer = std::move(call.answer);
       call.answer = nullptr;
       call.awaited = false;

@@ -30,6 +30,12 @@ class Account {
 };
 TROUPE_ACTOR(Account, "test.account", net::replayable(&Account::add), &Account::total, &Account::reset);
 
+struct Unready {  // a state that cannot be snapshotted yet
+  Tensor weights;  // undefined
+  TROUPE_STATE(weights)
+};
+TROUPE_ACTOR(Unready, "test.unready");
+
 struct Stateless {
   int64_t one() const { return 1; }
 };
@@ -88,6 +94,10 @@ TEST_CASE("kept state: snapshots in a world of one; what snapshot() and snapshot
   thrown<ValueError>([&] { spawn_on(every, "test.account"); });
   a.stop();
   CHECK_THAT(thrown<ValueError>([&] { a.snapshot(); }), Catch::Contains("stopped"));
+  RemoteActor unready = spawn_on(SpawnOptions{.rank = 0, .name = "unready", .max_restarts = 1}, "test.unready");
+  CHECK_THAT(thrown<ValueError>([&] { unready.snapshot(); }),
+             Catch::Contains("remote actor 'unready' on rank 0: troupe.snapshot: ") &&
+                 Catch::Contains("the tensor is undefined"));
 }
 
 // The ranks of kept_state_ranks.cpp under `o` (here, or on cluster_test.cpp's hosts): rank 0 passes
