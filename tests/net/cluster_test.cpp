@@ -59,7 +59,7 @@ struct Cluster {
 
 }  // namespace
 
-void check_respawn_from_snapshots(LaunchOptions o);  // kept_state_test.cpp
+RankRun run_killing_ranks(int n, const std::string& rank_test, LaunchOptions o);  // kept_state_test.cpp
 
 #define REQUIRE_CLUSTER(cluster)                                                             \
   if (::geteuid() != 0 || !sh("ip netns list")) SKIP_TEST("needs root and `ip netns` (iproute2)"); \
@@ -127,7 +127,7 @@ TEST_CASE("cluster: a supervised actor whose host is killed comes back on anothe
           "[net][cluster][kept]") {
   Cluster cluster(3);
   REQUIRE_CLUSTER(cluster);
-  check_respawn_from_snapshots(cluster.options(1));  // the ranks on hosts 1 and 2 are killed
+  run_killing_ranks(3, "kept state rank: respawn from snapshots", cluster.options(1));  // hosts 1 and 2 killed
 }
 
 namespace {

@@ -30,7 +30,7 @@ class Ledger {
     entries_.push_back(amount);
     return balance_ += amount;
   }
-  Tensor accumulate(const Tensor& x) { return sum_ = add(sum_, x); }
+  Tensor accumulate(const Tensor& x) { return sum_ = add(sum_, x.to(sum_.device())); }
   void note(const std::string& text) { notes_.push_back(text); }
   int64_t balance() const { return balance_; }
   std::vector<int64_t> entries() const { return entries_; }
@@ -39,6 +39,8 @@ class Ledger {
   std::string where() const { return owner_ + "@" + std::getenv("RANK"); }
   void block(double seconds) const { std::this_thread::sleep_for(std::chrono::duration<double>(seconds)); }
   void die() const { ::kill(::getpid(), SIGKILL); }
+  void to(Device device) { sum_ = sum_.to(device); }  // spawned on a device: its tensor goes there
+  std::string device() const { return sum_.device().str(); }
 
  private:
   std::string owner_;
@@ -50,7 +52,7 @@ class Ledger {
 };
 TROUPE_ACTOR(Ledger(std::string), "test.ledger", net::replayable(&Ledger::deposit), net::replayable(&Ledger::accumulate),
              &Ledger::note, &Ledger::balance, &Ledger::entries, &Ledger::notes, &Ledger::sum, &Ledger::where,
-             &Ledger::block, &Ledger::die);
+             &Ledger::block, &Ledger::die, &Ledger::device);
 
 std::vector<int64_t> one_to(int64_t n) {
   std::vector<int64_t> v;
@@ -115,15 +117,38 @@ void respawn_from_snapshots() {
   CHECK(ledger.request<int64_t>("deposit", 4).get() == 50);  // and it goes on
 }
 
-}  // namespace
+// On a GPU: the ledger's tensor lives on cuda:0 of rank 1; its snapshot comes to rank 0, and the
+// respawn there restores it and moves it to cuda:0 again.
+void respawn_on_cuda() {
+  RemoteActor ledger =
+      spawn_on(SpawnOptions{.rank = 1, .name = "gpu", .max_restarts = 1, .device = Device::cuda(0)}, "test.ledger", "g");
+  RemoteActor killer = spawn_on(1, "test.ledger", "killer");
+  const Tensor ones = Tensor::ones({3});
+  check_close(ledger.request<Tensor>("accumulate", ones).get(), ones);
+  CHECK(ledger.request<std::string>("device").get() == "cuda:0");
+  ledger.snapshot();
+  ledger.send("accumulate", ones);  // replayed
+  killer.send("die");
+  Future<Tensor> after = ledger.request<Tensor>("accumulate", Tensor::zeros({3}));
+  check_close(after.get(), Tensor::full({3}, 2.0));
+  CHECK(ledger.rank() == 0);
+  CHECK(ledger.request<std::string>("device").get() == "cuda:0");
+}
 
-TEST_CASE("kept state rank: respawn from snapshots", "[.rank]") {
+// This rank's part: rank 0 drives, the others serve until they are killed.
+template <class Drive>
+void kept_state_rank(Drive&& drive) {
   InitOptions o;
   o.timeout = 30s;
   auto world = init_process_group(o);
   RemoteActors actors(world);
   if (world->rank() == 0)
-    respawn_from_snapshots();
+    drive();
   else
-    serve();  // ranks 1 and 2 are killed
+    serve();
 }
+
+}  // namespace
+
+TEST_CASE("kept state rank: respawn from snapshots", "[.rank]") { kept_state_rank(respawn_from_snapshots); }
+TEST_CASE("kept state rank: on cuda", "[.rank]") { kept_state_rank(respawn_on_cuda); }

@@ -6,10 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "devices/backend.h"
 #include "net/launcher.h"
 #include "net/remote/remote_actor.h"
 #include "support/close.h"
 #include "support/ranks.h"
+#include "support/skip.h"
 #include "support/thrown.h"
 
 using namespace troupe;
@@ -100,22 +102,28 @@ TEST_CASE("kept state: snapshots in a world of one; what snapshot() and snapshot
                  Catch::Contains("the tensor is undefined"));
 }
 
-// The ranks of kept_state_ranks.cpp under `o` (here, or on cluster_test.cpp's hosts): rank 0 passes
-// once the ranks 1 and 2 that host its ledger were killed, one after the other.
-void check_respawn_from_snapshots(LaunchOptions o) {
-  o.stop_on_failure = false;  // ranks 1 and 2 are killed on purpose
-  RankRun run = run_ranks(3, "kept state rank: respawn from snapshots", o);
+// Launches `rank_test` of kept_state_ranks.cpp on n ranks under `o` (here, or on cluster_test.cpp's
+// hosts) and checks that rank 0 passed once every other rank was killed by its actor's die().
+RankRun run_killing_ranks(int n, const std::string& rank_test, LaunchOptions o) {
+  o.stop_on_failure = false;  // the ranks that are killed on purpose
+  RankRun run = run_ranks(n, rank_test, o);
   INFO(run.output);
-  REQUIRE(run.result.ranks.size() == 3);
+  REQUIRE(run.result.ranks.size() == static_cast<size_t>(n));
   CHECK(run.result.ranks[0].exit_code == 0);
-  CHECK(run.result.ranks[1].signal == 9);
-  CHECK(run.result.ranks[2].signal == 9);
+  for (int r = 1; r < n; ++r) CHECK(run.result.ranks[r].signal == 9);
   CHECK(run.passed_ranks() == 1);
-  CHECK(run.count("[rank 0] remote actors: rank 0: 'ledger' respawned on rank 0 from its last snapshot without 2 "
-                  "call(s) made since: note is not replayable") == 1);
+  return run;
 }
 
 TEST_CASE("kept state: a supervised actor whose rank is killed comes back with its state, in-flight calls replayed",
           "[net][remote][kept]") {
-  check_respawn_from_snapshots({});
+  const RankRun run = run_killing_ranks(3, "kept state rank: respawn from snapshots", {});
+  INFO(run.output);
+  CHECK(run.count("[rank 0] remote actors: rank 0: 'ledger' respawned on rank 0 from its last snapshot without 2 "
+                  "call(s) made since: note is not replayable") == 1);
+}
+
+TEST_CASE("kept state: an actor on cuda:0 comes back there with its tensors", "[net][remote][kept][cuda]") {
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
+  run_killing_ranks(2, "kept state rank: on cuda", {});
 }
