@@ -38,6 +38,7 @@ class Ledger {
   Tensor sum() const { return sum_; }
   std::string where() const { return owner_ + "@" + std::getenv("RANK"); }
   void block(double seconds) const { std::this_thread::sleep_for(std::chrono::duration<double>(seconds)); }
+  void block_other(const std::string& name, double seconds) { lookup(name).request("block", seconds).get(); }
   void die() const { ::kill(::getpid(), SIGKILL); }
   void to(Device device) { sum_ = sum_.to(device); }  // spawned on a device: its tensor goes there
   std::string device() const { return sum_.device().str(); }
@@ -52,7 +53,7 @@ class Ledger {
 };
 TROUPE_ACTOR(Ledger(std::string), "test.ledger", net::replayable(&Ledger::deposit), net::replayable(&Ledger::accumulate),
              &Ledger::note, &Ledger::balance, &Ledger::entries, &Ledger::notes, &Ledger::sum, &Ledger::where,
-             &Ledger::block, &Ledger::die, &Ledger::device);
+             &Ledger::block, net::replayable(&Ledger::block_other), &Ledger::die, &Ledger::device);
 
 std::vector<int64_t> one_to(int64_t n) {
   std::vector<int64_t> v;
@@ -70,6 +71,7 @@ void respawn_from_snapshots() {
   RemoteActor ledger = spawn_on(o, "test.ledger", "ann");
   RemoteActor fresh = spawn_on(SpawnOptions{.rank = 1, .name = "fresh", .max_restarts = 1}, "test.ledger", "bob");
   RemoteActor killer = spawn_on(1, "test.ledger", "killer");
+  RemoteActor relay = spawn_on(SpawnOptions{.rank = 2, .name = "relay", .max_restarts = 1}, "test.ledger", "r");
   const Tensor ones = Tensor::ones({3});
 
   ledger.send("note", "first");
@@ -80,12 +82,17 @@ void respawn_from_snapshots() {
   Future<Value> blocked = ledger.request("block", 1.5);
   Future<int64_t> queued = ledger.request<int64_t>("deposit", 8);  // waits behind the block
   ledger.send("accumulate", ones);
+  // A replayable call whose own call to rank 1 meets the loss: its PeerLostError comes back at
+  // once, as rank 2 lives on (no respawn to wait for).
+  Future<Value> relayed = relay.request("block_other", "fresh", 60.0);
   std::this_thread::sleep_for(200ms);
   killer.send("die");
   Future<int64_t> meanwhile = ledger.request<int64_t>("deposit", 10);  // during the respawn, or before the loss
   auto m = thrown<PeerLostError>([&] { blocked.get(); });  // not replayable: at most once
   CHECK_THAT(m, Catch::Contains("remote actor 'ledger' on rank 1: block: "));
   CHECK(queued.get() == 36);
+  CHECK_THAT(thrown<PeerLostError>([&] { relayed.get(); }), Catch::Contains("remote actor 'relay' on rank 2: block_other: "));
+  CHECK(relay.rank() == 2);
   CHECK(meanwhile.get() == 46);
   CHECK(ledger.rank() == 2);
   CHECK(ledger.request<std::string>("where").get() == "ann@2");
