@@ -269,10 +269,12 @@ CallFrame decode_call(const void* data, size_t size, const std::vector<Tensor>& 
     malformed(what + "carrying " + call.value.describe());
   auto item_is = [&](size_t i, Value::Kind kind) { return call.value.as_list()[i].kind() == kind; };
   if (call.kind == CallKind::spawn &&
-      (call.value.as_list().size() != 5 || !(item_is(0, Value::Kind::none) || item_is(0, Value::Kind::string)) ||
+      (call.value.as_list().size() < 5 || call.value.as_list().size() > 6 ||  // 6: a respawn's snapshot
+       !(item_is(0, Value::Kind::none) || item_is(0, Value::Kind::string)) ||
        !item_is(1, Value::Kind::list) || !item_is(2, Value::Kind::integer) || !item_is(3, Value::Kind::integer) ||
        !item_is(4, Value::Kind::string)))
-    malformed("spawn carrying " + call.value.describe() + ", not [name, arguments, replaced rank, replaced id, device]");
+    malformed("spawn carrying " + call.value.describe() +
+              ", not [name, arguments, replaced rank, replaced id, device] (and a respawn's state)");
   if (call.kind == CallKind::enroll &&
       (call.value.as_list().size() != 3 || !item_is(0, Value::Kind::string) || !item_is(1, Value::Kind::integer) ||
        !item_is(2, Value::Kind::integer)))

@@ -33,8 +33,8 @@ inline constexpr size_t kMaxCallText = 1 << 20;     // a name, or an error recor
 inline constexpr size_t kMaxValueDepth = 32;
 
 enum class CallKind : uint8_t {
-  spawn = 1,      // text: actor type; value: [name or none, [arguments], replaced rank, replaced id];
-                  // answered [actor id, name]
+  spawn = 1,      // text: actor type; value: [name or none, [arguments], replaced rank, replaced id,
+                  // device, and for a respawn from a snapshot its state]; answered [actor id, name]
   request = 2,    // actor, text: method; value: [arguments]; answered by a reply or a failure
   tell = 3,       // the same, unanswered (request 0)
   reply = 4,      // request: the one answered; value: the result

@@ -1,7 +1,8 @@
 #pragma once
 // The endpoint behind RemoteActors (internal to net/remote/), one per rank: it sends and receives
 // call frames, hosts this rank's actors (hosting.cpp), keeps rank 0's directory (directory.cpp),
-// watches and restarts actors (supervision.cpp), and runs serve().
+// watches and restarts actors (supervision.cpp), keeps supervised actors' state and calls for a
+// respawn (kept_state.cpp), and runs serve().
 //
 // Threads: frames are handled on whichever thread drains the transport's ROUTER (the I/O thread,
 // the thread in serve(), or a thread waiting for an answer), and those handlers never block. A
@@ -27,6 +28,37 @@ namespace troupe::net {
 
 namespace detail {
 
+// A request for a snapshot of an actor's state (TROUPE_STATE): a method no C++ member can be named.
+inline constexpr const char* kSnapshotMethod = "troupe.snapshot";
+
+// A call made through the handle of a supervised actor with state, kept on that rank until a
+// snapshot taken after it covers it: the respawned actor gets it again when it is replayable.
+struct LoggedCall {
+  std::string method;
+  Value arguments;
+  bool request = false;  // else a tell
+  Answer answer;         // the caller's, until it is answered (null for a tell)
+  bool awaited = false;  // a request whose answer has not come
+  bool sent = false;     // false: made while the actor was being respawned
+  bool replayable = false;
+  bool changes_state = true;  // false: a const method, or a snapshot
+  bool covered = false;       // a snapshot taken after it holds its effect
+  uint32_t attempt = 0;       // answers to an earlier send of it are stale
+};
+
+// Kept by the supervising rank for an actor whose type declares TROUPE_STATE.
+struct KeptState {
+  const ActorType* type;     // registered on this rank: which methods are replayable, or const
+  int snapshot_every = 0;    // a snapshot after so many state-changing calls; 0: when asked
+  int calls = 0;             // state-changing calls since the last snapshot was asked for
+  std::optional<Value> state;                // the last snapshot; none yet: the constructor's
+  std::map<uint64_t, LoggedCall> log;        // by the order the calls were made
+  uint64_t next_call = 1;
+  // A call is logged and sent under it, so the log's order is the wire's. Recursive: a caller's
+  // answer that fails at once runs on this thread, and may call the actor again.
+  std::recursive_mutex sending;
+};
+
 // What a RemoteActor handle points at. A restart moves the actor, so rank and id are read under
 // the mutex.
 struct ActorRef {
@@ -45,6 +77,7 @@ struct ActorRef {
   int restarts_left = 0;
   bool restarting = false;
   std::vector<std::function<void()>> held;  // calls made during a restart, made again after it
+  std::unique_ptr<KeptState> kept;  // a type with TROUPE_STATE: snapshots and the calls since
 };
 
 // A call waiting in a hosted actor's mailbox (a request, a tell, or the stop that ends it).
@@ -170,8 +203,9 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   // spawn: the constructor runs off the receiving thread, in spawn order; then the name is enrolled
   // in rank 0's directory, and only then is the spawner answered (so a lookup after spawn_on finds it).
   void host_spawn(int source, CallFrame&& call);
+  // A respawn brings the state of the last snapshot (restored after the constructor ran).
   void construct(const ActorType* type, int source, uint64_t request, std::string name, const Value& arguments,
-                 Device device, int replaces_rank, uint64_t replaces_id);
+                 const std::optional<Value>& state, Device device, int replaces_rank, uint64_t replaces_id);
   // host(): the object joins this rank's actors, then its name is enrolled in rank 0's directory
   // (waiting for that); a name taken there undoes it.
   std::shared_ptr<ActorRef> host_object(std::string name, std::shared_ptr<void> object,
@@ -193,6 +227,17 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   void actor_down(const std::shared_ptr<ActorRef>& ref, std::exception_ptr why);
   void finish_down(const std::shared_ptr<ActorRef>& ref, std::exception_ptr why);
   void respawn(const std::shared_ptr<ActorRef>& ref, int from, std::exception_ptr why);
+
+  // --- supervised actors' state: the call log, snapshots, replay (kept_state.cpp) ---------------
+  // A call through the handle of an actor with kept state: logged, then sent (or, during a
+  // respawn, sent by replay() once the new actor has its state). kSnapshotMethod asks for a
+  // snapshot in the mailbox's order: its answer (none) comes once this rank holds it.
+  void call_kept(const std::shared_ptr<ActorRef>& ref, std::string_view method, Value arguments, Answer answer);
+  // The respawned actor at (to, id): the calls since the snapshot go again, those replayable (and
+  // those made during the respawn); in-flight ones that cannot fail with PeerLostError.
+  void replay(const std::shared_ptr<ActorRef>& ref, int to, uint64_t id);
+  // The actor is down for good: the calls still waiting for an answer fail with `why`.
+  void fail_kept(const std::shared_ptr<ActorRef>& ref, std::exception_ptr why);
 
   // "remote actor 'a' on rank 1: m: ", what errors about a call start with.
   static std::string describe(const std::string& name, int at, std::string_view method) {

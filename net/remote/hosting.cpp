@@ -122,9 +122,13 @@ void RemoteActors::Impl::run(Hosted& actor, Call& call) {
     span.emplace(actor.name + "." + call.method, call.request ? Profiler::remote_flow_id(call.source, call.request) : 0);
   Value result;
   std::exception_ptr failure;
-  const ActorType::Method* method = actor.type->method(call.method);
+  const bool snapshot = call.method == detail::kSnapshotMethod;  // taken in the mailbox's order
+  const ActorType::Method* method = !snapshot ? actor.type->method(call.method)
+                                    : actor.type->snapshot ? &*actor.type->snapshot : nullptr;
   if (!actor.object) {
     failure = error<ValueError>(what + "the actor was stopped");
+  } else if (snapshot && !method) {
+    failure = error<ValueError>(what + (actor.type->name.empty() ? "it" : actor.type->name) + " declares no TROUPE_STATE");
   } else if (!method) {
     failure = error<ValueError>(what + "no such method; " + (actor.type->name.empty() ? "it" : actor.type->name) +
                                 " has " + actor.type->method_names());
@@ -185,6 +189,8 @@ void RemoteActors::Impl::host_spawn(int source, CallFrame&& call) {
   std::string name = items[0].is_none() ? "" : items[0].as_string();
   const int replaces_rank = static_cast<int>(items[2].as_int());
   const uint64_t replaces_id = static_cast<uint64_t>(items[3].as_int());
+  std::optional<Value> state;  // a respawn from a snapshot
+  if (items.size() > 5) state = std::move(items[5]);
   Device device;
   try {
     device = Device::parse(items[4].as_string());
@@ -198,20 +204,28 @@ void RemoteActors::Impl::host_spawn(int source, CallFrame&& call) {
     ++running;
   }
   auto construct = [self = shared_from_this(), type, source, request, name = std::move(name),
-                    arguments = std::move(items[1]), replaces_rank, replaces_id, device]() mutable {
-    self->construct(type, source, request, std::move(name), arguments, device, replaces_rank, replaces_id);
+                    arguments = std::move(items[1]), state = std::move(state), replaces_rank, replaces_id, device]() mutable {
+    self->construct(type, source, request, std::move(name), arguments, state, device, replaces_rank, replaces_id);
     self->finished_running();
   };
   constructor->submit(std::make_shared<troupe::detail::Task<void, decltype(construct)>>(std::move(construct), constructor));
 }
 
 void RemoteActors::Impl::construct(const ActorType* type, int source, uint64_t request, std::string name, const Value& arguments,
-               Device device, int replaces_rank, uint64_t replaces_id) {
+               const std::optional<Value>& state, Device device, int replaces_rank, uint64_t replaces_id) {
   const std::string what = "spawn_on: " + type->name + " on rank " + std::to_string(rank) + ": ";
   auto actor = std::make_shared<Hosted>();
   actor->type = std::shared_ptr<const ActorType>(std::shared_ptr<const void>(), type);  // registered: lives on
   try {
     actor->object = type->construct(arguments);
+    if (state) {
+      if (!type->restore) throw ValueError("a snapshot came, but " + type->name + " declares no TROUPE_STATE here");
+      try {
+        type->restore(actor->object.get(), *state);
+      } catch (...) {
+        std::rethrow_exception(with_context("restoring its snapshot: ", std::current_exception()));
+      }
+    }
     if (!device.is_cpu()) {
       actor->lane = troupe::Lane::make(device, type->name);
       if (type->move_to) type->move_to(actor->object.get(), device);  // its state goes there once

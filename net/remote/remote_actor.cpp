@@ -3,6 +3,8 @@
 #include <condition_variable>
 #include <thread>
 
+#include "actors/promise.h"
+
 namespace troupe::net {
 
 using detail::ActorRef;
@@ -136,6 +138,22 @@ void RemoteActor::stop() const {
   node->finish_down(ref_, nullptr);
 }
 
+void RemoteActor::snapshot() const {
+  auto node = ref_ ? ref_->node.lock() : nullptr;
+  if (!node) throw ValueError("RemoteActor::snapshot: the handle is empty, or its RemoteActors is gone");
+  if (!ref_->kept)
+    throw ValueError("RemoteActor::snapshot: remote actor '" + ref_->name +
+                     "' keeps no state here: snapshots are for a type with TROUPE_STATE, spawned from this handle "
+                     "with max_restarts > 0");
+  Promise<Value> promise;
+  Future<Value> kept = promise.future();
+  node->call_kept(ref_, detail::kSnapshotMethod, Value::list({}), [promise](Value&&, std::exception_ptr e) mutable {
+    if (e) promise.set_exception(e);
+    else promise.set_value(Value());
+  });
+  wait(kept);
+}
+
 RemoteActor lookup(std::string_view name, std::chrono::milliseconds wait_for) {
   auto node = current("lookup");
   const Deadline deadline = deadline_after(wait_for);
@@ -167,6 +185,16 @@ RemoteActor spawn(const SpawnOptions& options, std::string_view type, Value argu
     throw IndexError("spawn_on: rank " + std::to_string(options.rank) + " outside a world of " +
                      std::to_string(node->size));
   if (options.max_restarts < 0) throw ValueError("spawn_on: max_restarts must be >= 0");
+  if (options.snapshot_every < 0) throw ValueError("spawn_on: snapshot_every must be >= 0");
+  const ActorType* known = find_actor_type(type);  // state is kept when this rank knows the type has some
+  const bool keeps_state = options.max_restarts > 0 && known && known->snapshot;
+  if (options.snapshot_every > 0 && !keeps_state)
+    throw ValueError("spawn_on: " + std::string(type) + ": snapshot_every needs max_restarts > 0 and a type with " +
+                     "TROUPE_STATE registered on this rank (" +
+                     (options.max_restarts == 0 ? "max_restarts is 0"
+                      : !known                  ? "it is not registered here"
+                                                : "it declares no TROUPE_STATE") +
+                     ")");
   Value name = options.name.empty() ? Value() : Value::string(options.name);
   Value answer = node->ask_and_wait(
       options.rank,
@@ -180,6 +208,11 @@ RemoteActor spawn(const SpawnOptions& options, std::string_view type, Value argu
     ref->arguments = std::move(arguments);
     ref->device = options.device.str();
     ref->restarts_left = options.max_restarts;
+    if (keeps_state) {
+      ref->kept = std::make_unique<detail::KeptState>();
+      ref->kept->type = known;
+      ref->kept->snapshot_every = options.snapshot_every;
+    }
     node->watch(ref);
   }
   return RemoteActor(ref);
@@ -189,6 +222,7 @@ void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, Value
   if (!actor) throw ValueError("RemoteActor: the handle is empty");
   auto node = actor->node.lock();
   if (!node) throw ValueError("remote actor '" + actor->name + "': this rank's RemoteActors is gone");
+  if (actor->kept) return node->call_kept(actor, method, std::move(arguments), std::move(answer));
   node->call(actor, method, std::move(arguments), std::move(answer));
 }
 

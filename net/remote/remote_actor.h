@@ -44,6 +44,13 @@
 //   wait for nothing there). An actor spawned with max_restarts > 0 is respawned from its
 //   constructor arguments on the next live rank by the rank that spawned it, under the same name;
 //   calls made meanwhile wait for the new one; on_down fires once the restarts are spent.
+// - State: a type with TROUPE_STATE (actor_type.h) spawned with max_restarts > 0 comes back with
+//   the state of its last snapshot (taken every SpawnOptions::snapshot_every calls, or by
+//   snapshot()), kept on the spawning rank: the constructor runs, then the state is restored. The
+//   calls made through the spawning handle since the snapshot run again, in order, up to the first
+//   one that changed the state and is not net::replayable; calls in flight that are not run again
+//   fail with PeerLostError. Calls from other handles (lookup) are in a snapshot taken after them,
+//   never replayed.
 // - Shutdown: destroying RemoteActors cancels this rank's pending requests (CancelledError),
 //   drops calls not yet started and waits for the running ones.
 // - Hosting: host() turns an object this rank already holds into one of its actors, under a name
@@ -111,6 +118,11 @@ struct SpawnOptions {
   // where T has one) and its calls queue their kernels on the lane, waiting on the device for the
   // work that wrote their tensor arguments on that rank.
   Device device = Device::cpu();
+  // A type with TROUPE_STATE and max_restarts > 0 comes back with its state: this rank keeps its
+  // last snapshot and the calls made through the handle since, and a respawn restores the one and
+  // replays the other (see "State"). A snapshot is taken after this many calls through the
+  // handle that change the state (non-const methods); 0: only when RemoteActor::snapshot() asks.
+  int snapshot_every = 0;
 };
 
 // This rank's part in the job's remote actors: it hosts actors spawned here, answers the calls to
@@ -162,6 +174,9 @@ class RemoteActor {
   void on_down(std::function<void(std::exception_ptr why)> fn) const;
   // Stops the actor after the calls sent before have run, and waits for that.
   void stop() const;
+  // Takes a snapshot of a supervised actor's state (TROUPE_STATE) after the calls made before
+  // through this handle, and waits until this rank keeps it. ValueError for another actor.
+  void snapshot() const;
 
  private:
   std::shared_ptr<detail::ActorRef> ref_;

@@ -74,6 +74,7 @@ void RemoteActors::Impl::finish_down(const std::shared_ptr<ActorRef>& ref, std::
     held.swap(ref->held);
   }
   for (auto& call : held) call();  // they fail now, as the actor is down
+  if (ref->kept) fail_kept(ref, why);
   for (auto& fn : callbacks) fn(why);
 }
 
@@ -91,13 +92,19 @@ void RemoteActors::Impl::respawn(const std::shared_ptr<ActorRef>& ref, int from,
     return finish_down(ref, why);
   }
   uint64_t old_id;
-  Value arguments;
+  Value::List spawn;  // [name, arguments, replaced rank, replaced id, device(, state)]
   {
     std::lock_guard lock(ref->mutex);
     old_id = ref->id;
-    arguments = ref->arguments;
+    spawn = {Value::string(ref->name), ref->arguments, Value::integer(from), Value::integer(static_cast<int64_t>(old_id)),
+             Value::string(ref->device)};
+    if (ref->kept && ref->kept->state) spawn.push_back(*ref->kept->state);  // restored after the constructor
   }
   auto respawned = [self = shared_from_this(), ref, to, why](Value&& result, std::exception_ptr e) {
+    if (ref->kept && !e) {  // the calls since the snapshot go first; restarting ends with them
+      self->replay(ref, to, static_cast<uint64_t>(result.as_list().at(0).as_int()));
+      return self->watch(ref);
+    }
     std::vector<std::function<void()>> held;
     {
       std::lock_guard lock(ref->mutex);
@@ -112,10 +119,7 @@ void RemoteActors::Impl::respawn(const std::shared_ptr<ActorRef>& ref, int from,
     self->watch(ref);
     for (auto& call : held) call();
   };
-  ask(to,
-      CallFrame{CallKind::spawn, 0, 0, ref->type,
-                Value::list({Value::string(ref->name), std::move(arguments), Value::integer(from),
-                             Value::integer(static_cast<int64_t>(old_id)), Value::string(ref->device)})},
+  ask(to, CallFrame{CallKind::spawn, 0, 0, ref->type, Value::list(std::move(spawn))},
       "restarting remote actor '" + ref->name + "' on rank " + std::to_string(to) + ": ", std::move(respawned));
 }
 

@@ -59,6 +59,8 @@ struct Cluster {
 
 }  // namespace
 
+RankRun run_killing_ranks(int n, const std::string& rank_test, LaunchOptions o);  // kept_state_test.cpp
+
 #define REQUIRE_CLUSTER(cluster)                                                             \
   if (::geteuid() != 0 || !sh("ip netns list")) SKIP_TEST("needs root and `ip netns` (iproute2)"); \
   if (!(cluster).ok) SKIP_TEST("could not create the namespaces and the bridge here")
@@ -119,6 +121,13 @@ TEST_CASE("cluster: a host's link goes down mid-collective, every survivor gets 
   RankRun run = run_ranks(3, "collectives rank: link down", o);
   cut.join();
   check_all_passed(run, 3);
+}
+
+TEST_CASE("cluster: a supervised actor whose host is killed comes back on another host with its state",
+          "[net][cluster][kept]") {
+  Cluster cluster(3);
+  REQUIRE_CLUSTER(cluster);
+  run_killing_ranks(3, "kept state rank: respawn from snapshots", cluster.options(1));  // hosts 1 and 2 killed
 }
 
 namespace {
