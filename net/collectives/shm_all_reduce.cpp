@@ -171,7 +171,7 @@ void SharedMemoryAllReduce::wait_for(Call& call, int peer, const char* stage, Fl
       continue;
     }
     check_inbox(call);
-    call.channel.group().transport().check_peer(call.channel.group().global_rank(peer));
+    call.channel.group().check_peer(peer);
     if (Clock::now() > call.deadline)
       throw TimeoutError("all_reduce: collective #" + std::to_string(call.op.collective_seq) + " of group " +
                          std::to_string(call.channel.group_id()) + ": rank " + std::to_string(call.rank()) +
@@ -264,7 +264,8 @@ void SharedMemoryAllReduce::reduce_piece(Call& call, const Tensor& data, int64_t
   mine.consumed.raise(g);
 }
 
-std::optional<Tensor> SharedMemoryAllReduce::run(Call& call, uint64_t ticket, const Tensor& data, ReduceOp op) {
+std::optional<Tensor> SharedMemoryAllReduce::run(Call& call, uint64_t ticket, const Tensor& data, ReduceOp op,
+                                                 Tensor result) {
   std::unique_lock turn(mutex_);
   turn_.wait(turn, [&] { return serving_ == ticket; });
   turn.unlock();
@@ -300,7 +301,6 @@ std::optional<Tensor> SharedMemoryAllReduce::run(Call& call, uint64_t ticket, co
 
   const int64_t count = data.numel();
   const int64_t piece = static_cast<int64_t>(kSlotBytes / itemsize(data.dtype()));
-  Tensor result = Tensor::empty({count}, data.dtype());
   char* out = static_cast<char*>(result.mutable_raw_data());
   try {
     if (data.nbytes() <= kSmallBytes) {
