@@ -1,8 +1,7 @@
 #pragma once
 // The algorithms, one per file (internal to net/collectives/; the public API is net/collectives.h,
 // whose dispatcher validates arguments and picks among them). Every tensor here is contiguous and
-// 1-D unless said otherwise; results are fresh tensors, received buffers or the algorithm's own
-// recycled ones (buffers.h), never the caller's.
+// 1-D unless said otherwise; results are fresh tensors or received buffers, never the caller's.
 #include <memory>
 #include <optional>
 #include <vector>
@@ -13,7 +12,7 @@ namespace troupe::net::collectives {
 
 // A flat all_reduce set up once for one (group, count, dtype, reduce op), in Gloo's shape
 // (gloo::AllreduceRing is built with its buffers and plan, then run() many times): what is the
-// same from call to call (the chunk plan, the result buffers) is decided by the constructor; run()
+// same from call to call (the partners, the chunk plan) is decided by the constructor; run()
 // is one call's hot loop. AllReduce (all_reduce.h) picks one per shape and caches it.
 class FlatAllReduce {
  public:

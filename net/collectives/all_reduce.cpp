@@ -37,7 +37,7 @@ std::unique_ptr<FlatAllReduce> make_flat_all_reduce(int rank, int size, int64_t 
 }
 
 AllReduce::AllReduce(ProcessGroup& group, GroupState& state, int64_t count, DType dtype, ReduceOp op)
-    : count_(count), dtype_(dtype), op_(op), size_(group.size()), buffers_(count, dtype), name_("local") {
+    : count_(count), dtype_(dtype), op_(op), size_(group.size()), name_("local") {
   if (size_ == 1) return;
   const size_t bytes = static_cast<size_t>(count) * itemsize(dtype);
   two_level_ = bytes <= kTwoLevelAllReduceMaxBytes && state.host_groups().two_level;
@@ -84,7 +84,7 @@ Tensor AllReduce::run(Call& call, const Turn& turn, const Tensor& data) {
   }
   if (turn.shm_ticket) {
     SharedMemoryAllReduce& shm = GroupState::of(call.channel.group()).shared_memory();
-    if (std::optional<Tensor> sum = shm.run(call, *turn.shm_ticket, data, op_, buffers_.take())) return *sum;
+    if (std::optional<Tensor> sum = shm.run(call, *turn.shm_ticket, data, op_)) return *sum;
   }
   call.algorithm = flat_->name();
   return flat_->run(call, data);

@@ -3,7 +3,9 @@
 // that shape (internal to net/collectives/; GroupState caches it, collectives.cpp calls it). Gloo's
 // shape: gloo::AllreduceRing is built once with its buffers and plan, then run() many times. Here
 // the constructor picks the path for the group and size (two levels across hosts, shared memory
-// on one host, else a flat algorithm by size: algorithms.h) and sets it up; a call takes its turn
+// on one host, else a flat algorithm by size: algorithms.h) and sets it up. Results are fresh
+// tensors, as the caller keeps them: the host allocator recycles large blocks already paged in
+// (devices/host_allocator.h), so there are no buffers to keep here. A call takes its turn
 // when it is made (in call order on every rank) and runs later, on the caller's thread or the
 // group's actor.
 //
@@ -15,7 +17,6 @@
 #include <optional>
 
 #include "net/collectives/algorithms.h"
-#include "net/collectives/buffers.h"
 
 namespace troupe::net::collectives {
 
@@ -34,8 +35,8 @@ class AllReduce {
   };
   Turn take_turn(ProcessGroup& group);
 
-  // The reduction of data over the group: a fresh tensor or one of this object's recycled buffers,
-  // never data's bytes. Sets call.algorithm to the path taken.
+  // The reduction of data over the group: a fresh tensor or a received buffer, never data's bytes
+  // (but data itself on one rank). Sets call.algorithm to the path taken.
   Tensor run(Call& call, const Turn& turn, const Tensor& data);
 
   // The path calls take ("two_level", "shared_memory", or the flat algorithm's name; "local" on
@@ -44,8 +45,6 @@ class AllReduce {
   const char* name() const { return name_; }
   // Calls run so far (for the tests: one object serves every call of its shape).
   uint64_t runs() const { return runs_.load(); }
-  // This object's result buffers: the shared-memory path's (the flat algorithms keep their own).
-  const Buffers& buffers() const { return buffers_; }
 
  private:
   int64_t count_;
@@ -53,8 +52,7 @@ class AllReduce {
   ReduceOp op_;
   int size_;
   bool two_level_ = false, shared_memory_ = false;
-  std::unique_ptr<FlatAllReduce> flat_;  // null on one rank
-  Buffers buffers_;
+  std::unique_ptr<FlatAllReduce> flat_;  // null on one rank and with two levels
   const char* name_;
   std::atomic<uint64_t> runs_{0};
 };

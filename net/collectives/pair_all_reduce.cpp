@@ -10,12 +10,10 @@
 // other); every op is commutative in IEEE arithmetic, and avg divides both by 2, so both ranks end
 // with the same bits.
 //
-// Set up once per (group, count, dtype, op): the chunking and the result buffers (recycled:
-// buffers.h) stay with the object.
+// Set up once per (group, count, dtype, op): the chunking stays with the object.
 #include <algorithm>
 
 #include "net/collectives/algorithms.h"
-#include "net/collectives/buffers.h"
 #include "net/collectives/reduce_kernels.h"
 
 namespace troupe::net::collectives {
@@ -36,8 +34,7 @@ class PairAllReduce final : public FlatAllReduce {
         dtype_(dtype),
         op_(op),
         chunk_(std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(itemsize(dtype)))),
-        chunks_((count + chunk_ - 1) / chunk_),  // the same on both ranks: count agrees
-        results_(count, dtype) {}
+        chunks_((count + chunk_ - 1) / chunk_) {}  // the same on both ranks: count agrees
   const char* name() const override { return "pair"; }
   Tensor run(Call& call, const Tensor& data) override;
 
@@ -47,7 +44,6 @@ class PairAllReduce final : public FlatAllReduce {
   DType dtype_;
   ReduceOp op_;
   int64_t chunk_, chunks_;
-  Buffers results_;
 };
 
 Tensor PairAllReduce::run(Call& call, const Tensor& data) {
@@ -57,7 +53,7 @@ Tensor PairAllReduce::run(Call& call, const Tensor& data) {
   const size_t item = itemsize(dtype);
   const ReduceOp op = op_, combine = op == ReduceOp::avg ? ReduceOp::sum : op;
 
-  Tensor result = results_.take();
+  Tensor result = Tensor::empty({count}, dtype);
   auto* out = static_cast<char*>(result.mutable_raw_data());
   const auto* in = static_cast<const char*>(data.raw_data());
   int64_t sent = 0;

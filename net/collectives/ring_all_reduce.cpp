@@ -10,13 +10,13 @@
 // are uniquely owned buffers) and forwarded as they are; only the final reduction writes into the
 // result, and all-gathered chunks are copied into it once.
 //
-// Set up once per (group, count, dtype, op): the chunks' ranges and the result buffers (recycled:
-// buffers.h) stay with the object; run() is the two phases.
+// Set up once per (group, count, dtype, op): the chunks' ranges stay with the object; run() is the
+// two phases. The result is a fresh tensor per call (the caller keeps it); from 1 MiB up the host
+// allocator hands back a freed block of the same size, already paged in (devices/host_allocator.h).
 #include <cstring>
 #include <deque>
 
 #include "net/collectives/algorithms.h"
-#include "net/collectives/buffers.h"
 #include "net/collectives/reduce_kernels.h"
 
 namespace troupe::net::collectives {
@@ -42,16 +42,16 @@ class RingAllReduce final : public FlatAllReduce {
   const Range& chunk(int segment, int64_t k) const { return chunks_[static_cast<size_t>(segment * count_of_chunks_ + k)]; }
 
   int rank_, size_;
+  int64_t count_;
   DType dtype_;
   ReduceOp op_;
   int64_t count_of_chunks_;  // per segment, the same on every rank (it depends on count and n only)
   std::vector<Range> chunks_;  // segment s's chunk k at s * count_of_chunks_ + k
-  Buffers results_;
 };
 
 // Segment s is [count*s/n, count*(s+1)/n); each is cut into near-equal chunks.
 RingAllReduce::RingAllReduce(int rank, int size, int64_t count, DType dtype, ReduceOp op)
-    : rank_(rank), size_(size), dtype_(dtype), op_(op), results_(count, dtype) {
+    : rank_(rank), size_(size), count_(count), dtype_(dtype), op_(op) {
   const int n = size;
   const int64_t largest_segment = (count + n - 1) / n;
   const int64_t chunk_elems = std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(itemsize(dtype)));
@@ -72,7 +72,7 @@ Tensor RingAllReduce::run(Call& call, const Tensor& data) {
   const ReduceOp combine = op == ReduceOp::avg ? ReduceOp::sum : op;
   const int64_t chunks = count_of_chunks_;
 
-  Tensor result = results_.take();
+  Tensor result = Tensor::empty({count_}, dtype);
   // Taken once: later sends share result's storage, and writing through mutable_raw_data() again
   // would copy it.
   auto* out = static_cast<char*>(result.mutable_raw_data());

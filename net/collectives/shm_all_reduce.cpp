@@ -264,8 +264,7 @@ void SharedMemoryAllReduce::reduce_piece(Call& call, const Tensor& data, int64_t
   mine.consumed.raise(g);
 }
 
-std::optional<Tensor> SharedMemoryAllReduce::run(Call& call, uint64_t ticket, const Tensor& data, ReduceOp op,
-                                                 Tensor result) {
+std::optional<Tensor> SharedMemoryAllReduce::run(Call& call, uint64_t ticket, const Tensor& data, ReduceOp op) {
   std::unique_lock turn(mutex_);
   turn_.wait(turn, [&] { return serving_ == ticket; });
   turn.unlock();
@@ -301,6 +300,7 @@ std::optional<Tensor> SharedMemoryAllReduce::run(Call& call, uint64_t ticket, co
 
   const int64_t count = data.numel();
   const int64_t piece = static_cast<int64_t>(kSlotBytes / itemsize(data.dtype()));
+  Tensor result = Tensor::empty({count}, data.dtype());
   char* out = static_cast<char*>(result.mutable_raw_data());
   try {
     if (data.nbytes() <= kSmallBytes) {

@@ -5,7 +5,7 @@
 //
 //   auto& shm = GroupState::of(group).shared_memory();
 //   uint64_t ticket = shm.take_ticket();                 // in call order, when the call is made
-//   std::optional<Tensor> sum = shm.run(call, ticket, flat, ReduceOp::sum, result);  // nullopt: use ZeroMQ
+//   std::optional<Tensor> sum = shm.run(call, ticket, flat, ReduceOp::sum);  // nullopt: use ZeroMQ
 //
 // A tensor up to 64 KiB: every rank copies it into half of its slot, raises `ready`, and reduces
 // all ranks' copies itself (one hand-off). Larger ones, per piece of up to 16 MiB: every rank copies the segments others reduce into its slot and
@@ -45,10 +45,9 @@ class SharedMemoryAllReduce {
   // Calls run in ticket order (an async call and a blocking one may race to the slot otherwise).
   uint64_t take_ticket() { return next_ticket_++; }
 
-  // The reduction of data (contiguous, 1-D) over the group, written into result (a tensor of as
-  // many elements and the same dtype, this caller's alone: the algorithm's buffers.h) and returned;
-  // nullopt when some rank could not set the segments up (then every rank gets nullopt, now and later).
-  std::optional<Tensor> run(Call& call, uint64_t ticket, const Tensor& data, ReduceOp op, Tensor result);
+  // The reduction of data (contiguous, 1-D) over the group, or nullopt when some rank could not
+  // set the segments up (then every rank gets nullopt, now and later).
+  std::optional<Tensor> run(Call& call, uint64_t ticket, const Tensor& data, ReduceOp op);
 
  private:
   struct Segment;

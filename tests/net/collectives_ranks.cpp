@@ -237,7 +237,7 @@ void async_and_groups(ProcessGroup& world) {
 // An all_reduce is set up once per (group, count, dtype, op) and reused: repeated calls of one
 // shape, blocking or async, run the same object; another count, dtype or op gets another; a
 // group's algorithms go with the group. Results stay exact when a call's input is the previous
-// call's result (the ring, pair and shared-memory paths recycle their result buffers).
+// call's result.
 void algorithm_cache(ProcessGroup& world) {
   using collectives::AllReduce;
   using collectives::GroupState;

@@ -11,7 +11,6 @@
 
 #include "net/collectives.h"
 #include "net/collectives/all_reduce.h"
-#include "net/collectives/buffers.h"
 #include "net/collectives/group_state.h"
 #include "net/collectives/reduce_kernels.h"
 #include "net/launcher.h"
@@ -198,38 +197,6 @@ TEST_CASE("collectives: one all_reduce object per (group, count, dtype, op), fre
   std::weak_ptr<AllReduce> cached = GroupState::of(*sub).all_reduce(3, DType::f32, ReduceOp::sum);
   sub.reset();
   CHECK(cached.expired());
-}
-
-// The result buffers an algorithm keeps: a dropped result's memory serves the next call; one still
-// held is never handed out again.
-TEST_CASE("collectives: an algorithm's result buffers come back when their tensors are dropped", "[net][collectives]") {
-  auto buffers = std::make_unique<collectives::Buffers>(1000, DType::f32);
-  Tensor a = buffers->take();
-  CHECK((a.shape() == Shape{1000} && a.dtype() == DType::f32 && a.is_contiguous()));
-  const void* first = a.raw_data();
-  CHECK(a.mutable_raw_data() == first);  // the caller's alone: written in place, no copy
-  Tensor b = buffers->take();
-  CHECK(b.raw_data() != first);
-  a = Tensor();
-  CHECK(buffers->idle() == 1);
-  Tensor c = buffers->take();
-  CHECK(c.raw_data() == first);
-  CHECK(buffers->idle() == 0);
-  Tensor view = c.slice(0, 10, 20);
-  c = Tensor();
-  CHECK(buffers->idle() == 0);  // a view still holds it
-  view = Tensor();
-  CHECK(buffers->idle() == 1);
-  Tensor d = buffers->take(), e = buffers->take(), f = buffers->take();
-  d = e = f = b = Tensor();
-  CHECK(buffers->idle() == 2);  // the others went back to the heap
-  // A result may outlive its algorithm.
-  Tensor late = buffers->take();
-  buffers.reset();
-  late.mutable_data<float>()[999] = 7;
-  CHECK(late.to_vector<float>()[999] == 7);
-  late = Tensor();
-  CHECK(collectives::Buffers(0, DType::f32).take().numel() == 0);
 }
 
 TEST_CASE("collectives: reduction kernels", "[net][collectives]") {
