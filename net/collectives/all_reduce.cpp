@@ -41,13 +41,10 @@ AllReduce::AllReduce(ProcessGroup& group, GroupState& state, int64_t count, DTyp
   if (size_ == 1) return;
   const size_t bytes = static_cast<size_t>(count) * itemsize(dtype);
   two_level_ = bytes <= kTwoLevelAllReduceMaxBytes && state.host_groups().two_level;
-  if (two_level_) {
-    name_ = "two_level";
-    return;
-  }
-  shared_memory_ = SharedMemoryAllReduce::eligible(group);
+  shared_memory_ = !two_level_ && SharedMemoryAllReduce::eligible(group);
+  // Also what a call without a turn on the other paths runs (shared memory turned off).
   flat_ = make_flat_all_reduce(group.rank(), size_, count, dtype, op);
-  name_ = shared_memory_ ? "shared_memory" : flat_->name();
+  name_ = two_level_ ? "two_level" : shared_memory_ ? "shared_memory" : flat_->name();
 }
 
 // The levels are calls of their own on the host sub-groups (host_groups.h), numbered here with the

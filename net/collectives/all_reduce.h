@@ -52,7 +52,7 @@ class AllReduce {
   ReduceOp op_;
   int size_;
   bool two_level_ = false, shared_memory_ = false;
-  std::unique_ptr<FlatAllReduce> flat_;  // null on one rank and with two levels
+  std::unique_ptr<FlatAllReduce> flat_;  // null on one rank
   const char* name_;
   std::atomic<uint64_t> runs_{0};
 };
