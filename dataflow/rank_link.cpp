@@ -64,7 +64,7 @@ net::RemoteActor RankLink::find(int peer, net::Deadline deadline) const {
     } catch (const ValueError&) {
       // Not hosted yet: that rank is still on its way to this executor.
     }
-    group_->transport().check_peer(group_->global_rank(peer));
+    group_->check_peer(peer);
     if (net::Clock::now() >= deadline)
       throw TimeoutError(where_ + "rank " + std::to_string(peer) + " hosted no part '" + name + "' within " +
                          std::to_string(group_->timeout().count()) +

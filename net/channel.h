@@ -3,8 +3,8 @@
 // between the ranks of one group on the collective lane, keyed by the collective's sequence
 // number, so collectives never see p2p traffic, other groups' traffic, or an earlier collective's.
 //
-//   Channel ch = group->channel();
-//   const uint64_t seq = ch.next_collective_seq();          // same n-th call on every rank
+//   Channel ch(group);                                       // a shared_ptr<ProcessGroup>
+//   const uint64_t seq = collectives::GroupState::of(*group).next_seq();  // the n-th call's number
 //   OpDescriptor op{CollectiveOp::all_reduce, ReduceOp::sum, t.dtype(), uint64_t(t.numel()), seq};
 //   const Deadline deadline = ch.deadline();                 // the group's timeout from now
 //   ch.send(right, op, chunk);                               // never blocks; zero-copy
@@ -38,9 +38,6 @@ class Channel {
   int size() const { return group_->size(); }
   uint64_t group_id() const { return group_->id(); }
   ProcessGroup& group() { return *group_; }
-  // The group's next collective number: taken once per collective call, by its dispatcher
-  // (collectives.cpp), so that every rank's n-th call gets the same number.
-  uint64_t next_collective_seq() { return group_->next_collective_seq(); }
   Deadline deadline(std::optional<std::chrono::milliseconds> timeout = std::nullopt) const {
     return deadline_after(timeout.value_or(group_->timeout()));
   }

@@ -21,7 +21,10 @@
 // concurrent collectives (an async one next to a blocking one, a sub-group next to the world) never
 // see each other's traffic. Blocking calls run the rank's part on the caller's thread (no hand-off:
 // latency); async calls queue it to the group's collective actor, a thread with a FIFO mailbox that
-// runs them in call order, and return a Work.
+// runs them in call order, and return a Work. The collectives' state of a group (the numbering,
+// the actor, shared memory, and one all_reduce object per count, dtype and reduce op, set up on
+// the first such call and reused, Gloo-style, by the later ones) lives in
+// net/collectives/group_state.h and is freed with the group.
 //
 // Algorithms (net/collectives/): all_reduce over ZeroMQ is recursive doubling up to a size measured
 // per world size, then a chunked, pipelined ring; when every rank of the group runs on this host it

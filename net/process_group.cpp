@@ -5,10 +5,6 @@
 #include <set>
 
 #include "devices/error.h"
-#include "net/channel.h"
-#include "net/collectives/collective_actor.h"
-#include "net/collectives/host_groups.h"
-#include "net/collectives/shm_all_reduce.h"
 #include "net/engine_env.h"
 #include "net/rendezvous.h"
 #include "net/resolve.h"
@@ -261,6 +257,11 @@ void ProcessGroup::check_peer_rank(const char* op, int r, bool any_allowed) cons
                      (any_allowed ? " (kAnySource is -1)" : ""));
 }
 
+void ProcessGroup::check_peer(int r) {
+  check_peer_rank("check_peer", r, false);
+  transport_->check_peer(global_rank(r));
+}
+
 Work ProcessGroup::isend(const Tensor& tensor, int dst, int64_t tag) {
   if (!tensor.defined()) throw ValueError("send: the tensor is undefined");
   check_peer_rank("send", dst, false);
@@ -315,24 +316,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::keyed_group(uint64_t key, const std:
   return std::make_shared<ProcessGroup>(transport_, id, std::move(globals), timeout());
 }
 
-Channel ProcessGroup::channel() { return Channel(shared_from_this()); }
-
-collectives::CollectiveActor& ProcessGroup::collective_actor() {
-  std::lock_guard lock(actor_mutex_);
-  if (!actor_) actor_ = std::make_unique<collectives::CollectiveActor>();
-  return *actor_;
-}
-
-const collectives::HostGroups& ProcessGroup::host_groups() {
-  std::lock_guard lock(actor_mutex_);
-  if (!host_groups_) host_groups_ = std::make_unique<collectives::HostGroups>(collectives::make_host_groups(*this));
-  return *host_groups_;
-}
-
-collectives::SharedMemoryAllReduce& ProcessGroup::shared_memory_all_reduce() {
-  std::lock_guard lock(actor_mutex_);
-  if (!shm_) shm_ = std::make_unique<collectives::SharedMemoryAllReduce>();
-  return *shm_;
+void* ProcessGroup::attachment(const void* key, std::shared_ptr<void> (*make)(ProcessGroup&)) {
+  std::lock_guard lock(attachments_mutex_);
+  for (auto& [k, state] : attachments_)
+    if (k == key) return state.get();
+  attachments_.emplace_back(key, make(*this));
+  return attachments_.back().second.get();
 }
 
 }  // namespace troupe::net

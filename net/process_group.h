@@ -31,6 +31,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "devices/tensor.h"
@@ -39,14 +40,6 @@
 namespace troupe::net {
 
 class Transport;
-class Channel;
-class ProcessGroup;
-namespace collectives {
-class CollectiveActor;
-class SharedMemoryAllReduce;
-struct HostGroups;
-HostGroups make_host_groups(ProcessGroup& group);
-}
 
 struct InitOptions {
   // env:// (MASTER_ADDR, MASTER_PORT and RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE or
@@ -96,27 +89,25 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // (like torch.distributed.new_group); ranks not in it get nullptr.
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
 
-  // The internal API collectives are written on (net/channel.h).
-  Channel channel();
+  // Throws PeerLostError when group rank r has gone (crashed or said goodbye); for code that waits
+  // on a rank by other means than a receive (a lookup, shared memory) and must not wait for a dead one.
+  void check_peer(int r);
+
+  // For the layers built on the group (net/channel.h, net/collectives/).
   Transport& transport() { return *transport_; }
   const std::shared_ptr<Transport>& shared_transport() const { return transport_; }
   int global_rank(int group_rank) const;
   int group_rank(int global_rank) const;  // -1 when not a member
-  // The thread that runs this group's async collectives in call order (net/collectives.h).
-  collectives::CollectiveActor& collective_actor();
-  // This group's shared-memory all_reduce (net/collectives/shm_all_reduce.h).
-  collectives::SharedMemoryAllReduce& shared_memory_all_reduce();
-  // This group's ranks by host, and the sub-groups of the two-level collectives (host_groups.h).
-  const collectives::HostGroups& host_groups();
+  // The group of `ranks` (group ranks, this one among them) whose id every rank derives from this
+  // group's id and `key`, with no message: for sub-groups net/ makes itself (host_groups.cpp),
+  // whose keys stay clear of new_group's, which counts its calls. User code wants new_group.
+  std::shared_ptr<ProcessGroup> keyed_group(uint64_t key, const std::vector<int>& ranks);
+  // State a layer above keeps per group (net/collectives/group_state.h: the collectives' numbering,
+  // actor and cached algorithms): made by make(*this) on the first call with `key` (the address of
+  // something of the caller's), destroyed with the group. The group never looks inside.
+  void* attachment(const void* key, std::shared_ptr<void> (*make)(ProcessGroup&));
 
  private:
-  friend class Channel;  // numbers the collectives: a stray call would desynchronise the ranks
-  friend collectives::HostGroups collectives::make_host_groups(ProcessGroup& group);  // keyed_group
-  // The group of `ranks` (group ranks, this one among them) whose id every rank derives from this
-  // group's id and `key`, with no message: new_group's keys count its calls; internal sub-groups
-  // use keys of their own.
-  std::shared_ptr<ProcessGroup> keyed_group(uint64_t key, const std::vector<int>& ranks);
-  uint64_t next_collective_seq() { return collective_seq_++; }
   void check_peer_rank(const char* op, int r, bool any_allowed) const;
 
   std::shared_ptr<Transport> transport_;
@@ -124,12 +115,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::vector<int> global_ranks_;
   int rank_;
   std::atomic<int64_t> timeout_ms_;
-  std::atomic<uint64_t> collective_seq_{0};
   std::atomic<uint64_t> child_groups_{0};
-  std::mutex actor_mutex_;
-  std::unique_ptr<collectives::CollectiveActor> actor_;  // made on first use
-  std::unique_ptr<collectives::SharedMemoryAllReduce> shm_;  // made on first use
-  std::unique_ptr<collectives::HostGroups> host_groups_;     // made on first use
+  std::mutex attachments_mutex_;
+  std::vector<std::pair<const void*, std::shared_ptr<void>>> attachments_;
 };
 
 }  // namespace troupe::net

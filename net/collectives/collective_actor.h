@@ -1,5 +1,5 @@
 #pragma once
-// A group's collective actor (internal to net/): one thread with a FIFO mailbox that runs the
+// A group's collective actor (internal to net/collectives/, kept in its GroupState): one thread with a FIFO mailbox that runs the
 // group's async collectives in call order. Started on the first post; its destructor finishes the
 // queued calls and joins (or, when the group dies on the actor's own thread, lets it wind down).
 //

@@ -1,5 +1,6 @@
 // The public collectives (net/collectives.h): argument checks, the call's descriptor and sequence
-// number, the choice of algorithm, and running the rank's part here or on the group's actor.
+// number, the choice of algorithm (for all_reduce, the group's cached one for the call's shape:
+// all_reduce.h), and running the rank's part here or on the group's actor.
 #include "net/collectives.h"
 
 #include <algorithm>
@@ -14,31 +15,19 @@
 #include "actors/profiler.h"
 #include "devices/error.h"
 #include "net/collectives/algorithms.h"
+#include "net/collectives/all_reduce.h"
 #include "net/collectives/collective_actor.h"
+#include "net/collectives/group_state.h"
 #include "net/collectives/host_groups.h"
 #include "net/collectives/reduce_kernels.h"
-#include "net/collectives/shm_all_reduce.h"
 
 namespace troupe::net {
 
 namespace {
 
+using collectives::begin_call;
 using collectives::Call;
-
-// Largest all_reduce that recursive doubling takes over ZeroMQ (then the ring), measured with
-// examples/all_reduce_bench and TROUPE_SHM=0 on one host over ipc:// (2 cores, median us):
-//   2 ranks: 64 KiB RD 177 / ring 338; 256 KiB RD 287 / ring 778; 1 MiB RD 494 / ring 566
-//   4 ranks: 64 KiB RD 1032 / ring 1517; 256 KiB RD 3365 / ring 2888
-// With two ranks doubling is one exchange of the whole tensor, and the ring's extra step only
-// pays off once chunks pipeline; with more ranks the ring's smaller messages win sooner.
-constexpr size_t kRecursiveDoublingMaxBytesTwoRanks = 1 << 20;
-constexpr size_t kRecursiveDoublingMaxBytes = 128 << 10;
-// Largest all_reduce that takes two levels on a group over several hosts (then the flat ring,
-// whose pipeline keeps every rank busy while the levels run one after the other). Measured with
-// all_reduce_bench, 2 hosts x 2 ranks (scripts/netns_cluster.sh; the hosts share 2 cores), median
-// us, two levels / flat: 4 B 150-220 / 297-434; 64 KiB 344-364 / 525-704; 1 MiB 1688-3133 /
-// 3416-4061; 16 MiB 46023-56222 / 34512-57583; 64 MiB 173274-175565 / 155364-179398.
-constexpr size_t kTwoLevelAllReduceMaxBytes = 4 << 20;
+using collectives::GroupState;
 
 std::string at(const char* op, const ProcessGroup& g) {
   return std::string(op) + ": rank " + std::to_string(g.rank());
@@ -97,25 +86,21 @@ Tensor restore(const Tensor& result, const TensorMeta& like) {
 template <class NumberLevels>
 std::shared_ptr<collectives::TwoLevel> two_level(ProcessGroup& g, NumberLevels number_levels) {
   if (g.size() < 2) return nullptr;
-  const collectives::HostGroups& hosts = g.host_groups();
+  const collectives::HostGroups& hosts = GroupState::of(g).host_groups();
   if (!hosts.two_level) return nullptr;
   auto levels = std::make_shared<collectives::TwoLevel>();
   number_levels(hosts, *levels);
   return levels;
 }
 
-// A collective ready to run: its descriptor (sequence number taken in call order) and the rank's part.
+// A collective ready to run: its descriptor (sequence number taken in call order), the algorithm
+// it will take, and the rank's part.
 struct Plan {
   Call call;
+  const char* algorithm;  // for the profiler's span; the body sets call.algorithm if it takes another
   std::function<void(Call&)> body;
   uint64_t bytes = 0;  // for the metrics; 0: the descriptor's count times the dtype's size
 };
-
-Call begin(ProcessGroup& g, CollectiveOp op, ReduceOp r, DType dtype, uint64_t count, int root = -1) {
-  Channel channel = g.channel();
-  OpDescriptor d{op, r, dtype, count, channel.next_collective_seq(), root};
-  return Call{std::move(channel), d, {}};
-}
 
 // Calls, bytes and seconds per collective and algorithm (metrics.h); the series are looked up
 // once per pair, not per call.
@@ -153,9 +138,11 @@ void run(Plan& plan, Timeout timeout) {
   const uint64_t bytes = plan.bytes ? plan.bytes : call.op.count * itemsize(call.op.dtype);
   const bool counted = metrics::enabled();
   const auto start = counted ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  call.algorithm = call.size() == 1 ? "local" : plan.algorithm;
   std::optional<ProfileScope> span;  // a span on every rank of a job's trace
   if (Profiler::global().recording())
-    span.emplace(name(call.op.op), std::to_string(bytes) + " bytes, collective #" + std::to_string(call.op.collective_seq));
+    span.emplace(name(call.op.op), std::to_string(bytes) + " bytes, collective #" +
+                                       std::to_string(call.op.collective_seq) + ", algorithm " + call.algorithm);
   try {
     plan.body(call);
     if (counted) count_collective(call, bytes, start);
@@ -173,7 +160,7 @@ void run(Plan& plan, Timeout timeout) {
 
 Work run_async(ProcessGroup& g, Plan plan, Timeout timeout, const char* what) {
   auto done = std::make_shared<detail::Completion>();
-  g.collective_actor().post([plan = std::move(plan), timeout, done]() mutable {
+  GroupState::of(g).actor().post([plan = std::move(plan), timeout, done]() mutable {
     try {
       run(plan, timeout);
       done->finish();
@@ -189,26 +176,25 @@ Plan plan_broadcast(ProcessGroup& g, Tensor& tensor, int root) {
   check_defined("broadcast", g, tensor, "tensor");
   check_root("broadcast", g, root);
   const TensorMeta meta = tensor.meta();
-  Call call = begin(g, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), root);
+  Call call = begin_call(g, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), root);
   auto levels = two_level(g, [&](const collectives::HostGroups& hosts, collectives::TwoLevel& l) {
     const int root_host = hosts.host_of[static_cast<size_t>(root)];
     const bool on_root_host = hosts.host_of[static_cast<size_t>(g.rank())] == root_host;
     const auto& root_members = hosts.members[static_cast<size_t>(root_host)];
     const int root_within = static_cast<int>(std::find(root_members.begin(), root_members.end(), root) - root_members.begin());
     const bool shared_host = hosts.local->size() > 1;
-    if (on_root_host && shared_host) l.within_first = begin(*hosts.local, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), root_within);
-    if (hosts.leaders) l.leaders = begin(*hosts.leaders, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), root_host);
-    if (!on_root_host && shared_host) l.within_last = begin(*hosts.local, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), 0);
+    if (on_root_host && shared_host) l.within_first = begin_call(*hosts.local, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), root_within);
+    if (hosts.leaders) l.leaders = begin_call(*hosts.leaders, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), root_host);
+    if (!on_root_host && shared_host) l.within_last = begin_call(*hosts.local, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), 0);
   });
-  return {std::move(call), [data = host_contiguous(tensor), meta, root, levels, out = &tensor](Call& c) {
+  const char* algorithm = levels ? "two_level" : "binomial_tree";
+  return {std::move(call), algorithm, [data = host_contiguous(tensor), meta, root, levels, out = &tensor](Call& c) {
             if (c.size() == 1) return;
             Tensor got;
             if (levels) {
-              c.algorithm = "two_level";
               levels->deadline = c.deadline;
               got = collectives::two_level_broadcast(*levels, data);
             } else {
-              c.algorithm = "binomial_tree";
               got = collectives::binomial_broadcast(c, data, root);
             }
             if (c.rank() != root) *out = restore(got, meta);
@@ -220,10 +206,9 @@ Plan plan_reduce(ProcessGroup& g, Tensor& tensor, int root, ReduceOp op) {
   check_root("reduce", g, root);
   check_reducible("reduce", g, tensor, op);
   const TensorMeta meta = tensor.meta();
-  Call call = begin(g, CollectiveOp::reduce, op, meta.dtype, tensor.numel(), root);
-  return {std::move(call), [data = host_flat(tensor), meta, root, op, out = &tensor](Call& c) {
+  Call call = begin_call(g, CollectiveOp::reduce, op, meta.dtype, tensor.numel(), root);
+  return {std::move(call), "binomial_tree", [data = host_flat(tensor), meta, root, op, out = &tensor](Call& c) {
             if (c.size() == 1) return;
-            c.algorithm = "binomial_tree";
             Tensor got = collectives::binomial_reduce(c, data, root, op);
             if (c.rank() == root) *out = restore(got, meta);
           }};
@@ -233,42 +218,16 @@ Plan plan_all_reduce(ProcessGroup& g, Tensor& tensor, ReduceOp op) {
   check_defined("all_reduce", g, tensor, "tensor");
   check_reducible("all_reduce", g, tensor, op);
   const TensorMeta meta = tensor.meta();
-  // The shared-memory path's turn is taken in call order, like the sequence number.
-  std::optional<uint64_t> ticket;
-  if (g.size() > 1 && collectives::SharedMemoryAllReduce::eligible(g))
-    ticket = g.shared_memory_all_reduce().take_ticket();
-  Call call = begin(g, CollectiveOp::all_reduce, op, meta.dtype, tensor.numel());
-  auto levels = tensor.nbytes() > kTwoLevelAllReduceMaxBytes ? nullptr : two_level(g, [&](const collectives::HostGroups& hosts, collectives::TwoLevel& l) {
-    const ReduceOp combine = op == ReduceOp::avg ? ReduceOp::sum : op;
-    const uint64_t count = static_cast<uint64_t>(tensor.numel());
-    if (hosts.local->size() > 1) {
-      if (collectives::SharedMemoryAllReduce::eligible(*hosts.local))
-        l.shm_ticket = hosts.local->shared_memory_all_reduce().take_ticket();
-      l.within_first = begin(*hosts.local, CollectiveOp::all_reduce, combine, meta.dtype, count);
-    }
-    if (hosts.leaders) l.leaders = begin(*hosts.leaders, CollectiveOp::all_reduce, combine, meta.dtype, count);
-    if (hosts.local->size() > 1) {
-      if (l.shm_ticket) l.shm_ticket_last = hosts.local->shared_memory_all_reduce().take_ticket();
-      l.within_last = begin(*hosts.local, CollectiveOp::all_reduce, combine, meta.dtype, count);
-    }
-  });
-  return {std::move(call), [data = host_flat(tensor), meta, op, ticket, levels, out = &tensor](Call& c) {
+  // Set up on the first call of this shape; this call's turn (on the shared memory, or the two
+  // levels' calls) is taken now, in call order, like the sequence number.
+  std::shared_ptr<collectives::AllReduce> algorithm = GroupState::of(g).all_reduce(tensor.numel(), meta.dtype, op);
+  collectives::AllReduce::Turn turn = algorithm->take_turn(g);
+  Call call = begin_call(g, CollectiveOp::all_reduce, op, meta.dtype, tensor.numel());
+  const char* label = algorithm->name();
+  return {std::move(call), label,
+          [data = host_flat(tensor), meta, algorithm = std::move(algorithm), turn = std::move(turn), out = &tensor](Call& c) {
             if (c.size() == 1) return;
-            if (levels) {
-              c.algorithm = "two_level";
-              levels->deadline = c.deadline;
-              *out = restore(collectives::two_level_all_reduce(*levels, data, op, c.size()), meta);
-              return;
-            }
-            if (ticket) {
-              auto& shm = c.channel.group().shared_memory_all_reduce();
-              if (std::optional<Tensor> sum = shm.run(c, *ticket, data, op)) {
-                c.algorithm = "shared_memory";
-                *out = restore(*sum, meta);
-                return;
-              }
-            }
-            *out = restore(collectives::choose_all_reduce(c, data, op), meta);
+            *out = restore(algorithm->run(c, turn, data), meta);
           }};
 }
 
@@ -281,9 +240,8 @@ Plan plan_scatter(ProcessGroup& g, Tensor& output, const std::vector<Tensor>& in
     for (const Tensor& t : inputs) parts.push_back(host_contiguous(t));
   }
   const TensorMeta meta = output.meta();
-  Call call = begin(g, CollectiveOp::scatter, ReduceOp::none, meta.dtype, output.numel(), root);
-  return {std::move(call), [parts = std::move(parts), meta, root, out = &output](Call& c) {
-            if (c.size() > 1) c.algorithm = "direct";
+  Call call = begin_call(g, CollectiveOp::scatter, ReduceOp::none, meta.dtype, output.numel(), root);
+  return {std::move(call), "direct", [parts = std::move(parts), meta, root, out = &output](Call& c) {
             Tensor got = c.size() == 1 ? parts[0] : collectives::direct_scatter(c, parts, root);
             *out = restore(got, meta);
           }};
@@ -294,13 +252,12 @@ Plan plan_gather(ProcessGroup& g, std::vector<Tensor>& outputs, const Tensor& in
   check_root("gather", g, root);
   if (g.rank() == root) check_outputs("gather", g, outputs);
   const TensorMeta meta = input.meta();
-  Call call = begin(g, CollectiveOp::gather, ReduceOp::none, meta.dtype, input.numel(), root);
-  return {std::move(call), [data = host_contiguous(input), input, root, out = &outputs](Call& c) {
+  Call call = begin_call(g, CollectiveOp::gather, ReduceOp::none, meta.dtype, input.numel(), root);
+  return {std::move(call), "direct", [data = host_contiguous(input), input, root, out = &outputs](Call& c) {
             if (c.size() == 1) {
               *out = {input};
               return;
             }
-            c.algorithm = "direct";
             std::vector<Tensor> parts = collectives::direct_gather(c, data, root);
             if (c.rank() != root) return;
             parts[static_cast<size_t>(root)] = input;
@@ -313,13 +270,12 @@ Plan plan_all_gather(ProcessGroup& g, std::vector<Tensor>& outputs, const Tensor
   check_defined("all_gather", g, input, "input");
   check_outputs("all_gather", g, outputs);
   const TensorMeta meta = input.meta();
-  Call call = begin(g, CollectiveOp::all_gather, ReduceOp::none, meta.dtype, input.numel());
-  return {std::move(call), [data = host_contiguous(input), input, out = &outputs](Call& c) {
+  Call call = begin_call(g, CollectiveOp::all_gather, ReduceOp::none, meta.dtype, input.numel());
+  return {std::move(call), "ring", [data = host_contiguous(input), input, out = &outputs](Call& c) {
             if (c.size() == 1) {
               *out = {input};
               return;
             }
-            c.algorithm = "ring";
             std::vector<Tensor> parts = collectives::ring_all_gather(c, data);
             parts[static_cast<size_t>(c.rank())] = input;
             for (Tensor& p : parts) p = restore(p, {p.dtype(), p.shape(), input.device()});
@@ -334,9 +290,8 @@ Plan plan_reduce_scatter(ProcessGroup& g, Tensor& output, const std::vector<Tens
   std::vector<Tensor> parts;
   for (const Tensor& t : inputs) parts.push_back(host_contiguous(t));
   const TensorMeta meta = inputs[0].meta();
-  Call call = begin(g, CollectiveOp::reduce_scatter, op, meta.dtype, inputs[0].numel());
-  return {std::move(call), [parts = std::move(parts), meta, op, out = &output](Call& c) {
-            if (c.size() > 1) c.algorithm = "ring";
+  Call call = begin_call(g, CollectiveOp::reduce_scatter, op, meta.dtype, inputs[0].numel());
+  return {std::move(call), "ring", [parts = std::move(parts), meta, op, out = &output](Call& c) {
             Tensor got = c.size() == 1 ? parts[0] : collectives::ring_reduce_scatter(c, parts, op);
             *out = restore(got, meta);
           }};
@@ -352,9 +307,8 @@ Plan plan_all_to_all(ProcessGroup& g, std::vector<Tensor>& outputs, const std::v
   uint64_t bytes = 0;
   for (const Tensor& p : parts) bytes += p.nbytes();
   // Parts may differ in size per pair, so the descriptor's count is the number of parts.
-  Call call = begin(g, CollectiveOp::all_to_all, ReduceOp::none, inputs[0].dtype(), inputs.size());
-  return {std::move(call), [parts = std::move(parts), device, out = &outputs](Call& c) {
-            if (c.size() > 1) c.algorithm = "direct";
+  Call call = begin_call(g, CollectiveOp::all_to_all, ReduceOp::none, inputs[0].dtype(), inputs.size());
+  return {std::move(call), "direct", [parts = std::move(parts), device, out = &outputs](Call& c) {
             std::vector<Tensor> got = c.size() == 1 ? parts : collectives::direct_all_to_all(c, parts);
             for (Tensor& p : got) p = restore(p, {p.dtype(), p.shape(), device});
             *out = std::move(got);
@@ -363,34 +317,11 @@ Plan plan_all_to_all(ProcessGroup& g, std::vector<Tensor>& outputs, const std::v
 }
 
 Plan plan_barrier(ProcessGroup& g) {
-  Call call = begin(g, CollectiveOp::barrier, ReduceOp::none, DType::u8, 0);
-  return {std::move(call), [](Call& c) {
-            c.algorithm = "dissemination";
-            collectives::dissemination_barrier(c);
-          }};
+  Call call = begin_call(g, CollectiveOp::barrier, ReduceOp::none, DType::u8, 0);
+  return {std::move(call), "dissemination", [](Call& c) { collectives::dissemination_barrier(c); }};
 }
 
 }  // namespace
-
-namespace collectives {
-Tensor choose_all_reduce(Call& call, const Tensor& flat, ReduceOp op) {
-  if (call.size() == 1) return flat;
-  // Recursive doubling needs log2(n) latencies but sends the whole tensor each round; the ring
-  // needs 2(n-1) latencies and sends 2(n-1)/n of it in total. Two ranks exchange their tensors
-  // either way: whole when small, in pipelined chunks (pair_all_reduce) when large.
-  const size_t limit = call.size() == 2 ? kRecursiveDoublingMaxBytesTwoRanks : kRecursiveDoublingMaxBytes;
-  if (flat.nbytes() <= limit) {
-    call.algorithm = "recursive_doubling";
-    return collectives::recursive_doubling_all_reduce(call, flat, op);
-  }
-  if (call.size() == 2) {
-    call.algorithm = "pair";
-    return collectives::pair_all_reduce(call, flat, op);
-  }
-  call.algorithm = "ring";
-  return collectives::ring_all_reduce(call, flat, op);
-}
-}  // namespace collectives
 
 void broadcast(ProcessGroup& group, Tensor& tensor, int root, Timeout timeout) {
   Plan plan = plan_broadcast(group, tensor, root);

@@ -2,7 +2,7 @@
 // A group's ranks by host, for the two-level collectives (internal to net/collectives/): ranks on
 // one host talk through shared memory and ipc://, one leader per host over the network.
 //
-//   const HostGroups& h = group.host_groups();
+//   const HostGroups& h = GroupState::of(group).host_groups();   // made once per group
 //   if (h.two_level) ...   // h.local: this rank's host; h.leaders: one rank per host (on leaders)
 //
 // Every rank derives the same hosts from the transport's address table (hosts numbered by their

@@ -8,6 +8,9 @@
 //
 // Both partners combine the same two values (a op b on one side, b op a on the other), and every
 // op here is commutative in IEEE arithmetic, so every rank ends with the same bits.
+//
+// Nothing to set up but the partners: every round reduces into the buffer just received, which
+// becomes the result.
 #include <bit>
 
 #include "net/collectives/algorithms.h"
@@ -15,10 +18,25 @@
 
 namespace troupe::net::collectives {
 
-Tensor recursive_doubling_all_reduce(Call& call, const Tensor& data, ReduceOp op) {
-  const int n = call.size(), r = call.rank();
-  const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));
+namespace {
+
+class RecursiveDoublingAllReduce final : public FlatAllReduce {
+ public:
+  RecursiveDoublingAllReduce(int rank, int size, ReduceOp op)
+      : r_(rank), n_(size), p_(static_cast<int>(std::bit_floor(static_cast<unsigned>(size)))), op_(op) {}
+  const char* name() const override { return "recursive_doubling"; }
+  Tensor run(Call& call, const Tensor& data) override;
+
+ private:
+  int r_, n_;
+  int p_;  // the largest power of two <= n_
+  ReduceOp op_;
+};
+
+Tensor RecursiveDoublingAllReduce::run(Call& call, const Tensor& data) {
+  const int n = n_, r = r_, p = p_;
   const int extra = n - p;
+  const ReduceOp op = op_;
   const DType dtype = data.dtype();
   const size_t count = static_cast<size_t>(data.numel());
   const ReduceOp combine = op == ReduceOp::avg ? ReduceOp::sum : op;
@@ -44,6 +62,12 @@ Tensor recursive_doubling_all_reduce(Call& call, const Tensor& data, ReduceOp op
   if (op == ReduceOp::avg) divide_buffer(acc.mutable_raw_data(), count, dtype, n);
   if (r < extra) call.send(r + p, acc);
   return acc;
+}
+
+}  // namespace
+
+std::unique_ptr<FlatAllReduce> make_recursive_doubling_all_reduce(int rank, int size, ReduceOp op) {
+  return std::make_unique<RecursiveDoublingAllReduce>(rank, size, op);
 }
 
 }  // namespace troupe::net::collectives

@@ -9,6 +9,10 @@
 // arriving and chunk k-1 is on its way to the right. Received chunks are reduced in place (they
 // are uniquely owned buffers) and forwarded as they are; only the final reduction writes into the
 // result, and all-gathered chunks are copied into it once.
+//
+// Set up once per (group, count, dtype, op): the chunks' ranges stay with the object; run() is the
+// two phases. The result is a fresh tensor per call (the caller keeps it); from 1 MiB up the host
+// allocator hands back a freed block of the same size, already paged in (devices/host_allocator.h).
 #include <cstring>
 #include <deque>
 
@@ -28,27 +32,47 @@ struct Range {
   int64_t begin, end;
 };
 
-}  // namespace
+class RingAllReduce final : public FlatAllReduce {
+ public:
+  RingAllReduce(int rank, int size, int64_t count, DType dtype, ReduceOp op);
+  const char* name() const override { return "ring"; }
+  Tensor run(Call& call, const Tensor& data) override;
 
-Tensor ring_all_reduce(Call& call, const Tensor& data, ReduceOp op) {
-  const int n = call.size(), r = call.rank();
+ private:
+  const Range& chunk(int segment, int64_t k) const { return chunks_[static_cast<size_t>(segment * count_of_chunks_ + k)]; }
+
+  int rank_, size_;
+  int64_t count_;
+  DType dtype_;
+  ReduceOp op_;
+  int64_t count_of_chunks_;  // per segment, the same on every rank (it depends on count and n only)
+  std::vector<Range> chunks_;  // segment s's chunk k at s * count_of_chunks_ + k
+};
+
+// Segment s is [count*s/n, count*(s+1)/n); each is cut into near-equal chunks.
+RingAllReduce::RingAllReduce(int rank, int size, int64_t count, DType dtype, ReduceOp op)
+    : rank_(rank), size_(size), count_(count), dtype_(dtype), op_(op) {
+  const int n = size;
+  const int64_t largest_segment = (count + n - 1) / n;
+  const int64_t chunk_elems = std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(itemsize(dtype)));
+  count_of_chunks_ = std::max<int64_t>(1, (largest_segment + chunk_elems - 1) / chunk_elems);
+  for (int segment = 0; segment < n; ++segment) {
+    const int64_t b = count * segment / n, e = count * (segment + 1) / n;
+    for (int64_t k = 0; k < count_of_chunks_; ++k)
+      chunks_.push_back({b + (e - b) * k / count_of_chunks_, b + (e - b) * (k + 1) / count_of_chunks_});
+  }
+}
+
+Tensor RingAllReduce::run(Call& call, const Tensor& data) {
+  const int n = size_, r = rank_;
   const int right = (r + 1) % n, left = (r + n - 1) % n;
-  const DType dtype = data.dtype();
-  const int64_t count = data.numel();
+  const DType dtype = dtype_;
+  const ReduceOp op = op_;
   const size_t item = itemsize(dtype);
   const ReduceOp combine = op == ReduceOp::avg ? ReduceOp::sum : op;
+  const int64_t chunks = count_of_chunks_;
 
-  // Segment s is [count*s/n, count*(s+1)/n); each is cut into `chunks` near-equal chunks, the same
-  // number on every rank (it depends on count and n only).
-  const int64_t largest_segment = (count + n - 1) / n;
-  const int64_t chunk_elems = std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(item));
-  const int64_t chunks = std::max<int64_t>(1, (largest_segment + chunk_elems - 1) / chunk_elems);
-  auto chunk = [&](int segment, int64_t k) {
-    const int64_t b = count * segment / n, e = count * (segment + 1) / n;
-    return Range{b + (e - b) * k / chunks, b + (e - b) * (k + 1) / chunks};
-  };
-
-  Tensor result = Tensor::empty({count}, dtype);
+  Tensor result = Tensor::empty({count_}, dtype);
   // Taken once: later sends share result's storage, and writing through mutable_raw_data() again
   // would copy it.
   auto* out = static_cast<char*>(result.mutable_raw_data());
@@ -67,7 +91,7 @@ Tensor ring_all_reduce(Call& call, const Tensor& data, ReduceOp op) {
   };
   auto send_own_through = [&](int64_t k) {
     for (; own_sent < std::min(k, chunks); ++own_sent) {
-      const Range c = chunk(r, own_sent);
+      const Range& c = chunk(r, own_sent);
       call.send(right, data.slice(0, c.begin, c.end));
     }
     if (own_sent == chunks)
@@ -79,7 +103,7 @@ Tensor ring_all_reduce(Call& call, const Tensor& data, ReduceOp op) {
     const bool last = step == n - 1;
     for (int64_t k = 0; k < chunks; ++k) {
       if (step == 1) send_own_through(k + 1 + kWindow);
-      const Range c = chunk(segment, k);
+      const Range& c = chunk(segment, k);
       Tensor got = call.recv(left);
       const size_t elems = static_cast<size_t>(c.end - c.begin);
       if (last) {
@@ -100,13 +124,19 @@ Tensor ring_all_reduce(Call& call, const Tensor& data, ReduceOp op) {
   for (int step = 1; step < n; ++step) {
     const int segment = (r - step + 1 + n) % n;
     for (int64_t k = 0; k < chunks; ++k) {
-      const Range c = chunk(segment, k);
+      const Range& c = chunk(segment, k);
       Tensor got = call.recv(left);
       if (step < n - 1) call.send(right, got);
       std::memcpy(out + c.begin * item, got.raw_data(), static_cast<size_t>(c.end - c.begin) * item);
     }
   }
   return result;
+}
+
+}  // namespace
+
+std::unique_ptr<FlatAllReduce> make_ring_all_reduce(int rank, int size, int64_t count, DType dtype, ReduceOp op) {
+  return std::make_unique<RingAllReduce>(rank, size, count, dtype, op);
 }
 
 }  // namespace troupe::net::collectives

@@ -171,7 +171,7 @@ void SharedMemoryAllReduce::wait_for(Call& call, int peer, const char* stage, Fl
       continue;
     }
     check_inbox(call);
-    call.channel.group().transport().check_peer(call.channel.group().global_rank(peer));
+    call.channel.group().check_peer(peer);
     if (Clock::now() > call.deadline)
       throw TimeoutError("all_reduce: collective #" + std::to_string(call.op.collective_seq) + " of group " +
                          std::to_string(call.channel.group_id()) + ": rank " + std::to_string(call.rank()) +

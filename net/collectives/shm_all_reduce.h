@@ -3,7 +3,7 @@
 // net/collectives/). Each rank owns a memfd segment: a few flags and a 16 MiB slot. The peers map
 // it through /proc/<pid>/fd/<fd>, learnt over ZeroMQ in the group's first shared-memory call.
 //
-//   auto& shm = group.shared_memory_all_reduce();
+//   auto& shm = GroupState::of(group).shared_memory();
 //   uint64_t ticket = shm.take_ticket();                 // in call order, when the call is made
 //   std::optional<Tensor> sum = shm.run(call, ticket, flat, ReduceOp::sum);  // nullopt: use ZeroMQ
 //

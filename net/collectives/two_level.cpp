@@ -2,11 +2,10 @@
 // through shared memory and ipc://, across hosts between one leader per host over the network, so
 // each host's data crosses the network once instead of once per rank. Each level is a call of its
 // own on HostGroups' sub-groups, numbered by the dispatcher when the outer call was made.
-#include "net/collectives/host_groups.h"
-#include "net/collectives/reduce_kernels.h"
-#include "net/collectives/shm_all_reduce.h"
 #include "net/collectives/algorithms.h"
-#include "net/process_group.h"
+#include "net/collectives/all_reduce.h"
+#include "net/collectives/group_state.h"
+#include "net/collectives/reduce_kernels.h"
 
 namespace troupe::net::collectives {
 
@@ -28,11 +27,11 @@ Tensor run_levels(TwoLevel& levels, Body body) {
   }
 }
 
-// An all_reduce within a host: through its shared memory when the group has it.
-Tensor within_host(Call& within, const std::optional<uint64_t>& ticket, const Tensor& t, ReduceOp op) {
-  std::optional<Tensor> shared;
-  if (ticket) shared = within.channel.group().shared_memory_all_reduce().run(within, *ticket, t, op);
-  return shared ? *shared : choose_all_reduce(within, t, op);
+// A level's all_reduce: its sub-group's own algorithm for the shape, set up once like the outer
+// call's; within a host through its shared memory when the level has a ticket for it.
+Tensor level_all_reduce(Call& level, const std::optional<uint64_t>& ticket, const Tensor& t, ReduceOp op) {
+  std::shared_ptr<AllReduce> algorithm = GroupState::of(level.channel.group()).all_reduce(t.numel(), t.dtype(), op);
+  return algorithm->run(level, AllReduce::Turn{ticket, nullptr}, t);
 }
 
 }  // namespace
@@ -45,13 +44,13 @@ Tensor two_level_all_reduce(TwoLevel& levels, const Tensor& data, ReduceOp op, i
   return run_levels(levels, [&] {
     const ReduceOp combine = op == ReduceOp::avg ? ReduceOp::sum : op;
     Tensor t = data;
-    if (levels.within_first) t = within_host(*levels.within_first, levels.shm_ticket, t, combine);
-    if (levels.leaders) t = choose_all_reduce(*levels.leaders, t, combine);
+    if (levels.within_first) t = level_all_reduce(*levels.within_first, levels.shm_ticket, t, combine);
+    if (levels.leaders) t = level_all_reduce(*levels.leaders, std::nullopt, t, combine);
     if (levels.within_last) {
       Tensor contribution = t;
       if (!levels.leaders && combine == ReduceOp::sum) contribution = Tensor::zeros(t.shape(), t.dtype());
       if (!levels.leaders && combine == ReduceOp::product) contribution = Tensor::ones(t.shape(), t.dtype());
-      t = within_host(*levels.within_last, levels.shm_ticket_last, contribution, combine);
+      t = level_all_reduce(*levels.within_last, levels.shm_ticket_last, contribution, combine);
     }
     if (op == ReduceOp::avg) {
       t = t.contiguous();

@@ -14,7 +14,10 @@
 #include <vector>
 
 #include "net/collectives.h"
+#include "net/collectives/all_reduce.h"
+#include "net/collectives/group_state.h"
 #include "net/collectives/host_groups.h"
+#include "net/collectives/shm_all_reduce.h"
 #include "net/process_group.h"
 #include "net/seed_ring_all_reduce.h"
 #include "support/close.h"
@@ -232,6 +235,66 @@ void async_and_groups(ProcessGroup& world) {
   barrier(world);
 }
 
+// An all_reduce is set up once per (group, count, dtype, op) and reused: repeated calls of one
+// shape, blocking or async, run the same object; another count, dtype or op gets another; a
+// group's algorithms go with the group. Results stay exact when a call's input is the previous
+// call's result.
+void algorithm_cache(ProcessGroup& world) {
+  using collectives::AllReduce;
+  using collectives::GroupState;
+  const int r = world.rank(), n = world.size();
+  GroupState& state = GroupState::of(world);
+  for (int64_t count : {int64_t(1234), int64_t(300001)}) {  // recursive doubling; pair, ring or shared memory
+    Tensor t = input(r, {count}, DType::i64);
+    all_reduce(world, t, ReduceOp::sum);
+    const std::shared_ptr<AllReduce> first = state.all_reduce(count, DType::i64, ReduceOp::sum);
+    CHECK(first->runs() == 1);
+    std::vector<int64_t> want = expected(n, {count}, DType::i64, ReduceOp::sum).to_vector<int64_t>();
+    CHECK(t.to_vector<int64_t>() == want);
+    auto times_n = [&] {
+      for (int64_t& v : want) v *= n;
+    };
+    for (int i = 0; i < 3; ++i) {  // each call's input is the previous call's result
+      all_reduce(world, t, ReduceOp::sum);
+      times_n();
+      CHECK(t.to_vector<int64_t>() == want);
+    }
+    Work w = all_reduce_async(world, t, ReduceOp::sum);
+    w.wait();
+    times_n();
+    CHECK(t.to_vector<int64_t>() == want);
+    CHECK(state.all_reduce(count, DType::i64, ReduceOp::sum) == first);
+    CHECK(first->runs() == 5);
+    // Shared memory when every rank is on this host (and TROUPE_SHM is not 0), else by size.
+    CHECK(std::string(first->name()) == (collectives::SharedMemoryAllReduce::eligible(world) ? "shared_memory"
+                                         : count < 100000                                     ? "recursive_doubling"
+                                         : n == 2                                             ? "pair"
+                                                                                              : "ring"));
+  }
+  const size_t cached = state.cached_algorithms();
+  Tensor other = input(r, {1235}, DType::i64);
+  all_reduce(world, other, ReduceOp::sum);
+  check_reduced(other, expected(n, {1235}, DType::i64, ReduceOp::sum));
+  CHECK(state.cached_algorithms() == cached + 1);
+  CHECK(state.all_reduce(1235, DType::i64, ReduceOp::sum) != state.all_reduce(1234, DType::i64, ReduceOp::sum));
+  CHECK(state.all_reduce(1234, DType::i64, ReduceOp::max) != state.all_reduce(1234, DType::i64, ReduceOp::sum));
+  CHECK(state.all_reduce(1234, DType::i32, ReduceOp::sum) != state.all_reduce(1234, DType::i64, ReduceOp::sum));
+
+  // Every rank makes the group; its algorithms die with it.
+  std::vector<int> everyone(static_cast<size_t>(n));
+  for (int s = 0; s < n; ++s) everyone[static_cast<size_t>(s)] = s;
+  std::shared_ptr<ProcessGroup> sub = world.new_group(everyone);
+  Tensor x = input(r, {300001}, DType::f32);
+  all_reduce(*sub, x, ReduceOp::sum);
+  check_reduced(x, expected(n, {300001}, DType::f32, ReduceOp::sum));
+  std::weak_ptr<AllReduce> sub_algorithm = GroupState::of(*sub).all_reduce(300001, DType::f32, ReduceOp::sum);
+  CHECK(sub_algorithm.lock()->runs() == 1);
+  sub.reset();
+  CHECK(sub_algorithm.expired());
+  check_reduced(x, expected(n, {300001}, DType::f32, ReduceOp::sum));  // the result outlives its algorithm
+  barrier(world);
+}
+
 // The distributed tutorial's p2p ring gives the library's sums (any length, any rank count).
 void seed_ring(ProcessGroup& g) {
   for (int64_t count : {1, 7, 10001}) {
@@ -259,6 +322,7 @@ TEST_CASE("collectives rank: all", "[.rank]") {
   seed_ring(*world);
   movers(*world);
   async_and_groups(*world);
+  algorithm_cache(*world);
 }
 
 // Ranks on several hosts, several on some (the cluster test sets TROUPE_TEST_HOSTS to each rank's
@@ -270,7 +334,7 @@ TEST_CASE("collectives rank: two levels", "[.rank]") {
   for (const char* c = std::getenv("TROUPE_TEST_HOSTS"); c && *c; ++c)
     if (*c != ',') expected_host.push_back(*c - '0');
   REQUIRE(expected_host.size() == static_cast<size_t>(world->size()));
-  const collectives::HostGroups& hosts = world->host_groups();
+  const collectives::HostGroups& hosts = collectives::GroupState::of(*world).host_groups();
   // Hosts are numbered by their lowest rank: renumber the expectation the same way.
   std::vector<int> renumbered(expected_host.size()), first_seen;
   for (size_t r = 0; r < expected_host.size(); ++r) {

@@ -10,6 +10,8 @@
 #include <limits>
 
 #include "net/collectives.h"
+#include "net/collectives/all_reduce.h"
+#include "net/collectives/group_state.h"
 #include "net/collectives/reduce_kernels.h"
 #include "net/launcher.h"
 #include "support/ranks.h"
@@ -155,6 +157,46 @@ TEST_CASE("collectives: one rank, and bad arguments are typed errors", "[net][co
   // Async variants check their arguments when called.
   CHECK_THROWS_AS(all_reduce_async(g, i, ReduceOp::avg), DTypeError);
   CHECK_THROWS_AS(broadcast_async(g, t, 2), IndexError);
+}
+
+// The cache of a group's all_reduce algorithms, in one process (collectives_ranks.cpp's
+// algorithm_cache runs the same on 2, 3 and 4 ranks, over ZeroMQ and shared memory).
+TEST_CASE("collectives: one all_reduce object per (group, count, dtype, op), freed with the group", "[net][collectives]") {
+  using collectives::AllReduce;
+  using collectives::GroupState;
+  auto world = world_of_one();
+  GroupState& state = GroupState::of(*world);
+  CHECK(&GroupState::of(*world) == &state);
+  Tensor t = Tensor::from_vector<float>({1, 2, 3}, {3});
+  all_reduce(*world, t);
+  const std::shared_ptr<AllReduce> first = state.all_reduce(3, DType::f32, ReduceOp::sum);
+  all_reduce(*world, t);
+  all_reduce_async(*world, t).wait();
+  CHECK(state.all_reduce(3, DType::f32, ReduceOp::sum) == first);
+  CHECK(state.cached_algorithms() == 1);
+  CHECK(std::string(first->name()) == "local");
+  CHECK(t.to_vector<float>() == std::vector<float>({1, 2, 3}));
+  Tensor four = Tensor::zeros({4});
+  all_reduce(*world, four);
+  CHECK(state.all_reduce(4, DType::f32, ReduceOp::sum) != first);
+  CHECK(state.all_reduce(3, DType::f32, ReduceOp::max) != first);
+  CHECK(state.all_reduce(3, DType::f64, ReduceOp::sum) != first);
+  CHECK(state.cached_algorithms() == 4);
+
+  // The least recently used shapes go once a group has more than kMaxAlgorithms.
+  for (int64_t count = 100; count < 100 + static_cast<int64_t>(GroupState::kMaxAlgorithms); ++count)
+    state.all_reduce(count, DType::f32, ReduceOp::sum);
+  CHECK(state.cached_algorithms() == GroupState::kMaxAlgorithms);
+  CHECK(state.all_reduce(3, DType::f32, ReduceOp::sum) != first);  // evicted, made again
+
+  // A group's algorithms go with it (a group that ran only blocking calls: an async call's job may
+  // still hold its group for a moment after wait() returns).
+  std::shared_ptr<ProcessGroup> sub = world->new_group({0});
+  all_reduce(*sub, t);
+  CHECK(GroupState::of(*sub).cached_algorithms() == 1);  // made by the call
+  std::weak_ptr<AllReduce> cached = GroupState::of(*sub).all_reduce(3, DType::f32, ReduceOp::sum);
+  sub.reset();
+  CHECK(cached.expired());
 }
 
 TEST_CASE("collectives: reduction kernels", "[net][collectives]") {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "net/channel.h"
+#include "net/collectives/group_state.h"
 #include "net/process_group.h"
 #include "net/transport.h"
 #include "support/close.h"
@@ -362,16 +363,17 @@ TEST_CASE("net rank: curve", "[.rank]") {
 TEST_CASE("net rank: channel", "[.rank]") {
   auto group = init_process_group(init_options());
   ProcessGroup& world = *group;
-  Channel ch = world.channel();
+  Channel ch(group);
+  collectives::GroupState& numbering = collectives::GroupState::of(world);
   const int peer = 1 - world.rank();
-  const uint64_t seq = ch.next_collective_seq();
+  const uint64_t seq = numbering.next_seq();
   OpDescriptor op{CollectiveOp::all_reduce, ReduceOp::sum, DType::f32, 4, seq};
   ch.send(peer, op, Tensor::full({4}, world.rank() + 1.0));
   auto in = ch.recv(peer, op, ch.deadline());
   CHECK((in.source == peer && in.payload.to_vector<float>() == std::vector<float>(4, peer + 1.0f)));
   // A p2p message with tag == seq does not leak into the collective lane.
   world.send(Tensor::zeros({1}), peer, static_cast<int64_t>(seq + 1));
-  const uint64_t seq2 = ch.next_collective_seq();
+  const uint64_t seq2 = numbering.next_seq();
   OpDescriptor mine = world.rank() == 0 ? OpDescriptor{CollectiveOp::all_reduce, ReduceOp::sum, DType::f32, 4, seq2}
                                         : OpDescriptor{CollectiveOp::broadcast, ReduceOp::none, DType::f32, 4, seq2};
   ch.send(peer, mine, Tensor::zeros({4}));
