@@ -291,8 +291,10 @@ void RoundServer::serve() {
       stopping = stopping || entry.second.state == NodeState::stopping;
     }
     const auto count = static_cast<int>(waiting.size());
+    // After a round, the nodes still there are known: no need to wait for others (they make the
+    // job grow when they come).
     if (count >= settings_.min_nodes &&
-        (count >= settings_.max_nodes || (!stopping && now - last_join >= settings_.settle)))
+        (count >= settings_.max_nodes || (!stopping && (next_round > 0 || now - last_join >= settings_.settle))))
       start_round(std::move(waiting));
     else if (count < settings_.min_nodes && now - short_since >= settings_.join_timeout)
       end_job(1, "only " + std::to_string(count) + " node(s) of at least " + std::to_string(settings_.min_nodes) +
