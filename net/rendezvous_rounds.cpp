@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -31,8 +32,9 @@ int to_int(const std::string& text, const char* what) {
   throw CommError(std::string("rendezvous: ") + what + " '" + text + "' is not an integer");
 }
 
-// Receives one multipart message without waiting; false when none is queued.
-bool receive_parts(void* socket, std::vector<std::string>& parts) {
+// Receives one multipart message without waiting; false when none is queued. fd, when given: the
+// file descriptor of the connection it came in on.
+bool receive_parts(void* socket, std::vector<std::string>& parts, int* fd = nullptr) {
   parts.clear();
   int more = 1;
   while (more) {
@@ -42,6 +44,7 @@ bool receive_parts(void* socket, std::vector<std::string>& parts) {
       zmq_msg_close(&msg);
       return false;
     }
+    if (const int from = fd ? zmq_msg_get(&msg, ZMQ_SRCFD) : -1; from >= 0) *fd = from;  // not on a ROUTER's id
     parts.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
     more = zmq_msg_more(&msg);
     zmq_msg_close(&msg);
@@ -58,6 +61,8 @@ struct Node {
   int64_t order = 0;  // first join: the earlier, the lower its node rank
   NodeState state = NodeState::waiting;
   Clock::time_point seen;
+  int fd = -1;          // of its connection, as last seen
+  bool closed = false;  // its connection closed: gone now, not after kBeatTimeout
 };
 
 }  // namespace
@@ -194,14 +199,29 @@ void RoundServer::serve() {
          "), world " + std::to_string(world));
   };
 
+  // A launcher whose connection closes (its process killed, its host's kernel closing it) is gone
+  // at once; one whose link is cut keeps its connection and is noticed by its silence.
+  void* monitor = zmq_socket(context_, ZMQ_PAIR);
+  const std::string monitor_endpoint = "inproc://troupe-rounds-monitor";
+  zmq_socket_monitor(socket_, monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED);
+  zmq_connect(monitor, monitor_endpoint.c_str());
+
   std::vector<std::string> parts;
   while (!stop_) {
-    zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
-    zmq_poll(&item, 1, 50);
+    zmq_pollitem_t items[] = {{socket_, 0, ZMQ_POLLIN, 0}, {monitor, 0, ZMQ_POLLIN, 0}};
+    zmq_poll(items, 2, 50);
     const auto now = Clock::now();
-    while (receive_parts(socket_, parts)) {
+    while (receive_parts(monitor, parts)) {
+      if (parts.empty() || parts[0].size() < 6) continue;
+      int32_t fd = 0;  // the event: 16 bits of kind, 32 of value (here the closed connection's fd)
+      std::memcpy(&fd, parts[0].data() + 2, sizeof fd);
+      for (auto& [id, node] : nodes)
+        if (node.fd == fd) node.closed = true;
+    }
+    for (int fd = -1; receive_parts(socket_, parts, &fd); fd = -1) {
       if (parts.size() != 2) continue;
       const std::string& id = parts[0];
+      if (auto known = nodes.find(id); known != nodes.end()) known->second.fd = fd;
       RoundMessage m;
       try {
         m = parse_round_message(parts[1]);
@@ -224,6 +244,7 @@ void RoundServer::serve() {
         joined.host = m.fields[1];
         joined.name = m.fields[3];
         joined.seen = now;
+        joined.fd = fd;
         if (it != nodes.end() && it->second.state == NodeState::waiting) {
           it->second.seen = now;  // said again while waiting
         } else {
@@ -269,17 +290,20 @@ void RoundServer::serve() {
     if (end_code >= 0) continue;
 
     for (auto it = nodes.begin(); it != nodes.end();) {
-      if (now - it->second.seen <= kBeatTimeout) {
+      if (now - it->second.seen <= kBeatTimeout && !it->second.closed) {
         ++it;
         continue;
       }
       const Node gone = it->second;
       const bool member = std::find(members.begin(), members.end(), it->first) != members.end();
       it = nodes.erase(it);
+      const std::string why = "node " + gone.name + " lost: " +
+                              (gone.closed ? "its connection closed"
+                                           : "silent for " + std::to_string(kBeatTimeout.count()) + " ms");
       if (member && (gone.state == NodeState::running || gone.state == NodeState::done))
-        fail_round("node " + gone.name + " lost: silent for " + std::to_string(kBeatTimeout.count()) + " ms");
+        fail_round(why);
       else
-        log_("node " + gone.name + " lost: silent for " + std::to_string(kBeatTimeout.count()) + " ms");
+        log_(why);
       if (end_code >= 0) break;
     }
     if (round >= 0 || end_code >= 0) continue;
@@ -300,6 +324,8 @@ void RoundServer::serve() {
       end_job(1, "only " + std::to_string(count) + " node(s) of at least " + std::to_string(settings_.min_nodes) +
                      " joined within " + std::to_string(settings_.join_timeout.count() / 1000) + " s");
   }
+  zmq_socket_monitor(socket_, nullptr, 0);
+  zmq_close(monitor);
 }
 
 RoundClient::RoundClient(const std::string& numeric_host, int port) : last_heard_(Clock::now()) {
