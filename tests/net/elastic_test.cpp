@@ -10,7 +10,6 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -91,17 +90,6 @@ struct TempDir {
   TempDir() { fs::create_directories(path); }
   ~TempDir() { fs::remove_all(path); }
 };
-
-std::string first_line_of(const std::string& command) {
-  std::string out;
-  if (FILE* p = ::popen(command.c_str(), "r")) {
-    char line[256];
-    if (std::fgets(line, sizeof line, p)) out = line;
-    ::pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
 
 }  // namespace
 
@@ -192,7 +180,11 @@ struct ElasticCluster {
   ~ElasticCluster() { sh(kScript + " down " + prefix); }
 
   std::unique_ptr<Process> start(int host, const std::string& log) {
-    const std::string rdzv = first_line_of(kScript + " addr 0 " + prefix) + ":29400";
+    const fs::path addr = dir.path / "addr";
+    if (std::system((kScript + " addr 0 " + prefix + " >" + addr.string()).c_str()) != 0) FAIL("no address for host 0");
+    std::string rdzv = read_all(addr);
+    rdzv.erase(rdzv.find_last_not_of("\n ") + 1);
+    rdzv += ":29400";
     return std::make_unique<Process>(
         "ip netns exec " + prefix + "-h" + std::to_string(host) + " " + kBin +
             "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 6 --rdzv-endpoint " + rdzv + " --rdzv-timeout 30 -- " +
