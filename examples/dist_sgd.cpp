@@ -2,6 +2,8 @@
 // partition with batch 128 / world and gradients averaged across ranks after each backward.
 //   troupe launch --nproc 2 -- build/bin/dist_sgd [--epochs 10] [--sync ddp|naive|ring] [--json]
 //   troupe launch --nproc 2 --max-restarts 3 -- build/bin/dist_sgd --checkpoint-dir ckpt --resume
+//   troupe launch --nproc 2 --nnodes 2:3 --max-restarts 10 --rdzv-endpoint 10.0.0.1:29400 --  # every node
+//       build/bin/dist_sgd --elastic --checkpoint-dir /local/ckpt --resume
 //   troupe launch --nproc 2 -- build/bin/dist_sgd --device cuda    # both ranks on cuda:0
 //
 // --device cuda trains on the GPU with --sync ddp: the reducer stages the gradients through the
@@ -12,6 +14,14 @@
 // shared file system is needed; --resume goes on from the newest step all ranks have saved. With
 // the same seed and --deterministic the resumed run ends with bitwise the same weights as an
 // uninterrupted one.
+//
+// --elastic makes the training independent of the world size, so that an elastic job (troupe
+// launch --nnodes MIN:MAX) goes on with fewer or more ranks: every step is one global batch of 128
+// from one seeded order of the whole training set (the same for every world), rank r of w training
+// on rows [128r/w, 128(r+1)/w) with its loss weighted by its share, so that the averaged gradient is
+// the global batch's; dropout is seeded per step and rank. Every rank then holds the same state, and
+// --resume takes the newest checkpoint any rank holds: that rank sends it to the others, which keep
+// it in their own directory (no shared file system).
 //
 // Gradient synchronisation:
 //   ddp    PyTorch DDP's scheme (models/train/gradient_reducer.h): gradients in buckets of
@@ -33,6 +43,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -60,6 +72,7 @@
 
 using namespace troupe;
 using namespace troupe::models;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -136,8 +149,57 @@ void progress(int epoch, int64_t done, int64_t total, double loss) {
 
 // What a checkpoint must match to be resumed by this run: the same model, data, recipe and ranks
 // (--epochs may differ: a resumed run may train for longer).
-nlohmann::json run_identity(const std::string& model, int world, uint64_t seed, const std::string& recipe, int64_t subset) {
-  return {{"model", model}, {"world", world}, {"seed", seed}, {"recipe", recipe}, {"subset", subset}};
+// (--elastic: any world.)
+nlohmann::json run_identity(const std::string& model, int world, uint64_t seed, const std::string& recipe, int64_t subset,
+                            bool elastic) {
+  nlohmann::json id = {{"model", model}, {"seed", seed}, {"recipe", recipe}, {"subset", subset}};
+  if (elastic) id["elastic"] = true;
+  else id["world"] = world;
+  return id;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IOError("dist_sgd: cannot read " + path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Broadcasts bytes from root: their size, then the bytes.
+std::string broadcast_bytes(net::ProcessGroup& world, const std::string& bytes, int root) {
+  Tensor size = Tensor::from_vector<int64_t>({static_cast<int64_t>(bytes.size())}, {1});
+  net::broadcast(world, size, root);
+  Tensor data = Tensor::empty({size.item<int64_t>()}, DType::u8);
+  if (world.rank() == root) std::memcpy(data.mutable_data<uint8_t>(), bytes.data(), bytes.size());
+  net::broadcast(world, data, root);
+  return {reinterpret_cast<const char*>(data.data<uint8_t>()), static_cast<size_t>(data.numel())};
+}
+
+// --elastic --resume: the newest checkpoint any rank holds, sent by the lowest rank holding it to
+// every other rank, which keeps it in its own directory (its files as CheckpointDir wrote them,
+// verified by loading them before they are saved). -1 when no rank has one.
+int64_t share_newest_checkpoint(net::ProcessGroup& world, CheckpointDir& mine) {
+  const int64_t own = mine.latest().value_or(-1);
+  Tensor newest = Tensor::from_vector<int64_t>({own}, {1});
+  net::all_reduce(world, newest, net::ReduceOp::max);
+  const int64_t step = newest.item<int64_t>();
+  if (step < 0) return -1;
+  Tensor holder = Tensor::from_vector<int64_t>({own == step ? world.rank() : world.size()}, {1});
+  net::all_reduce(world, holder, net::ReduceOp::min);
+  const int root = static_cast<int>(holder.item<int64_t>());
+  const std::vector<std::string> files = {"tensors.safetensors", "state.json"};
+  const fs::path incoming = mine.path() + ".incoming";
+  for (const auto& file : files) {
+    const std::string bytes =
+        broadcast_bytes(world, world.rank() == root ? read_bytes(mine.path_of(step) + "/" + file) : "", root);
+    if (own == step) continue;
+    fs::create_directories(incoming / ("step-" + std::to_string(step)));
+    std::ofstream(incoming / ("step-" + std::to_string(step)) / file, std::ios::binary) << bytes;
+  }
+  if (own != step) {
+    mine.save(CheckpointDir(incoming.string()).load(step));
+    fs::remove_all(incoming);
+  }
+  return step;
 }
 
 }  // namespace
@@ -148,7 +210,7 @@ int main(int argc, char** argv) {
   int64_t subset = 0, bucket_kb = 1024;
   uint64_t seed = 1234;
   std::string data = kFashionMnistDir, sync = "ddp", recipe = "seed", model_name = "net", device_name = "cpu";
-  bool json = false, verify = false, resume = false, deterministic = false;
+  bool json = false, verify = false, resume = false, deterministic = false, elastic = false;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 100, log_every = 0;
   app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
@@ -169,6 +231,8 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-dir", checkpoint_dir, "save checkpoints under DIR/rank-R (the last two kept)");
   app.add_option("--checkpoint-every", checkpoint_every, "steps between checkpoints")->check(CLI::PositiveNumber);
   app.add_flag("--resume", resume, "go on from the newest checkpoint every rank has (a fresh start when there is none)");
+  app.add_flag("--elastic", elastic,
+               "global batches independent of the world size; --resume takes the newest checkpoint of any rank, of any world");
   app.add_option("--log-every", log_every, "rank 0 prints the step and its loss every N steps (0: never)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
@@ -185,7 +249,9 @@ int main(int argc, char** argv) {
       throw ValueError("dist_sgd: --checkpoint-dir is for --device cpu (checkpoints are saved from host tensors)");
     auto world = net::init_process_group();
     const int rank = world->rank(), size = world->size();
-    if (128 % size != 0) throw ValueError("dist_sgd: the global batch 128 does not split over " + std::to_string(size) + " ranks");
+    if (!elastic && 128 % size != 0)
+      throw ValueError("dist_sgd: the global batch 128 does not split over " + std::to_string(size) + " ranks (--elastic splits it unevenly)");
+    if (elastic && size > 64) throw ValueError("dist_sgd: --elastic shares a batch of 128 (the last may hold 64) over at most 64 ranks, not " + std::to_string(size));
     set_intra_op_threads(threads);
     if (deterministic) set_deterministic_kernels(true);
     Runtime runtime({.workers = 1});  // the loader's prefetch task; training runs on this thread
@@ -193,8 +259,10 @@ int main(int argc, char** argv) {
     Dataset train = load_fashion_mnist(data, "train");
     if (subset > 0 && subset < train.size())
       train = {train.images.slice(0, 0, subset).contiguous(), train.labels.slice(0, 0, subset).contiguous()};
-    DataPartitioner parts(train.size(), std::vector<double>(static_cast<size_t>(size), 1.0 / size), seed);
-    BatchLoader loader(train, parts.partition(rank), 128 / size, seed + static_cast<uint64_t>(rank));
+    // --elastic: every rank draws the global batch and trains on its share.
+    DataPartitioner parts(train.size(), std::vector<double>(static_cast<size_t>(elastic ? 1 : size), elastic ? 1.0 : 1.0 / size), seed);
+    BatchLoader loader(train, parts.partition(elastic ? 0 : rank), elastic ? 128 : 128 / size,
+                       elastic ? seed : seed + static_cast<uint64_t>(rank));
 
     manual_seed(seed);
     Model model = model_name == "wide" ? make_model<WideNet>() : make_model<Net>();
@@ -212,7 +280,7 @@ int main(int argc, char** argv) {
     manual_seed(seed + static_cast<uint64_t>(rank));  // dropout masks differ per rank, as in the distributed tutorial
     const bool bar = rank == 0 && !json && isatty(STDOUT_FILENO);
 
-    const nlohmann::json identity = run_identity(model_name, size, seed, recipe, subset);
+    const nlohmann::json identity = run_identity(model_name, size, seed, recipe, subset, elastic);
     std::optional<CheckpointDir> checkpoints;
     if (!checkpoint_dir.empty()) checkpoints.emplace(checkpoint_dir + "/rank-" + std::to_string(rank), 2);
     int first_epoch = 0;
@@ -222,14 +290,17 @@ int main(int argc, char** argv) {
       // The newest step every rank has: each keeps its last two, and no rank gets a save ahead of
       // another's previous one (every step waits for all ranks' gradients).
       Tensor newest = Tensor::from_vector<int64_t>({checkpoints->latest().value_or(-1)}, {1});
-      net::all_reduce(*world, newest, net::ReduceOp::min);
+      if (elastic)
+        newest = Tensor::from_vector<int64_t>({share_newest_checkpoint(*world, *checkpoints)}, {1});
+      else
+        net::all_reduce(*world, newest, net::ReduceOp::min);
       if (newest.item<int64_t>() >= 0) {
         Checkpoint c = checkpoints->load(newest.item<int64_t>());
         if (c.state.value("run", nlohmann::json()) != identity)
           throw ValueError("dist_sgd: checkpoint " + checkpoints->path_of(c.step) + " was saved by the run " +
                            c.state.value("run", nlohmann::json()).dump() + ", not this one " + identity.dump());
         restore(c, *model.module, optimizer);
-        thread_generator().set_state(generator_state_from_json(c.state.at("rng")));
+        if (!elastic) thread_generator().set_state(generator_state_from_json(c.state.at("rng")));
         step = resumed_from = c.step;
         first_epoch = c.state.at("epoch").get<int>();
         first_batch = c.state.at("batch").get<int64_t>();
@@ -249,8 +320,16 @@ int main(int argc, char** argv) {
       int64_t batches = loader.position();
       while (auto batch = loader.next()) {
         optimizer.zero_grad();
+        double weight = 1;  // --elastic: this rank's share of the global batch, times the world
+        if (elastic) {
+          const int64_t rows = batch->labels.size(0), lo = rows * rank / size, hi = rows * (rank + 1) / size;
+          batch = Batch{batch->images.slice(0, lo, hi), batch->labels.slice(0, lo, hi)};
+          weight = static_cast<double>((hi - lo) * size) / static_cast<double>(rows);
+          manual_seed(seed * 1000003 + static_cast<uint64_t>(step) * 1009 + static_cast<uint64_t>(rank));
+        }
         Tensor loss = nll_loss(model(batch->images.to(device)), batch->labels.to(device));
         total += loss.item<float>();
+        if (elastic) loss = mul(loss, Tensor::scalar<float>(static_cast<float>(weight)));
         loss.backward();
         if (reducer)
           reducer->finish();

@@ -17,12 +17,16 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
+#include <thread>
 #include <tuple>
 
 #include "devices/error.h"
 #include "net/curve.h"
 #include "net/rendezvous.h"
+#include "net/rendezvous_rounds.h"
+#include "net/resolve.h"
 #include "net/work.h"
 
 extern char** environ;
@@ -85,10 +89,15 @@ int free_tcp_port() {
   return port;
 }
 
-// One run of this node's ranks: starts them, forwards their output, and when one fails stops the
-// others; returns when all have exited.
-LaunchResult run_ranks(const LaunchOptions& o, const std::map<std::string, std::string>& base_env,
-                       const std::function<void(int, bool, const std::string&)>& print) {
+namespace {
+
+using Print = std::function<void(int, bool, const std::string&)>;
+
+// One run of this node's ranks (global ranks first_rank...): starts them, forwards their output,
+// and when one fails stops the others; returns when all have exited. keep_running, when given, is
+// asked every 50 ms with the result so far; false stops every rank (an elastic round that ended).
+LaunchResult run_ranks(const LaunchOptions& o, const std::map<std::string, std::string>& base_env, const Print& print,
+                       int first_rank, const std::function<bool(const LaunchResult&)>& keep_running = {}) {
   LaunchResult result;
   std::vector<Child> children;
   std::vector<Stream> streams;
@@ -98,7 +107,7 @@ LaunchResult run_ranks(const LaunchOptions& o, const std::map<std::string, std::
   };
 
   for (int local = 0; local < o.nproc; ++local) {
-    const int rank = o.node_rank * o.nproc + local;
+    const int rank = first_rank + local;
     auto env = base_env;
     env["RANK"] = std::to_string(rank);
     env["LOCAL_RANK"] = std::to_string(local);
@@ -155,7 +164,7 @@ LaunchResult run_ranks(const LaunchOptions& o, const std::map<std::string, std::
     }
   };
 
-  bool failed = false;
+  bool failed = false, stopping = false;
   Clock::time_point term_at = Clock::time_point::max(), kill_at = Clock::time_point::max();
   Clock::time_point all_exited_at = Clock::time_point::max();
   const auto fail = [&](const std::string& why, int code, Clock::duration wait_before_term) {
@@ -206,10 +215,15 @@ LaunchResult run_ranks(const LaunchOptions& o, const std::map<std::string, std::
       else e.exit_code = WEXITSTATUS(status);
       // The others usually fail on their own within moments (PeerLostError), and their messages
       // say why: a second to say it before SIGTERM.
-      if (!failed && (e.signal || e.exit_code != 0))
+      if (!failed && !stopping && (e.signal || e.exit_code != 0))
         fail(describe_exit(e), e.signal ? 128 + e.signal : e.exit_code, std::chrono::seconds(1));
     }
     if (!failed && g_interrupt) fail("interrupted by signal " + std::to_string(g_interrupt.load()), 128 + g_interrupt, {});
+    if (keep_running && !keep_running(result) && !stopping) {
+      stopping = true;
+      term_at = std::min(term_at, Clock::now());
+      kill_at = std::min(kill_at, Clock::now() + o.grace);
+    }
     if (Clock::now() >= term_at) {
       stop_all(SIGTERM);
       term_at = Clock::time_point::max();
@@ -230,6 +244,130 @@ LaunchResult run_ranks(const LaunchOptions& o, const std::map<std::string, std::
   return result;
 }
 
+// An elastic job (LaunchOptions::rdzv_endpoint): round after round, this launcher joins the
+// launchers' rendezvous (serving it when the endpoint is this host's and nobody serves it yet),
+// runs its ranks with the round's ranks and world, and beats every kBeatEvery. The round ends
+// when the server says stop (a failure elsewhere, a lost node, a node joining) or when the
+// server falls silent for kBeatTimeout; this node then joins again. The server's "end" ends it.
+LaunchResult run_elastic(const LaunchOptions& o, const std::map<std::string, std::string>& base_env,
+                         const Print& print) {
+  auto [host, port] = split_host_port(o.rdzv_endpoint);
+  const std::string what = "--rdzv-endpoint " + o.rdzv_endpoint;
+  const std::string numeric = detail::resolve_host(host, "--rdzv-endpoint", detail::resolve_patience(),
+                                                   deadline_after(o.rdzv_timeout));
+  RoundSettings settings;
+  settings.min_nodes = o.min_nodes > 0 ? o.min_nodes : o.nnodes;
+  settings.max_nodes = o.nnodes;
+  settings.max_restarts = o.max_restarts;
+  settings.settle = o.rdzv_settle;
+  settings.join_timeout = o.rdzv_timeout;
+  auto server = RoundServer::try_serve(numeric, port, settings, [&](const std::string& line) {
+    print(-1, true, "rendezvous: " + line);
+  });
+  const std::string mine = detail::local_address_towards(numeric, port, what);
+  const std::string name = mine + "/" + std::to_string(::getpid());
+  RoundClient client(numeric, port);
+  const auto seconds = [](Clock::duration d) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count() / 1000.0).substr(0, 4);
+  };
+  LaunchResult result;
+  const auto give_up = [&](int code, const std::string& why) {
+    result.exit_code = code;
+    result.failure = why;
+    print(-1, true, why);
+    return result;
+  };
+  for (int rounds = 0;; ++rounds) {
+    // Waiting for a round: join (said again every second), beat, and hear the server.
+    std::optional<Round> round;
+    Clock::time_point joined = Clock::now() - std::chrono::hours(1), beat = Clock::now();
+    while (!round) {
+      if (g_interrupt) return give_up(128 + g_interrupt, "interrupted by signal " + std::to_string(g_interrupt.load()));
+      const auto now = Clock::now();
+      if (now - joined >= std::chrono::seconds(1)) {
+        client.send("join", {std::to_string(o.nproc), mine, std::to_string(free_tcp_port()), name});
+        joined = now;
+      }
+      if (now - beat >= kBeatEvery) {
+        client.send("beat", {"-1"});
+        beat = now;
+      }
+      if (now - client.last_heard() > o.rdzv_timeout)
+        return give_up(1, "the rendezvous at " + o.rdzv_endpoint + " has not answered for " +
+                              seconds(now - client.last_heard()) + " s: its host is down or unreachable");
+      auto m = client.receive(std::chrono::milliseconds(50));
+      if (!m) continue;
+      if (m->kind == "round") round = parse_round(*m);
+      if (m->kind == "end" && m->fields.size() == 2) {
+        const int code = std::atoi(m->fields[0].c_str());
+        if (code == 0) return result;  // the job ended without this node
+        return give_up(code, m->fields[1]);
+      }
+    }
+    const std::string id = std::to_string(round->id);
+    print(-1, true, "round " + id + ": node " + std::to_string(round->node_rank) + " of " +
+                        std::to_string(round->nnodes) + ", ranks " + std::to_string(round->first_rank) + ".." +
+                        std::to_string(round->first_rank + o.nproc - 1) + " of " + std::to_string(round->world) +
+                        ", rank 0 at " + round->master_host + ":" + std::to_string(round->master_port));
+    auto env = base_env;
+    env["MASTER_ADDR"] = round->master_host;
+    env["MASTER_PORT"] = std::to_string(round->master_port);
+    env["WORLD_SIZE"] = std::to_string(round->world);
+    env["NODE_RANK"] = std::to_string(round->node_rank);
+    env["TROUPE_RESTART_COUNT"] = id;
+    env["TROUPE_RUN_ID"] = round->run + "." + id;
+
+    std::string stopped;               // why the server (or its silence) ended the round
+    std::optional<RoundMessage> end;  // the job is over
+    bool reported = false;
+    const auto hear = [&]() -> bool {  // false: stop the ranks
+      while (auto m = client.receive(std::chrono::milliseconds(0))) {
+        if (m->kind == "stop" && m->fields.size() == 2 && m->fields[0] == id) stopped = m->fields[1];
+        if (m->kind == "end" && m->fields.size() == 2) end = m;
+      }
+      const auto now = Clock::now();
+      if (now - beat >= kBeatEvery) {
+        client.send("beat", {id});
+        beat = now;
+      }
+      if (stopped.empty() && now - client.last_heard() > kBeatTimeout)
+        stopped = "the rendezvous at " + o.rdzv_endpoint + " was silent for " + seconds(now - client.last_heard()) + " s";
+      return stopped.empty() && !end;
+    };
+    result = run_ranks(o, env, print, round->first_rank, [&](const LaunchResult& so_far) {
+      if (!reported && so_far.exit_code != 0) {  // say it at once: the other nodes' ranks wait on ours
+        client.send("exit", {id, std::to_string(so_far.exit_code), so_far.failure});
+        reported = true;
+      }
+      return hear();
+    });
+    result.restarts = rounds;
+    if (g_interrupt) {
+      if (!reported) client.send("exit", {id, std::to_string(128 + g_interrupt), "interrupted"});
+      return result;
+    }
+    if (result.exit_code == 0 && stopped.empty() && !end) {
+      client.send("exit", {id, "0", ""});
+      while (hear()) {  // until every node is done (end), or a late failure elsewhere (stop)
+        if (Clock::now() - client.last_heard() > o.rdzv_timeout) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    if (end) {
+      const int code = std::atoi(end->fields[0].c_str());
+      if (code == 0) {
+        result.exit_code = 0;
+        result.failure.clear();
+        return result;
+      }
+      return give_up(code, end->fields[1]);
+    }
+    if (!stopped.empty()) print(-1, true, "round " + id + " ended: " + stopped);
+  }
+}
+
+}  // namespace
+
 LaunchResult launch(const LaunchOptions& o) {
   if (o.nproc < 1) throw ValueError("launch: --nproc must be at least 1, got " + std::to_string(o.nproc));
   if (o.nnodes < 1) throw ValueError("launch: --nnodes must be at least 1, got " + std::to_string(o.nnodes));
@@ -237,11 +375,18 @@ LaunchResult launch(const LaunchOptions& o) {
     throw ValueError("launch: --node-rank " + std::to_string(o.node_rank) + " outside " + std::to_string(o.nnodes) +
                      " nodes");
   if (o.command.empty()) throw ValueError("launch: no program given (troupe launch --nproc N -- PROGRAM ARGS...)");
-  if (o.nnodes > 1 && o.master.empty()) throw ValueError("launch: --nnodes > 1 needs --master HOST:PORT");
+  const bool elastic = !o.rdzv_endpoint.empty();
+  if (elastic && !o.master.empty())
+    throw ValueError("launch: --rdzv-endpoint picks rank 0's host in every round: leave out --master");
+  if (elastic && (o.min_nodes < 0 || o.min_nodes > o.nnodes))
+    throw ValueError("launch: --nnodes MIN:MAX needs 1 <= MIN <= MAX, got " + std::to_string(o.min_nodes) + ":" +
+                     std::to_string(o.nnodes));
+  if (!elastic && o.nnodes > 1 && o.master.empty())
+    throw ValueError("launch: --nnodes > 1 needs --master HOST:PORT (or --rdzv-endpoint HOST:PORT for an elastic job)");
   if (o.max_restarts < 0) throw ValueError("launch: --max-restarts must be >= 0, got " + std::to_string(o.max_restarts));
-  if (o.max_restarts > 0 && o.nnodes > 1)
-    throw ValueError("launch: --max-restarts restarts the ranks of one node; a job of " + std::to_string(o.nnodes) +
-                     " nodes would need every node's launcher to restart together, which is not supported");
+  if (!elastic && o.max_restarts > 0 && o.nnodes > 1)
+    throw ValueError("launch: --max-restarts with --nnodes " + std::to_string(o.nnodes) +
+                     " needs --rdzv-endpoint HOST:PORT, where the nodes' launchers meet to restart together");
   if (o.curve && o.nnodes > 1)
     throw ValueError("launch: --curve makes a key for one node; pass the same --curve-key FILE on every node");
 
@@ -291,13 +436,24 @@ LaunchResult launch(const LaunchOptions& o) {
   }
   for (const auto& [k, v] : o.env) base_env[k] = v;
 
-  struct sigaction action {}, old_int {}, old_term {};
+  struct Restore {  // the signal handlers and the generated key file, however launch() ends
+    struct sigaction old_int {}, old_term {};
+    std::string remove;
+    ~Restore() {
+      sigaction(SIGINT, &old_int, nullptr);
+      sigaction(SIGTERM, &old_term, nullptr);
+      if (!remove.empty()) std::filesystem::remove(remove);
+    }
+  } restore;
+  if (remove_key_file) restore.remove = key_file;
+  struct sigaction action {};
   action.sa_handler = on_interrupt;
   sigemptyset(&action.sa_mask);
   g_interrupt = 0;
-  sigaction(SIGINT, &action, &old_int);
-  sigaction(SIGTERM, &action, &old_term);
+  sigaction(SIGINT, &action, &restore.old_int);
+  sigaction(SIGTERM, &action, &restore.old_term);
 
+  if (elastic) return run_elastic(o, base_env, print);
   LaunchResult result;
   for (int restart = 0;; ++restart) {
     auto env = base_env;
@@ -305,15 +461,12 @@ LaunchResult launch(const LaunchOptions& o) {
     env["MASTER_PORT"] = std::to_string(o.master.empty() ? free_tcp_port() : master_port);
     env["TROUPE_RESTART_COUNT"] = std::to_string(restart);
     env["TROUPE_RUN_ID"] = run_id + (restart ? "." + std::to_string(restart) : "");
-    result = run_ranks(o, env, print);
+    result = run_ranks(o, env, print, o.node_rank * o.nproc);
     result.restarts = restart;
     if (result.exit_code == 0 || g_interrupt || restart == o.max_restarts) break;
     print(-1, true, "restarting every rank (restart " + std::to_string(restart + 1) + " of " +
                         std::to_string(o.max_restarts) + ")");
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
-  if (remove_key_file) std::filesystem::remove(key_file);
   return result;
 }
 

@@ -11,6 +11,16 @@
 // With max_restarts K (torchrun's --max-restarts), a failed job is started again, every rank, up to
 // K times; the program finds its last checkpoint (models/train/checkpoint.h) and goes on from there.
 //
+// Elastic (torchrun's --nnodes MIN:MAX --rdzv-backend c10d): with rdzv_endpoint, every node's
+// launcher meets the others at HOST:PORT (net/rendezvous_rounds.h; served by the launcher whose
+// host owns HOST) and the job runs in rounds of min_nodes..nnodes nodes. When a rank fails or a
+// node is lost (killed, or its link cut: silent for 1.5 s), every launcher stops its ranks and a
+// new round starts with the nodes still there; a node that starts later joins at the next round
+// (a running round of fewer than nnodes nodes is stopped for it). Ranks and world size are the
+// round's; TROUPE_RESTART_COUNT is the round's id.
+//
+//   o.rdzv_endpoint = "10.0.0.1:29400"; o.min_nodes = 2; o.nnodes = 3; o.max_restarts = 5;
+//
 // Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
 // MASTER_PORT, TROUPE_RUN_ID and TROUPE_RESTART_COUNT (0, then 1, 2... on restarts); with curve, TROUPE_CURVE_SECRET_FILE too; with huge_pages,
 // glibc.malloc.hugetlb=1 added to GLIBC_TUNABLES. Without a master,
@@ -31,8 +41,8 @@ struct LaunchOptions {
   std::vector<std::string> command;
   std::chrono::milliseconds grace{5000};  // SIGTERM to SIGKILL
   bool stop_on_failure = true;            // false: let the others run to their end (tests use it)
-  // Restarts of the whole job after a rank fails (not after an interrupt); one node only: the
-  // launchers of a multi-node job have no way to restart together.
+  // Restarts of the whole job after a rank fails (not after an interrupt); several nodes only with
+  // rdzv_endpoint, where their launchers meet to restart together.
   int max_restarts = 0;
   bool curve = false;                     // generate a job key for this (single-node) job
   std::string curve_key_file;             // use this key file (created if missing); for multi-node jobs
@@ -41,6 +51,11 @@ struct LaunchOptions {
   // costs more than the copy (a 64 MB message over loopback: ~0.9 GB/s, ~2.5 GB/s with them).
   bool huge_pages = true;
   std::vector<std::pair<std::string, std::string>> env;  // extra variables for every rank
+  // Elastic: HOST:PORT where the launchers meet (node_rank and master are then per round).
+  std::string rdzv_endpoint;
+  int min_nodes = 0;                              // fewest nodes a round runs with (0: nnodes)
+  std::chrono::milliseconds rdzv_settle{500};     // no new node for this long: the round closes
+  std::chrono::milliseconds rdzv_timeout{30000};  // a silent rendezvous, or fewer than min_nodes: error
   // Receives every output line: rank R (or -1 for the launcher's own notices), whether it came
   // from stderr, and the line without its newline. Default: "[rank R] line" to stdout/stderr.
   std::function<void(int rank, bool is_stderr, const std::string& line)> on_line;
@@ -57,7 +72,7 @@ struct LaunchResult {
   int exit_code = 0;    // 0 when every rank succeeded, else the first failed rank's code (128 + signal)
   std::string failure;  // "rank 1 (pid 4242) was killed by signal 9 (Killed)"; empty on success
   std::vector<RankExit> ranks;  // of the last attempt
-  int restarts = 0;             // attempts after the first
+  int restarts = 0;             // attempts after the first (elastic: rounds this node ran after its first)
 };
 
 LaunchResult launch(const LaunchOptions& options);

@@ -239,5 +239,11 @@ TEST_CASE("launcher: --max-restarts starts every rank again after a failure, up 
   o.max_restarts = 1;
   o.nnodes = 2;
   o.master = "127.0.0.1:29999";
-  CHECK_THROWS_WITH(launch(o), Catch::Contains("restarts the ranks of one node"));
+  CHECK_THROWS_WITH(launch(o), Catch::Contains("needs --rdzv-endpoint HOST:PORT"));
+  // Elastic (tests/net/elastic_test.cpp): rank 0's host is the round's, and MIN <= MAX.
+  o.rdzv_endpoint = "127.0.0.1:29998";
+  CHECK_THROWS_WITH(launch(o), Catch::Contains("leave out --master"));
+  o.master.clear();
+  o.min_nodes = 3;
+  CHECK_THROWS_WITH(launch(o), Catch::Contains("1 <= MIN <= MAX, got 3:2"));
 }

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Elastic trials on a 3-host test cluster (scripts/netns_cluster.sh; needs root): each trial trains
+# dist_sgd --elastic under `troupe launch --nnodes 2:3 --rdzv-endpoint` (1 rank per host, host 0
+# serving the rendezvous), loses host 2 at a random step (every process of it killed, or its link
+# cut: the trials alternate), and brings it back once the job runs on 2 hosts (started again, or
+# its link restored). Then the same with torchrun's elastic agent (torch 1.13, --rdzv_backend c10d,
+# its defaults) over examples/dist_sgd_elastic_torch.py, the same recipe, hosts killed only. First, uninterrupted
+# troupe runs of 3 seeds give the accuracy spread.
+#
+#   scripts/elastic_trials.sh [TRIALS=20] [TORCH_TRIALS=3] [SUBSET=12800] [EPOCHS=3] [EVERY=20]
+#
+# One table row per trial: round and world size before/after the loss, steps lost (the last step
+# rank 0 logged before the loss minus the step resumed from), seconds from the loss to the first
+# training step after it, whether the job grew back to 3 hosts, final accuracy; then medians.
+# Exits 1 when a troupe trial fails, hangs (10 minutes), loses more than EVERY steps or ends
+# outside the seeds' accuracy spread (widened by 0.01 each side; torch's accuracy is only shown).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "elastic_trials: needs root (network namespaces)" >&2; exit 2; }
+trials=${1:-20} torch_trials=${2:-3} subset=${3:-12800} epochs=${4:-3} every=${5:-20}
+RANDOM=${SEED:-1}
+steps=$(( (subset + 127) / 128 * epochs ))
+p=etr$$
+work=$(mktemp -d)
+trap 'scripts/netns_cluster.sh down $p; rm -rf "$work"' EXIT
+scripts/netns_cluster.sh up 3 $p >/dev/null || exit 2
+rdzv=$(scripts/netns_cluster.sh addr 0 $p)
+
+stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
+# torch 1.13's torchrun, with two fixes: under Python 3.11 Std.from_str("0") finds no flag 0
+# (IntFlag iteration skips it) and the agent fails: the same parse, fixed; and in a network
+# namespace the machine's host name is not this host's address: rank 0's agent publishes
+# $TORCH_HOST_ADDR as MASTER_ADDR instead (gloo takes eth0, the store's host is said by is_host).
+torchrun() {
+  /usr/bin/python3 -c "
+import os
+from torch.distributed.elastic.multiprocessing import Std
+Std.from_str = classmethod(lambda cls, vm: cls(int(vm)) if vm.isdigit() else {int(i): cls(int(v)) for i, v in (m.split(':') for m in vm.split(','))})
+import torch.distributed.elastic.agent.server.api as api
+api._get_fq_hostname = lambda: os.environ['TORCH_HOST_ADDR']
+from torch.distributed.run import main
+main()" "$@"
+}
+# node SYSTEM HOST DIR LOG [SEED]: host HOST's launcher of the job, its output time-stamped into LOG.
+node() {
+  local sys=$1 h=$2 dir=$3 log=$4 seed=${5:-1234}
+  if [ "$sys" = troupe ]; then
+    ip netns exec $p-h$h timeout 600 build/bin/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 9 \
+      --rdzv-endpoint $rdzv:29400 -- build/bin/dist_sgd --elastic --seed "$seed" --subset $subset --epochs $epochs \
+      --json --log-every 1 --checkpoint-dir "$dir/h$h" --checkpoint-every $every --resume 2>&1 | stamp >"$log"
+  else
+    TORCH_HOST_ADDR=$(scripts/netns_cluster.sh addr $h $p) GLOO_SOCKET_IFNAME=eth0 \
+    ip netns exec $p-h$h timeout 600 bash -c "$(declare -f torchrun); torchrun --nnodes 1:3 --nproc_per_node 1 \
+      --rdzv_backend c10d --rdzv_endpoint $rdzv:29500 --rdzv_conf is_host=$([ $h = 0 ] && echo 1 || echo 0) \
+      --max_restarts 9 examples/dist_sgd_elastic_torch.py \
+      --seed $seed --subset $subset --epochs $epochs --checkpoint-dir $dir/h$h --checkpoint-every $every" 2>&1 |
+      stamp >"$log"
+  fi
+}
+# Rank 0's lines of every host, in time order.
+merged() { cat "$1"/*.log | grep -E '^[0-9.]+ (\[rank 0\] )?(step [0-9]+ |resumed from|start world|\{)' | sort -n; }
+json_field() { grep -o "\"$1\":[^,}]*" | tail -1 | cut -d: -f2; }
+kill_host() { local pids; pids=$(ip netns pids $p-h$1); [ -n "$pids" ] && kill -9 $pids; }
+
+echo "machine: $(build/bin/troupe info 2>/dev/null | head -3 | tr '\n' ' ')(load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "job: $steps steps ($subset images x $epochs epochs, global batch 128), checkpoint every $every steps, 3 hosts x 1 rank"
+accs=""
+for seed in 1234 1235 1236; do
+  d=$work/ref-$seed; mkdir -p $d
+  for h in 0 1 2; do node troupe $h $d $d/h$h.log $seed & done
+  wait
+  acc=$(merged $d | json_field test_accuracy)
+  echo "uninterrupted, seed $seed: accuracy $acc"
+  accs="$accs $acc"
+done
+read -r lo hi < <(echo $accs | tr ' ' '\n' | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print lo - 0.01, hi + 0.01 }')
+echo "accuracy spread (3 seeds, +-0.01): $lo .. $hi"
+echo
+echo "| system | trial | loss | at step | round before -> after | world before -> after | steps lost | loss to next step (s) | grew back | accuracy | ok |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+bad=0
+for sys in troupe torch; do
+  n=$trials; [ $sys = torch ] && n=$torch_trials
+  : >"$work/$sys.times"
+  for t in $(seq 1 "$n"); do
+    d=$work/$sys-$t; mkdir -p $d
+    # torch: kills only; with a cut link its ranks wait in gloo for its timeout (30 minutes).
+    mode=kill; [ $((t % 2)) = 0 ] && [ $sys = troupe ] && mode=cut
+    at=$(( every + 2 + RANDOM % (steps / 2 - 2) ))  # past the first checkpoint
+    pids=()
+    for h in 0 1 2; do node $sys $h $d $d/h$h.log & pids+=($!); sleep 0.2; done
+    for _ in $(seq 1 3000); do merged $d | grep -q "step $at " && break; sleep 0.1; done
+    if [ $mode = kill ]; then kill_host 2; else scripts/netns_cluster.sh link 2 down $p; fi
+    t_loss=$EPOCHREALTIME
+    # Back once the job has resumed on 2 hosts (or after 3 minutes).
+    for _ in $(seq 1 1800); do
+      merged $d | awk -v t=$t_loss '$1 > t && /resumed from/ { found = 1 } END { exit !found }' && break
+      sleep 0.1
+    done
+    if [ $mode = kill ]; then node $sys 2 $d $d/h2-again.log & pids+=($!); else scripts/netns_cluster.sh link 2 up $p; fi
+    status=0
+    for i in "${!pids[@]}"; do
+      [ $mode = kill ] && [ $i = 2 ] && continue  # the killed launcher
+      wait "${pids[$i]}" || status=$?
+    done
+    m=$(merged $d)
+    last=$(echo "$m" | awk -v t=$t_loss '$1 < t && $2 == "[rank" && $4 == "step" { s = $5 } $1 < t && $2 == "step" { s = $3 } END { print s }')
+    resumed_line=$(echo "$m" | awk -v t=$t_loss '$1 > t && /resumed from/ { print; exit }')
+    resumed=$(echo "$resumed_line" | grep -o 'step [0-9]*' | head -1 | awk '{ print $2 }')
+    t_resumed=$(echo "$resumed_line" | awk '{ print $1 }')
+    t_next=$(echo "$m" | awk -v t=${t_resumed:-0} '$1 >= t && / ?step [0-9]+ loss/ { print $1; exit }')
+    if [ $sys = troupe ]; then
+      rounds=$(grep -h 'rendezvous: round [0-9]*: ' $d/h0.log | awk '{ r = $5; sub(":", "", r); print $1, r, $NF }')
+    else
+      rounds=$(echo "$m" | awk '/start world/ { split($3, w, "="); split($4, r, "="); print $1, r[2], w[2] }')
+    fi
+    before=$(echo "$rounds" | awk -v t=$t_loss '$1 < t { r = $2; w = $3 } END { print r, w }')
+    after=$(echo "$rounds" | awk -v t=$t_loss '$1 > t { print $2, $3; exit }')
+    grew=$(echo "$rounds" | awk -v t=$t_loss '$1 > t && $3 == 3 { g = "yes" } END { print g ? g : "no" }')
+    acc=$(echo "$m" | json_field test_accuracy)
+    lost=$(( ${last:-0} - ${resumed:-0} ))
+    secs=$(awk -v a=$t_loss -v b=${t_next:-0} 'BEGIN { if (b > 0) printf "%.2f", b - a; else print "-" }')
+    [ "$secs" != - ] && echo "$secs" >>"$work/$sys.times"
+    ok=yes
+    if [ $status -ne 0 ] || [ -z "$acc" ] || [ $lost -gt $every ] || [ "$secs" = - ] || { [ $sys = troupe ] &&
+       awk -v a=${acc:-0} -v lo=$lo -v hi=$hi 'BEGIN { exit !(a < lo || a > hi) }'; }; then
+      ok="NO (status $status)"
+      [ $sys = troupe ] && bad=$((bad + 1))
+      mkdir -p /tmp/elastic-trials; cp -r $d /tmp/elastic-trials/
+    fi
+    echo "| $sys | $t | $mode | $at | ${before% *} -> ${after% *} | ${before#* } -> ${after#* } | $lost | $secs | $grew | ${acc:--} | $ok |"
+  done
+done
+echo
+for sys in troupe torch; do
+  [ -s "$work/$sys.times" ] || continue
+  echo "$sys: loss to next training step, median $(sort -n "$work/$sys.times" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }') s over $(wc -l <"$work/$sys.times") trials"
+done
+echo "troupe trials $trials, bad $bad"
+[ "$bad" -eq 0 ]
