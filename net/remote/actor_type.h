@@ -29,10 +29,10 @@ namespace troupe::net {
 struct ActorType {
   struct Method {
     std::string name;
-    std::function<Value(void* object, const Value& arguments)> call;  // arguments: a list
+    std::function<WireValue(void* object, const WireValue& arguments)> call;  // arguments: a list
   };
   std::string name;
-  std::function<std::shared_ptr<void>(const Value& arguments)> construct;
+  std::function<std::shared_ptr<void>(const WireValue& arguments)> construct;
   // Moves an object's state to a device (its to(Device)); empty when the class has none.
   std::function<void(void* object, Device device)> move_to;
   std::vector<Method> methods;
@@ -74,7 +74,7 @@ template <class R, class C, class... A>
 struct MethodOf<R (C::*)(A...) const noexcept> : MethodOf<R (C::*)(A...)> {};
 
 template <class... A>
-std::tuple<A...> decode_arguments(const Value& arguments, std::tuple<A...>*) {
+std::tuple<A...> decode_arguments(const WireValue& arguments, std::tuple<A...>*) {
   return decode_tuple<A...>(arguments, "argument");
 }
 
@@ -84,14 +84,14 @@ std::vector<std::string> member_names(const char* member_pointers);
 template <class T, class M>
 ActorType::Method bind_method(std::string name, M method) {
   using Of = MethodOf<M>;
-  return {std::move(name), [method](void* object, const Value& arguments) -> Value {
+  return {std::move(name), [method](void* object, const WireValue& arguments) -> WireValue {
             auto decoded = decode_arguments(arguments, static_cast<typename Of::arguments*>(nullptr));
             auto invoke = [&](auto&&... a) -> decltype(auto) {
               return (static_cast<T*>(object)->*method)(std::move(a)...);
             };
             if constexpr (std::is_void_v<typename Of::result>) {
               std::apply(invoke, std::move(decoded));
-              return Value();
+              return WireValue();
             } else {
               return to_value(std::apply(invoke, std::move(decoded)));
             }
@@ -106,7 +106,7 @@ struct ActorTypeRegistrar {
     using Arguments = typename ConstructorOf<Constructor>::arguments;
     ActorType type;
     type.name = name;
-    type.construct = [](const Value& arguments) -> std::shared_ptr<void> {
+    type.construct = [](const WireValue& arguments) -> std::shared_ptr<void> {
       return std::apply([](auto&&... a) { return std::make_shared<T>(std::move(a)...); },
                         decode_arguments(arguments, static_cast<Arguments*>(nullptr)));
     };

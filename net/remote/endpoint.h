@@ -40,7 +40,7 @@ struct ActorRef {
   std::exception_ptr down_error;  // null: stopped
   std::vector<std::function<void(std::exception_ptr)>> on_down;
   // Supervision, on the rank that spawned it with max_restarts > 0:
-  Value arguments;  // the constructor's, for a respawn
+  WireValue arguments;  // the constructor's, for a respawn
   std::string device = "cpu";  // where it runs, for a respawn
   int restarts_left = 0;
   bool restarting = false;
@@ -53,7 +53,7 @@ struct Call {
   int source = -1;
   uint64_t request = 0;
   std::string method;
-  Value arguments;
+  WireValue arguments;
 };
 
 // An actor this rank hosts: the object, its mailbox, and who watches it.
@@ -136,16 +136,16 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   void fail_pending(uint64_t id, std::exception_ptr e);
   std::optional<Pending> take_pending(uint64_t id);
   // Answers a request; the caller's rank may be gone, which nobody needs to hear of.
-  void respond(int dst, uint64_t request, Value result, const std::string& what);
+  void respond(int dst, uint64_t request, WireValue result, const std::string& what);
   void refuse(int dst, uint64_t request, std::exception_ptr e);
   void post_quietly(int dst, CallFrame call);
   void broadcast(CallKind kind);
   void on_frame(Message&& m);
   void dispatch(int source, CallFrame&& call);
   void on_peer_lost(int r, std::exception_ptr why);
-  void call(const std::shared_ptr<ActorRef>& ref, std::string_view method, Value arguments, Answer answer);
+  void call(const std::shared_ptr<ActorRef>& ref, std::string_view method, WireValue arguments, Answer answer);
   // Waits for an answer to a call made here.
-  Value ask_and_wait(int dst, CallFrame call, std::string what);
+  WireValue ask_and_wait(int dst, CallFrame call, std::string what);
   void set_role(int r, Role role);
   // With mutex held.
   void update_drivers_done();
@@ -170,7 +170,7 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   // spawn: the constructor runs off the receiving thread, in spawn order; then the name is enrolled
   // in rank 0's directory, and only then is the spawner answered (so a lookup after spawn_on finds it).
   void host_spawn(int source, CallFrame&& call);
-  void construct(const ActorType* type, int source, uint64_t request, std::string name, const Value& arguments,
+  void construct(const ActorType* type, int source, uint64_t request, std::string name, const WireValue& arguments,
                  Device device, int replaces_rank, uint64_t replaces_id);
   // host(): the object joins this rank's actors, then its name is enrolled in rank 0's directory
   // (waiting for that); a name taken there undoes it.

@@ -29,7 +29,7 @@ void RemoteActors::Impl::watch(const std::shared_ptr<ActorRef>& ref) {
     watched.emplace(std::make_pair(at, id), ref);
   }
   if (transport.is_gone(at)) return actor_down(ref, error<PeerLostError>("rank " + std::to_string(at) + " is gone"));
-  post_quietly(at, CallFrame{CallKind::monitor, id, 0, "", Value()});
+  post_quietly(at, CallFrame{CallKind::monitor, id, 0, "", WireValue()});
 }
 
 void RemoteActors::Impl::actor_ended(int source, uint64_t id, std::exception_ptr why) {
@@ -91,13 +91,13 @@ void RemoteActors::Impl::respawn(const std::shared_ptr<ActorRef>& ref, int from,
     return finish_down(ref, why);
   }
   uint64_t old_id;
-  Value arguments;
+  WireValue arguments;
   {
     std::lock_guard lock(ref->mutex);
     old_id = ref->id;
     arguments = ref->arguments;
   }
-  auto respawned = [self = shared_from_this(), ref, to, why](Value&& result, std::exception_ptr e) {
+  auto respawned = [self = shared_from_this(), ref, to, why](WireValue&& result, std::exception_ptr e) {
     std::vector<std::function<void()>> held;
     {
       std::lock_guard lock(ref->mutex);
@@ -114,8 +114,8 @@ void RemoteActors::Impl::respawn(const std::shared_ptr<ActorRef>& ref, int from,
   };
   ask(to,
       CallFrame{CallKind::spawn, 0, 0, ref->type,
-                Value::list({Value::string(ref->name), std::move(arguments), Value::integer(from),
-                             Value::integer(static_cast<int64_t>(old_id)), Value::string(ref->device)})},
+                WireValue::list({WireValue::string(ref->name), std::move(arguments), WireValue::integer(from),
+                             WireValue::integer(static_cast<int64_t>(old_id)), WireValue::string(ref->device)})},
       "restarting remote actor '" + ref->name + "' on rank " + std::to_string(to) + ": ", std::move(respawned));
 }
 
