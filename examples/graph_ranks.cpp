@@ -19,17 +19,14 @@
 #include "devices/ops.h"
 #include "devices/random.h"
 #include "net/process_group.h"
+#include "net/remote/remote_actor.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
+#include "examples/split_mlp.h"
 
 using namespace troupe;
 
 namespace {
-
-Tensor weights(const Shape& shape, uint64_t seed) {
-  Generator generator(seed);
-  return rand_normal(shape, 0.0, 0.1, DType::f32, generator);
-}
 
 // Rank 0 normalises x and turns the logits z into classes; `model` makes z from the normalised x.
 Graph around(const std::string& name, int64_t features, const std::function<Port(Graph&, Port)>& model) {
@@ -43,11 +40,8 @@ Graph around(const std::string& name, int64_t features, const std::function<Port
 
 // model_rank: where the model's nodes run (0 puts everything in one process).
 Graph split_graph(int model_rank, int64_t features, int64_t hidden) {
-  return around("split_mlp", features, [&](Graph& g, Port normed) {
-    Port h = g.op("linear", {normed, g.constant("w1", weights({hidden, features}, 1))}, {}, "fc1").on_rank(model_rank);
-    Port a = g.op("gelu", {h}, {}, "act").on_rank(model_rank);
-    return g.op("linear", {a, g.constant("w2", weights({10, hidden}, 2))}, {}, "fc2").on_rank(model_rank);
-  });
+  return around("split_mlp", features,
+                [&](Graph& g, Port normed) { return split_mlp_logits(g, normed, model_rank, features, hidden); });
 }
 
 // Four linear heads on model_rank read the same normalised x; their logits are summed there.
@@ -55,10 +49,10 @@ Graph fan_out_graph(int model_rank, int64_t features) {
   return around("fan_out", features, [&](Graph& g, Port normed) {
     std::optional<Port> sum;
     for (int k = 0; k < 4; ++k) {
-      const std::string head = "head" + std::to_string(k);
-      Port z = g.op("linear", {normed, g.constant("w" + std::to_string(k), weights({10, features}, 10 + k))}, {}, head)
-                   .on_rank(model_rank);
-      sum = sum ? g.op("add", {*sum, z}, {}, "sum" + std::to_string(k)).on_rank(model_rank) : z;
+      const std::string n = std::to_string(k);
+      Port w = g.constant("w" + n, seeded_normal({10, features}, 10 + k));
+      Port z = g.op("linear", {normed, w}, {}, "head" + n).on_rank(model_rank);
+      sum = sum ? g.op("add", {*sum, z}, {}, "sum" + n).on_rank(model_rank) : z;
     }
     return *sum;
   });
@@ -110,6 +104,9 @@ int main(int argc, char** argv) {
     auto world = net::init_process_group();
     if (world->size() != 2) throw ValueError("graph_ranks: run it on two ranks (troupe launch --nproc 2), got " +
                                              std::to_string(world->size()));
+    // One RemoteActors for both executors: one the first executor made for itself would close
+    // with it, and a rank quick to make the second could call rank 0 before rank 0's next one is up.
+    net::RemoteActors actors(world);
     Generator inputs(100);
     std::vector<Tensor> stream;
     for (int i = 0; i < requests; ++i) stream.push_back(rand_normal({rows, features}, 0.0, 0.1, DType::f32, inputs));
