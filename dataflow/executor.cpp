@@ -83,10 +83,23 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
                                                : ", but the executor has no process group"));
     if (!plan.problems.empty()) throw GraphError(graph->name(), plan.problems);
     output_names = std::make_shared<const std::vector<std::string>>(plan.output_names);
-    std::vector<uint8_t> runs_nodes(world, 0);
-    for (const PlanNode& pn : plan.nodes) runs_nodes[pn.rank] = 1;
-    for (int r = 1; r < world; ++r)
-      if (runs_nodes[r]) started_ranks.push_back(r);
+    // Every node sends on every output in every invocation (a dead token at least), so a rank that
+    // reads a value of rank 0's is started by the first one; the others by a start of their own.
+    std::vector<uint8_t> runs_nodes(world, 0), fed(world, 0);
+    const auto feeds = [&](const std::vector<Target>& targets) {
+      for (const Target& t : targets) fed[owner(t)] = 1;
+    };
+    for (const auto& targets : plan.input_consumers) feeds(targets);
+    for (const PlanNode& pn : plan.nodes) {
+      runs_nodes[pn.rank] = 1;
+      if (pn.rank == 0)
+        for (const auto& targets : pn.consumers) feeds(targets);
+    }
+    for (int r = 1; r < world; ++r) {
+      if (!runs_nodes[r]) continue;
+      started_ranks.push_back(r);
+      if (!fed[r]) unfed_ranks.push_back(r);
+    }
     fixed_intra_op = Runtime::current().options().intra_op_threads;
     cores = hardware_cores();
     nodes.resize(plan.nodes.size());
@@ -184,6 +197,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
       peak = std::max(peak, in_flight);
     }
     auto inv = make_invocation(next_id.fetch_add(1, std::memory_order_relaxed), static_cast<int>(started_ranks.size()));
+    if (world > 1) inv->started = std::vector<std::atomic<bool>>(world);
     inv->counted = true;
     if (world > 1) link->track(inv);
     return inv;
@@ -202,7 +216,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   // Sends the inputs and constants on their way and starts the nodes without inputs.
   void launch(const InvocationPtr& inv, std::vector<Value> inputs) {
     try {
-      if (world > 1) link->start(inv->id, started_ranks);
+      if (world > 1) link->start(inv->id, unfed_ranks);
       for (size_t k = 0; k < inputs.size(); ++k) deliver(plan.input_consumers[k], inv, true, std::move(inputs[k]));
     } catch (...) {
       // A peer went away (while run() waited for a slot, say): the invocation fails with why,
@@ -245,9 +259,12 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
       if (elsewhere.empty()) elsewhere.resize(world);
       elsewhere[r].push_back(targets[i]);
     }
-    for (int r = 0; r < static_cast<int>(elsewhere.size()); ++r)
-      if (!elsewhere[r].empty())
-        link->send_edge(r, Edge{inv->id, std::move(elsewhere[r]), live ? std::optional(value.tensor()) : std::nullopt});
+    for (int r = 0; r < static_cast<int>(elsewhere.size()); ++r) {
+      if (elsewhere[r].empty()) continue;
+      const bool starts = rank == 0 && !inv->started[r].exchange(true, std::memory_order_relaxed);
+      link->send_edge(r, Edge{inv->id, std::move(elsewhere[r]), live ? std::optional(value.tensor()) : std::nullopt,
+                              starts});
+    }
     for (size_t i = 0; i < targets.size(); ++i) {
       const Target& t = targets[i];
       if (owner(t) != rank) continue;
@@ -562,7 +579,8 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   bool served = false;  // rank 0's executor went away (or the link broke): serve() returns
 
   int rank = 0, world = 1;
-  std::vector<int> started_ranks;  // the ranks other than 0 that run nodes: rank 0 starts invocations there
+  std::vector<int> started_ranks;  // the ranks other than 0 that run nodes: each invocation starts there
+  std::vector<int> unfed_ranks;    // those of them that read no value of rank 0's: started by a start message
   CapturedPlan::PlacedConstants placed_constants;  // per node and input slot: a constant uploaded once
   std::unique_ptr<CapturedPlan> captured;          // cuda_graph
   std::mutex capture_mutex;                        // one replay at a time: they share the graph's bytes

@@ -25,8 +25,8 @@
 // executor). Values crossing ranks must be tensors: a value goes to another rank as one call to
 // the part there, however many of its nodes read it (its tensor a zero-copy part of the message;
 // no p2p tag of yours is taken). Rank 0 starts each invocation on the ranks that run some of the
-// graph's nodes (a rank that runs none hears nothing of it), and each reports to rank 0 when it
-// is done with it (with its error, if a node failed), so rank 0's futures and in-flight bound
+// graph's nodes, with its first value to each (a rank that runs none hears nothing of it), and
+// each reports to rank 0 when it is done with it (with its error, if a node failed), so rank 0's futures and in-flight bound
 // cover the whole job. A lost rank fails every pending invocation
 // with PeerLostError naming it, within 5 s; serve() then throws it. Cancelling skips the pending
 // nodes of rank 0 only.

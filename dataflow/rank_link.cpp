@@ -173,8 +173,10 @@ void RankLink::on_start(uint64_t id) {
 void RankLink::on_edge(Edge edge) {
   auto scheduler = scheduler_.lock();
   if (!scheduler) return;
+  if (edge.start && rank() == 0) return refuse(*scheduler, "a peer sent a start, which only rank 0 sends");
   InvocationPtr inv = invocation(edge.invocation, *scheduler);
   if (!inv) return;
+  if (edge.start) scheduler->launch_local(inv);
   try {
     scheduler->deliver_local(inv, edge.targets, std::move(edge.value));
   } catch (const CommError&) {

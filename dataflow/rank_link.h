@@ -5,15 +5,16 @@
 // ones in the same order), whose methods are the messages between the parts. A peer's part is
 // called with send(), and calls from one rank to a part run in the order they were made, which
 // is all the protocol needs: rank 0's start and values reach a rank in order, and a rank's values
-// reach rank 0 before its ack. The messages, per invocation: rank 0 starts it on the ranks that
-// run some of its nodes (the others hear nothing of it); a value crosses to a rank as one Edge,
-// whatever the number of its readers there; each started rank acks to rank 0 when it is done.
+// reach rank 0 before its ack. The messages, per invocation: a value crosses to a rank as one
+// Edge, whatever the number of its readers there; rank 0 starts the invocation on the ranks that
+// run some of its nodes, with its first Edge to each (or a start, to a rank it sends no value);
+// the others hear nothing of it; each started rank acks to rank 0 when it is done.
 // The link knows every invocation a message may name: rank 0's from run(), the others' made when
 // their first message arrives. When a peer's rank is lost (on_down), all of them fail with that
 // error. Internal to the executor.
 //
-//   link->start(inv.id, {1, 2});                            // rank 0: the ranks that run its nodes
-//   link->send_edge(1, Edge{inv.id, {{4, 0}, {5, 1}}, x});  // x for node 4 input 0, node 5 input 1
+//   link->start(inv.id, {2});                                      // rank 0: rank 2 gets no Edge from it
+//   link->send_edge(1, Edge{inv.id, {{4, 0}, {5, 1}}, x, true});  // x for node 4 input 0, node 5 input 1
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -48,12 +49,14 @@ namespace troupe::detail {
 
 // A dataflow edge to one rank, as one message: the value of one output in one invocation, for
 // every input it feeds on that rank (plan node -1: graph output `slot`, rank 0 only). No value:
-// a dead token (its branch was not taken), which skips those readers.
+// a dead token (its branch was not taken), which skips those readers. `start`: rank 0's first
+// message of the invocation to that rank, which starts it there.
 struct Edge {
   uint64_t invocation = 0;
   std::vector<Target> targets;
   std::optional<Tensor> value;
-  TROUPE_FIELDS(invocation, targets, value)
+  bool start = false;
+  TROUPE_FIELDS(invocation, targets, value, start)
 };
 
 class RankLink : public std::enable_shared_from_this<RankLink> {
@@ -93,7 +96,7 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
 
   void track(const InvocationPtr& inv);  // rank 0: an invocation it started
   void forget(uint64_t id);              // done: no message names it any more
-  void start(uint64_t invocation, const std::vector<int>& ranks);  // rank 0: to the ranks running its nodes
+  void start(uint64_t invocation, const std::vector<int>& ranks);  // rank 0
   void send_edge(int peer, const Edge& edge);
   // Throws the error that broke the link (a lost peer, a peer's bad message), if one did.
   void check_healthy();

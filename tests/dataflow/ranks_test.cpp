@@ -130,8 +130,8 @@ TEST_CASE("dataflow rank: messages go only to the ranks that need them", "[.rank
   if (world->rank() == 1) {
     CHECK(exec.node_actors() == 7);
     exec.serve();
-    // Per invocation a start and x once, for its four readers (not once per reader).
-    CHECK(part_calls(1, 2 * runs) == 2 * runs);
+    // Per invocation x once, for its four readers (not once per reader), which starts it here.
+    CHECK(part_calls(1, runs) == runs);
     return;
   }
   if (world->rank() == 2) {
@@ -148,9 +148,32 @@ TEST_CASE("dataflow rank: messages go only to the ranks that need them", "[.rank
   CHECK(part_calls(0, 2 + 2 * runs) == 2 + 2 * runs);
 }
 
+// Rank 1's node reads a constant only: no value of rank 0's starts the invocation there, a start
+// message does.
+TEST_CASE("dataflow rank: a rank that reads nothing from rank 0", "[.rank]") {
+  metrics::set_enabled(true);
+  auto world = init_world();
+  Graph g("unfed");
+  g.output("k", g.op("neg", {g.constant("three", Tensor::scalar(3.0f))}).named("from_constant").on_rank(1));
+  g.output("y", g.op("neg", {g.input("x")}).named("local"));
+  constexpr int runs = 6;
+  Executor exec(g, {.max_in_flight = 2, .group = world});
+  if (world->rank() != 0) {
+    exec.serve();
+    CHECK(part_calls(1, runs) == runs);  // a start each
+    return;
+  }
+  for (int k = 0; k < runs; ++k) {
+    auto out = exec({{"x", Tensor::scalar(float(k))}});
+    CHECK(out.at("k").tensor().item<float>() == -3);
+    CHECK(out.at("y").tensor().item<float>() == -k);
+  }
+}
+
 TEST_CASE("executor: a value crosses to a rank once for all its readers there; ranks without nodes hear nothing",
           "[dataflow]") {
   check_all_passed(run_ranks(3, "dataflow rank: messages go only to the ranks that need them"), 3);
+  check_all_passed(run_ranks(2, "dataflow rank: a rank that reads nothing from rank 0"), 2);
 }
 
 // One rank of the two-process test below (hidden: run_ranks starts it with RANK set).
