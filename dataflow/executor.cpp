@@ -245,32 +245,38 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
 
   int owner(const Target& t) const { return t.node < 0 ? 0 : plan.nodes[t.node].rank; }
 
-  // Hands a value to its readers: this rank's by actor message (or as a graph output), each other
-  // rank's in one Edge for all of them there, so the value crosses to a rank once.
+  // Hands a value to its readers: each other rank's in one Edge for all of them there (so the
+  // value crosses to a rank once), this rank's by actor message or as a graph output; the last of
+  // these takes the value itself, the others a copy.
   void deliver(const std::vector<Target>& targets, const InvocationPtr& inv, bool live, Value value) {
-    std::vector<std::vector<Target>> elsewhere;  // per rank, once a target is on another
-    size_t last_here = targets.size();
-    for (size_t i = 0; i < targets.size(); ++i) {
-      const int r = owner(targets[i]);
-      if (r == rank) {
-        last_here = i;
-        continue;
-      }
-      if (elsewhere.empty()) elsewhere.resize(world);
-      elsewhere[r].push_back(targets[i]);
-    }
-    for (int r = 0; r < static_cast<int>(elsewhere.size()); ++r) {
-      if (elsewhere[r].empty()) continue;
-      const bool starts = rank == 0 && !inv->started[r].exchange(true, std::memory_order_relaxed);
-      link->send_edge(r, Edge{inv->id, std::move(elsewhere[r]), live ? std::optional(value.tensor()) : std::nullopt,
-                              starts});
-    }
-    for (size_t i = 0; i < targets.size(); ++i) {
-      const Target& t = targets[i];
+    if (world > 1) send_elsewhere(targets, inv, live, value);
+    const Target* held = nullptr;
+    for (const Target& t : targets) {
       if (owner(t) != rank) continue;
-      Value v = i == last_here ? std::move(value) : value;
-      if (t.node < 0) set_output(*inv, t.slot, live, std::move(v));
-      else send_handoff(nodes[t.node].actor, Deliver{inv, t.slot, live, std::move(v)});
+      if (held) hand(*held, inv, live, value);
+      held = &t;
+    }
+    if (held) hand(*held, inv, live, std::move(value));
+  }
+
+  void hand(const Target& t, const InvocationPtr& inv, bool live, Value v) {
+    if (t.node < 0) set_output(*inv, t.slot, live, std::move(v));
+    else send_handoff(nodes[t.node].actor, Deliver{inv, t.slot, live, std::move(v)});
+  }
+
+  void send_elsewhere(const std::vector<Target>& targets, const InvocationPtr& inv, bool live, const Value& value) {
+    std::vector<std::vector<Target>> by_rank;  // sized once a target is on another rank
+    for (const Target& t : targets) {
+      const int r = owner(t);
+      if (r == rank) continue;
+      if (by_rank.empty()) by_rank.resize(world);
+      by_rank[r].push_back(t);
+    }
+    for (int r = 0; r < static_cast<int>(by_rank.size()); ++r) {
+      if (by_rank[r].empty()) continue;
+      const bool starts = rank == 0 && !inv->started[r].exchange(true, std::memory_order_relaxed);
+      link->send_edge(r, Edge{inv->id, std::move(by_rank[r]), live ? std::optional(value.tensor()) : std::nullopt,
+                              starts});
     }
   }
 
