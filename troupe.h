@@ -8,6 +8,10 @@
 //   auto f = fork([](const Tensor& t) { return softmax(t, -1); }, y);
 //   Tensor p = wait(f);                               // fork/wait on actors
 //
+// Two values, two names: troupe::Value travels along a dataflow edge (any C++ value, in-process);
+// troupe::net::WireValue is what a remote actor's call carries between ranks (a tree of
+// none/bool/int/float/string/tensor/list).
+//
 // Namespaces: troupe (devices, actors, dataflow), troupe::net, troupe::models. Internal headers
 // (kernels, the autograd tape's bookkeeping, wire frames, transport, collective algorithms) stay
 // out; include them by path where a test or a tool needs them.

@@ -83,6 +83,23 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
                                                : ", but the executor has no process group"));
     if (!plan.problems.empty()) throw GraphError(graph->name(), plan.problems);
     output_names = std::make_shared<const std::vector<std::string>>(plan.output_names);
+    // Every node sends on every output in every invocation (a dead token at least), so a rank that
+    // reads a value of rank 0's is started by the first one; the others by a start of their own.
+    std::vector<uint8_t> runs_nodes(world, 0), fed(world, 0);
+    const auto feeds = [&](const std::vector<Target>& targets) {
+      for (const Target& t : targets) fed[owner(t)] = 1;
+    };
+    for (const auto& targets : plan.input_consumers) feeds(targets);
+    for (const PlanNode& pn : plan.nodes) {
+      runs_nodes[pn.rank] = 1;
+      if (pn.rank == 0)
+        for (const auto& targets : pn.consumers) feeds(targets);
+    }
+    for (int r = 1; r < world; ++r) {
+      if (!runs_nodes[r]) continue;
+      started_ranks.push_back(r);
+      if (!fed[r]) unfed_ranks.push_back(r);
+    }
     fixed_intra_op = Runtime::current().options().intra_op_threads;
     cores = hardware_cores();
     nodes.resize(plan.nodes.size());
@@ -179,7 +196,8 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
       ++in_flight;
       peak = std::max(peak, in_flight);
     }
-    auto inv = make_invocation(next_id.fetch_add(1, std::memory_order_relaxed), world - 1);
+    auto inv = make_invocation(next_id.fetch_add(1, std::memory_order_relaxed), static_cast<int>(started_ranks.size()));
+    if (world > 1) inv->started = std::vector<std::atomic<bool>>(world);
     inv->counted = true;
     if (world > 1) link->track(inv);
     return inv;
@@ -198,7 +216,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   // Sends the inputs and constants on their way and starts the nodes without inputs.
   void launch(const InvocationPtr& inv, std::vector<Value> inputs) {
     try {
-      if (world > 1) link->start(*inv);
+      if (world > 1) link->start(inv->id, unfed_ranks);
       for (size_t k = 0; k < inputs.size(); ++k) deliver(plan.input_consumers[k], inv, true, std::move(inputs[k]));
     } catch (...) {
       // A peer went away (while run() waited for a slot, say): the invocation fails with why,
@@ -225,34 +243,59 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
     inv.live[k] = live;
   }
 
+  int owner(const Target& t) const { return t.node < 0 ? 0 : plan.nodes[t.node].rank; }
+
+  // Hands a value to its readers: each other rank's in one Edge for all of them there (so the
+  // value crosses to a rank once), this rank's by actor message or as a graph output; the last of
+  // these takes the value itself, the others a copy.
   void deliver(const std::vector<Target>& targets, const InvocationPtr& inv, bool live, Value value) {
-    for (size_t i = 0; i < targets.size(); ++i) {
-      const Target& t = targets[i];
-      Value v = i + 1 == targets.size() ? std::move(value) : value;
-      const int owner = t.node < 0 ? 0 : plan.nodes[t.node].rank;
-      if (owner != rank) {
-        link->data(owner, *inv, t.node, t.slot, live, live ? v.tensor() : Tensor());
-      } else if (t.node < 0) {
-        set_output(*inv, t.slot, live, std::move(v));
-      } else {
-        send_handoff(nodes[t.node].actor, Deliver{inv, t.slot, live, std::move(v)});
-      }
+    if (world > 1) send_elsewhere(targets, inv, live, value);
+    const Target* held = nullptr;
+    for (const Target& t : targets) {
+      if (owner(t) != rank) continue;
+      if (held) hand(*held, inv, live, value);
+      held = &t;
+    }
+    if (held) hand(*held, inv, live, std::move(value));
+  }
+
+  void hand(const Target& t, const InvocationPtr& inv, bool live, Value v) {
+    if (t.node < 0) set_output(*inv, t.slot, live, std::move(v));
+    else send_handoff(nodes[t.node].actor, Deliver{inv, t.slot, live, std::move(v)});
+  }
+
+  void send_elsewhere(const std::vector<Target>& targets, const InvocationPtr& inv, bool live, const Value& value) {
+    std::vector<std::vector<Target>> by_rank;  // sized once a target is on another rank
+    for (const Target& t : targets) {
+      const int r = owner(t);
+      if (r == rank) continue;
+      if (by_rank.empty()) by_rank.resize(world);
+      by_rank[r].push_back(t);
+    }
+    for (int r = 0; r < static_cast<int>(by_rank.size()); ++r) {
+      if (by_rank[r].empty()) continue;
+      const bool starts = rank == 0 && !inv->started[r].exchange(true, std::memory_order_relaxed);
+      link->send_edge(r, Edge{inv->id, std::move(by_rank[r]), live ? std::optional(value.tensor()) : std::nullopt,
+                              starts});
     }
   }
 
-  // A value from another rank: its target must be an input of a node of this rank, or (on rank
+  // A value from another rank: each target must be an input of a node of this rank, or (on rank
   // 0) a graph output; anything else is a peer that does not run this graph.
-  void deliver_local(const InvocationPtr& inv, int64_t node, int64_t slot, bool live, Value value) override {
-    const auto within = [](int64_t i, size_t n) { return i >= 0 && static_cast<uint64_t>(i) < n; };
-    const bool known = node == -1 ? rank == 0 && within(slot, plan.output_names.size())
-                                  : within(node, plan.nodes.size()) && local(static_cast<int>(node)) &&
-                                        within(slot, plan.nodes[node].inputs.size());
-    if (!known)
-      throw CommError("executor of graph '" + plan.graph + "' on rank " + std::to_string(rank) +
-                      ": a peer sent a value for node " + std::to_string(node) + " input " + std::to_string(slot) +
-                      ", which this rank does not run");
-    if (node < 0) set_output(*inv, static_cast<int>(slot), live, std::move(value));
-    else send_handoff(nodes[node].actor, Deliver{inv, static_cast<int>(slot), live, std::move(value)});
+  void deliver_local(const InvocationPtr& inv, const std::vector<Target>& targets,
+                     std::optional<Tensor> value) override {
+    const auto within = [](int i, size_t n) { return i >= 0 && static_cast<size_t>(i) < n; };
+    for (const Target& t : targets) {
+      const bool known = t.node == -1 ? rank == 0 && within(t.slot, plan.output_names.size())
+                                      : within(t.node, plan.nodes.size()) && local(t.node) &&
+                                            within(t.slot, plan.nodes[t.node].inputs.size());
+      if (!known)
+        throw CommError("executor of graph '" + plan.graph + "' on rank " + std::to_string(rank) +
+                        ": a peer sent a value for node " + std::to_string(t.node) + " input " +
+                        std::to_string(t.slot) + ", which this rank does not run");
+    }
+    const bool live = value.has_value();
+    deliver(targets, inv, live, live ? Value(std::move(*value)) : Value());
   }
 
   void node_done(const InvocationPtr& inv) override {
@@ -355,9 +398,8 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   void check_sendable(const std::vector<Target>& targets, const Value& v, const std::string& what) const {
     if (world == 1 || (v.is_tensor() && v.tensor().defined())) return;
     for (const Target& t : targets) {
-      const int owner = t.node < 0 ? 0 : plan.nodes[t.node].rank;
-      if (owner != rank)
-        throw ValueError(what + " goes to rank " + std::to_string(owner) +
+      if (owner(t) != rank)
+        throw ValueError(what + " goes to rank " + std::to_string(owner(t)) +
                          ": only tensors travel between ranks, got " + v.type_name());
     }
   }
@@ -543,6 +585,8 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   bool served = false;  // rank 0's executor went away (or the link broke): serve() returns
 
   int rank = 0, world = 1;
+  std::vector<int> started_ranks;  // the ranks other than 0 that run nodes: each invocation starts there
+  std::vector<int> unfed_ranks;    // those of them that read no value of rank 0's: started by a start message
   CapturedPlan::PlacedConstants placed_constants;  // per node and input slot: a constant uploaded once
   std::unique_ptr<CapturedPlan> captured;          // cuda_graph
   std::mutex capture_mutex;                        // one replay at a time: they share the graph's bytes

@@ -22,10 +22,12 @@
 // that rank spawns their actors. Rank 0 calls run(); the others call serve(), which returns when
 // rank 0's executor is destroyed. Each rank's part of the executor is a remote actor
 // (net/remote/remote_actor.h) named "troupe.dataflow/<group id>.<n>/<rank>" (the group's n-th
-// executor). Values crossing ranks must be tensors: they travel as the tensor parts of calls to
-// the part on the other rank (zero-copy; no p2p tag of yours is taken), and every rank reports to
-// rank 0 when it is done with an invocation (with its error, if a node failed), so rank 0's
-// futures and in-flight bound cover the whole job. A lost rank fails every pending invocation
+// executor). Values crossing ranks must be tensors: a value goes to another rank as one call to
+// the part there, however many of its nodes read it (its tensor a zero-copy part of the message;
+// no p2p tag of yours is taken). Rank 0 starts each invocation on the ranks that run some of the
+// graph's nodes, with its first value to each (a rank that runs none hears nothing of it), and
+// each reports to rank 0 when it is done with it (with its error, if a node failed), so rank 0's futures and in-flight bound
+// cover the whole job. A lost rank fails every pending invocation
 // with PeerLostError naming it, within 5 s; serve() then throws it. Cancelling skips the pending
 // nodes of rank 0 only.
 // Remote actors: the executor uses the process's net::RemoteActors when the program made one
@@ -34,7 +36,10 @@
 // ~RemoteActors does, until the other ranks are done with theirs). So a program may
 // host and call its own remote actors beside an executor: serve() returns when rank 0's executor
 // is gone, net::serve() when the drivers' RemoteActors are. Rank 0 of the job keeps the names:
-// with an executor on a sub-group without it, it needs a RemoteActors all the same.
+// with an executor on a sub-group without it, it needs a RemoteActors all the same. A program
+// that makes executors one after another makes its RemoteActors first: when the executors' own
+// closes with one and the next makes another, a rank quick to the next can call rank 0 before
+// rank 0's new one is up, and wait for it (graph_ranks hung so, about one run in four).
 //
 //   auto world = net::init_process_group();             // under `troupe launch --nproc 2`
 //   net::RemoteActors actors(world);                     // optional: only for actors of your own

@@ -26,8 +26,9 @@ struct InvocationState {
   std::exception_ptr error;
   std::vector<Value> outputs;
   std::vector<uint8_t> live;  // per output: a value arrived (not a dead token)
-  std::vector<Promise<Value>> promises;                // runs started by Executor::run
-  std::function<void(InvocationState&)> on_done;       // runs started by a loop node or another rank
+  std::vector<std::atomic<bool>> started;         // rank 0, per rank: a message has started it there
+  std::vector<Promise<Value>> promises;           // runs started by Executor::run
+  std::function<void(InvocationState&)> on_done;  // runs started by a loop node or another rank
 
   void fail(std::exception_ptr e) {
     {

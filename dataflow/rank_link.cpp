@@ -42,7 +42,7 @@ RankLink::RankLink(std::shared_ptr<net::ProcessGroup> group, const std::string& 
 
 void RankLink::connect() {
   self_ = net::host(part_name(rank()), shared_from_this(), net::Method{"start", &RankLink::on_start},
-                    net::Method{"data", &RankLink::on_data}, net::Method{"ack", &RankLink::on_ack},
+                    net::Method{"edge", &RankLink::on_edge}, net::Method{"ack", &RankLink::on_ack},
                     net::Method{"ready", &RankLink::on_ready});
   try {
     find_peers();
@@ -132,14 +132,11 @@ net::RemoteActor RankLink::peer(int r) {
   return peers_[r];
 }
 
-void RankLink::start(const InvocationState& inv) {
-  for (int p = 0; p < size(); ++p)
-    if (p != rank()) peer(p).send("start", inv.id);
+void RankLink::start(uint64_t invocation, const std::vector<int>& ranks) {
+  for (int p : ranks) peer(p).send("start", invocation);
 }
 
-void RankLink::data(int to, const InvocationState& inv, int node, int slot, bool live, const Tensor& value) {
-  peer(to).send("data", inv.id, node, slot, live ? std::optional<Tensor>(value) : std::nullopt);
-}
+void RankLink::send_edge(int to, const Edge& edge) { peer(to).send("edge", edge); }
 
 void RankLink::check_healthy() {
   std::lock_guard lock(mutex_);
@@ -173,13 +170,15 @@ void RankLink::on_start(uint64_t id) {
   if (InvocationPtr inv = invocation(id, *scheduler)) scheduler->launch_local(inv);
 }
 
-void RankLink::on_data(uint64_t id, int64_t node, int64_t slot, std::optional<Tensor> value) {
+void RankLink::on_edge(Edge edge) {
   auto scheduler = scheduler_.lock();
   if (!scheduler) return;
-  InvocationPtr inv = invocation(id, *scheduler);
+  if (edge.start && rank() == 0) return refuse(*scheduler, "a peer sent a start, which only rank 0 sends");
+  InvocationPtr inv = invocation(edge.invocation, *scheduler);
   if (!inv) return;
+  if (edge.start) scheduler->launch_local(inv);
   try {
-    scheduler->deliver_local(inv, node, slot, value.has_value(), value ? Value(std::move(*value)) : Value());
+    scheduler->deliver_local(inv, edge.targets, std::move(edge.value));
   } catch (const CommError&) {
     lose_peer(*scheduler, std::current_exception());
   }

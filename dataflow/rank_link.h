@@ -5,10 +5,16 @@
 // ones in the same order), whose methods are the messages between the parts. A peer's part is
 // called with send(), and calls from one rank to a part run in the order they were made, which
 // is all the protocol needs: rank 0's start and values reach a rank in order, and a rank's values
-// reach rank 0 before its ack. The link knows every invocation a message may name: rank 0's from
-// run(), the others' made when their first message arrives and acked to rank 0 when this rank is
-// done with them. When a peer's rank is lost (on_down), all of them fail with that error.
-// Internal to the executor.
+// reach rank 0 before its ack. The messages, per invocation: a value crosses to a rank as one
+// Edge, whatever the number of its readers there; rank 0 starts the invocation on the ranks that
+// run some of its nodes, with its first Edge to each (or a start, to a rank it sends no value);
+// the others hear nothing of it; each started rank acks to rank 0 when it is done.
+// The link knows every invocation a message may name: rank 0's from run(), the others' made when
+// their first message arrives. When a peer's rank is lost (on_down), all of them fail with that
+// error. Internal to the executor.
+//
+//   link->start(inv.id, {2});                                      // rank 0: rank 2 gets no Edge from it
+//   link->send_edge(1, Edge{inv.id, {{4, 0}, {5, 1}}, x, true});  // x for node 4 input 0, node 5 input 1
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -20,11 +26,38 @@
 #include <vector>
 
 #include "dataflow/invocation_state.h"
+#include "dataflow/plan.h"
 #include "net/process_group.h"
 #include "net/remote/remote_actor.h"
 #include "net/work.h"
 
+namespace troupe::net {
+
+// A Target travels as [node, slot].
+template <>
+struct Codec<Target> {
+  static WireValue encode(const Target& t) { return to_value(std::pair(t.node, t.slot)); }
+  static Target decode(const WireValue& v) {
+    auto [node, slot] = v.as<std::pair<int, int>>();
+    return {node, slot};
+  }
+};
+
+}  // namespace troupe::net
+
 namespace troupe::detail {
+
+// A dataflow edge to one rank, as one message: the value of one output in one invocation, for
+// every input it feeds on that rank (plan node -1: graph output `slot`, rank 0 only). No value:
+// a dead token (its branch was not taken), which skips those readers. `start`: rank 0's first
+// message of the invocation to that rank, which starts it there.
+struct Edge {
+  uint64_t invocation = 0;
+  std::vector<Target> targets;
+  std::optional<Tensor> value;
+  bool start = false;
+  TROUPE_FIELDS(invocation, targets, value, start)
+};
 
 class RankLink : public std::enable_shared_from_this<RankLink> {
  public:
@@ -37,9 +70,10 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
     virtual InvocationPtr make_invocation(uint64_t id, int acks) = 0;
     // Gives this rank's nodes the constants and starts its nodes without inputs.
     virtual void launch_local(const InvocationPtr& inv) = 0;
-    // A value for input `slot` of plan node `node` here (-1: graph output `slot`); CommError
-    // when the plan has no such input on this rank.
-    virtual void deliver_local(const InvocationPtr& inv, int64_t node, int64_t slot, bool live, Value value) = 0;
+    // A value (none: a dead token) for these inputs of plan nodes here (node -1: a graph output);
+    // CommError, before any is delivered, when the plan has one of them on another rank.
+    virtual void deliver_local(const InvocationPtr& inv, const std::vector<Target>& targets,
+                               std::optional<Tensor> value) = 0;
     virtual void node_done(const InvocationPtr& inv) = 0;
     virtual void complete(const InvocationPtr& inv) = 0;
     // Rank 0's executor went away, or this link broke: serve() returns.
@@ -62,15 +96,14 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
 
   void track(const InvocationPtr& inv);  // rank 0: an invocation it started
   void forget(uint64_t id);              // done: no message names it any more
-  void start(const InvocationState& inv);  // rank 0: to every peer
-  void data(int peer, const InvocationState& inv, int node, int slot, bool live, const Tensor& value);
+  void start(uint64_t invocation, const std::vector<int>& ranks);  // rank 0
+  void send_edge(int peer, const Edge& edge);
   // Throws the error that broke the link (a lost peer, a peer's bad message), if one did.
   void check_healthy();
 
   // The part's methods: what the peers call, one at a time, in the order each peer sent them.
   void on_start(uint64_t invocation);
-  // A value (none: a dead token) for input `slot` of plan node `node` (-1: graph output `slot`).
-  void on_data(uint64_t invocation, int64_t node, int64_t slot, std::optional<Tensor> value);
+  void on_edge(Edge edge);
   // The sender is done with the invocation; error: why it failed there (rank 0 only).
   void on_ack(uint64_t invocation, std::exception_ptr error);
   // Rank `peer` found every part (rank 0 only).

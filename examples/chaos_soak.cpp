@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <thread>
 
 #include "actors/runtime.h"
@@ -27,27 +26,18 @@
 #include "net/process_group.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
+#include "examples/split_mlp.h"
 
 using namespace troupe;
 
 namespace {
-
-Tensor random_tensor(const Shape& shape, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 0.1f);
-  std::vector<float> v(static_cast<size_t>(numel(shape)));
-  for (auto& x : v) x = dist(rng);
-  return Tensor::from_vector(v, shape);
-}
 
 // model_rank: where the model's nodes run (0 puts everything in one process, for the answers).
 Graph split_graph(int model_rank) {
   Graph g("chaos_mlp");
   Port x = g.input("x");
   Port normed = g.op("layer_norm", {x}, {{"normalized_shape", Shape{256}}}, "normalise");
-  Port h = g.op("linear", {normed, g.constant("w1", random_tensor({512, 256}, 1))}, {}, "fc1").on_rank(model_rank);
-  Port a = g.op("gelu", {h}, {}, "act").on_rank(model_rank);
-  Port z = g.op("linear", {a, g.constant("w2", random_tensor({10, 512}, 2))}, {}, "fc2").on_rank(model_rank);
+  Port z = split_mlp_logits(g, normed, model_rank, 256, 512);
   g.output("classes", g.op("argmax", {z}, {{"dims", std::vector<int64_t>{-1}}}, "classes"));
   return g;
 }
@@ -169,7 +159,7 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       Executor local(split_graph(0));
       for (int i = 0; i < 16; ++i) {
-        inputs.push_back(random_tensor({32, 256}, 100 + i));
+        inputs.push_back(seeded_normal({32, 256}, 100 + i));
         answers.push_back(local({{"x", inputs.back()}}).at("classes").tensor().to_vector<int64_t>());
       }
     }

@@ -11,12 +11,12 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <random>
 #include <vector>
 
 #include "devices/backend.h"
 #include "devices/cuda/stream.h"
 #include "devices/ops.h"
+#include "devices/random.h"
 #include "devices/tensor.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
@@ -55,12 +55,9 @@ double median_ms(cudaStream_t stream, int reps, const std::function<void()>& fn)
   return times[times.size() / 2];
 }
 
-Tensor random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1, 1);
-  std::vector<float> v(static_cast<size_t>(rows * cols));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector<float>(v, {rows, cols});
+Tensor random_matrix(int64_t rows, int64_t cols, uint64_t seed) {
+  Generator generator(seed);
+  return rand_uniform({rows, cols}, -1.0, 1.0, DType::f32, generator);
 }
 
 struct Shape3 {

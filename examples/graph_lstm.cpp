@@ -3,56 +3,29 @@
 // stack+sum are op nodes. Checks the graph against LSTMEnsemble::serial and times both.
 //   graph_lstm [--models 4] [--T 50 --B 50 --C 256] [--reps 3] [--dot graph.dot] [--json]
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <random>
 
 #include "actors/runtime.h"
 #include "dataflow/executor.h"
-#include "examples/median_time.h"
-#include "models/lstm.h"
 #include "examples/json_line.h"
+#include "examples/lstm_example.h"
+#include "examples/median_time.h"
 #include "examples/run_example.h"
+#include "models/lstm.h"
 
 using namespace troupe;
 
-namespace {
-
-Tensor random_input(int64_t T, int64_t B, int64_t C, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(T * B * C));
-  for (auto& x : v) x = dist(rng);
-  return Tensor::from_vector(v, {T, B, C});
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<float>(), y = b.to_vector<float>();
-  double d = 0;
-  for (size_t i = 0; i < x.size(); ++i) d = std::max(d, static_cast<double>(std::abs(x[i] - y[i])));
-  return d;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   CLI::App app{"The LSTM ensemble as a dataflow graph, against the serial ensemble"};
-  int models = 4, reps = 3, workers = 0;
-  int64_t T = 50, B = 50, C = 256;
+  LstmOptions o;
+  int workers = 0;
   std::string dot;
-  bool json = false;
-  app.add_option("--models", models, "ensemble members")->check(CLI::PositiveNumber);
-  app.add_option("--T", T, "time steps")->check(CLI::PositiveNumber);
-  app.add_option("--B", B, "batch")->check(CLI::PositiveNumber);
-  app.add_option("--C", C, "input and hidden size")->check(CLI::PositiveNumber);
-  app.add_option("--reps", reps, "timed runs per variant (median reported)")->check(CLI::PositiveNumber);
+  add_lstm_options(app, o);
   app.add_option("--workers", workers, "scheduler threads (0: the cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--dot", dot, "write the graph as Graphviz DOT");
-  app.add_flag("--json", json, "print one JSON line of figures");
   CLI11_PARSE(app, argc, argv);
+  const auto [models, T, B, C, reps, json] = o;
 
   return run_example("graph_lstm", [&] {
     Runtime runtime({.workers = workers});
@@ -82,7 +55,7 @@ int main(int argc, char** argv) {
     if (!dot.empty()) std::ofstream(dot) << g.to_dot();
 
     Executor exec(g);
-    Tensor xin = random_input(T, B, C, 1);
+    Tensor xin = lstm_input(o, 1);
     Tensor serial = ensemble.serial(xin);
     Tensor graph = exec({{"x", xin}}).at("y").tensor();
     const double diff = max_abs_diff(serial, graph);

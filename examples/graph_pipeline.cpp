@@ -13,6 +13,7 @@
 #include "actors/runtime.h"
 #include "dataflow/executor.h"
 #include "devices/ops.h"
+#include "devices/random.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
 
@@ -27,11 +28,8 @@ struct Request {
 };
 
 Tensor random_weight(int64_t out, int64_t in, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f / std::sqrt(static_cast<float>(in)));
-  std::vector<float> v(static_cast<size_t>(out * in));
-  for (auto& x : v) x = dist(rng);
-  return Tensor::from_vector(v, {out, in});
+  Generator generator(seed);
+  return rand_normal({out, in}, 0.0, 1.0 / std::sqrt(static_cast<double>(in)), DType::f32, generator);
 }
 
 Graph mlp(int64_t features, int64_t hidden, int64_t classes) {

@@ -7,63 +7,38 @@
 //   lstm_ensemble [--models 4] [--T 50 --B 50 --C 1024] [--reps 3] [--device cpu|cuda] [--trace out.json] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <random>
 
 #include "actors/profiler.h"
 #include "actors/runtime.h"
 #include "devices/sync.h"
 #include "examples/device_option.h"
-#include "examples/median_time.h"
-#include "models/lstm.h"
 #include "examples/json_line.h"
+#include "examples/lstm_example.h"
+#include "examples/median_time.h"
 #include "examples/run_example.h"
+#include "models/lstm.h"
 
 using namespace troupe;
 
-namespace {
-
-Tensor random_input(int64_t T, int64_t B, int64_t C, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(0.0f, 1.0f);  // torch.rand, as the TorchScript fork/wait tutorial
-  std::vector<float> v(static_cast<size_t>(T * B * C));
-  for (auto& x : v) x = dist(rng);
-  return Tensor::from_vector(v, {T, B, C});
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<float>(), y = b.to_vector<float>();
-  double d = 0;
-  for (size_t i = 0; i < x.size(); ++i) d = std::max(d, static_cast<double>(std::abs(x[i] - y[i])));
-  return d;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   CLI::App app{"The TorchScript tutorial's LSTM ensemble: serial vs fork/wait on actors"};
-  int models = 4, reps = 3, workers = 0;
-  int64_t T = 50, B = 50, C = 1024;
+  LstmOptions o{.C = 1024};
+  int workers = 0;
   std::string trace;
   std::string device_name = "cpu";
-  bool json = false;
-  app.add_option("--models", models, "ensemble members")->check(CLI::PositiveNumber);
-  app.add_option("--T", T, "time steps")->check(CLI::PositiveNumber);
-  app.add_option("--B", B, "batch")->check(CLI::PositiveNumber);
-  app.add_option("--C", C, "input and hidden size")->check(CLI::PositiveNumber);
-  app.add_option("--reps", reps, "timed runs per variant (median reported)")->check(CLI::PositiveNumber);
+  add_lstm_options(app, o);
   app.add_option("--workers", workers, "worker actors (0: the cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--trace", trace, "write a Chrome trace of one fork_ensemble run");
   add_device_option(app, device_name);
-  app.add_flag("--json", json, "print one JSON line of figures");
   CLI11_PARSE(app, argc, argv);
+  const auto [models, T, B, C, reps, json] = o;
 
   return run_example("lstm_ensemble", [&] {
     const Device device = example_device(device_name);
     Runtime runtime({.workers = workers});
     models::LSTMEnsemble ensemble(models, C, C, /*seed=*/0, device);
-    const Tensor x = random_input(T, B, C, 1).to(device);
+    const Tensor x = lstm_input(o, 1).to(device);
 
     Tensor a = ensemble.serial(x), b = ensemble.fork_directions(x), c = ensemble.fork_members(x);  // warm up
     const double diff = std::max(max_abs_diff(a, b), max_abs_diff(a, c));

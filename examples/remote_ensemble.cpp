@@ -5,14 +5,13 @@
 //
 //   build/bin/troupe launch --nproc 2 -- build/bin/remote_ensemble [--models 4] [--C 1024] [--json]
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <cstdio>
-#include <random>
 #include <vector>
 
 #include "devices/determinism.h"
 #include "devices/ops.h"
 #include "examples/json_line.h"
+#include "examples/lstm_example.h"
 #include "examples/median_time.h"
 #include "examples/run_example.h"
 #include "models/lstm.h"
@@ -34,18 +33,6 @@ class Member {
 };
 TROUPE_ACTOR(Member(int64_t, int64_t, int64_t), "ensemble.member", &Member::forward);
 
-Tensor random_input(int64_t T, int64_t B, int64_t C) {
-  std::mt19937_64 rng(1);
-  std::uniform_real_distribution<float> dist(0.0f, 1.0f);  // torch.rand, as the tutorial
-  std::vector<float> v(static_cast<size_t>(T * B * C));
-  for (auto& x : v) x = dist(rng);
-  return Tensor::from_vector(v, {T, B, C});
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  return max(abs(sub(a, b))).item<float>();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,16 +40,10 @@ int main(int argc, char** argv) {
   // machine could pick another on one rank, and the answers would differ in the last bits.
   set_deterministic_kernels(true);
   CLI::App app{"The TorchScript tutorial's LSTM ensemble with its members on remote actors across the ranks"};
-  int models = 4, reps = 3;
-  int64_t T = 50, B = 50, C = 1024;
-  bool json = false;
-  app.add_option("--models", models, "ensemble members")->check(CLI::PositiveNumber);
-  app.add_option("--T", T, "time steps")->check(CLI::PositiveNumber);
-  app.add_option("--B", B, "batch")->check(CLI::PositiveNumber);
-  app.add_option("--C", C, "input and hidden size")->check(CLI::PositiveNumber);
-  app.add_option("--reps", reps, "timed runs (median reported)")->check(CLI::PositiveNumber);
-  app.add_flag("--json", json, "print one JSON line of figures");
+  LstmOptions o{.C = 1024};
+  add_lstm_options(app, o);
   CLI11_PARSE(app, argc, argv);
+  const auto [models, T, B, C, reps, json] = o;
 
   return run_example("remote_ensemble", [&] {
     auto world = init_process_group();
@@ -73,7 +54,7 @@ int main(int argc, char** argv) {
     }
     std::vector<RemoteActor> members;
     for (int i = 0; i < models; ++i) members.push_back(spawn_on(i % world->size(), "ensemble.member", C, C, int64_t{i}));
-    const Tensor x = random_input(T, B, C);
+    const Tensor x = lstm_input(o, 1);
 
     // Every member's request goes out before any answer is awaited; the answers are summed in
     // member order, as the serial ensemble sums them.

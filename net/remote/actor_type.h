@@ -43,19 +43,19 @@ namespace troupe::net {
 struct ActorType {
   struct Method {
     std::string name;
-    std::function<Value(void* object, const Value& arguments)> call;  // arguments: a list
+    std::function<WireValue(void* object, const WireValue& arguments)> call;  // arguments: a list
     bool replayable = false;     // net::replayable(&T::m): run again after a loss (see README)
     bool changes_state = true;   // false for a const member function
   };
   std::string name;
-  std::function<std::shared_ptr<void>(const Value& arguments)> construct;
+  std::function<std::shared_ptr<void>(const WireValue& arguments)> construct;
   // Moves an object's state to a device (its to(Device)); empty when the class has none.
   std::function<void(void* object, Device device)> move_to;
   std::vector<Method> methods;
   // TROUPE_STATE: a call answered with the listed members as a list of Values, and their
   // restore from it; empty when the class has none.
   std::optional<Method> snapshot;
-  std::function<void(void* object, const Value& state)> restore;
+  std::function<void(void* object, const WireValue& state)> restore;
 
   const Method* method(std::string_view name) const;  // nullptr: none
   std::string method_names() const;                   // "forward, calls"
@@ -97,7 +97,7 @@ template <class R, class C, class... A>
 struct MethodOf<R (C::*)(A...) const noexcept> : MethodOf<R (C::*)(A...) const> {};
 
 template <class... A>
-std::tuple<A...> decode_arguments(const Value& arguments, std::tuple<A...>*) {
+std::tuple<A...> decode_arguments(const WireValue& arguments, std::tuple<A...>*) {
   return decode_tuple<A...>(arguments, "argument");
 }
 
@@ -107,14 +107,14 @@ std::vector<std::string> member_names(const char* member_pointers);
 template <class T, class M>
 ActorType::Method bind_method(std::string name, M method) {
   using Of = MethodOf<M>;
-  ActorType::Method bound{std::move(name), [method](void* object, const Value& arguments) -> Value {
+  ActorType::Method bound{std::move(name), [method](void* object, const WireValue& arguments) -> WireValue {
             auto decoded = decode_arguments(arguments, static_cast<typename Of::arguments*>(nullptr));
             auto invoke = [&](auto&&... a) -> decltype(auto) {
               return (static_cast<T*>(object)->*method)(std::move(a)...);
             };
             if constexpr (std::is_void_v<typename Of::result>) {
               std::apply(invoke, std::move(decoded));
-              return Value();
+              return WireValue();
             } else {
               return to_value(std::apply(invoke, std::move(decoded)));
             }
@@ -146,7 +146,7 @@ struct StateAccess {
 };
 
 template <class... F>
-void restore_state(std::tuple<F&...> members, const Value& state) {
+void restore_state(std::tuple<F&...> members, const WireValue& state) {
   members = decode_tuple<std::remove_cvref_t<F>...>(state, "state member");
 }
 
@@ -158,15 +158,15 @@ struct ActorTypeRegistrar {
     using Arguments = typename ConstructorOf<Constructor>::arguments;
     ActorType type;
     type.name = name;
-    type.construct = [](const Value& arguments) -> std::shared_ptr<void> {
+    type.construct = [](const WireValue& arguments) -> std::shared_ptr<void> {
       return std::apply([](auto&&... a) { return std::make_shared<T>(std::move(a)...); },
                         decode_arguments(arguments, static_cast<Arguments*>(nullptr)));
     };
     if constexpr (StateAccess::declared<T>) {
-      type.snapshot = ActorType::Method{"snapshot", [](void* object, const Value&) {
+      type.snapshot = ActorType::Method{"snapshot", [](void* object, const WireValue&) {
                                           return encode_tuple(StateAccess::members(*static_cast<T*>(object)));
                                         }, /*replayable=*/true, /*changes_state=*/false};
-      type.restore = [](void* object, const Value& state) {
+      type.restore = [](void* object, const WireValue& state) {
         restore_state(StateAccess::members(*static_cast<T*>(object)), state);
       };
     }

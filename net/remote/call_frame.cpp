@@ -28,21 +28,21 @@ void put(std::vector<uint8_t>& out, size_t offset, T value) {
   std::memcpy(out.data() + offset, &value, sizeof(T));
 }
 
-void encode_value(const Value& v, std::vector<uint8_t>& out, std::vector<Tensor>& tensors, size_t depth) {
+void encode_value(const WireValue& v, std::vector<uint8_t>& out, std::vector<Tensor>& tensors, size_t depth) {
   if (depth > kMaxValueDepth)
     throw ValueError("to_value: nested deeper than " + std::to_string(kMaxValueDepth) + " lists");
   switch (v.kind()) {
-    case Value::Kind::none: out.push_back(none); return;
-    case Value::Kind::boolean: out.push_back(v.as_bool() ? true_ : false_); return;
-    case Value::Kind::integer:
+    case WireValue::Kind::none: out.push_back(none); return;
+    case WireValue::Kind::boolean: out.push_back(v.as_bool() ? true_ : false_); return;
+    case WireValue::Kind::integer:
       out.push_back(integer);
       append<int64_t>(out, v.as_int());
       return;
-    case Value::Kind::real:
+    case WireValue::Kind::real:
       out.push_back(real);
       append<double>(out, v.as_real());
       return;
-    case Value::Kind::string: {
+    case WireValue::Kind::string: {
       const std::string& s = v.as_string();
       if (s.size() > UINT32_MAX) throw ValueError("to_value: a string of " + std::to_string(s.size()) + " bytes");
       out.push_back(string);
@@ -50,7 +50,7 @@ void encode_value(const Value& v, std::vector<uint8_t>& out, std::vector<Tensor>
       out.insert(out.end(), s.begin(), s.end());
       return;
     }
-    case Value::Kind::tensor: {
+    case WireValue::Kind::tensor: {
       const Tensor& t = v.as_tensor();
       if (t.dim() > static_cast<int64_t>(kMaxFrameDims))
         throw ShapeError("remote call: cannot send " + t.meta().str() + ": at most " + std::to_string(kMaxFrameDims) +
@@ -62,11 +62,11 @@ void encode_value(const Value& v, std::vector<uint8_t>& out, std::vector<Tensor>
       tensors.push_back(host_contiguous(t));
       return;
     }
-    case Value::Kind::list: {
-      const Value::List& items = v.as_list();
+    case WireValue::Kind::list: {
+      const WireValue::List& items = v.as_list();
       out.push_back(list);
       append<uint32_t>(out, static_cast<uint32_t>(items.size()));
-      for (const Value& item : items) encode_value(item, out, tensors, depth + 1);
+      for (const WireValue& item : items) encode_value(item, out, tensors, depth + 1);
       return;
     }
   }
@@ -77,30 +77,30 @@ class Reader {
  public:
   Reader(const uint8_t* data, size_t size, const std::vector<Tensor>& parts) : p_(data), end_(data + size), parts_(parts) {}
 
-  Value value(size_t depth) {
+  WireValue value(size_t depth) {
     if (depth > kMaxValueDepth) malformed("lists nested deeper than " + std::to_string(kMaxValueDepth));
     const uint8_t tag = take<uint8_t>("a value tag");
     switch (tag) {
-      case none: return Value();
-      case false_: return Value::boolean(false);
-      case true_: return Value::boolean(true);
-      case integer: return Value::integer(take<int64_t>("an int"));
-      case real: return Value::real(take<double>("a float"));
+      case none: return WireValue();
+      case false_: return WireValue::boolean(false);
+      case true_: return WireValue::boolean(true);
+      case integer: return WireValue::integer(take<int64_t>("an int"));
+      case real: return WireValue::real(take<double>("a float"));
       case string: {
         const uint32_t n = take<uint32_t>("a string length");
         need(n, "a string");
         std::string s(reinterpret_cast<const char*>(p_), n);
         p_ += n;
-        return Value::string(std::move(s));
+        return WireValue::string(std::move(s));
       }
-      case tensor: return Value::tensor(next_tensor());
+      case tensor: return WireValue::tensor(next_tensor());
       case list: {
         const uint32_t n = take<uint32_t>("a list length");
         need(n, "a list's items");  // every item takes at least one byte: bounds the allocation
-        Value::List items;
+        WireValue::List items;
         items.reserve(n);
         for (uint32_t i = 0; i < n; ++i) items.push_back(value(depth + 1));
-        return Value::list(std::move(items));
+        return WireValue::list(std::move(items));
       }
     }
     malformed("unknown value tag " + std::to_string(tag));
@@ -173,11 +173,11 @@ struct Rule {
   bool actor;      // a nonzero actor id
   int request;     // 1: nonzero, 0: zero, -1: either
   bool text;       // a nonempty text
-  Value::Kind value;
+  WireValue::Kind value;
 };
 
 Rule rule(CallKind kind) {
-  using K = Value::Kind;
+  using K = WireValue::Kind;
   switch (kind) {
     case CallKind::spawn: return {false, 1, true, K::list};
     case CallKind::request: return {true, 1, true, K::list};
@@ -265,19 +265,19 @@ CallFrame decode_call(const void* data, size_t size, const std::vector<Tensor>& 
   if (r.request == 1 && call.request == 0) malformed(what + "without a request id");
   if (r.request == 0 && call.request != 0) malformed(what + "with a request id");
   if (r.text && call.text.empty()) malformed(what + "without a name");
-  if (r.value != Value::Kind::none && call.value.kind() != r.value)
+  if (r.value != WireValue::Kind::none && call.value.kind() != r.value)
     malformed(what + "carrying " + call.value.describe());
-  auto item_is = [&](size_t i, Value::Kind kind) { return call.value.as_list()[i].kind() == kind; };
+  auto item_is = [&](size_t i, WireValue::Kind kind) { return call.value.as_list()[i].kind() == kind; };
   if (call.kind == CallKind::spawn &&
       (call.value.as_list().size() < 5 || call.value.as_list().size() > 6 ||  // 6: a respawn's snapshot
-       !(item_is(0, Value::Kind::none) || item_is(0, Value::Kind::string)) ||
-       !item_is(1, Value::Kind::list) || !item_is(2, Value::Kind::integer) || !item_is(3, Value::Kind::integer) ||
-       !item_is(4, Value::Kind::string)))
+       !(item_is(0, WireValue::Kind::none) || item_is(0, WireValue::Kind::string)) ||
+       !item_is(1, WireValue::Kind::list) || !item_is(2, WireValue::Kind::integer) || !item_is(3, WireValue::Kind::integer) ||
+       !item_is(4, WireValue::Kind::string)))
     malformed("spawn carrying " + call.value.describe() +
               ", not [name, arguments, replaced rank, replaced id, device] (and a respawn's state)");
   if (call.kind == CallKind::enroll &&
-      (call.value.as_list().size() != 3 || !item_is(0, Value::Kind::string) || !item_is(1, Value::Kind::integer) ||
-       !item_is(2, Value::Kind::integer)))
+      (call.value.as_list().size() != 3 || !item_is(0, WireValue::Kind::string) || !item_is(1, WireValue::Kind::integer) ||
+       !item_is(2, WireValue::Kind::integer)))
     malformed("enroll carrying " + call.value.describe() + ", not [type, replaced rank, replaced id]");
   // A failure carries an error record; a down notice one too, or nothing (a plain stop).
   if ((call.kind == CallKind::failure || (call.kind == CallKind::down && !call.text.empty())) &&

@@ -1,6 +1,6 @@
 #pragma once
 // The call frame: what one actor frame (FrameKind::actor, net/frame.h) carries between ranks, a
-// call, its answer or a notice, as a small validated header and the encoded Value; the value's
+// call, its answer or a notice, as a small validated header and the encoded WireValue; the value's
 // tensors follow as message parts of their own (zero-copy both ways: their bytes never pass
 // through the encoded bytes).
 //
@@ -56,7 +56,7 @@ struct CallFrame {
   uint64_t actor = 0;    // an actor id on the rank that hosts it
   uint64_t request = 0;  // what an answer answers; 0: nothing
   std::string text;
-  Value value;
+  WireValue value;
 };
 
 struct EncodedCall {

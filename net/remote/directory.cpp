@@ -5,7 +5,7 @@ namespace troupe::net {
 using detail::error;
 
 void RemoteActors::Impl::enroll(int source, const CallFrame& call) {
-  const Value::List& items = call.value.as_list();
+  const WireValue::List& items = call.value.as_list();
   if (rank != 0 || items.size() != 3)
     return refuse(source, call.request, error<ValueError>("enroll: rank " + std::to_string(rank) + " keeps no directory"));
   const Entry entry{source, call.actor, items[0].as_string()};
@@ -27,7 +27,7 @@ void RemoteActors::Impl::enroll(int source, const CallFrame& call) {
                   error<ValueError>("the name '" + call.text + "' is taken (by " +
                                     (holder->type.empty() ? std::string("an object hosted") : "a " + holder->type) +
                                     " on rank " + std::to_string(holder->rank) + ")"));
-  respond(source, call.request, Value(), "");
+  respond(source, call.request, WireValue(), "");
 }
 
 void RemoteActors::Impl::withdraw(int source, const std::string& name) {
@@ -53,8 +53,8 @@ void RemoteActors::Impl::answer_lookup(int source, const CallFrame& call) {
                   error<ValueError>("lookup: no actor named '" + call.text + "' (rank 0's directory holds " +
                                     (known.empty() ? std::string("none") : known) + ")"));
   respond(source, call.request,
-          Value::list({Value::integer(found->rank), Value::integer(static_cast<int64_t>(found->id)),
-                       Value::string(found->type)}),
+          WireValue::list({WireValue::integer(found->rank), WireValue::integer(static_cast<int64_t>(found->id)),
+                       WireValue::string(found->type)}),
           "");
 }
 

@@ -59,7 +59,7 @@ std::optional<RemoteActors::Impl::Pending> RemoteActors::Impl::take_pending(uint
   return p;
 }
 
-void RemoteActors::Impl::respond(int dst, uint64_t request, Value result, const std::string& what) {
+void RemoteActors::Impl::respond(int dst, uint64_t request, WireValue result, const std::string& what) {
   try {
     post(dst, CallFrame{CallKind::reply, 0, request, "", std::move(result)});
   } catch (const CommError&) {
@@ -75,7 +75,7 @@ void RemoteActors::Impl::refuse(int dst, uint64_t request, std::exception_ptr e)
     return;
   }
   try {
-    post(dst, CallFrame{CallKind::failure, 0, request, error_text(e), Value()});
+    post(dst, CallFrame{CallKind::failure, 0, request, error_text(e), WireValue()});
   } catch (const CommError&) {
   }
 }
@@ -91,7 +91,7 @@ void RemoteActors::Impl::broadcast(CallKind kind) {
   for (int r = 0; r < size; ++r) {
     if (r == rank) continue;
     try {
-      post(r, CallFrame{kind, 0, 0, "", Value()});
+      post(r, CallFrame{kind, 0, 0, "", WireValue()});
     } catch (const CommError&) {
     }
   }
@@ -160,7 +160,8 @@ void RemoteActors::Impl::on_peer_lost(int r, std::exception_ptr why) {
   for (auto& ref : ended) actor_down(ref, why);
 }
 
-void RemoteActors::Impl::call(const std::shared_ptr<ActorRef>& ref, std::string_view method, Value arguments, Answer answer) {
+void RemoteActors::Impl::call(const std::shared_ptr<ActorRef>& ref, std::string_view method, WireValue arguments,
+                              Answer answer) {
   int at;
   uint64_t id;
   std::exception_ptr down;
@@ -193,10 +194,10 @@ void RemoteActors::Impl::call(const std::shared_ptr<ActorRef>& ref, std::string_
   ask(at, std::move(frame), what, std::move(answer));
 }
 
-Value RemoteActors::Impl::ask_and_wait(int dst, CallFrame call, std::string what) {
-  Promise<Value> promise;
-  Future<Value> future = promise.future();
-  ask(dst, std::move(call), std::move(what), [promise](Value&& result, std::exception_ptr e) mutable {
+WireValue RemoteActors::Impl::ask_and_wait(int dst, CallFrame call, std::string what) {
+  Promise<WireValue> promise;
+  Future<WireValue> future = promise.future();
+  ask(dst, std::move(call), std::move(what), [promise](WireValue&& result, std::exception_ptr e) mutable {
     if (e) promise.set_exception(e);
     else promise.set_value(std::move(result));
   });

@@ -35,7 +35,7 @@ inline constexpr const char* kSnapshotMethod = "troupe.snapshot";
 // snapshot taken after it covers it: the respawned actor gets it again when it is replayable.
 struct LoggedCall {
   std::string method;
-  Value arguments;
+  WireValue arguments;
   bool request = false;  // else a tell
   Answer answer;         // the caller's, until it is answered (null for a tell)
   bool awaited = false;  // a request whose answer has not come
@@ -51,7 +51,7 @@ struct KeptState {
   const ActorType* type;     // registered on this rank: which methods are replayable, or const
   int snapshot_every = 0;    // a snapshot after so many state-changing calls; 0: when asked
   int calls = 0;             // state-changing calls since the last snapshot was asked for
-  std::optional<Value> state;                // the last snapshot; none yet: the constructor's
+  std::optional<WireValue> state;                // the last snapshot; none yet: the constructor's
   std::map<uint64_t, LoggedCall> log;        // by the order the calls were made
   uint64_t next_call = 1;
   // A call is logged and sent under it, so the log's order is the wire's. Recursive: a caller's
@@ -72,7 +72,7 @@ struct ActorRef {
   std::exception_ptr down_error;  // null: stopped
   std::vector<std::function<void(std::exception_ptr)>> on_down;
   // Supervision, on the rank that spawned it with max_restarts > 0:
-  Value arguments;  // the constructor's, for a respawn
+  WireValue arguments;  // the constructor's, for a respawn
   std::string device = "cpu";  // where it runs, for a respawn
   int restarts_left = 0;
   bool restarting = false;
@@ -86,7 +86,7 @@ struct Call {
   int source = -1;
   uint64_t request = 0;
   std::string method;
-  Value arguments;
+  WireValue arguments;
 };
 
 // An actor this rank hosts: the object, its mailbox, and who watches it.
@@ -169,16 +169,16 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   void fail_pending(uint64_t id, std::exception_ptr e);
   std::optional<Pending> take_pending(uint64_t id);
   // Answers a request; the caller's rank may be gone, which nobody needs to hear of.
-  void respond(int dst, uint64_t request, Value result, const std::string& what);
+  void respond(int dst, uint64_t request, WireValue result, const std::string& what);
   void refuse(int dst, uint64_t request, std::exception_ptr e);
   void post_quietly(int dst, CallFrame call);
   void broadcast(CallKind kind);
   void on_frame(Message&& m);
   void dispatch(int source, CallFrame&& call);
   void on_peer_lost(int r, std::exception_ptr why);
-  void call(const std::shared_ptr<ActorRef>& ref, std::string_view method, Value arguments, Answer answer);
+  void call(const std::shared_ptr<ActorRef>& ref, std::string_view method, WireValue arguments, Answer answer);
   // Waits for an answer to a call made here.
-  Value ask_and_wait(int dst, CallFrame call, std::string what);
+  WireValue ask_and_wait(int dst, CallFrame call, std::string what);
   void set_role(int r, Role role);
   // With mutex held.
   void update_drivers_done();
@@ -204,8 +204,8 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   // in rank 0's directory, and only then is the spawner answered (so a lookup after spawn_on finds it).
   void host_spawn(int source, CallFrame&& call);
   // A respawn brings the state of the last snapshot (restored after the constructor ran).
-  void construct(const ActorType* type, int source, uint64_t request, std::string name, const Value& arguments,
-                 const std::optional<Value>& state, Device device, int replaces_rank, uint64_t replaces_id);
+  void construct(const ActorType* type, int source, uint64_t request, std::string name, const WireValue& arguments,
+                 const std::optional<WireValue>& state, Device device, int replaces_rank, uint64_t replaces_id);
   // host(): the object joins this rank's actors, then its name is enrolled in rank 0's directory
   // (waiting for that); a name taken there undoes it.
   std::shared_ptr<ActorRef> host_object(std::string name, std::shared_ptr<void> object,
@@ -232,7 +232,7 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   // A call through the handle of an actor with kept state: logged, then sent (or, during a
   // respawn, sent by replay() once the new actor has its state). kSnapshotMethod asks for a
   // snapshot in the mailbox's order: its answer (none) comes once this rank holds it.
-  void call_kept(const std::shared_ptr<ActorRef>& ref, std::string_view method, Value arguments, Answer answer);
+  void call_kept(const std::shared_ptr<ActorRef>& ref, std::string_view method, WireValue arguments, Answer answer);
   // The respawned actor at (to, id): the calls since the snapshot go again, those replayable (and
   // those made during the respawn); in-flight ones that cannot fail with PeerLostError.
   void replay(const std::shared_ptr<ActorRef>& ref, int to, uint64_t id);

@@ -15,18 +15,18 @@ using detail::error_text;
 namespace {
 
 // Every tensor a call's value holds (its arguments, or its result).
-void collect_tensors(const Value& v, std::vector<Tensor>& out) {
-  if (v.kind() == Value::Kind::tensor) out.push_back(v.as_tensor());
-  if (v.kind() == Value::Kind::list)
-    for (const Value& item : v.as_list()) collect_tensors(item, out);
+void collect_tensors(const WireValue& v, std::vector<Tensor>& out) {
+  if (v.kind() == WireValue::Kind::tensor) out.push_back(v.as_tensor());
+  if (v.kind() == WireValue::Kind::list)
+    for (const WireValue& item : v.as_list()) collect_tensors(item, out);
 }
 
 // A call of an actor spawned on a device: its kernels queue on the actor's lane, after the work
 // that wrote its tensor arguments there; its result tensors are marked with the lane's event.
-Value call_on_lane(troupe::Lane& lane, const ActorType::Method& method, void* object, const Value& arguments) {
+WireValue call_on_lane(troupe::Lane& lane, const ActorType::Method& method, void* object, const WireValue& arguments) {
   std::vector<Tensor> inputs;
   collect_tensors(arguments, inputs);
-  Value result;
+  WireValue result;
   std::vector<Tensor> outputs = troupe::detail::run_on_lane<std::vector<Tensor>>(&lane, [&] {
     result = method.call(object, arguments);
     std::vector<Tensor> made;
@@ -120,7 +120,7 @@ void RemoteActors::Impl::run(Hosted& actor, Call& call) {
   std::optional<RemoteSpan> span;  // the end of the caller's arrow in a trace
   if (Profiler::global().recording())
     span.emplace(actor.name + "." + call.method, call.request ? Profiler::remote_flow_id(call.source, call.request) : 0);
-  Value result;
+  WireValue result;
   std::exception_ptr failure;
   const bool snapshot = call.method == detail::kSnapshotMethod;  // taken in the mailbox's order
   const ActorType::Method* method = !snapshot ? actor.type->method(call.method)
@@ -159,10 +159,10 @@ void RemoteActors::Impl::end(Hosted& actor, const Call& call) {
   if (actor.object) {
     actor.object.reset();  // its destructor runs here, in the mailbox's order
     if (rank == 0) withdraw(rank, actor.name);
-    else post_quietly(0, CallFrame{CallKind::withdraw, 0, 0, actor.name, Value()});
+    else post_quietly(0, CallFrame{CallKind::withdraw, 0, 0, actor.name, WireValue()});
   }
-  if (call.request != 0) respond(call.source, call.request, Value(), where(actor));
-  for (int r : watchers) post_quietly(r, CallFrame{CallKind::down, actor.id, 0, "", Value()});
+  if (call.request != 0) respond(call.source, call.request, WireValue(), where(actor));
+  for (int r : watchers) post_quietly(r, CallFrame{CallKind::down, actor.id, 0, "", WireValue()});
 }
 
 void RemoteActors::Impl::add_watcher(int source, uint64_t id) {
@@ -173,7 +173,7 @@ void RemoteActors::Impl::add_watcher(int source, uint64_t id) {
   post_quietly(source, CallFrame{CallKind::down, id, 0,
                                  error_text(error<ValueError>("remote actor #" + std::to_string(id) + " on rank " +
                                                               std::to_string(rank) + ": no such actor")),
-                                 Value()});
+                                 WireValue()});
 }
 
 void RemoteActors::Impl::host_spawn(int source, CallFrame&& call) {
@@ -185,11 +185,11 @@ void RemoteActors::Impl::host_spawn(int source, CallFrame&& call) {
                              "' (registered there: " + actor_type_names() + ")"));
     return;
   }
-  Value::List& items = call.value.as_list();
+  WireValue::List& items = call.value.as_list();
   std::string name = items[0].is_none() ? "" : items[0].as_string();
   const int replaces_rank = static_cast<int>(items[2].as_int());
   const uint64_t replaces_id = static_cast<uint64_t>(items[3].as_int());
-  std::optional<Value> state;  // a respawn from a snapshot
+  std::optional<WireValue> state;  // a respawn from a snapshot
   if (items.size() > 5) state = std::move(items[5]);
   Device device;
   try {
@@ -211,8 +211,8 @@ void RemoteActors::Impl::host_spawn(int source, CallFrame&& call) {
   constructor->submit(std::make_shared<troupe::detail::Task<void, decltype(construct)>>(std::move(construct), constructor));
 }
 
-void RemoteActors::Impl::construct(const ActorType* type, int source, uint64_t request, std::string name, const Value& arguments,
-               const std::optional<Value>& state, Device device, int replaces_rank, uint64_t replaces_id) {
+void RemoteActors::Impl::construct(const ActorType* type, int source, uint64_t request, std::string name, const WireValue& arguments,
+               const std::optional<WireValue>& state, Device device, int replaces_rank, uint64_t replaces_id) {
   const std::string what = "spawn_on: " + type->name + " on rank " + std::to_string(rank) + ": ";
   auto actor = std::make_shared<Hosted>();
   actor->type = std::shared_ptr<const ActorType>(std::shared_ptr<const void>(), type);  // registered: lives on
@@ -246,7 +246,7 @@ void RemoteActors::Impl::construct(const ActorType* type, int source, uint64_t r
     hosted.emplace(actor->id, actor);
   }
   actor->executor = troupe::detail::spawn_module_actor(actor->name, /*counted=*/false);
-  auto enrolled = [self = shared_from_this(), actor, source, request, what](Value&&, std::exception_ptr e) {
+  auto enrolled = [self = shared_from_this(), actor, source, request, what](WireValue&&, std::exception_ptr e) {
     if (e) {
       {
         std::lock_guard lock(self->mutex);
@@ -256,12 +256,12 @@ void RemoteActors::Impl::construct(const ActorType* type, int source, uint64_t r
       return;
     }
     self->respond(source, request,
-                  Value::list({Value::integer(static_cast<int64_t>(actor->id)), Value::string(actor->name)}), what);
+                  WireValue::list({WireValue::integer(static_cast<int64_t>(actor->id)), WireValue::string(actor->name)}), what);
   };
   ask(0,
       CallFrame{CallKind::enroll, actor->id, 0, actor->name,
-                Value::list({Value::string(type->name), Value::integer(replaces_rank),
-                             Value::integer(static_cast<int64_t>(replaces_id))})},
+                WireValue::list({WireValue::string(type->name), WireValue::integer(replaces_rank),
+                             WireValue::integer(static_cast<int64_t>(replaces_id))})},
       what + "enrolling '" + actor->name + "' with rank 0: ", std::move(enrolled));
 }
 
@@ -284,7 +284,7 @@ std::shared_ptr<detail::ActorRef> RemoteActors::Impl::host_object(std::string na
   try {
     ask_and_wait(0,
                  CallFrame{CallKind::enroll, actor->id, 0, name,
-                           Value::list({Value::string(""), Value::integer(-1), Value::integer(0)})},
+                           WireValue::list({WireValue::string(""), WireValue::integer(-1), WireValue::integer(0)})},
                  "");
   } catch (...) {
     {

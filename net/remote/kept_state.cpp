@@ -36,7 +36,7 @@ bool is_peer_lost(const std::exception_ptr& e) {
 struct Outgoing {
   uint64_t number = 0;
   std::string method;
-  Value arguments;
+  WireValue arguments;
   bool request = false, replayable = false;
   uint32_t attempt = 0;
 };
@@ -65,7 +65,7 @@ void cover(KeptState& kept, uint64_t snapshot) {
 // PeerLostError from further away too: the method's own call to a lost rank).
 detail::Answer logged_answer(RemoteActors::Impl& node, const std::shared_ptr<detail::ActorRef>& ref, int at,
                              uint64_t number, uint32_t attempt) {
-  return [node = node.weak_from_this(), ref, at, number, attempt](Value&& result, std::exception_ptr e) {
+  return [node = node.weak_from_this(), ref, at, number, attempt](WireValue&& result, std::exception_ptr e) {
     const auto here = node.lock();
     const bool rank_lost = e && here && here->transport.is_gone(at) && is_peer_lost(e);
     detail::Answer answer;
@@ -78,7 +78,7 @@ detail::Answer logged_answer(RemoteActors::Impl& node, const std::shared_ptr<det
       if (rank_lost && call.replayable && !call.covered && (ref->restarts_left > 0 || ref->restarting)) return;
       if (!e && call.method == detail::kSnapshotMethod) {
         kept.state = std::move(result);
-        result = Value();
+        result = WireValue();
         cover(kept, number);
       }
       if (e && !call.answer && call.method == detail::kSnapshotMethod && !rank_lost)  // nobody waits for it
@@ -112,7 +112,7 @@ void send_logged(RemoteActors::Impl& node, const std::shared_ptr<detail::ActorRe
 
 }  // namespace
 
-void RemoteActors::Impl::call_kept(const std::shared_ptr<ActorRef>& ref, std::string_view method, Value arguments,
+void RemoteActors::Impl::call_kept(const std::shared_ptr<ActorRef>& ref, std::string_view method, WireValue arguments,
                                    Answer answer) {
   KeptState& kept = *ref->kept;
   std::lock_guard sending(kept.sending);
@@ -128,7 +128,7 @@ void RemoteActors::Impl::call_kept(const std::shared_ptr<ActorRef>& ref, std::st
       down = ref->down_error ? ref->down_error : error<ValueError>("the actor was stopped");
     } else {
       // Logs a call (a snapshot is a request whatever its answer), and says whether it changes the state.
-      auto log = [&](std::string_view name, Value args, Answer reply) {
+      auto log = [&](std::string_view name, WireValue args, Answer reply) {
         const bool snapshot = name == detail::kSnapshotMethod;
         const ActorType::Method* m = snapshot ? &*kept.type->snapshot : kept.type->method(name);
         const uint64_t number = kept.next_call++;
@@ -146,7 +146,7 @@ void RemoteActors::Impl::call_kept(const std::shared_ptr<ActorRef>& ref, std::st
       };
       if (log(method, std::move(arguments), std::move(answer)) && kept.snapshot_every > 0 &&
           ++kept.calls >= kept.snapshot_every)
-        log(detail::kSnapshotMethod, Value::list({}), nullptr);
+        log(detail::kSnapshotMethod, WireValue::list({}), nullptr);
     }
   }
   if (down) {

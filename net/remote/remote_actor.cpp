@@ -134,7 +134,7 @@ void RemoteActor::stop() const {
     at = ref_->rank;
     id = ref_->id;
   }
-  node->ask_and_wait(at, CallFrame{CallKind::stop, id, 0, "", Value()}, RemoteActors::Impl::describe(ref_->name, at, "stop"));
+  node->ask_and_wait(at, CallFrame{CallKind::stop, id, 0, "", WireValue()}, RemoteActors::Impl::describe(ref_->name, at, "stop"));
   node->finish_down(ref_, nullptr);
 }
 
@@ -145,11 +145,11 @@ void RemoteActor::snapshot() const {
     throw ValueError("RemoteActor::snapshot: remote actor '" + ref_->name +
                      "' keeps no state here: snapshots are for a type with TROUPE_STATE, spawned from this handle "
                      "with max_restarts > 0");
-  Promise<Value> promise;
-  Future<Value> kept = promise.future();
-  node->call_kept(ref_, detail::kSnapshotMethod, Value::list({}), [promise](Value&&, std::exception_ptr e) mutable {
+  Promise<WireValue> promise;
+  Future<WireValue> kept = promise.future();
+  node->call_kept(ref_, detail::kSnapshotMethod, WireValue::list({}), [promise](WireValue&&, std::exception_ptr e) mutable {
     if (e) promise.set_exception(e);
-    else promise.set_value(Value());
+    else promise.set_value(WireValue());
   });
   wait(kept);
 }
@@ -159,9 +159,9 @@ RemoteActor lookup(std::string_view name, std::chrono::milliseconds wait_for) {
   const Deadline deadline = deadline_after(wait_for);
   while (true) {
     try {
-      Value found = node->ask_and_wait(0, CallFrame{CallKind::lookup, 0, 0, std::string(name), Value()},
+      WireValue found = node->ask_and_wait(0, CallFrame{CallKind::lookup, 0, 0, std::string(name), WireValue()},
                                        "lookup('" + std::string(name) + "'): ");
-      const Value::List& items = found.as_list();
+      const WireValue::List& items = found.as_list();
       return RemoteActor(node->make_ref(std::string(name), items.at(2).as_string(), static_cast<int>(items.at(0).as_int()),
                                         static_cast<uint64_t>(items.at(1).as_int())));
     } catch (const ValueError&) {
@@ -179,7 +179,7 @@ RemoteActor host(std::string_view name, std::shared_ptr<void> object, std::share
   return RemoteActor(current("host")->host_object(std::string(name), std::move(object), std::move(methods)));
 }
 
-RemoteActor spawn(const SpawnOptions& options, std::string_view type, Value arguments) {
+RemoteActor spawn(const SpawnOptions& options, std::string_view type, WireValue arguments) {
   auto node = current("spawn_on");
   if (options.rank < 0 || options.rank >= node->size)
     throw IndexError("spawn_on: rank " + std::to_string(options.rank) + " outside a world of " +
@@ -195,13 +195,13 @@ RemoteActor spawn(const SpawnOptions& options, std::string_view type, Value argu
                       : !known                  ? "it is not registered here"
                                                 : "it declares no TROUPE_STATE") +
                      ")");
-  Value name = options.name.empty() ? Value() : Value::string(options.name);
-  Value answer = node->ask_and_wait(
+  WireValue name = options.name.empty() ? WireValue() : WireValue::string(options.name);
+  WireValue answer = node->ask_and_wait(
       options.rank,
       CallFrame{CallKind::spawn, 0, 0, std::string(type),
-                Value::list({name, arguments, Value::integer(-1), Value::integer(0), Value::string(options.device.str())})},
+                WireValue::list({name, arguments, WireValue::integer(-1), WireValue::integer(0), WireValue::string(options.device.str())})},
       "spawn_on: " + std::string(type) + " on rank " + std::to_string(options.rank) + ": ");
-  const Value::List& items = answer.as_list();
+  const WireValue::List& items = answer.as_list();
   auto ref = node->make_ref(items.at(1).as_string(), std::string(type), options.rank,
                             static_cast<uint64_t>(items.at(0).as_int()));
   if (options.max_restarts > 0) {
@@ -218,7 +218,7 @@ RemoteActor spawn(const SpawnOptions& options, std::string_view type, Value argu
   return RemoteActor(ref);
 }
 
-void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, Value arguments, Answer answer) {
+void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, WireValue arguments, Answer answer) {
   if (!actor) throw ValueError("RemoteActor: the handle is empty");
   auto node = actor->node.lock();
   if (!node) throw ValueError("remote actor '" + actor->name + "': this rank's RemoteActors is gone");

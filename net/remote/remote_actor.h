@@ -8,7 +8,7 @@
 //   net::RemoteActors actors(world);                       // this rank hosts, calls and looks up
 //   if (world->rank() == 0) {                              // the driver
 //     RemoteActor s1 = spawn_on(1, "xlmr.stage", config);  // Stage(config) runs on rank 1
-//     Future<Value> f = s1.request("forward", x);          // request/response
+//     Future<WireValue> f = s1.request("forward", x);          // request/response
 //     Tensor y = wait(f);                                  // (or s1.request<Tensor>(...))
 //     s1.send("forward", x);                               // fire and forget
 //     RemoteActor same = lookup("xlmr.stage/1");           // names, not handles
@@ -81,8 +81,8 @@ class RemoteActor;
 namespace detail {
 struct ActorRef;
 // The continuation of a request: the result, or the error (already naming actor, method, rank).
-using Answer = std::function<void(Value&& result, std::exception_ptr error)>;
-void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, Value arguments, Answer answer);
+using Answer = std::function<void(WireValue&& result, std::exception_ptr error)>;
+void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, WireValue arguments, Answer answer);
 // The current exception (a result that did not decode) as the same type, its message naming the
 // call: "remote actor 'a' on rank 1: m: result: ...".
 std::exception_ptr result_error(const std::shared_ptr<ActorRef>& actor, std::string_view method);
@@ -161,14 +161,14 @@ class RemoteActor {
   const std::string& type() const;  // empty for a hosted object
   int rank() const;  // where it lives now
 
-  // Calls `method` with the arguments; the future holds its result decoded as R (Value: as it
+  // Calls `method` with the arguments; the future holds its result decoded as R (WireValue: as it
   // came) or rethrows its error.
-  template <class R = Value, class... Args>
+  template <class R = WireValue, class... Args>
   Future<R> request(std::string_view method, const Args&... args) const;
   // Queues the call and returns; nothing comes back.
   template <class... Args>
   void send(std::string_view method, const Args&... args) const {
-    detail::call(ref_, method, Value::list({to_value(args)...}), nullptr);
+    detail::call(ref_, method, WireValue::list({to_value(args)...}), nullptr);
   }
   // Calls fn(why) once when the actor is down for good: stopped (why is null) or its rank lost.
   void on_down(std::function<void(std::exception_ptr why)> fn) const;
@@ -215,7 +215,7 @@ RemoteActor lookup(std::string_view name, std::chrono::milliseconds wait = std::
 void serve();
 
 namespace detail {
-RemoteActor spawn(const SpawnOptions& options, std::string_view type, Value arguments);
+RemoteActor spawn(const SpawnOptions& options, std::string_view type, WireValue arguments);
 RemoteActor host(std::string_view name, std::shared_ptr<void> object, std::shared_ptr<const ActorType> methods);
 }  // namespace detail
 
@@ -230,14 +230,14 @@ RemoteActor host(std::string_view name, std::shared_ptr<T> object, const Method<
 
 template <class... Args>
 RemoteActor spawn_on(const SpawnOptions& options, std::string_view type, const Args&... args) {
-  return detail::spawn(options, type, Value::list({to_value(args)...}));
+  return detail::spawn(options, type, WireValue::list({to_value(args)...}));
 }
 
 template <class R, class... Args>
 Future<R> RemoteActor::request(std::string_view method, const Args&... args) const {
   auto reply = std::make_shared<detail::ReplyState<R>>(ref_);
-  detail::call(ref_, method, Value::list({to_value(args)...}),
-               [reply, actor = ref_, method = std::string(method)](Value&& result, std::exception_ptr error) {
+  detail::call(ref_, method, WireValue::list({to_value(args)...}),
+               [reply, actor = ref_, method = std::string(method)](WireValue&& result, std::exception_ptr error) {
                  if (error) return reply->set_exception(error);
                  if constexpr (std::is_void_v<R>) {
                    reply->set_value();

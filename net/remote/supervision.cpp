@@ -29,7 +29,7 @@ void RemoteActors::Impl::watch(const std::shared_ptr<ActorRef>& ref) {
     watched.emplace(std::make_pair(at, id), ref);
   }
   if (transport.is_gone(at)) return actor_down(ref, error<PeerLostError>("rank " + std::to_string(at) + " is gone"));
-  post_quietly(at, CallFrame{CallKind::monitor, id, 0, "", Value()});
+  post_quietly(at, CallFrame{CallKind::monitor, id, 0, "", WireValue()});
 }
 
 void RemoteActors::Impl::actor_ended(int source, uint64_t id, std::exception_ptr why) {
@@ -92,15 +92,15 @@ void RemoteActors::Impl::respawn(const std::shared_ptr<ActorRef>& ref, int from,
     return finish_down(ref, why);
   }
   uint64_t old_id;
-  Value::List spawn;  // [name, arguments, replaced rank, replaced id, device(, state)]
+  WireValue::List spawn;  // [name, arguments, replaced rank, replaced id, device(, state)]
   {
     std::lock_guard lock(ref->mutex);
     old_id = ref->id;
-    spawn = {Value::string(ref->name), ref->arguments, Value::integer(from), Value::integer(static_cast<int64_t>(old_id)),
-             Value::string(ref->device)};
+    spawn = {WireValue::string(ref->name), ref->arguments, WireValue::integer(from), WireValue::integer(static_cast<int64_t>(old_id)),
+             WireValue::string(ref->device)};
     if (ref->kept && ref->kept->state) spawn.push_back(*ref->kept->state);  // restored after the constructor
   }
-  auto respawned = [self = shared_from_this(), ref, to, why](Value&& result, std::exception_ptr e) {
+  auto respawned = [self = shared_from_this(), ref, to, why](WireValue&& result, std::exception_ptr e) {
     if (ref->kept && !e) {  // the calls since the snapshot go first; restarting ends with them
       self->replay(ref, to, static_cast<uint64_t>(result.as_list().at(0).as_int()));
       return self->watch(ref);
@@ -119,7 +119,7 @@ void RemoteActors::Impl::respawn(const std::shared_ptr<ActorRef>& ref, int from,
     self->watch(ref);
     for (auto& call : held) call();
   };
-  ask(to, CallFrame{CallKind::spawn, 0, 0, ref->type, Value::list(std::move(spawn))},
+  ask(to, CallFrame{CallKind::spawn, 0, 0, ref->type, WireValue::list(std::move(spawn))},
       "restarting remote actor '" + ref->name + "' on rank " + std::to_string(to) + ": ", std::move(respawned));
 }
 

@@ -4,12 +4,12 @@
 
 namespace troupe::net {
 
-double Value::as_real() const {
+double WireValue::as_real() const {
   if (kind() == Kind::integer) return static_cast<double>(std::get<int64_t>(v_));
   return get<3>("a float");
 }
 
-std::string Value::describe() const {
+std::string WireValue::describe() const {
   switch (kind()) {
     case Kind::none: return "none";
     case Kind::boolean: return "a bool";
@@ -22,15 +22,17 @@ std::string Value::describe() const {
   return "?";
 }
 
-void Value::expected(const char* wanted) const { throw ValueError(std::string("expected ") + wanted + ", got " + describe()); }
-
-Value Codec<std::exception_ptr>::encode(const std::exception_ptr& error) {
-  if (!error) return Value();
-  ErrorRecord record = encode_error(error);
-  return Value::list({Value::string(std::move(record.kind)), Value::string(std::move(record.message))});
+void WireValue::expected(const char* wanted) const {
+  throw ValueError(std::string("expected ") + wanted + ", got " + describe());
 }
 
-std::exception_ptr Codec<std::exception_ptr>::decode(const Value& v) {
+WireValue Codec<std::exception_ptr>::encode(const std::exception_ptr& error) {
+  if (!error) return WireValue();
+  ErrorRecord record = encode_error(error);
+  return WireValue::list({WireValue::string(std::move(record.kind)), WireValue::string(std::move(record.message))});
+}
+
+std::exception_ptr Codec<std::exception_ptr>::decode(const WireValue& v) {
   if (v.is_none()) return nullptr;
   auto [kind, message] = detail::decode_tuple<std::string, std::string>(v, "item");
   if (kind.empty()) throw ValueError("expected an error's kind, got an empty string");

@@ -1,22 +1,23 @@
 #pragma once
-// Value: what crosses ranks as a remote actor's constructor arguments, method arguments and
+// WireValue: what crosses ranks as a remote actor's constructor arguments, method arguments and
 // results. A tree of none, bool, int, float, string, tensor and list; C++ types map onto it
-// through Codec<T>, so actors are written with ordinary signatures.
+// through Codec<T>, so actors are written with ordinary signatures. (Not troupe::Value, what
+// travels along a dataflow edge inside a process: dataflow/value.h.)
 //
 //   struct Config {
 //     int64_t hidden = 0;
 //     std::string name;
 //     TROUPE_FIELDS(hidden, name)                    // a small struct travels as its fields
 //   };
-//   Value v = to_value(std::vector<Tensor>{a, b});  // a list of two tensors
-//   auto ts = v.as<std::vector<Tensor>>();          // ValueError when v holds something else
-//   Tensor t = to_value(a);                         // conversion to any decodable type
+//   WireValue v = to_value(std::vector<Tensor>{a, b});  // a list of two tensors
+//   auto ts = v.as<std::vector<Tensor>>();              // ValueError when v holds something else
+//   Tensor t = to_value(a);                             // conversion to any decodable type
 //
 // Codecs: bool, integers (range-checked), float/double, std::string (and const char* to send),
-// Tensor, std::vector<T>, std::pair, std::tuple, std::optional<T> (none when empty), Value,
+// Tensor, std::vector<T>, std::pair, std::tuple, std::optional<T> (none when empty), WireValue,
 // std::exception_ptr (none when null; comes back as the same error type) and
-// default-constructible structs with TROUPE_FIELDS. Tensors are never copied into a Value's bytes: on the wire each
-// one is a message part of its own (net/remote/call_frame.h).
+// default-constructible structs with TROUPE_FIELDS. Tensors are never copied into a WireValue's
+// bytes: on the wire each one is a message part of its own (net/remote/call_frame.h).
 #include <cstdint>
 #include <exception>
 #include <limits>
@@ -33,28 +34,28 @@
 
 namespace troupe::net {
 
-class Value;
+class WireValue;
 
 template <class T, class = void>
-struct Codec;  // Codec<T>::encode(const T&) -> Value, decode(const Value&) -> T
+struct Codec;  // Codec<T>::encode(const T&) -> WireValue, decode(const WireValue&) -> T
 
 template <class T>
-concept Decodable = requires(const Value& v) {
+concept Decodable = requires(const WireValue& v) {
   { Codec<T>::decode(v) } -> std::same_as<T>;
 };
 
-class Value {
+class WireValue {
  public:
-  using List = std::vector<Value>;
+  using List = std::vector<WireValue>;
   enum class Kind : uint8_t { none, boolean, integer, real, string, tensor, list };
 
-  Value() = default;  // none
-  static Value boolean(bool b) { return Value(Variant(std::in_place_index<1>, b)); }
-  static Value integer(int64_t i) { return Value(Variant(std::in_place_index<2>, i)); }
-  static Value real(double d) { return Value(Variant(std::in_place_index<3>, d)); }
-  static Value string(std::string s) { return Value(Variant(std::in_place_index<4>, std::move(s))); }
-  static Value tensor(Tensor t) { return Value(Variant(std::in_place_index<5>, std::move(t))); }
-  static Value list(List items) { return Value(Variant(std::in_place_index<6>, std::move(items))); }
+  WireValue() = default;  // none
+  static WireValue boolean(bool b) { return WireValue(Variant(std::in_place_index<1>, b)); }
+  static WireValue integer(int64_t i) { return WireValue(Variant(std::in_place_index<2>, i)); }
+  static WireValue real(double d) { return WireValue(Variant(std::in_place_index<3>, d)); }
+  static WireValue string(std::string s) { return WireValue(Variant(std::in_place_index<4>, std::move(s))); }
+  static WireValue tensor(Tensor t) { return WireValue(Variant(std::in_place_index<5>, std::move(t))); }
+  static WireValue list(List items) { return WireValue(Variant(std::in_place_index<6>, std::move(items))); }
 
   Kind kind() const { return static_cast<Kind>(v_.index()); }
   bool is_none() const { return kind() == Kind::none; }
@@ -73,7 +74,7 @@ class Value {
   }
   // Lets `Tensor y = wait(actor.request("forward", x));` read naturally.
   template <class T>
-    requires(!std::is_same_v<T, Value> && Decodable<T>)
+    requires(!std::is_same_v<T, WireValue> && Decodable<T>)
   operator T() const {
     return as<T>();
   }
@@ -83,7 +84,7 @@ class Value {
 
  private:
   using Variant = std::variant<std::monostate, bool, int64_t, double, std::string, Tensor, List>;
-  explicit Value(Variant v) : v_(std::move(v)) {}
+  explicit WireValue(Variant v) : v_(std::move(v)) {}
   template <size_t I>
   const std::variant_alternative_t<I, Variant>& get(const char* wanted) const {
     if (v_.index() != I) expected(wanted);
@@ -95,7 +96,7 @@ class Value {
 };
 
 template <class T>
-Value to_value(const T& x) {
+WireValue to_value(const T& x) {
   return Codec<std::decay_t<T>>::encode(x);  // decayed: a string literal is a char*
 }
 
@@ -111,26 +112,26 @@ namespace detail {
   static constexpr const char* troupe_field_names() { return #__VA_ARGS__; }
 
 template <>
-struct Codec<Value> {
-  static Value encode(const Value& v) { return v; }
-  static Value decode(const Value& v) { return v; }
+struct Codec<WireValue> {
+  static WireValue encode(const WireValue& v) { return v; }
+  static WireValue decode(const WireValue& v) { return v; }
 };
 
 template <>
 struct Codec<bool> {
-  static Value encode(bool b) { return Value::boolean(b); }
-  static bool decode(const Value& v) { return v.as_bool(); }
+  static WireValue encode(bool b) { return WireValue::boolean(b); }
+  static bool decode(const WireValue& v) { return v.as_bool(); }
 };
 
 template <class T>
 struct Codec<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
-  static Value encode(T x) {
+  static WireValue encode(T x) {
     if constexpr (std::is_unsigned_v<T> && sizeof(T) == 8)
       if (x > static_cast<T>(std::numeric_limits<int64_t>::max()))
         throw ValueError("to_value: " + std::to_string(x) + " does not fit an int64");
-    return Value::integer(static_cast<int64_t>(x));
+    return WireValue::integer(static_cast<int64_t>(x));
   }
-  static T decode(const Value& v) {
+  static T decode(const WireValue& v) {
     const int64_t i = v.as_int();
     if (!std::in_range<T>(i))
       throw ValueError("expected an int in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
@@ -141,44 +142,44 @@ struct Codec<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, boo
 
 template <class T>
 struct Codec<T, std::enable_if_t<std::is_floating_point_v<T>>> {
-  static Value encode(T x) { return Value::real(static_cast<double>(x)); }
-  static T decode(const Value& v) { return static_cast<T>(v.as_real()); }
+  static WireValue encode(T x) { return WireValue::real(static_cast<double>(x)); }
+  static T decode(const WireValue& v) { return static_cast<T>(v.as_real()); }
 };
 
 template <>
 struct Codec<std::string> {
-  static Value encode(const std::string& s) { return Value::string(s); }
-  static std::string decode(const Value& v) { return v.as_string(); }
+  static WireValue encode(const std::string& s) { return WireValue::string(s); }
+  static std::string decode(const WireValue& v) { return v.as_string(); }
 };
 
 template <>
 struct Codec<const char*> {  // sending only: a string literal argument
-  static Value encode(const char* s) { return Value::string(s); }
+  static WireValue encode(const char* s) { return WireValue::string(s); }
 };
 template <>
 struct Codec<char*> : Codec<const char*> {};
 
 template <>
 struct Codec<Tensor> {
-  static Value encode(const Tensor& t) {
+  static WireValue encode(const Tensor& t) {
     if (!t.defined()) throw ValueError("to_value: the tensor is undefined");
-    return Value::tensor(t);
+    return WireValue::tensor(t);
   }
-  static Tensor decode(const Value& v) { return v.as_tensor(); }
+  static Tensor decode(const WireValue& v) { return v.as_tensor(); }
 };
 
 // An error travels as [kind, message] and comes back as the same type (devices/error_kinds.h;
 // a kind unknown to the receiver comes back as Error naming it); null travels as none.
 template <>
 struct Codec<std::exception_ptr> {
-  static Value encode(const std::exception_ptr& error);
-  static std::exception_ptr decode(const Value& v);
+  static WireValue encode(const std::exception_ptr& error);
+  static std::exception_ptr decode(const WireValue& v);
 };
 
 template <class T>
 struct Codec<std::optional<T>> {
-  static Value encode(const std::optional<T>& x) { return x ? to_value(*x) : Value(); }
-  static std::optional<T> decode(const Value& v) {
+  static WireValue encode(const std::optional<T>& x) { return x ? to_value(*x) : WireValue(); }
+  static std::optional<T> decode(const WireValue& v) {
     if (v.is_none()) return std::nullopt;
     return Codec<T>::decode(v);
   }
@@ -186,14 +187,14 @@ struct Codec<std::optional<T>> {
 
 template <class T>
 struct Codec<std::vector<T>> {
-  static Value encode(const std::vector<T>& xs) {
-    Value::List items;
+  static WireValue encode(const std::vector<T>& xs) {
+    WireValue::List items;
     items.reserve(xs.size());
     for (const auto& x : xs) items.push_back(to_value(x));
-    return Value::list(std::move(items));
+    return WireValue::list(std::move(items));
   }
-  static std::vector<T> decode(const Value& v) {
-    const Value::List& items = v.as_list();
+  static std::vector<T> decode(const WireValue& v) {
+    const WireValue::List& items = v.as_list();
     std::vector<T> out;
     out.reserve(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
@@ -210,15 +211,15 @@ struct Codec<std::vector<T>> {
 namespace detail {
 
 template <class Tuple>
-Value encode_tuple(const Tuple& t) {
-  return std::apply([](const auto&... x) { return Value::list(Value::List{to_value(x)...}); }, t);
+WireValue encode_tuple(const Tuple& t) {
+  return std::apply([](const auto&... x) { return WireValue::list(WireValue::List{to_value(x)...}); }, t);
 }
 
 // Decodes a list of exactly sizeof...(T) items into a tuple of values; `what` names an item
 // in errors ("argument", "field").
 template <class... T>
-std::tuple<T...> decode_tuple(const Value& v, const char* what) {
-  const Value::List& items = v.as_list();
+std::tuple<T...> decode_tuple(const WireValue& v, const char* what) {
+  const WireValue::List& items = v.as_list();
   if (items.size() != sizeof...(T))
     throw ValueError("expected " + std::to_string(sizeof...(T)) + " " + what + (sizeof...(T) == 1 ? "" : "s") +
                      ", got " + std::to_string(items.size()));
@@ -237,14 +238,14 @@ std::tuple<T...> decode_tuple(const Value& v, const char* what) {
 
 template <class... T>
 struct Codec<std::tuple<T...>> {
-  static Value encode(const std::tuple<T...>& t) { return detail::encode_tuple(t); }
-  static std::tuple<T...> decode(const Value& v) { return detail::decode_tuple<T...>(v, "item"); }
+  static WireValue encode(const std::tuple<T...>& t) { return detail::encode_tuple(t); }
+  static std::tuple<T...> decode(const WireValue& v) { return detail::decode_tuple<T...>(v, "item"); }
 };
 
 template <class A, class B>
 struct Codec<std::pair<A, B>> {
-  static Value encode(const std::pair<A, B>& p) { return detail::encode_tuple(std::tie(p.first, p.second)); }
-  static std::pair<A, B> decode(const Value& v) {
+  static WireValue encode(const std::pair<A, B>& p) { return detail::encode_tuple(std::tie(p.first, p.second)); }
+  static std::pair<A, B> decode(const WireValue& v) {
     auto [a, b] = detail::decode_tuple<A, B>(v, "item");
     return {std::move(a), std::move(b)};
   }
@@ -252,8 +253,8 @@ struct Codec<std::pair<A, B>> {
 
 template <class T>
 struct Codec<T, std::enable_if_t<requires(const T& x) { x.troupe_fields(); }>> {
-  static Value encode(const T& x) { return detail::encode_tuple(x.troupe_fields()); }
-  static T decode(const Value& v) {
+  static WireValue encode(const T& x) { return detail::encode_tuple(x.troupe_fields()); }
+  static T decode(const WireValue& v) {
     using Fields = decltype(std::declval<T&>().troupe_fields());  // std::tuple<F&...>
     T out{};
     decode_into(out.troupe_fields(), v, static_cast<Fields*>(nullptr));
@@ -262,7 +263,7 @@ struct Codec<T, std::enable_if_t<requires(const T& x) { x.troupe_fields(); }>> {
 
  private:
   template <class... F>
-  static void decode_into(std::tuple<F&...> fields, const Value& v, std::tuple<F&...>*) {
+  static void decode_into(std::tuple<F&...> fields, const WireValue& v, std::tuple<F&...>*) {
     fields = detail::decode_tuple<std::remove_cvref_t<F>...>(v, "field");
   }
 };

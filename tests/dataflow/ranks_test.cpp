@@ -6,8 +6,11 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <thread>
 
+#include "actors/metrics.h"
 #include "dataflow/executor.h"
+#include "dataflow/rank_link.h"
 #include "devices/ops.h"
 #include "net/process_group.h"
 #include "net/remote/remote_actor.h"
@@ -91,7 +94,87 @@ void beside_remote_actors(bool serve_all) {
   CHECK(tally.request<int64_t>("add", 1).get() == 29);  // rank 1 still hosts it
 }
 
+// x (rank 0) is read by four nodes on rank 1, whose products are summed there: y = 10 x. Rank 2
+// runs none of the nodes.
+Graph fan_out_graph() {
+  Graph g("fan_out");
+  Port x = g.input("x");
+  std::optional<Port> sum;
+  for (int k = 1; k <= 4; ++k) {
+    const std::string n = std::to_string(k);
+    Port y = g.op("mul", {x, g.constant("c" + n, Tensor::scalar(float(k)))}).named("times" + n).on_rank(1);
+    sum = sum ? g.op("add", {*sum, y}).named("sum" + n).on_rank(1) : y;
+  }
+  g.output("y", *sum);
+  return g;
+}
+
+// Calls the part of the process's first executor on rank `rank` ran (troupe.dataflow/0.0/<rank>),
+// once at least `expected` have (up to 5 s: a call counts once it has returned).
+uint64_t part_calls(int rank, uint64_t expected) {
+  metrics::Counter& calls = metrics::counter("troupe_actor_calls_total", "Calls an actor ran",
+                                             {{"actor", "troupe.dataflow/0.0/" + std::to_string(rank)}});
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (calls.value() < expected && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  return calls.value();
+}
+
 }  // namespace
+
+// One rank of the three-process test below: rank 0 runs 10 invocations of fan_out_graph.
+TEST_CASE("dataflow rank: messages go only to the ranks that need them", "[.rank]") {
+  metrics::set_enabled(true);
+  auto world = init_world();
+  constexpr int runs = 10;
+  Executor exec(fan_out_graph(), {.max_in_flight = 4, .group = world});
+  if (world->rank() == 1) {
+    CHECK(exec.node_actors() == 7);
+    exec.serve();
+    // Per invocation x once, for its four readers (not once per reader), which starts it here.
+    CHECK(part_calls(1, runs) == runs);
+    return;
+  }
+  if (world->rank() == 2) {
+    CHECK(exec.node_actors() == 0);
+    exec.serve();
+    CHECK(part_calls(2, 0) == 0);  // no start, no value, nothing
+    return;
+  }
+  std::vector<Invocation> pending;
+  for (int k = 0; k < runs; ++k) pending.push_back(exec.run({{"x", Tensor::full({64}, float(k))}}));
+  for (int k = 0; k < runs; ++k)
+    CHECK(pending[k].get("y").tensor().to_vector<float>() == std::vector<float>(64, 10.0f * k));
+  // Rank 1's and 2's "ready", then per invocation y from rank 1 and rank 1's ack: none from rank 2.
+  CHECK(part_calls(0, 2 + 2 * runs) == 2 + 2 * runs);
+}
+
+// Rank 1's node reads a constant only: no value of rank 0's starts the invocation there, a start
+// message does.
+TEST_CASE("dataflow rank: a rank that reads nothing from rank 0", "[.rank]") {
+  metrics::set_enabled(true);
+  auto world = init_world();
+  Graph g("unfed");
+  g.output("k", g.op("neg", {g.constant("three", Tensor::scalar(3.0f))}).named("from_constant").on_rank(1));
+  g.output("y", g.op("neg", {g.input("x")}).named("local"));
+  constexpr int runs = 6;
+  Executor exec(g, {.max_in_flight = 2, .group = world});
+  if (world->rank() != 0) {
+    exec.serve();
+    CHECK(part_calls(1, runs) == runs);  // a start each
+    return;
+  }
+  for (int k = 0; k < runs; ++k) {
+    auto out = exec({{"x", Tensor::scalar(float(k))}});
+    CHECK(out.at("k").tensor().item<float>() == -3);
+    CHECK(out.at("y").tensor().item<float>() == -k);
+  }
+}
+
+TEST_CASE("executor: a value crosses to a rank once for all its readers there; ranks without nodes hear nothing",
+          "[dataflow]") {
+  check_all_passed(run_ranks(3, "dataflow rank: messages go only to the ranks that need them"), 3);
+  check_all_passed(run_ranks(2, "dataflow rank: a rank that reads nothing from rank 0"), 2);
+}
 
 // One rank of the two-process test below (hidden: run_ranks starts it with RANK set).
 TEST_CASE("dataflow rank: two-rank graph", "[.rank]") {
@@ -209,7 +292,7 @@ TEST_CASE("dataflow rank: a bad message from a peer", "[.rank]") {
     return;
   }
   CHECK(exec.run({{"x", Tensor::scalar(1.0f)}}).get("y").tensor().item<float>() == 3);
-  net::lookup("troupe.dataflow/0.0/1").send("data", uint64_t{1}, int64_t{99}, int64_t{0}, std::optional<Tensor>());
+  net::lookup("troupe.dataflow/0.0/1").send("edge", detail::Edge{1, {{99, 0}}, std::nullopt});
   Invocation after = exec.run({{"x", Tensor::scalar(2.0f)}});
   CHECK_THAT(thrown<CommError>([&] { after.get("y"); }), Catch::Contains("rank 1's executor went away"));
   thrown<CommError>([&] { exec.run({{"x", Tensor::scalar(3.0f)}}); });

@@ -35,8 +35,8 @@ CallFrame round_trip(const CallFrame& call) {
 
 CallFrame sample() {
   return {CallKind::request, 3, 17, "forward",
-          Value::list({to_value(Tensor::arange(6).reshape({2, 3})), to_value(int64_t{-5}), to_value(2.5),
-                       to_value(std::string("text")), to_value(true), Value(),
+          WireValue::list({to_value(Tensor::arange(6).reshape({2, 3})), to_value(int64_t{-5}), to_value(2.5),
+                       to_value(std::string("text")), to_value(true), WireValue(),
                        to_value(std::vector<Tensor>{Tensor::ones({0, 4}, DType::i64), Tensor::scalar<uint8_t>(7)})})};
 }
 
@@ -64,7 +64,7 @@ TEST_CASE("call frame: every kind of value round-trips, tensors as views of the 
   CHECK(back.actor == 3);
   CHECK(back.request == 17);
   CHECK(back.text == "forward");
-  const Value::List& items = back.value.as_list();
+  const WireValue::List& items = back.value.as_list();
   REQUIRE(items.size() == 7);
   const Tensor t = items[0].as_tensor();
   CHECK(t.meta().str() == "f32[2,3]");
@@ -90,13 +90,13 @@ TEST_CASE("call frame: every kind of value round-trips, tensors as views of the 
   CHECK((c.to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4, 5}));
 
   // Every kind with what it must carry.
-  CHECK(round_trip(CallFrame{CallKind::reply, 0, 9, "", Value()}).value.is_none());
+  CHECK(round_trip(CallFrame{CallKind::reply, 0, 9, "", WireValue()}).value.is_none());
   const std::string record = ErrorRecord{"ShapeError", "m"}.serialize();
-  CHECK(round_trip(CallFrame{CallKind::failure, 0, 9, record, Value()}).text == record);
-  CHECK(round_trip(CallFrame{CallKind::down, 4, 0, "", Value()}).actor == 4);
-  CHECK(round_trip(CallFrame{CallKind::done, 0, 0, "", Value()}).kind == CallKind::done);
-  const Value spawn =
-      Value::list({Value(), Value::list({}), Value::integer(-1), Value::integer(0), Value::string("cuda:0")});
+  CHECK(round_trip(CallFrame{CallKind::failure, 0, 9, record, WireValue()}).text == record);
+  CHECK(round_trip(CallFrame{CallKind::down, 4, 0, "", WireValue()}).actor == 4);
+  CHECK(round_trip(CallFrame{CallKind::done, 0, 0, "", WireValue()}).kind == CallKind::done);
+  const WireValue spawn = WireValue::list(
+      {WireValue(), WireValue::list({}), WireValue::integer(-1), WireValue::integer(0), WireValue::string("cuda:0")});
   CHECK(round_trip(CallFrame{CallKind::spawn, 0, 1, "xlmr.stage", spawn}).text == "xlmr.stage");
 }
 
@@ -159,32 +159,34 @@ TEST_CASE("call frame: every malformed field is a CommError", "[net][remote]") {
   check_malformed(text, {}, "a string needs 10 bytes, 2 left");
 
   // What each kind must carry.
-  auto frame = [&](CallKind kind, uint64_t actor, uint64_t request, const std::string& name, const Value& value) {
+  auto frame = [&](CallKind kind, uint64_t actor, uint64_t request, const std::string& name, const WireValue& value) {
     return encode_call({kind, actor, request, name, value}).bytes;
   };
-  check_malformed(frame(CallKind::request, 0, 1, "m", Value::list({})), {}, "request without an actor id");
-  check_malformed(frame(CallKind::request, 1, 0, "m", Value::list({})), {}, "request without a request id");
-  check_malformed(frame(CallKind::tell, 1, 5, "m", Value::list({})), {}, "tell with a request id");
-  check_malformed(frame(CallKind::request, 1, 1, "", Value::list({})), {}, "request without a name");
-  check_malformed(frame(CallKind::request, 1, 1, "m", Value::integer(1)), {}, "request carrying an int");
-  check_malformed(frame(CallKind::spawn, 0, 1, "t", Value::list({Value(), Value::list({})})), {}, "not [name, arguments");
+  check_malformed(frame(CallKind::request, 0, 1, "m", WireValue::list({})), {}, "request without an actor id");
+  check_malformed(frame(CallKind::request, 1, 0, "m", WireValue::list({})), {}, "request without a request id");
+  check_malformed(frame(CallKind::tell, 1, 5, "m", WireValue::list({})), {}, "tell with a request id");
+  check_malformed(frame(CallKind::request, 1, 1, "", WireValue::list({})), {}, "request without a name");
+  check_malformed(frame(CallKind::request, 1, 1, "m", WireValue::integer(1)), {}, "request carrying an int");
+  check_malformed(frame(CallKind::spawn, 0, 1, "t", WireValue::list({WireValue(), WireValue::list({})})), {},
+                  "not [name, arguments");
   check_malformed(frame(CallKind::spawn, 0, 1, "t",
-                        Value::list({Value(), Value::list({}), Value::integer(-1), Value::integer(0), Value::integer(0)})),
+                        WireValue::list({WireValue(), WireValue::list({}), WireValue::integer(-1),
+                                         WireValue::integer(0), WireValue::integer(0)})),
                   {}, "replaced id, device]");
-  check_malformed(frame(CallKind::enroll, 1, 1, "n", Value::list({Value::string("t")})), {}, "not [type");
-  check_malformed(frame(CallKind::failure, 0, 1, "no record", Value()), {}, "without an error record");
+  check_malformed(frame(CallKind::enroll, 1, 1, "n", WireValue::list({WireValue::string("t")})), {}, "not [type");
+  check_malformed(frame(CallKind::failure, 0, 1, "no record", WireValue()), {}, "without an error record");
 }
 
 TEST_CASE("values: codecs check what they decode", "[net][remote]") {
   const Config c{3, "stage", {Tensor::ones({2})}};
-  const Value v = to_value(c);
+  const WireValue v = to_value(c);
   CHECK(v.describe() == "a list of 3");
   const Config back = v.as<Config>();
   CHECK(back.hidden == 3);
   CHECK(back.name == "stage");
   CHECK(back.weights.size() == 1);
-  CHECK_THROWS_WITH(Value::list({Value::integer(1)}).as<Config>(), "expected 3 fields, got 1");
-  CHECK_THROWS_WITH(Value::list({Value::integer(1), Value::integer(2), Value::list({})}).as<Config>(),
+  CHECK_THROWS_WITH(WireValue::list({WireValue::integer(1)}).as<Config>(), "expected 3 fields, got 1");
+  CHECK_THROWS_WITH(WireValue::list({WireValue::integer(1), WireValue::integer(2), WireValue::list({})}).as<Config>(),
                     "field 2: expected a string, got an int");
   CHECK_THROWS_WITH(to_value(std::vector<int64_t>{1, 2}).as<std::vector<Tensor>>(),
                     "item 0: expected a tensor, got an int");
@@ -204,18 +206,18 @@ TEST_CASE("values: codecs check what they decode", "[net][remote]") {
 
 TEST_CASE("values: an error travels as a value and comes back as the same type", "[net][remote]") {
   CHECK(to_value(std::exception_ptr()).is_none());
-  CHECK(Value().as<std::exception_ptr>() == nullptr);
-  const Value v = to_value(std::make_exception_ptr(ShapeError("matmul: f32[2,3] @ f32[4,5]")));
+  CHECK(WireValue().as<std::exception_ptr>() == nullptr);
+  const WireValue v = to_value(std::make_exception_ptr(ShapeError("matmul: f32[2,3] @ f32[4,5]")));
   CHECK(v.describe() == "a list of 2");
   const EncodedCall wire = encode_call(CallFrame{CallKind::tell, 1, 0, "ack", v});  // as it crosses ranks
-  const Value back = decode_call(wire.bytes.data(), wire.bytes.size(), {}).value;
+  const WireValue back = decode_call(wire.bytes.data(), wire.bytes.size(), {}).value;
   CHECK_THROWS_MATCHES(std::rethrow_exception(back.as<std::exception_ptr>()), ShapeError,
                        Catch::Message("matmul: f32[2,3] @ f32[4,5]"));
   CHECK_THROWS_MATCHES(std::rethrow_exception(to_value(std::make_exception_ptr(std::runtime_error("plain")))
                                                   .as<std::exception_ptr>()),
                        Error, Catch::Message("plain"));
-  CHECK_THROWS_WITH(Value::string("ShapeError").as<std::exception_ptr>(), "expected a list, got a string");
-  CHECK_THROWS_WITH(Value::list({Value::string(""), Value::string("m")}).as<std::exception_ptr>(),
+  CHECK_THROWS_WITH(WireValue::string("ShapeError").as<std::exception_ptr>(), "expected a list, got a string");
+  CHECK_THROWS_WITH(WireValue::list({WireValue::string(""), WireValue::string("m")}).as<std::exception_ptr>(),
                     Catch::Contains("an error's kind"));
 }
 

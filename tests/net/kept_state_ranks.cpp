@@ -79,12 +79,12 @@ void respawn_from_snapshots() {
   ledger.send("accumulate", ones);  // the 8th state-changing call: a snapshot after it
   for (int64_t i = 1; i <= 3; ++i) fresh.send("deposit", i);
   CHECK(fresh.request<int64_t>("balance").get() == 6);
-  Future<Value> blocked = ledger.request("block", 1.5);
+  Future<WireValue> blocked = ledger.request("block", 1.5);
   Future<int64_t> queued = ledger.request<int64_t>("deposit", 8);  // waits behind the block
   ledger.send("accumulate", ones);
   // A replayable call whose own call to rank 1 meets the loss: its PeerLostError comes back at
   // once, as rank 2 lives on (no respawn to wait for).
-  Future<Value> relayed = relay.request("block_other", "fresh", 60.0);
+  Future<WireValue> relayed = relay.request("block_other", "fresh", 60.0);
   std::this_thread::sleep_for(200ms);
   killer.send("die");
   Future<int64_t> meanwhile = ledger.request<int64_t>("deposit", 10);  // during the respawn, or before the loss

@@ -57,15 +57,15 @@ TEST_CASE("TROUPE_STATE: a snapshot holds the listed members and restores them; 
   CHECK_FALSE(type->method("total")->changes_state);
   CHECK_FALSE(type->method("reset")->replayable);
   CHECK(type->method_names() == "add, total, reset");
-  auto a = type->construct(Value::list({}));
-  type->method("add")->call(a.get(), Value::list({Value::integer(5)}));
-  const Value state = type->snapshot->call(a.get(), Value::list({}));
+  auto a = type->construct(WireValue::list({}));
+  type->method("add")->call(a.get(), WireValue::list({WireValue::integer(5)}));
+  const WireValue state = type->snapshot->call(a.get(), WireValue::list({}));
   REQUIRE(state.as_list().size() == 2);
   CHECK(state.as_list()[0].as_int() == 5);
-  auto b = type->construct(Value::list({}));
+  auto b = type->construct(WireValue::list({}));
   type->restore(b.get(), state);
-  CHECK(type->method("total")->call(b.get(), Value::list({})).as_int() == 5);
-  CHECK_THAT(thrown<ValueError>([&] { type->restore(b.get(), Value::list({Value::integer(1), Value::integer(2)})); }),
+  CHECK(type->method("total")->call(b.get(), WireValue::list({})).as_int() == 5);
+  CHECK_THAT(thrown<ValueError>([&] { type->restore(b.get(), WireValue::list({WireValue::integer(1), WireValue::integer(2)})); }),
              Catch::Contains("state member 2: expected a tensor, got an int"));
   CHECK_FALSE(find_actor_type("test.stateless")->snapshot);
 }

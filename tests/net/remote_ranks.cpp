@@ -91,7 +91,7 @@ void basic(int size) {
     const double s = r + 2;
     check_close(e.request<Tensor>("scale", x).get(), mul(x, s));
     check_close(e.request<Tensor>("scale", big).get(), mul(big, s));
-    Tensor y = wait(e.request("scale", x));  // untyped: a Value, converted
+    Tensor y = wait(e.request("scale", x));  // untyped: a WireValue, converted
     check_close(y, mul(x, s));
     int64_t five = wait(e.request("add", 2, 3));
     CHECK(five == 5);
@@ -232,7 +232,7 @@ void kill_rank() {
     }
     down = true;
   });
-  Future<Value> pending = blocked.request("block", 60.0);
+  Future<WireValue> pending = blocked.request("block", 60.0);
   std::this_thread::sleep_for(200ms);
   killer.send("die");
   const auto start = std::chrono::steady_clock::now();
