@@ -344,48 +344,48 @@ int merge(const std::string& dir, const std::string& out_path) {
     if (r.clock.error_ns < 0 && ranks.size() > 1) unmeasured = true;
     error_ns = std::max(error_ns, r.clock.error_ns);
   }
-  // The ranks in parallel: the first into the trace itself, the others into part files appended
-  // after it in rank order.
+  // The ranks in parallel, in as many runs of consecutive ranks as there are cores: the first run
+  // into the trace itself, the others into part files appended after it in rank order (the kernel
+  // copies them, once).
   const size_t n = ranks.size();
-  std::vector<std::unique_ptr<Output>> parts(n);
-  std::vector<Tally> tallies(n);
-  std::vector<std::exception_ptr> errors(n);
-  parts[0] = std::make_unique<Output>(out_path);
-  *parts[0] << "{\"traceEvents\":[\n";
-  for (size_t i = 1; i < n; ++i) {
-    parts[i] = std::make_unique<Output>(out_path + ".part-" + std::to_string(i));
-    *parts[i] << ",\n";
+  const size_t runs = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  const auto part_path = [&](size_t run) { return run ? out_path + ".part-" + std::to_string(run) : out_path; };
+  std::vector<std::unique_ptr<Output>> parts(runs);
+  std::vector<Tally> tallies(runs);
+  std::vector<std::exception_ptr> errors(runs);
+  for (size_t run = 0; run < runs; ++run) {
+    parts[run] = std::make_unique<Output>(part_path(run));
+    *parts[run] << (run ? ",\n" : "{\"traceEvents\":[\n");
   }
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i; (i = next++) < n;) {
-      try {
-        write_rank(ranks[i], base, *parts[i], tallies[i]);
-        if (i > 0) parts[i]->close();
-      } catch (...) {
-        errors[i] = std::current_exception();
+  auto work = [&](size_t run) {
+    try {
+      for (size_t i = run * n / runs; i < (run + 1) * n / runs; ++i) {
+        if (i > run * n / runs) *parts[run] << ",\n";
+        write_rank(ranks[i], base, *parts[run], tallies[run]);
       }
+      if (run > 0) parts[run]->close();
+    } catch (...) {
+      errors[run] = std::current_exception();
     }
   };
   std::vector<std::thread> threads;
-  for (size_t t = 1; t < std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency())); ++t)
-    threads.emplace_back(worker);
-  worker();
+  for (size_t run = 1; run < runs; ++run) threads.emplace_back(work, run);
+  work(0);
   for (std::thread& t : threads) t.join();
   for (const std::exception_ptr& e : errors) {
     if (!e) continue;
     parts.clear();  // closes them
-    for (size_t i = 0; i < n; ++i) std::filesystem::remove(i ? out_path + ".part-" + std::to_string(i) : out_path);
+    for (size_t run = 0; run < runs; ++run) std::filesystem::remove(part_path(run));
     std::rethrow_exception(e);
   }
 
   Output& out = *parts[0];
   Tally tally;
-  for (size_t i = 0; i < n; ++i) {
-    if (i > 0) out.append(out_path + ".part-" + std::to_string(i));
-    tally.events += tallies[i].events;
-    tally.calls.insert(tally.calls.end(), tallies[i].calls.begin(), tallies[i].calls.end());
-    tally.served.insert(tally.served.end(), tallies[i].served.begin(), tallies[i].served.end());
+  for (size_t run = 0; run < runs; ++run) {
+    if (run > 0) out.append(part_path(run));
+    tally.events += tallies[run].events;
+    tally.calls.insert(tally.calls.end(), tallies[run].calls.begin(), tallies[run].calls.end());
+    tally.served.insert(tally.served.end(), tallies[run].served.begin(), tallies[run].served.end());
   }
   const double error_us = static_cast<double>(error_ns) / 1000.0;
   out << "\n],\"displayTimeUnit\":\"ms\",\"troupe\":{\"ranks\":" << static_cast<int64_t>(n) << ",\"clock_error_us\":";
