@@ -24,8 +24,6 @@ class JsonScan {
  public:
   explicit JsonScan(std::string_view text) : begin_(text.data()), end_(text.data() + text.size()) {}
 
-  const char* end() const { return end_; }
-
   const char* skip_space(const char* p) const {
     while (p < end_ && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) ++p;
     return p;
