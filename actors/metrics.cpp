@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <variant>
+#include <vector>
 
 #include "devices/error.h"
 #include "devices/host_allocator.h"
@@ -26,10 +27,53 @@ std::atomic<bool> enabled{[] {
   return !(env && std::strcmp(env, "0") == 0);
 }()};
 
+namespace {
+
+// The owned slots no live thread holds. A slot keeps its counts when its thread exits; the next
+// thread to take it adds to them (the mutex orders the two threads' writes).
+struct FreeSlots {
+  std::mutex mutex;
+  std::vector<unsigned> free;
+  FreeSlots() {
+    for (unsigned s = Counter::kOwned; s-- > 0;) free.push_back(s);
+  }
+};
+
+FreeSlots& free_slots() {
+  static FreeSlots* f = new FreeSlots;  // threads may exit after static destruction
+  return *f;
+}
+
+// This thread's slot + 1 (0: none yet), in static TLS ("initial-exec": no __tls_get_addr call from
+// this shared library), so that the hot path is one load.
+__attribute__((tls_model("initial-exec"))) thread_local unsigned cached_slot = 0;
+
+// Takes a slot for the thread and gives it back when the thread exits; counts made later in the
+// thread's exit go to the shared slot.
+struct SlotHolder {
+  unsigned slot = Counter::kOwned;
+  SlotHolder() {
+    std::lock_guard lock(free_slots().mutex);
+    if (!free_slots().free.empty()) {
+      slot = free_slots().free.back();
+      free_slots().free.pop_back();
+    }
+  }
+  ~SlotHolder() {
+    cached_slot = Counter::kOwned + 1;
+    if (slot == Counter::kOwned) return;
+    std::lock_guard lock(free_slots().mutex);
+    free_slots().free.push_back(slot);
+  }
+};
+
+}  // namespace
+
 unsigned thread_slot() {
-  static std::atomic<unsigned> next{0};
-  thread_local const unsigned slot = next.fetch_add(1, std::memory_order_relaxed) % Counter::kSlots;
-  return slot;
+  if (cached_slot) return cached_slot - 1;
+  thread_local const SlotHolder holder;
+  cached_slot = holder.slot + 1;
+  return holder.slot;
 }
 
 }  // namespace detail

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "actors/metrics.h"
 #include "devices/error.h"
@@ -38,6 +39,35 @@ void send_all(int fd, const std::string& bytes) {
   }
 }
 
+// The job's hosts (set_job_hosts), for GET /ranks.
+struct JobHosts {
+  std::mutex mutex;
+  int rank = -1;
+  std::vector<std::string> hosts;
+};
+
+JobHosts& job_hosts() {
+  static JobHosts* j = new JobHosts;  // the server's thread may answer during static destruction
+  return *j;
+}
+
+// Every rank's metrics endpoint, a line each; empty when this rank does not know them.
+std::string rank_endpoints() {
+  const char* base = std::getenv("TROUPE_METRICS_PORT");
+  if (!base || !*base) return "";
+  const char* addr_env = std::getenv("TROUPE_METRICS_ADDR");
+  const std::string addr = addr_env && *addr_env ? addr_env : "127.0.0.1";
+  std::lock_guard lock(job_hosts().mutex);
+  const std::vector<std::string>& hosts = job_hosts().hosts;
+  const int me = job_hosts().rank;
+  std::string out;
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    const bool here = me >= 0 && static_cast<size_t>(me) < hosts.size() && hosts[r] == hosts[static_cast<size_t>(me)];
+    out += (here && addr != "0.0.0.0" ? addr : hosts[r]) + ":" + std::to_string(std::atoi(base) + static_cast<int>(r)) + "\n";
+  }
+  return out;
+}
+
 std::string response(int status, const char* reason, const char* type, const std::string& body) {
   return "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Type: " + type +
          "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
@@ -61,9 +91,13 @@ void answer(int fd) {
   std::string target = space == std::string::npos ? "" : line.substr(space + 1, line.find(' ', space + 1) - space - 1);
   target = target.substr(0, target.find('?'));
   if (method != "GET" && method != "HEAD") {
-    send_all(fd, response(405, "Method Not Allowed", "text/plain", "only GET /metrics\n"));
+    send_all(fd, response(405, "Method Not Allowed", "text/plain", "only GET /metrics and /ranks\n"));
+  } else if (target == "/ranks") {
+    const std::string ranks = rank_endpoints();
+    send_all(fd, ranks.empty() ? response(404, "Not Found", "text/plain", "this rank has no job's rendezvous table\n")
+                               : response(200, "OK", "text/plain", ranks));
   } else if (target != "/metrics") {
-    send_all(fd, response(404, "Not Found", "text/plain", "troupe serves GET /metrics only\n"));
+    send_all(fd, response(404, "Not Found", "text/plain", "troupe serves GET /metrics and /ranks\n"));
   } else {
     std::string reply = response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", exposition());
     if (method == "HEAD") reply.resize(reply.find("\r\n\r\n") + 4);
@@ -139,6 +173,12 @@ Server& server() {
 int serve(const std::string& addr, int port) { return server().start(addr, port); }
 
 int serving_port() { return server().port(); }
+
+void set_job_hosts(int rank, std::vector<std::string> hosts) {
+  std::lock_guard lock(job_hosts().mutex);
+  job_hosts().rank = rank;
+  job_hosts().hosts = std::move(hosts);
+}
 
 int serve_from_env() {
   const char* base = std::getenv("TROUPE_METRICS_PORT");

@@ -7,9 +7,14 @@
 // does TROUPE_METRICS_PORT=9400 under mpirun or srun. It binds 127.0.0.1 unless TROUPE_METRICS_ADDR
 // names another address (0.0.0.0: every interface).
 //
+// GET /ranks answers every rank's metrics endpoint, host:port a line, rank 0 first, once the
+// rendezvous has told this rank where the others are (set_job_hosts): `troupe top --job HOST:PORT`
+// asks rank 0 for it and then watches them all.
+//
 //   TROUPE_METRICS_PORT=9400 build/bin/troupe launch --nproc 2 -- build/bin/remote_bench &
 //   curl -s localhost:9401/metrics | grep troupe_transport_sent_bytes_total
 #include <string>
+#include <vector>
 
 namespace troupe::metrics {
 
@@ -24,5 +29,11 @@ int serve(const std::string& addr, int port);
 
 // The port being served, 0 if none.
 int serving_port();
+
+// Where each rank of this job runs (hosts[r]: the host its transport answers on, from the
+// rendezvous table), this process being rank `rank`. Rank r's metrics endpoint is then
+// hosts[r]:TROUPE_METRICS_PORT+r, or this rank's TROUPE_METRICS_ADDR (default 127.0.0.1) for the
+// ranks on this rank's host unless that is 0.0.0.0.
+void set_job_hosts(int rank, std::vector<std::string> hosts);
 
 }  // namespace troupe::metrics

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -9,8 +10,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include "devices/error.h"
@@ -39,14 +40,19 @@ struct Span {
   uint64_t remote_out = 0;  // a remote call made: its flow id (Profiler::remote_flow_id)
   uint64_t remote_in = 0;   // a remote call run here: the same id
   bool sync = false;        // an instant: the host waited for a device here
+  // A collective (CollectiveSpan): its bytes and algorithm; `algorithm` non-empty marks one.
+  uint64_t bytes = 0;
+  std::string algorithm;
 };
 
 // An op's span on a device lane (a GPU actor's stream, or a device's default stream), timed by the
-// events queued before and after it.
+// events queued before and after it; on a host lane, whose ops run on its own thread, by the host
+// clock (host_start, host_end) as they run.
 struct DeviceSpan {
   std::string lane;
   std::string name;
   Event start, end;
+  int64_t host_start = 0, host_end = 0;
 };
 
 // Per device: an event and the host time at which it was done, to place device events on the
@@ -170,7 +176,7 @@ void ensure_clock(Device device) {
 }
 
 // Records every registry op call while the profiler is on: a span on the calling thread and, for
-// an op on a device, a span on the device lane it was queued on.
+// an op on a device or run by a host lane, a span on that lane.
 class OpRecorder final : public OpObserver {
  public:
   struct Token {
@@ -179,6 +185,7 @@ class OpRecorder final : public OpObserver {
     std::string lane;
     std::string op;
     Event start;
+    int64_t host_start = -1;  // an op on a host lane
   };
   void* begin(std::string_view op, const std::vector<Tensor>& inputs) override {
     std::string shapes;
@@ -188,6 +195,9 @@ class OpRecorder final : public OpObserver {
       token->device = inputs[0].device();
       ensure_clock(token->device);
       token->start = mark(token->device, token->lane);
+    } else if (Lane* lane = Lane::current(Device::cpu())) {
+      token->lane = "cpu " + (lane->name().empty() ? std::string("host lane") : lane->name());
+      token->host_start = now_ns();
     }
     return token;
   }
@@ -199,6 +209,10 @@ class OpRecorder final : public OpObserver {
       Event end = mark(token->device, lane);
       std::lock_guard lock(device_spans().mutex);
       device_spans().spans.push_back({std::move(token->lane), std::move(token->op), std::move(token->start), std::move(end)});
+    } else if (token->host_start >= 0) {
+      const int64_t host_end = now_ns();
+      std::lock_guard lock(device_spans().mutex);
+      device_spans().spans.push_back({std::move(token->lane), std::move(token->op), {}, {}, token->host_start, host_end});
     }
     delete token;
   }
@@ -303,6 +317,26 @@ RemoteSpan::~RemoteSpan() {
   if (index_ >= 0) close_span(index_);
 }
 
+CollectiveSpan::CollectiveSpan(std::string_view name, uint64_t bytes, uint64_t seq) {
+  if (!Profiler::global().recording()) return;
+  index_ = open_span(std::string(name), std::to_string(seq));
+  ThreadLog& log = this_thread_log();
+  std::lock_guard lock(log.mutex);
+  log.events[index_].bytes = bytes;
+  log.events[index_].algorithm = "?";  // until set_algorithm
+}
+
+void CollectiveSpan::set_algorithm(std::string_view algorithm) {
+  if (index_ < 0) return;
+  ThreadLog& log = this_thread_log();
+  std::lock_guard lock(log.mutex);
+  if (index_ < static_cast<int64_t>(log.events.size())) log.events[index_].algorithm = std::string(algorithm);
+}
+
+CollectiveSpan::~CollectiveSpan() {
+  if (index_ >= 0) close_span(index_);
+}
+
 void Profiler::record_fork(uint64_t task_id) {
   if (!global().recording()) return;
   const int64_t index = open_span("fork", {});
@@ -350,27 +384,131 @@ std::vector<std::pair<const ThreadLog*, std::vector<Span>>> snapshot(std::vector
 
 }  // namespace
 
-// The device lanes, as process 2: one lane per stream, each op's span timed by its events.
-template <class Us>
-void append_device_lanes(nlohmann::json& trace, Us us) {
+namespace {
+
+// Writes the trace as it goes, one event a line, instead of building it as a JSON document first:
+// a long job's rank holds millions of events, and `troupe trace merge` reads lines like these fast.
+class TraceWriter {
+ public:
+  explicit TraceWriter(const std::string& path) : out_(path, std::ios::binary) {
+    if (!out_) throw IOError("export_chrome_trace: cannot write " + path);
+  }
+
+  // Starts an event: {"ph":"X","name":"...","pid":P,"tid":T
+  TraceWriter& begin(const char* ph, std::string_view name, int pid, int tid) {
+    buf_ += first_ ? "\n{\"ph\":\"" : ",\n{\"ph\":\"";
+    first_ = false;
+    buf_ += ph;
+    buf_ += "\",\"name\":";
+    string(name);
+    buf_ += ",\"pid\":";
+    buf_ += std::to_string(pid);
+    buf_ += ",\"tid\":";
+    buf_ += std::to_string(tid);
+    return *this;
+  }
+  // ,"key":"value"
+  TraceWriter& text(const char* key, std::string_view value) {
+    this->key(key);
+    string(value);
+    return *this;
+  }
+  TraceWriter& number(const char* key, uint64_t value) {
+    this->key(key);
+    buf_ += std::to_string(value);
+    return *this;
+  }
+  // Microseconds with nanoseconds' digits: 12.345
+  TraceWriter& micros(const char* key, int64_t ns) {
+    this->key(key);
+    char digits[32];
+    std::snprintf(digits, sizeof digits, "%s%lld.%03lld", ns < 0 ? "-" : "", static_cast<long long>(std::llabs(ns) / 1000),
+                  static_cast<long long>(std::llabs(ns) % 1000));
+    buf_ += digits;
+    return *this;
+  }
+  // ,"args":{ ... } around what open/close write in between; raw adds text as it is.
+  TraceWriter& open(const char* key) {
+    this->key(key);
+    buf_ += '{';
+    fresh_ = true;
+    return *this;
+  }
+  TraceWriter& close() {
+    buf_ += '}';
+    fresh_ = false;
+    return *this;
+  }
+  void end() {
+    buf_ += '}';
+    if (buf_.size() > (1 << 20)) flush();
+  }
+  void raw(std::string_view text) { buf_ += text; }
+
+  void flush() {
+    out_.write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+    buf_.clear();
+  }
+  void finish(const std::string& path) {
+    flush();
+    out_.close();
+    if (!out_) throw IOError("export_chrome_trace: writing " + path + " failed");
+  }
+
+ private:
+  void key(const char* key) {
+    buf_ += fresh_ ? "\"" : ",\"";
+    fresh_ = false;
+    buf_ += key;
+    buf_ += "\":";
+  }
+  void string(std::string_view s) {
+    buf_ += '"';
+    for (char c : s) {
+      if (c == '"' || c == '\\') {
+        buf_ += '\\';
+        buf_ += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        char esc[8];
+        std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
+        buf_ += esc;
+      } else {
+        buf_ += c;
+      }
+    }
+    buf_ += '"';
+  }
+
+  std::ofstream out_;
+  std::string buf_;
+  bool first_ = true, fresh_ = false;
+};
+
+// The device lanes, as process 2: one lane per stream (or host lane), each op's span timed by its
+// events (or, on a host lane, the host clock).
+void write_device_lanes(TraceWriter& w, int64_t origin) {
   std::lock_guard lock(device_spans().mutex);
   if (device_spans().spans.empty()) return;
-  trace.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 2}, {"args", {{"name", "devices"}}}});
+  w.begin("M", "process_name", 2, 0).open("args").text("name", "devices").close().end();
   std::map<std::string, int> lanes;
   for (DeviceSpan& span : device_spans().spans) {
     auto [it, added] = lanes.emplace(span.lane, static_cast<int>(lanes.size()));
-    if (added)
-      trace.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 2}, {"tid", it->second}, {"args", {{"name", span.lane}}}});
-    const Device device = span.start.device();
-    const DeviceClock& clock = device_spans().clocks.at({static_cast<int>(device.type), device.index});
-    span.start.state()->wait();  // the profiler's own waits, not counted as syncs
-    span.end.state()->wait();
-    const int64_t start = clock.host_ns + static_cast<int64_t>(clock.reference.elapsed_ms(span.start) * 1e6);
-    const int64_t end = clock.host_ns + static_cast<int64_t>(clock.reference.elapsed_ms(span.end) * 1e6);
-    trace.push_back({{"ph", "X"}, {"name", span.name}, {"cat", "kernel"}, {"pid", 2}, {"tid", it->second},
-                     {"ts", us(start)}, {"dur", std::max(0.001, us(end) - us(start))}});
+    if (added) w.begin("M", "thread_name", 2, it->second).open("args").text("name", span.lane).close().end();
+    int64_t start = span.host_start, end = span.host_end;
+    if (span.start.valid()) {
+      const Device device = span.start.device();
+      const DeviceClock& clock = device_spans().clocks.at({static_cast<int>(device.type), device.index});
+      span.start.state()->wait();  // the profiler's own waits, not counted as syncs
+      span.end.state()->wait();
+      start = clock.host_ns + static_cast<int64_t>(clock.reference.elapsed_ms(span.start) * 1e6);
+      end = clock.host_ns + static_cast<int64_t>(clock.reference.elapsed_ms(span.end) * 1e6);
+    }
+    w.begin("X", span.name, 2, it->second).text("cat", "kernel").micros("ts", start - origin)
+        .micros("dur", std::max<int64_t>(1, end - start)).end();
   }
 }
+
+}  // namespace
 
 size_t Profiler::event_count() const {
   std::vector<std::shared_ptr<ThreadLog>> keep;
@@ -380,12 +518,17 @@ size_t Profiler::event_count() const {
 }
 
 void Profiler::export_chrome_trace(const std::string& path) const {
-  using nlohmann::json;
   std::vector<std::shared_ptr<ThreadLog>> keep;
   auto threads = snapshot(keep);
   const int64_t origin = logs().origin;
-  auto us = [origin](int64_t ns) { return static_cast<double>(ns - origin) / 1000.0; };
-  json trace = json::array();
+  TraceWriter w(path);
+  {
+    // The clock first, so that a reader going through the file once knows the offset before the events.
+    std::lock_guard lock(logs().mutex);
+    w.raw("{\"troupe\":{\"rank\":" + std::to_string(logs().rank) + ",\"origin_ns\":" + std::to_string(origin) +
+          ",\"clock_offset_ns\":" + std::to_string(logs().clock_offset_ns) +
+          ",\"clock_error_ns\":" + std::to_string(logs().clock_error_ns) + "},\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
+  }
   for (auto& [log, events] : threads) {
     // Lane name: the actors seen on this thread.
     std::vector<std::string> actors;
@@ -393,46 +536,39 @@ void Profiler::export_chrome_trace(const std::string& path) const {
       if (std::find(actors.begin(), actors.end(), e.actor) == actors.end()) actors.push_back(e.actor);
     std::string lane = "thread " + std::to_string(log->tid);
     for (size_t i = 0; i < actors.size(); ++i) lane += (i ? ", " : ": ") + actors[i];
-    trace.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", log->tid}, {"args", {{"name", lane}}}});
+    const int tid = log->tid;
+    w.begin("M", "thread_name", 1, tid).open("args").text("name", lane).close().end();
     for (auto& e : events) {
+      const int64_t ts = e.start - origin;
       if (e.sync) {  // an instant on the thread that waited
-        trace.push_back({{"ph", "i"}, {"s", "t"}, {"name", "sync"}, {"cat", "sync"}, {"pid", 1}, {"tid", log->tid},
-                         {"ts", us(e.start)}, {"args", {{"actor", e.actor}, {"what", e.args}}}});
+        w.begin("i", "sync", 1, tid).text("s", "t").text("cat", "sync").micros("ts", ts);
+        w.open("args").text("actor", e.actor).text("what", e.args).close().end();
         continue;
       }
-      json args = {{"actor", e.actor}};
-      if (!e.args.empty()) args["inputs"] = e.args;
-      if (e.flow_in) args["task"] = e.flow_in;
-      const bool remote = e.remote_in || e.remote_out;
-      trace.push_back({{"ph", "X"}, {"name", e.name},
-                       {"cat", remote ? "remote" : e.flow_in ? "task" : e.flow_out ? "fork" : "op"},
-                       {"pid", 1}, {"tid", log->tid}, {"ts", us(e.start)},
-                       {"dur", std::max(0.001, us(e.end) - us(e.start))}, {"args", args}});
-      if (e.flow_out)
-        trace.push_back({{"ph", "s"}, {"name", "fork"}, {"cat", "fork"}, {"id", e.flow_out}, {"pid", 1},
-                         {"tid", log->tid}, {"ts", us(e.start)}});
+      const bool remote = e.remote_in || e.remote_out, collective = !e.algorithm.empty();
+      w.begin("X", e.name, 1, tid)
+          .text("cat", collective ? "collective" : remote ? "remote" : e.flow_in ? "task" : e.flow_out ? "fork" : "op")
+          .micros("ts", ts).micros("dur", std::max<int64_t>(1, e.end - e.start));
+      w.open("args").text("actor", e.actor);
+      if (collective)
+        w.number("bytes", e.bytes).text("algorithm", e.algorithm).raw(",\"collective\":" + e.args);
+      else if (!e.args.empty())
+        w.text("inputs", e.args);
+      if (e.flow_in) w.number("task", e.flow_in);
+      w.close().end();
+      if (e.flow_out) w.begin("s", "fork", 1, tid).text("cat", "fork").number("id", e.flow_out).micros("ts", ts).end();
       if (e.flow_in)
-        trace.push_back({{"ph", "f"}, {"bp", "e"}, {"name", "fork"}, {"cat", "fork"}, {"id", e.flow_in},
-                         {"pid", 1}, {"tid", log->tid}, {"ts", us(e.start)}});
+        w.begin("f", "fork", 1, tid).text("bp", "e").text("cat", "fork").number("id", e.flow_in).micros("ts", ts).end();
       if (e.remote_out)
-        trace.push_back({{"ph", "s"}, {"name", "remote call"}, {"cat", "remote"}, {"id", e.remote_out}, {"pid", 1},
-                         {"tid", log->tid}, {"ts", us(e.start)}});
+        w.begin("s", "remote call", 1, tid).text("cat", "remote").number("id", e.remote_out).micros("ts", ts).end();
       if (e.remote_in)
-        trace.push_back({{"ph", "f"}, {"bp", "e"}, {"name", "remote call"}, {"cat", "remote"}, {"id", e.remote_in},
-                         {"pid", 1}, {"tid", log->tid}, {"ts", us(e.start)}});
+        w.begin("f", "remote call", 1, tid).text("bp", "e").text("cat", "remote").number("id", e.remote_in)
+            .micros("ts", ts).end();
     }
   }
-  append_device_lanes(trace, us);
-  std::ofstream out(path);
-  if (!out) throw IOError("export_chrome_trace: cannot write " + path);
-  json clock;
-  {
-    std::lock_guard lock(logs().mutex);
-    clock = {{"rank", logs().rank}, {"origin_ns", origin}, {"clock_offset_ns", logs().clock_offset_ns},
-             {"clock_error_ns", logs().clock_error_ns}};
-  }
-  out << json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}, {"troupe", clock}}.dump();
-  if (!out) throw IOError("export_chrome_trace: writing " + path + " failed");
+  write_device_lanes(w, origin);
+  w.raw("\n]}\n");
+  w.finish(path);
 }
 
 std::string Profiler::table(size_t max_rows) const {

@@ -1,8 +1,9 @@
 #pragma once
 // Profiler: records ops, tasks and user scopes per thread while on, then exports a Chrome trace
 // (chrome://tracing, Perfetto: one lane per thread, flow arrows from each fork to its task; ops
-// queued on a device also on one lane per stream, timed by events; each host sync an instant on
-// the thread that waited) and a summary table like PyTorch's key_averages().table().
+// queued on a device also on one lane per stream, timed by events, and ops a host lane runs on one
+// lane per host lane; each host sync an instant on the thread that waited) and a summary table
+// like PyTorch's key_averages().table(). The trace is written as it goes, one event a line.
 //
 //   Profiler& p = Profiler::global();
 //   p.start();
@@ -76,6 +77,21 @@ class RemoteSpan {
   ~RemoteSpan();
   RemoteSpan(const RemoteSpan&) = delete;
   RemoteSpan& operator=(const RemoteSpan&) = delete;
+
+ private:
+  int64_t index_ = -1;
+};
+
+// A collective's span on each rank that takes part (net/collectives): args bytes, algorithm and the
+// collective's number, the same on every rank, so `troupe trace merge` lines them up. The
+// algorithm is chosen while it runs: set_algorithm before the span ends.
+class CollectiveSpan {
+ public:
+  CollectiveSpan(std::string_view name, uint64_t bytes, uint64_t seq);
+  ~CollectiveSpan();
+  void set_algorithm(std::string_view algorithm);
+  CollectiveSpan(const CollectiveSpan&) = delete;
+  CollectiveSpan& operator=(const CollectiveSpan&) = delete;
 
  private:
   int64_t index_ = -1;

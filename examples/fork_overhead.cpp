@@ -1,10 +1,17 @@
 // The TorchScript fork/wait tutorial's cost: 100 forks of neg on a scalar, summed (-100), against the same
 // 100 negs inline; the difference per fork is the cost of one fork/wait pair.
 //   fork_overhead [--reps 2000] [--json]
+//   fork_overhead --metrics-ab [--reps 5000]   # what always-on metrics cost a fork/wait pair
+// --metrics-ab times 100 forks --reps times with metrics on and as often off (metrics::set_enabled),
+// alternating call by call in one process so the machine's load drifts alike over both, and
+// reports the medians.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "actors/fork.h"
+#include "actors/metrics.h"
 #include "actors/runtime.h"
 #include "devices/ops.h"
 #include "examples/json_line.h"
@@ -42,10 +49,11 @@ double median_time(Fn fn, int reps, int rounds) {
 int main(int argc, char** argv) {
   CLI::App app{"fork/wait overhead: the TorchScript fork/wait tutorial's 100 forks of neg"};
   int reps = 2000, rounds = 7;
-  bool json = false;
+  bool json = false, metrics_ab = false;
   app.add_option("--reps", reps, "calls per timing round")->check(CLI::PositiveNumber);
   app.add_option("--rounds", rounds, "timing rounds (the median is reported)")->check(CLI::PositiveNumber);
   app.add_flag("--json", json, "print one JSON line of figures");
+  app.add_flag("--metrics-ab", metrics_ab, "metrics on against off, alternate calls (--reps each)");
   CLI11_PARSE(app, argc, argv);
 
   return run_example("fork_overhead", [&] {
@@ -57,6 +65,30 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (int i = 0; i < 200; ++i) with_forks(x), inline_calls(x);  // warm up
+    if (metrics_ab) {
+      std::vector<double> on, off;
+      for (int r = 0; r < 2 * reps; ++r) {
+        metrics::set_enabled(r % 2 == 0);
+        (r % 2 == 0 ? on : off).push_back(median_time([&] { with_forks(x); }, 1, 1));
+      }
+      std::sort(on.begin(), on.end());
+      std::sort(off.begin(), off.end());
+      const double on_us = on[on.size() / 2] * 1e6, off_us = off[off.size() / 2] * 1e6;
+      // The hook itself (a fork counts one task): a counter's add, on and off, 10^7 in a row.
+      metrics::Counter& probe = metrics::counter("troupe_fork_overhead_probe_total", "fork_overhead --metrics-ab");
+      double add_ns[2];
+      for (int enabled = 0; enabled < 2; ++enabled) {
+        metrics::set_enabled(enabled == 1);
+        add_ns[enabled] = median_time([&] { probe.add(); }, 10'000'000, 5) * 1e9;
+      }
+      metrics::set_enabled(true);
+      print_json_line(nlohmann::ordered_json{{"fork100_metrics_on_us", rounded(on_us, 2)},
+                                             {"fork100_metrics_off_us", rounded(off_us, 2)},
+                                             {"metrics_ns_per_fork", rounded((on_us - off_us) * 10, 1)},
+                                             {"counter_add_on_ns", rounded(add_ns[1], 2)},
+                                             {"counter_add_off_ns", rounded(add_ns[0], 2)}});
+      return 0;
+    }
     const double forked = median_time([&] { with_forks(x); }, reps, rounds);
     const double inlined = median_time([&] { inline_calls(x); }, reps, rounds);
     const double per_fork_us = (forked - inlined) / 100 * 1e6;

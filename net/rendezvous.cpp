@@ -12,6 +12,7 @@
 #include <map>
 #include <thread>
 
+#include "actors/metrics_server.h"
 #include "devices/error.h"
 #include "net/rendezvous_messages.h"
 
@@ -261,7 +262,9 @@ std::pair<std::string, int> split_host_port(const std::string& host_port) {
   return {host, port};
 }
 
-std::vector<PeerAddress> rendezvous(const std::string& init_method, int rank, int world_size, Transport& transport,
+namespace {
+
+std::vector<PeerAddress> find_peers(const std::string& init_method, int rank, int world_size, Transport& transport,
                                     Deadline deadline) {
   if (world_size == 1) return {transport.address()};
   if (init_method.rfind("tcp://", 0) == 0) {
@@ -275,6 +278,19 @@ std::vector<PeerAddress> rendezvous(const std::string& init_method, int rank, in
     return file_rendezvous(path, rank, world_size, transport, deadline);
   }
   throw ValueError("rendezvous: unknown init method '" + init_method + "' (env://, tcp://HOST:PORT, file:///PATH)");
+}
+
+}  // namespace
+
+std::vector<PeerAddress> rendezvous(const std::string& init_method, int rank, int world_size, Transport& transport,
+                                    Deadline deadline) {
+  std::vector<PeerAddress> table = find_peers(init_method, rank, world_size, transport, deadline);
+  // Each rank's host, for the metrics server's GET /ranks (`troupe top --job`); ipc only: this host.
+  std::vector<std::string> hosts;
+  for (const PeerAddress& peer : table)
+    hosts.push_back(peer.tcp.rfind("tcp://", 0) == 0 ? split_host_port(peer.tcp.substr(6)).first : "127.0.0.1");
+  metrics::set_job_hosts(rank, std::move(hosts));
+  return table;
 }
 
 }  // namespace troupe::net

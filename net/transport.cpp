@@ -498,7 +498,7 @@ void Transport::sync_trace_clock(Deadline deadline) {
   // Each rank in turn pings rank 0; rank 0 answers with its clock. The round trip that took
   // least bounds the offset's error by half of it: the answer was stamped somewhere inside it.
   constexpr uint64_t kClockGroup = 0x7472616365636c6bULL;  // "traceclk": no process group's id
-  constexpr int kRounds = 32;
+  constexpr int kRounds = 200;  // more tries at a round trip the scheduler did not stretch
   auto now = [] { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); };
   FrameHeader h;
   h.group = kClockGroup;

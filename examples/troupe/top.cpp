@@ -1,11 +1,13 @@
 // `troupe top`: every rank's actors and links in a running job, refreshed every second, from each
 // rank's /metrics (actors/metrics_server.h): per actor its rank, mailbox, calls/s, p50/p99 of the
 // time its calls ran, errors; per link the bytes/s each way. Keys: c calls/s, m mailbox, e errors,
-// p p99 (sort, largest first), q quits. The ranks: --endpoints host:port,... (rank = position), or
-// --port P --ranks N as `troupe launch --metrics-port P` serves them (rank r on P + r).
+// p p99 (sort, largest first), q quits. The ranks: --job HOST:PORT, rank 0's metrics endpoint,
+// which lists every rank's (GET /ranks: what the rendezvous told it, actors/metrics_server.h), or
+// --endpoints host:port,... (rank = position), or --port P --ranks N as `troupe launch
+// --metrics-port P` serves them on this host (rank r on P + r).
 //
 //   build/bin/troupe launch --nproc 2 --metrics-port 9400 -- build/bin/remote_bench &
-//   build/bin/troupe top --port 9400 --ranks 2
+//   build/bin/troupe top --job 127.0.0.1:9400          # or --port 9400 --ranks 2
 //   build/bin/troupe top --endpoints node0:9400,node1:9400 --once     # one table, no terminal
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -34,8 +36,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// GET http://host:port/metrics; empty with `error` set when the rank does not answer.
-std::string fetch_metrics(const std::string& endpoint, std::string& error) {
+// GET http://host:port/path; empty with `error` set when the rank does not answer.
+std::string fetch(const std::string& endpoint, const std::string& path, std::string& error) {
   const size_t colon = endpoint.rfind(':');
   const std::string host = endpoint.substr(0, colon), port = endpoint.substr(colon + 1);
   addrinfo hints{};
@@ -54,7 +56,7 @@ std::string fetch_metrics(const std::string& endpoint, std::string& error) {
     error = "not answering";
     return "";
   }
-  const std::string request = "GET /metrics HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
+  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
   if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) < 0) error = "send failed";
   std::string reply;
   char buffer[65536];
@@ -146,7 +148,7 @@ Snapshot poll_ranks(const std::vector<std::string>& endpoints) {
   s.at = Clock::now();
   for (int rank = 0; rank < static_cast<int>(endpoints.size()); ++rank) {
     std::string error;
-    const std::string text = fetch_metrics(endpoints[rank], error);
+    const std::string text = fetch(endpoints[rank], "/metrics", error);
     if (!error.empty()) {
       s.errors.push_back("rank " + std::to_string(rank) + " (" + endpoints[rank] + "): " + error);
       continue;
@@ -286,17 +288,36 @@ std::vector<std::string> split(const std::string& list) {
 }
 
 struct TopOptions {
-  std::string endpoints;
+  std::string job, endpoints;
   int port = 0, ranks = 0;
   double interval = 1.0;
   bool once = false;
 };
 
+// Every rank's endpoint, as rank 0 at `job` lists them (asked for up to 10 s: a job just started
+// may not have met at its rendezvous yet).
+std::vector<std::string> job_endpoints(const std::string& job) {
+  std::string error, text;
+  const auto give_up = Clock::now() + std::chrono::seconds(10);
+  do {
+    error.clear();
+    text = fetch(job, "/ranks", error);
+    if (error.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (Clock::now() < give_up);
+  if (!error.empty()) throw UsageError("--job " + job + ": rank 0's metrics did not list the ranks: " + error);
+  std::stringstream listed(text);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(listed, line);)
+    if (!line.empty()) out.push_back(line);
+  return out;
+}
+
 int top(const TopOptions& o) {
-  std::vector<std::string> endpoints = split(o.endpoints);
+  std::vector<std::string> endpoints = o.job.empty() ? split(o.endpoints) : job_endpoints(o.job);
   if (endpoints.empty() && o.port > 0)
     for (int r = 0; r < std::max(1, o.ranks); ++r) endpoints.push_back("127.0.0.1:" + std::to_string(o.port + r));
-  if (endpoints.empty()) throw UsageError("give --endpoints host:port,... or --port P [--ranks N]");
+  if (endpoints.empty()) throw UsageError("give --job HOST:PORT, --endpoints host:port,... or --port P [--ranks N]");
   for (const std::string& e : endpoints)
     if (e.find(':') == std::string::npos) throw UsageError("endpoint '" + e + "' is not host:port");
   if (o.once) {
@@ -337,6 +358,7 @@ int top(const TopOptions& o) {
 Command add_top_command(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("top", "Live view of a job's actors and links from each rank's /metrics");
   auto o = std::make_shared<TopOptions>();
+  app->add_option("--job", o->job, "Rank 0's metrics endpoint (host:port): it lists every rank's from the rendezvous");
   app->add_option("--endpoints", o->endpoints, "host:port of each rank's metrics, rank 0 first, comma-separated");
   app->add_option("--port", o->port, "The job's --metrics-port: rank r serves on 127.0.0.1:port+r")
       ->check(CLI::Range(1, 65535));

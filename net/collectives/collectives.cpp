@@ -139,12 +139,10 @@ void run(Plan& plan, Timeout timeout) {
   const bool counted = metrics::enabled();
   const auto start = counted ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   call.algorithm = call.size() == 1 ? "local" : plan.algorithm;
-  std::optional<ProfileScope> span;  // a span on every rank of a job's trace
-  if (Profiler::global().recording())
-    span.emplace(name(call.op.op), std::to_string(bytes) + " bytes, collective #" +
-                                       std::to_string(call.op.collective_seq) + ", algorithm " + call.algorithm);
+  CollectiveSpan span(name(call.op.op), bytes, call.op.collective_seq);  // on every rank of a job's trace
   try {
     plan.body(call);
+    span.set_algorithm(call.algorithm);
     if (counted) count_collective(call, bytes, start);
   } catch (const CommError&) {
     throw;  // the transport's and the channel's errors reach every rank by themselves

@@ -149,6 +149,16 @@ TEST_CASE("metrics rank: scraped while the job runs", "[.rank]") {
   for (const auto& s : rank0)
     if (s["name"] == "troupe_collective_calls_total" && s["labels"]["algorithm"] != "local") algorithm_named = true;
   CHECK(algorithm_named);
+
+  // GET /ranks: every rank's endpoint, from the rendezvous (what `troupe top --job` reads).
+  const std::string get_ranks = python + " -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:" +
+                                std::to_string(port) + "/ranks\").read().decode(), end=\"\")'";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(get_ranks.c_str(), "r"), pclose);
+  REQUIRE(pipe);
+  std::string listed;
+  char buffer[512];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe.get())) listed.append(buffer, n);
+  CHECK(listed == "127.0.0.1:" + std::to_string(port) + "\n127.0.0.1:" + std::to_string(port + 1) + "\n");
 }
 
 TEST_CASE("metrics: /metrics of a running 2-rank job parses with prometheus_client and counts the calls",

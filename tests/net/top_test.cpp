@@ -1,6 +1,7 @@
 // `troupe top` in a terminal: tmux runs it against a 2-rank job whose rank 0 keeps calling an
-// actor on rank 1; capture-pane must show that actor on rank 1 and both links, a sort key must
-// redraw, and q must end it.
+// actor on rank 1, finding the ranks from rank 0 (--job: the endpoints its rendezvous gave it);
+// capture-pane must show that actor on rank 1 and both links, a sort key must redraw, and q must
+// end it.
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <unistd.h>
@@ -84,8 +85,8 @@ TEST_CASE("top: troupe top in tmux shows a running job's actors, sorts on a key 
 
   const std::string session = "troupe-top-" + std::to_string(getpid());
   std::this_thread::sleep_for(2s);
-  const std::string start = "tmux new-session -d -s " + session + " -x 150 -y 40 '" TROUPE_BIN_DIR "/troupe top --port " +
-                            std::to_string(port) + " --ranks 2'";
+  const std::string start = "tmux new-session -d -s " + session + " -x 150 -y 40 '" TROUPE_BIN_DIR "/troupe top --job 127.0.0.1:" +
+                            std::to_string(port) + "'";
   REQUIRE(std::system(start.c_str()) == 0);
   // The screen as soon as it shows `needle`, or as it is after 15 s (a sanitizer build starts slowly).
   auto screen_with = [&](const std::string& needle) {
