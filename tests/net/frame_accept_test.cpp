@@ -1,0 +1,128 @@
+// Every path a frame can take into a transport (its ROUTER, a direct link, a stripe) hands it to
+// one acceptance routine: the same malformed frame is refused with the same error on each.
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <vector>
+
+#include "devices/error.h"
+#include "net/direct_link.h"
+#include "net/transport.h"
+#include "tests/net/transport_pair.h"
+
+using namespace troupe;
+using namespace troupe::net;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A header that is no frame header (all zeros), and a payload for it.
+const std::vector<uint8_t> kBadHeader(100, 0);
+const std::vector<uint8_t> kPayload(128, 7);
+
+// What rank 0 (of 2, never connected) breaks with once "rank 1" sent something: its error text.
+std::string refusal(Transport& t, const std::shared_ptr<Transport::Slot>& slot) {
+  try {
+    t.wait(slot, deadline_after(10s));
+    return "nothing";
+  } catch (const CommError& e) {
+    return e.what();
+  }
+}
+
+void append_u64(std::vector<uint8_t>& out, uint64_t v) {
+  out.resize(out.size() + 8);
+  std::memcpy(out.data() + out.size() - 8, &v, 8);
+}
+
+}  // namespace
+
+TEST_CASE("frame acceptance: a malformed frame is refused alike from the ROUTER, a direct link and a stripe",
+          "[net][transport][direct][stripes]") {
+  std::string from_router, from_direct, from_stripe;
+  {
+    Transport t(unconnected_rank0());
+    auto slot = t.post(0, Lane::p2p, 1, -1);
+    void* context = zmq_ctx_new();
+    void* s = zmq_socket(context, ZMQ_DEALER);
+    std::string rank1 = "T";
+    const int one = 1;
+    rank1.append(reinterpret_cast<const char*>(&one), 4);
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, rank1.data(), rank1.size());
+    zmq_connect(s, t.address().tcp.c_str());
+    zmq_send(s, kBadHeader.data(), kBadHeader.size(), ZMQ_SNDMORE);
+    zmq_send(s, kPayload.data(), kPayload.size(), 0);
+    from_router = refusal(t, slot);
+    zmq_close(s);
+    zmq_ctx_term(context);
+  }
+  {
+    Transport t(unconnected_rank0());
+    auto slot = t.post(0, Lane::p2p, 1, -1);
+    DirectSender rank1(t.address().direct, 1, deadline_after(5s));
+    const std::span<const uint8_t> parts[] = {kPayload};
+    rank1.send(kBadHeader, parts);
+    from_direct = refusal(t, slot);
+  }
+  {
+    // One stripe carrying the whole frame (stripes.h, "Wire"): seq, total, offset, length, header
+    // bytes, part count, each part's bytes, the header, then the bytes.
+    Transport t(unconnected_rank0());
+    auto slot = t.post(0, Lane::p2p, 1, -1);
+    std::vector<uint8_t> chunk;
+    for (uint64_t v : {uint64_t(0), uint64_t(kPayload.size()), uint64_t(0), uint64_t(kPayload.size())}) append_u64(chunk, v);
+    const uint32_t counts[] = {static_cast<uint32_t>(kBadHeader.size()), 1};
+    chunk.insert(chunk.end(), reinterpret_cast<const uint8_t*>(counts), reinterpret_cast<const uint8_t*>(counts) + 8);
+    append_u64(chunk, kPayload.size());
+    chunk.insert(chunk.end(), kBadHeader.begin(), kBadHeader.end());
+    chunk.insert(chunk.end(), kPayload.begin(), kPayload.end());
+    const int fd = dial_direct(t.address().direct, 1, /*lane=*/1, deadline_after(5s));
+    REQUIRE(::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(chunk.size()));
+    from_stripe = refusal(t, slot);
+    ::close(fd);
+  }
+  CHECK_THAT(from_router, Catch::Contains("transport: rank 1 sent a bad frame: frame: malformed: bad magic"));
+  CHECK(from_direct == from_router);
+  CHECK(from_stripe == from_router);
+}
+
+TEST_CASE("frame acceptance: extra parts on a frame that is not an actor frame are refused alike", "[net][transport][direct]") {
+  // A valid data header for a 128-byte payload, followed by one part too many.
+  FrameHeader h = data_header(1);
+  h.source = 1;
+  h.dtype = DType::u8;
+  h.shape = {static_cast<int64_t>(kPayload.size())};
+  h.payload_bytes = kPayload.size();
+  const std::vector<uint8_t> header = encode_header(h);
+  std::string from_router, from_direct;
+  {
+    Transport t(unconnected_rank0());
+    auto slot = t.post(0, Lane::p2p, 1, -1);
+    void* context = zmq_ctx_new();
+    void* s = zmq_socket(context, ZMQ_DEALER);
+    std::string rank1 = "T";
+    const int one = 1;
+    rank1.append(reinterpret_cast<const char*>(&one), 4);
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, rank1.data(), rank1.size());
+    zmq_connect(s, t.address().tcp.c_str());
+    zmq_send(s, header.data(), header.size(), ZMQ_SNDMORE);
+    zmq_send(s, kPayload.data(), kPayload.size(), ZMQ_SNDMORE);
+    zmq_send(s, kPayload.data(), kPayload.size(), 0);
+    from_router = refusal(t, slot);
+    zmq_close(s);
+    zmq_ctx_term(context);
+  }
+  {
+    Transport t(unconnected_rank0());
+    auto slot = t.post(0, Lane::p2p, 1, -1);
+    DirectSender rank1(t.address().direct, 1, deadline_after(5s));
+    const std::span<const uint8_t> parts[] = {kPayload, kPayload};
+    rank1.send(header, parts);
+    from_direct = refusal(t, slot);
+  }
+  CHECK_THAT(from_router, Catch::Contains("rank 1 sent a bad frame: frame: malformed: a data frame of 2 parts"));
+  CHECK(from_direct == from_router);
+}
