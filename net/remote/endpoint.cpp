@@ -24,8 +24,8 @@ RemoteActors::Impl::Impl(std::shared_ptr<ProcessGroup> made_on)
 
 void RemoteActors::Impl::post(int dst, CallFrame call) {
   if (dst == rank) return dispatch(rank, std::move(call));
-  const EncodedCall wire = encode_call(call);
-  transport.send_actor_frame(dst, wire.bytes, wire.tensors);
+  EncodedCall wire = encode_call(call);
+  transport.send_actor_frame(dst, std::move(wire.bytes), wire.tensors);
 }
 
 void RemoteActors::Impl::ask(int dst, CallFrame call, std::string what, Answer answer) {
