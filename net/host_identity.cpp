@@ -10,7 +10,7 @@
 #include <fstream>
 #include <vector>
 
-#include "devices/error.h"
+#include "net/errors.h"
 
 namespace troupe::net {
 

@@ -11,7 +11,7 @@
 
 #include "actors/metrics_server.h"
 #include "actors/profiler.h"
-#include "devices/error.h"
+#include "net/errors.h"
 #include "net/transport_internal.h"
 #include "net/zap_handler.h"
 #include "net/zmq_socket.h"

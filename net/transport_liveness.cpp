@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "devices/error.h"
+#include "net/errors.h"
 #include "net/transport_internal.h"
 
 namespace troupe::net {

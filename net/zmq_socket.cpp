@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "actors/handoff.h"
-#include "devices/error.h"
+#include "net/errors.h"
 
 namespace troupe::net {
 

@@ -260,7 +260,7 @@ CallFrame decode_call(const void* data, size_t size, const std::vector<Tensor>& 
     malformed("enroll carrying " + call.value.describe() + ", not [type, replaced rank, replaced id]");
   // A failure carries an error record; a down notice one too, or nothing (a plain stop).
   if ((call.kind == CallKind::failure || (call.kind == CallKind::down && !call.text.empty())) &&
-      call.text.find('\0') == std::string::npos)
+      (call.text.find('\0') == std::string::npos || call.text.front() == '\0'))
     malformed(what + "without an error record");
   return call;
 }

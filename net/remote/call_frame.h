@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "net/errors.h"
 #include "net/remote/value.h"
 
 namespace troupe::net {
