@@ -59,6 +59,7 @@
 // net/: process groups, p2p, collectives, the launcher, CURVE keys, remote actors.
 #include "net/collectives.h"
 #include "net/curve.h"
+#include "net/errors.h"
 #include "net/launcher.h"
 #include "net/process_group.h"
 #include "net/remote/remote_actor.h"

@@ -6,6 +6,7 @@
 // Each type names its kind (TROUPE_ERROR_KIND), and registers it in the error-kind table
 // (devices/error_kinds.h), so an error that crosses a rank or a graph node comes back as the same
 // type. A new error type: derive, add TROUPE_ERROR_KIND(Name), register with ErrorKindRegistrar.
+// The network's errors (CommError, PeerLostError) are the net layer's: net/errors.h.
 #include <stdexcept>
 #include <string>
 
@@ -51,16 +52,6 @@ class IOError : public Error {  // files: npy, safetensors, datasets
  public:
   using Error::Error;
   TROUPE_ERROR_KIND(IOError)
-};
-class CommError : public Error {  // transport and protocol failures
- public:
-  using Error::Error;
-  TROUPE_ERROR_KIND(CommError)
-};
-class PeerLostError : public CommError {  // a rank died or went away
- public:
-  using CommError::CommError;
-  TROUPE_ERROR_KIND(PeerLostError)
 };
 class TimeoutError : public Error {  // an operation outlived its deadline
  public:

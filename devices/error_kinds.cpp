@@ -24,8 +24,6 @@ ErrorKindRegistrar<DeviceError> device_error_kind;
 ErrorKindRegistrar<IndexError> index_error_kind;
 ErrorKindRegistrar<ValueError> value_error_kind;
 ErrorKindRegistrar<IOError> io_error_kind;
-ErrorKindRegistrar<CommError> comm_error_kind;
-ErrorKindRegistrar<PeerLostError> peer_lost_error_kind;
 ErrorKindRegistrar<TimeoutError> timeout_error_kind;
 ErrorKindRegistrar<CancelledError> cancelled_error_kind;
 
@@ -41,7 +39,7 @@ std::string ErrorRecord::serialize() const {
 ErrorRecord ErrorRecord::parse(std::string_view bytes) {
   const size_t end = bytes.find('\0');
   if (end == std::string_view::npos || end == 0)
-    throw CommError("error record: " + std::to_string(bytes.size()) + " bytes without a kind before a NUL byte");
+    throw ValueError("error record: " + std::to_string(bytes.size()) + " bytes without a kind before a NUL byte");
   return {std::string(bytes.substr(0, end)), std::string(bytes.substr(end + 1))};
 }
 

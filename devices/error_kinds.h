@@ -23,7 +23,7 @@ struct ErrorRecord {
   std::string kind;  // a registered kind() name; "Error" for anything else
   std::string message;
 
-  // "kind\0message": the form frames carry. parse() throws CommError on bytes without the kind.
+  // "kind\0message": the form frames carry. parse() throws ValueError on bytes without the kind.
   std::string serialize() const;
   static ErrorRecord parse(std::string_view bytes);
 };

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "devices/error.h"
+#include "net/errors.h"
 
 namespace troupe::net {
 

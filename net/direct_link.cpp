@@ -13,7 +13,7 @@
 #include <cstring>
 #include <utility>
 
-#include "devices/error.h"
+#include "net/errors.h"
 #include "net/wire_bytes.h"
 
 namespace troupe::net {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <iterator>
 
-#include "devices/error.h"
+#include "net/errors.h"
 #include "net/wire_bytes.h"
 
 namespace troupe::net {

@@ -19,6 +19,7 @@
 
 #include "devices/dtype.h"
 #include "devices/shape.h"
+#include "net/errors.h"
 
 namespace troupe::net {
 

@@ -17,7 +17,7 @@
 #include <thread>
 #include <utility>
 
-#include "devices/error.h"
+#include "net/errors.h"
 #include "net/wire_bytes.h"
 #include "net/direct_link.h"
 

@@ -61,23 +61,11 @@
 #include "net/curve.h"
 #include "net/direct_link.h"
 #include "net/frame.h"
+#include "net/host_identity.h"
 #include "net/stripes.h"
 #include "net/work.h"
 
-struct zmq_msg_t;
-
 namespace troupe::net {
-
-// Where a rank can be reached: its tcp:// endpoint, its ipc:// endpoint, and a host id (boot id
-// plus mount and network namespaces) telling whether an ipc:// path is reachable from a peer.
-struct PeerAddress {
-  std::string tcp;
-  std::string ipc;
-  std::string host_id;
-  std::string direct;                                 // host:port of its direct links; empty: none
-  std::string serialize() const;                      // "tcp|ipc|host_id[|direct]"
-  static PeerAddress parse(const std::string& text);  // CommError when malformed; direct is optional
-};
 
 // Inboxes by who reads them: users' p2p tags and collectives (by sequence number), so neither can
 // take the other's frames.
@@ -88,8 +76,8 @@ struct Message {
   int source = -1;
   FrameHeader header;
   Tensor payload;
-  std::vector<Tensor> parts;  // an actor frame's tensors, as the u8 bytes that came (zero-copy via
-                              // ZeroMQ; copied once out of a direct link's receive buffer)
+  std::vector<Tensor> parts;  // an actor frame's tensors, as the u8 bytes that came (adopted from
+                              // ZeroMQ and the stripes; copied once out of a direct link's buffer)
 };
 
 // Where actor frames go (net/remote/): to a handler instead of the inboxes, and, for the remote
@@ -145,8 +133,9 @@ class Transport {
   void send(int dst, FrameHeader header, const Tensor& payload,
             const std::shared_ptr<detail::Completion>& done = nullptr);
   // An actor frame to another rank: the call frame bytes, then each tensor as its own part
-  // (zero-copy). Only the destination's health matters: remote actors outlive other ranks' deaths.
-  void send_actor_frame(int dst, const std::vector<uint8_t>& call_frame, const std::vector<Tensor>& tensors);
+  // (zero-copy; made contiguous host bytes here, once). Only the destination's health matters:
+  // remote actors outlive other ranks' deaths.
+  void send_actor_frame(int dst, std::vector<uint8_t> call_frame, const std::vector<Tensor>& tensors);
   // Installs the handler of actor frames (nullptr: none; later ones are dropped). Frames that
   // came before the first handler are handed to it first, in order.
   void set_actor_handler(std::shared_ptr<ActorHandler> handler);
@@ -191,41 +180,66 @@ class Transport {
  private:
   struct Peer;
   using Key = std::tuple<uint64_t, Lane, int64_t>;
+  enum Path : uint8_t { zmq_path, direct_path, stripes_path };  // how a frame travels, counted apart
 
+  // transport.cpp: the I/O thread, and one frame of contiguous host parts (the payload, or an
+  // actor frame's call frame and tensors) to another rank by the path that suits it; h.seq is set here.
   void io_loop();
-  // These receive with the ROUTER held and return how many frames they handled.
-  int handle_router();
-  int handle_direct();   // the direct links, and the striped frames that are whole
-  int handle_striped();
+  void send_frame(int dst, FrameHeader& h, std::vector<Tensor> parts, const std::shared_ptr<detail::Completion>& done);
+  void touch();  // a frame was just sent or received
+  void wake();
+
+  // frame_accept.cpp: every path hands each frame it received here, as its header's bytes and its
+  // parts as u8 tensors owning their bytes. Decoded and checked once; a bad frame loses the peer
+  // (CommError "rank N sent a bad frame"). False when refused.
+  bool accept_frame(int peer, Path path, std::span<const uint8_t> header, std::vector<Tensor> parts);
+  void refuse_frame(int peer, const std::exception& why);
   // Takes a frame in the peer's sequence order: handled now, or held until the ones before it came.
-  void take_frame(int peer, FrameHeader header, Tensor payload, std::vector<Tensor> extra);
-  void handle_frame(int peer, FrameHeader header, Tensor payload, std::vector<Tensor> extra);
+  void take_frame(int peer, Message frame);
+  void handle_frame(int peer, Message frame);
+
+  // transport_zmq.cpp: the ZeroMQ path. These receive with the ROUTER held and return how many
+  // frames they handled.
+  void connect_dealer(int r, const std::string& endpoint);
+  void send_zmq_locked(int dst, const FrameHeader& h, const std::vector<Tensor>& parts,
+                       const std::shared_ptr<detail::Completion>& done);
+  int handle_router();
+
+  // transport_direct.cpp: small frames on plain TCP links.
+  void open_direct_links();  // the listener, and the stripes' receivers
+  void connect_direct_locked(int r, const PeerAddress& address, Deadline deadline);
   // Sends one frame on the peer's direct link when it has one and the frame is small enough;
-  // false: it goes through ZeroMQ. With the peer's send_mutex held and h.seq set.
+  // false: it goes another way. With the peer's send_mutex held and h.seq set.
   bool send_direct_locked(Peer& peer, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts);
+  int handle_direct();  // the direct links, and the striped frames that are whole
+
+  // transport_stripes.cpp: large frames over several connections at once.
   // Whether a frame of these parts goes on the stripes: large enough, and they reach the peer.
   bool takes_stripes(int dst, std::span<const std::span<const uint8_t>> parts) const;
   // Queues one frame on the stripes, with the peer's send_mutex held and h.seq set; keep holds the
   // parts' bytes until the lanes wrote them.
   void send_striped_locked(int dst, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
                            std::shared_ptr<const void> keep, const std::shared_ptr<detail::Completion>& done);
+  int handle_striped();
+
+  // transport_receive.cpp: matching posted receives.
   // Leads for one slice with the ROUTER held: receives until done() or the slice's end, polling
   // without sleeping while a frame was sent or received less than busy_poll ago.
   void lead_locked(const std::function<bool()>& done, Deadline deadline);
-  void touch();  // a frame was just sent or received
-  void handle_monitor(int peer);
-  void handle_zap();
-  void tick(Clock::time_point now);
   void deliver(Message message);  // with mutex_ held
+
+  // transport_liveness.cpp: hello, heartbeats, goodbye, lost peers.
+  void handle_monitor(int peer);
+  void tick(Clock::time_point now);
   void send_control_locked(Peer& peer, FrameKind kind);
-  // TROUPE_TRACE: measures this rank's clock offset to rank 0 (ping-pong) for the job's trace.
-  void sync_trace_clock(Deadline deadline);
   void break_transport(std::exception_ptr error);
   void lose_peer(int r, std::exception_ptr error);  // a crash or a bad frame: breaks the transport
   void peer_departed(int r);
   void suspect_peer(int r);  // its connection closed: lost unless its goodbye comes (tick())
   void tell_actor_handler(int r, std::exception_ptr error);
-  void wake();
+
+  // trace_clock.cpp: TROUPE_TRACE measures this rank's clock offset to rank 0 (ping-pong).
+  void sync_trace_clock(Deadline deadline);
 
   TransportOptions options_;
   PeerAddress address_;

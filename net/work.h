@@ -15,6 +15,8 @@
 #include <memory>
 #include <mutex>
 
+#include "net/errors.h"
+
 namespace troupe::net {
 
 using Clock = std::chrono::steady_clock;

@@ -187,7 +187,7 @@ std::shared_ptr<const PackedWeight> packed_weight(const Tensor& w, PackWhen when
   if (!w.defined()) throw ValueError("packed_weight: the weight is undefined");
   if (w.dtype() != DType::f32) throw DTypeError("packed_weight: expects an f32 weight, got " + w.meta().str());
   if (w.dim() != 2) throw ShapeError("packed_weight: expects a 2-d weight [n, k], got " + w.meta().str());
-  if (!w.device().is_cpu()) throw ValueError("packed_weight: expects a host weight, got " + w.meta().str());
+  if (!w.device().is_cpu()) throw DeviceError("packed_weight: expects a host weight, got " + w.meta().str());
   const int64_t n = w.size(0), k = w.size(1);
   const size_t bytes = static_cast<size_t>((n + NR - 1) / NR * k * NR) * sizeof(float);
   return cache().get(w, when, bytes, [&] {

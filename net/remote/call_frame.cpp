@@ -1,10 +1,11 @@
 #include "net/remote/call_frame.h"
 
-#include <bit>
 #include <cstring>
 #include <iterator>
 
 #include "net/frame.h"
+#include "net/frame_accept.h"
+#include "net/wire_bytes.h"
 
 namespace troupe::net {
 
@@ -16,16 +17,13 @@ enum Tag : uint8_t { none = 0, false_ = 1, true_ = 2, integer = 3, real = 4, str
 
 [[noreturn]] void malformed(const std::string& what) { throw CommError("call frame: malformed: " + what); }
 
-template <class T>
-void append(std::vector<uint8_t>& out, T value) {
-  static_assert(std::endian::native == std::endian::little);
-  const auto* p = reinterpret_cast<const uint8_t*>(&value);
-  out.insert(out.end(), p, p + sizeof(T));
-}
+using wire::get;
+using wire::put;
 
 template <class T>
-void put(std::vector<uint8_t>& out, size_t offset, T value) {
-  std::memcpy(out.data() + offset, &value, sizeof(T));
+void append(std::vector<uint8_t>& out, T value) {
+  out.resize(out.size() + sizeof(T));
+  put<T>(out.data(), out.size() - sizeof(T), value);
 }
 
 void encode_value(const WireValue& v, std::vector<uint8_t>& out, std::vector<Tensor>& tensors, size_t depth) {
@@ -59,7 +57,7 @@ void encode_value(const WireValue& v, std::vector<uint8_t>& out, std::vector<Ten
       out.push_back(static_cast<uint8_t>(t.dtype()));
       out.push_back(static_cast<uint8_t>(t.dim()));
       for (int64_t d : t.shape()) append<int64_t>(out, d);
-      tensors.push_back(host_contiguous(t));
+      tensors.push_back(t);  // the transport makes it contiguous host bytes, once
       return;
     }
     case WireValue::Kind::list: {
@@ -121,8 +119,7 @@ class Reader {
   template <class T>
   T take(const char* what) {
     need(sizeof(T), what);
-    T value;
-    std::memcpy(&value, p_, sizeof(T));
+    const T value = get<T>(p_, 0);
     p_ += sizeof(T);
     return value;
   }
@@ -147,19 +144,7 @@ class Reader {
     if (part.nbytes() != bytes)
       malformed(std::string(troupe::name(t)) + to_string(shape) + " needs " + std::to_string(bytes) + " bytes, its part has " +
                 std::to_string(part.nbytes()));
-    return view_as(part, t, shape);
-  }
-
-  // The received bytes as dtype[shape]: a view when aligned for the dtype, else a copy.
-  static Tensor view_as(const Tensor& part, DType dtype, const Shape& shape) {
-    if (part.nbytes() == 0) return Tensor::empty(shape, dtype);
-    const size_t size = itemsize(dtype);
-    const size_t offset = static_cast<size_t>(part.offset()) * itemsize(part.dtype());
-    if (reinterpret_cast<uintptr_t>(part.raw_data()) % size == 0 && offset % size == 0)
-      return Tensor(part.storage(), dtype, shape, contiguous_strides(shape), static_cast<int64_t>(offset / size));
-    Tensor copy = Tensor::empty(shape, dtype);
-    std::memcpy(copy.mutable_raw_data(), part.raw_data(), part.nbytes());
-    return copy;
+    return view_bytes_as(part, t, shape);
   }
 
   const uint8_t* p_;
@@ -216,39 +201,35 @@ EncodedCall encode_call(const CallFrame& call) {
   const size_t value_bytes = out.bytes.size() - kFixed - call.text.size();
   if (value_bytes > UINT32_MAX)
     throw ValueError("remote call: arguments of " + std::to_string(value_bytes) + " bytes besides their tensors");
-  put<uint32_t>(out.bytes, 0, kCallMagic);
-  put<uint8_t>(out.bytes, 4, kCallVersion);
-  put<uint8_t>(out.bytes, 5, static_cast<uint8_t>(call.kind));
-  put<uint16_t>(out.bytes, 6, 0);
-  put<uint64_t>(out.bytes, 8, call.actor);
-  put<uint64_t>(out.bytes, 16, call.request);
-  put<uint32_t>(out.bytes, 24, static_cast<uint32_t>(call.text.size()));
-  put<uint32_t>(out.bytes, 28, static_cast<uint32_t>(value_bytes));
-  put<uint32_t>(out.bytes, 32, static_cast<uint32_t>(out.tensors.size()));
-  put<uint32_t>(out.bytes, 36, 0);
+  uint8_t* fixed = out.bytes.data();
+  put<uint32_t>(fixed, 0, kCallMagic);
+  put<uint8_t>(fixed, 4, kCallVersion);
+  put<uint8_t>(fixed, 5, static_cast<uint8_t>(call.kind));
+  put<uint16_t>(fixed, 6, 0);
+  put<uint64_t>(fixed, 8, call.actor);
+  put<uint64_t>(fixed, 16, call.request);
+  put<uint32_t>(fixed, 24, static_cast<uint32_t>(call.text.size()));
+  put<uint32_t>(fixed, 28, static_cast<uint32_t>(value_bytes));
+  put<uint32_t>(fixed, 32, static_cast<uint32_t>(out.tensors.size()));
+  put<uint32_t>(fixed, 36, 0);
   return out;
 }
 
 CallFrame decode_call(const void* data, size_t size, const std::vector<Tensor>& parts) {
   const auto* in = static_cast<const uint8_t*>(data);
-  auto get = [&]<class T>(size_t offset, T) {
-    T value;
-    std::memcpy(&value, in + offset, sizeof(T));
-    return value;
-  };
   if (size < kFixed) malformed(std::to_string(size) + " bytes, at least " + std::to_string(kFixed) + " expected");
-  if (get(0, uint32_t()) != kCallMagic) malformed("bad magic (not a call frame)");
-  if (const uint8_t v = get(4, uint8_t()); v != kCallVersion)
+  if (get<uint32_t>(in, 0) != kCallMagic) malformed("bad magic (not a call frame)");
+  if (const uint8_t v = get<uint8_t>(in, 4); v != kCallVersion)
     malformed("version " + std::to_string(v) + ", this build speaks " + std::to_string(kCallVersion));
-  const uint8_t kind = get(5, uint8_t());
+  const uint8_t kind = get<uint8_t>(in, 5);
   if (kind < static_cast<uint8_t>(CallKind::spawn) || kind > static_cast<uint8_t>(CallKind::done))
     malformed("unknown kind " + std::to_string(kind));
-  if (get(6, uint16_t()) != 0 || get(36, uint32_t()) != 0) malformed("reserved bytes are not zero");
+  if (get<uint16_t>(in, 6) != 0 || get<uint32_t>(in, 36) != 0) malformed("reserved bytes are not zero");
   CallFrame call;
   call.kind = static_cast<CallKind>(kind);
-  call.actor = get(8, uint64_t());
-  call.request = get(16, uint64_t());
-  const uint64_t text = get(24, uint32_t()), value = get(28, uint32_t()), tensors = get(32, uint32_t());
+  call.actor = get<uint64_t>(in, 8);
+  call.request = get<uint64_t>(in, 16);
+  const uint64_t text = get<uint32_t>(in, 24), value = get<uint32_t>(in, 28), tensors = get<uint32_t>(in, 32);
   if (text > kMaxCallText) malformed("text of " + std::to_string(text) + " bytes");
   if (kFixed + text + value != size)
     malformed(std::to_string(size) + " bytes, the header accounts for " + std::to_string(kFixed + text + value));
@@ -281,7 +262,7 @@ CallFrame decode_call(const void* data, size_t size, const std::vector<Tensor>& 
     malformed("enroll carrying " + call.value.describe() + ", not [type, replaced rank, replaced id]");
   // A failure carries an error record; a down notice one too, or nothing (a plain stop).
   if ((call.kind == CallKind::failure || (call.kind == CallKind::down && !call.text.empty())) &&
-      call.text.find('\0') == std::string::npos)
+      (call.text.find('\0') == std::string::npos || call.text.front() == '\0'))
     malformed(what + "without an error record");
   return call;
 }

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "net/errors.h"
 #include "net/remote/value.h"
 
 namespace troupe::net {
@@ -61,7 +62,8 @@ struct CallFrame {
 
 struct EncodedCall {
   std::vector<uint8_t> bytes;
-  std::vector<Tensor> tensors;  // contiguous, on the CPU, in the order the value names them
+  std::vector<Tensor> tensors;  // in the order the value names them, as they are: the transport sends
+                                // each as contiguous host bytes (Transport::send_actor_frame)
 };
 
 EncodedCall encode_call(const CallFrame& call);

@@ -24,8 +24,8 @@ RemoteActors::Impl::Impl(std::shared_ptr<ProcessGroup> made_on)
 
 void RemoteActors::Impl::post(int dst, CallFrame call) {
   if (dst == rank) return dispatch(rank, std::move(call));
-  const EncodedCall wire = encode_call(call);
-  transport.send_actor_frame(dst, wire.bytes, wire.tensors);
+  EncodedCall wire = encode_call(call);
+  transport.send_actor_frame(dst, std::move(wire.bytes), wire.tensors);
 }
 
 void RemoteActors::Impl::ask(int dst, CallFrame call, std::string what, Answer answer) {
@@ -103,6 +103,8 @@ void RemoteActors::Impl::on_frame(Message&& m) {
 }
 
 void RemoteActors::Impl::dispatch(int source, CallFrame&& call) {
+  const CallKind kind = call.kind;
+  const uint64_t request = call.request;  // both kept: the handlers below take the call
   try {
     switch (call.kind) {
       case CallKind::request:
@@ -127,9 +129,13 @@ void RemoteActors::Impl::dispatch(int source, CallFrame&& call) {
     }
   } catch (const CommError&) {
     throw;  // a malformed frame: the transport drops the peer
-  } catch (const std::exception& e) {
-    std::cerr << "remote actors: rank " << rank << ": a " << name(call.kind) << " from rank " << source
-              << " failed: " << e.what() << std::endl;
+  } catch (...) {
+    // A call that waits for an answer gets the failure as its answer: raised where it was made.
+    // A notice or an answer has nobody waiting: the failure is refused like a failed tell.
+    const bool answered = kind != CallKind::reply && kind != CallKind::failure;
+    refuse(source, answered ? request : 0,
+           with_context(std::string(name(kind)) + " from rank " + std::to_string(source) + ": ",
+                        std::current_exception()));
   }
 }
 

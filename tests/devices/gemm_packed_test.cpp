@@ -2,10 +2,14 @@
 #include <cmath>
 #include <random>
 
+#include "devices/backend.h"
+#include "devices/cpu/gemm_bf16.h"
 #include "devices/cpu/gemm_packed.h"
+#include "devices/error.h"
 #include "devices/ops.h"
 #include "devices/threads.h"
 #include "support/close.h"
+#include "support/skip.h"
 
 using namespace troupe;
 
@@ -172,4 +176,13 @@ TEST_CASE("second_use packs a weight the second time it is seen, and linear then
     }
   }
   CHECK(packed_weight_cache_bytes() == packed->nbytes());  // linear packed the current version
+}
+
+TEST_CASE("packed weights: a weight on another device is a DeviceError naming it", "[gemm]") {
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
+  const Tensor w = Tensor::ones({4, 8}).to(Device::cuda(0));
+  CHECK_THROWS_AS(packed_weight(w), DeviceError);
+  CHECK_THROWS_WITH(packed_weight(w), Catch::Contains("packed_weight: expects a host weight") && Catch::Contains("cuda"));
+  CHECK_THROWS_AS(packed_weight_bf16(w), DeviceError);
+  CHECK_THROWS_WITH(packed_weight_bf16(w), Catch::Contains("packed_weight_bf16: expects a host weight"));
 }

@@ -1,0 +1,115 @@
+#include "net/frame_accept.h"
+
+#include <cstring>
+
+#include "net/errors.h"
+#include "net/transport_internal.h"
+
+namespace troupe::net {
+
+Tensor view_bytes_as(const Tensor& bytes, DType dtype, const Shape& shape) {
+  if (bytes.nbytes() == 0) return Tensor::empty(shape, dtype);
+  const size_t size = itemsize(dtype);
+  const size_t offset = static_cast<size_t>(bytes.offset()) * itemsize(bytes.dtype());
+  if (reinterpret_cast<uintptr_t>(bytes.raw_data()) % size == 0 && offset % size == 0)
+    return Tensor(bytes.storage(), dtype, shape, contiguous_strides(shape), static_cast<int64_t>(offset / size));
+  Tensor copy = Tensor::empty(shape, dtype);
+  std::memcpy(copy.mutable_raw_data(), bytes.raw_data(), bytes.nbytes());
+  return copy;
+}
+
+bool Transport::accept_frame(int peer, Path path, std::span<const uint8_t> header, std::vector<Tensor> parts) {
+  try {
+    // The payload, then (actor frames only) one part per tensor.
+    if (parts.size() > 1 + kMaxActorParts)
+      throw CommError("frame: malformed: " + std::to_string(parts.size()) + " parts, at most " +
+                      std::to_string(1 + kMaxActorParts));
+    const size_t payload_size = parts.empty() ? 0 : parts.front().nbytes();
+    FrameHeader h = decode_header(header.data(), header.size(), payload_size, world_size());
+    if (h.source != peer) throw CommError("frame: malformed: claims source rank " + std::to_string(h.source));
+    if (parts.size() > 1 && h.kind != FrameKind::actor)
+      throw CommError("frame: malformed: a " + std::string(name(h.kind)) + " frame of " + std::to_string(parts.size()) +
+                      " parts");
+    size_t frame_bytes = header.size();
+    for (const Tensor& p : parts) frame_bytes += p.nbytes();
+    peers_[peer]->count_received(path, frame_bytes);
+    if (path == direct_path) ++direct_frames_;
+    if (path == stripes_path) ++striped_frames_;
+    Message frame{peer, h, parts.empty() ? Tensor::empty(h.shape, h.dtype) : view_bytes_as(parts.front(), h.dtype, h.shape),
+                  {}};
+    if (parts.size() > 1) frame.parts.assign(std::make_move_iterator(parts.begin() + 1), std::make_move_iterator(parts.end()));
+    take_frame(peer, std::move(frame));
+    return true;
+  } catch (const CommError& e) {
+    refuse_frame(peer, e);
+    return false;
+  }
+}
+
+void Transport::refuse_frame(int peer, const std::exception& why) {
+  lose_peer(peer, std::make_exception_ptr(
+                      CommError("transport: rank " + std::to_string(peer) + " sent a bad frame: " + why.what())));
+}
+
+void Transport::take_frame(int r, Message frame) {
+  Peer& peer = *peers_[r];
+  peer.last_seen = Clock::now().time_since_epoch().count();
+  const uint64_t seq = frame.header.seq;
+  if (seq != peer.expected_seq) {
+    // Came ahead of a frame sent before it on another path: held until that one is here.
+    if (seq < peer.expected_seq || peer.held.count(seq) || peer.held.size() >= kMaxHeldFrames)
+      throw CommError("frame: sequence number " + std::to_string(seq) + ", expected " +
+                      std::to_string(peer.expected_seq) + " (a frame was lost or repeated)");
+    peer.held.emplace(seq, std::move(frame));
+    return;
+  }
+  ++peer.expected_seq;
+  handle_frame(r, std::move(frame));
+  for (auto it = peer.held.begin(); it != peer.held.end() && it->first == peer.expected_seq; it = peer.held.begin()) {
+    Message next = std::move(it->second);
+    peer.held.erase(it);
+    ++peer.expected_seq;
+    handle_frame(r, std::move(next));
+  }
+}
+
+void Transport::handle_frame(int r, Message frame) {
+  Peer& peer = *peers_[r];
+  switch (frame.header.kind) {
+    case FrameKind::heartbeat:
+      return;
+    case FrameKind::hello: {
+      std::lock_guard lock(mutex_);
+      peer.hello = true;
+      peer.suspect = false;
+      hello_cv_.notify_all();
+      return;
+    }
+    case FrameKind::goodbye:
+      peer_departed(r);
+      return;
+    case FrameKind::actor: {
+      if (peer.lost) return;
+      std::shared_ptr<ActorHandler> handler;
+      {
+        std::lock_guard lock(mutex_);
+        if (!actor_handler_) {
+          if (!actor_handler_set_) actor_backlog_.push_back(std::move(frame));
+          return;
+        }
+        handler = actor_handler_;
+      }
+      handler->on_frame(std::move(frame));
+      return;
+    }
+    case FrameKind::data:
+    case FrameKind::collective:
+    case FrameKind::control: {
+      std::lock_guard lock(mutex_);
+      deliver(std::move(frame));
+      return;
+    }
+  }
+}
+
+}  // namespace troupe::net

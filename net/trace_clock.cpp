@@ -1,0 +1,46 @@
+// TROUPE_TRACE (actors/profiler.h): each rank's clock offset to rank 0, measured once connected,
+// so the ranks' traces line up in one job trace.
+#include "actors/profiler.h"
+#include "devices/error.h"
+#include "net/transport_internal.h"
+
+namespace troupe::net {
+
+void Transport::sync_trace_clock(Deadline deadline) {
+  // Each rank in turn pings rank 0; rank 0 answers with its clock. The round trip that took
+  // least bounds the offset's error by half of it: the answer was stamped somewhere inside it.
+  constexpr uint64_t kClockGroup = 0x7472616365636c6bULL;  // "traceclk": no process group's id
+  constexpr int kRounds = 200;  // more tries at a round trip the scheduler did not stretch
+  auto now = [] { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); };
+  FrameHeader h;
+  h.group = kClockGroup;
+  if (rank() == 0) {
+    for (int r = 1; r < world_size(); ++r)
+      for (int k = 0; k < kRounds; ++k) {
+        if (!wait(post(kClockGroup, Lane::p2p, k, r), deadline))
+          throw TimeoutError("TROUPE_TRACE: no clock ping from rank " + std::to_string(r));
+        h.tag = k;
+        send(r, h, Tensor::from_vector<int64_t>({now()}, {1}));
+      }
+    Profiler::set_job_clock(0, 0, 0);
+    return;
+  }
+  int64_t best_rtt = -1, offset = 0;
+  for (int k = 0; k < kRounds; ++k) {
+    auto slot = post(kClockGroup, Lane::p2p, k, 0);
+    h.tag = k;
+    const int64_t sent = now();
+    send(0, h, Tensor());
+    std::optional<Message> m = wait(slot, deadline);
+    const int64_t back = now();
+    if (!m) throw TimeoutError("TROUPE_TRACE: no clock answer from rank 0");
+    const int64_t rtt = back - sent;
+    if (best_rtt < 0 || rtt < best_rtt) {
+      best_rtt = rtt;
+      offset = m->payload.to_vector<int64_t>()[0] - (sent + back) / 2;
+    }
+  }
+  Profiler::set_job_clock(rank(), offset, (best_rtt + 1) / 2);
+}
+
+}  // namespace troupe::net

@@ -1,0 +1,115 @@
+// The transport's direct links (transport.h, direct_link.h): small frames on a plain TCP
+// connection per peer, written by the sending thread and read by whoever leads. The listener also
+// takes the stripes' connections (transport_stripes.cpp), which introduce themselves by lane.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "net/errors.h"
+#include "net/transport_internal.h"
+
+namespace troupe::net {
+
+void Transport::open_direct_links() {
+  if (options_.direct_max + 4096 > kDirectRecordMax)
+    throw ValueError("transport: direct_max " + std::to_string(options_.direct_max) + " bytes, at most " +
+                     std::to_string(kDirectRecordMax - 4096));
+  if (options_.stripes < 0 || options_.stripes > kMaxStripes)
+    throw ValueError("transport: " + std::to_string(options_.stripes) + " stripes, expected 0.." +
+                     std::to_string(kMaxStripes));
+  listener_ = std::make_unique<DirectListener>(options_.tcp_host);
+  address_.direct = listener_->endpoint();
+  striped_ready_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  StripeReceivers::Events events;
+  events.on_ready = [this] {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(striped_ready_fd_, &one, sizeof one);
+  };
+  events.on_closed = [this](int r) { suspect_peer(r); };
+  events.on_error = [this](int r, std::exception_ptr error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      refuse_frame(r, e);
+    }
+  };
+  stripes_in_ =
+      std::make_unique<StripeReceivers>(options_.rank, options_.world_size, std::move(events), options_.peer_timeout);
+}
+
+void Transport::connect_direct_locked(int r, const PeerAddress& address, Deadline deadline) {
+  Peer& peer = *peers_[r];
+  try {
+    peer.direct = std::make_unique<DirectSender>(address.direct, rank(), deadline);
+  } catch (const CommError&) {
+    return;  // unreachable by plain TCP (a firewall, say): its frames all take ZeroMQ, which reached it
+  }
+  if (options_.stripes <= 0) return;
+  if (!stripes_out_)
+    stripes_out_ = std::make_unique<StripeSenders>(options_.stripes, [this](int p) { peers_[p]->direct_broken = true; });
+  stripes_out_->connect(r, address.direct, rank(), deadline);  // false: its large frames take ZeroMQ
+}
+
+bool Transport::send_direct_locked(Peer& peer, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts) {
+  if (!peer.direct || peer.direct->broken() || parts.size() > kDirectPartsMax) return false;
+  const size_t header_bytes = header_size(h.shape.size());
+  if (DirectSender::record_bytes(header_bytes, parts) > options_.direct_max) return false;
+  uint8_t header[512];
+  encode_header_into(h, header);
+  const bool backlogged = peer.direct->send({header, header_bytes}, parts);
+  if (peer.direct->broken()) peer.direct_broken = true;
+  if (backlogged && !peer.direct_backlogged.exchange(true)) wake();  // the I/O thread writes the rest
+  return true;
+}
+
+int Transport::handle_direct() {
+  {
+    std::lock_guard lock(accepted_mutex_);
+    for (int fd : accepted_) inbound_.push_back(std::make_unique<DirectReceiver>(fd, rank(), world_size()));
+    accepted_.clear();
+  }
+  int handled = handle_striped();
+  for (auto it = inbound_.begin(); it != inbound_.end();) {
+    DirectReceiver& in = **it;
+    bool open = true, refused = false;
+    try {
+      open = in.read([&](const DirectRecord& record) {
+        if (refused) return;  // the link closes below: nothing after a bad frame is taken
+        // The receive buffer is reused for the next records: each part is copied out once, here.
+        std::vector<Tensor> parts;
+        parts.reserve(record.parts.size());
+        for (const auto& bytes : record.parts) {
+          parts.push_back(Tensor::empty({static_cast<int64_t>(bytes.size())}, DType::u8));
+          if (!bytes.empty()) std::memcpy(parts.back().mutable_raw_data(), bytes.data(), bytes.size());
+        }
+        if (accept_frame(in.peer(), direct_path, record.header, std::move(parts))) ++handled;
+        else refused = true;
+      });
+      open = open && !refused;
+    } catch (const CommError& e) {  // a malformed introduction or record
+      open = false;
+      if (in.peer() >= 0) refuse_frame(in.peer(), e);
+      else ++dropped_frames_;  // a stranger's connection: closed, nothing else
+    }
+    if (open && in.lane() > 0) {  // a stripe: its own thread reads it from now on
+      try {
+        stripes_in_->adopt(in.release(), in.peer(), in.lane());
+      } catch (const CommError& e) {
+        refuse_frame(in.peer(), e);
+      }
+      it = inbound_.erase(it);
+      continue;
+    }
+    if (open) {
+      ++it;
+      continue;
+    }
+    // Closed: like ZeroMQ's disconnect, the peer is suspect until its goodbye comes (tick()).
+    if (in.peer() >= 0) suspect_peer(in.peer());
+    it = inbound_.erase(it);
+  }
+  return handled;
+}
+
+}  // namespace troupe::net

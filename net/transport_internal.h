@@ -1,0 +1,89 @@
+#pragma once
+// The transport's insides, shared by the files it is split into (transport.h says how it works):
+// what it keeps per peer and per posted receive, and the limits they share. Internal to net/.
+//
+//   transport.cpp            lifecycle, sends (choosing the path), the I/O thread
+//   transport_receive.cpp    posted receives: matching, waiting, leading the ROUTER
+//   frame_accept.cpp         every received frame: decoded, checked, adopted, put in sequence order
+//   transport_zmq.cpp        the ZeroMQ path: frames to a peer's ROUTER, and this ROUTER's frames
+//   transport_direct.cpp     the direct links (small frames)
+//   transport_stripes.cpp    the stripes (large frames)
+//   transport_liveness.cpp   hello, heartbeats, goodbye, lost peers
+//   trace_clock.cpp          TROUPE_TRACE's clock offset to rank 0
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "actors/metrics.h"
+#include "net/transport.h"
+
+namespace troupe::net {
+
+inline constexpr int kLingerMs = 2000;
+inline constexpr auto kDisconnectGrace = std::chrono::milliseconds(500);
+inline constexpr auto kGoodbyeWait = std::chrono::milliseconds(200);
+inline constexpr auto kLeadSlice = std::chrono::milliseconds(2);  // then the I/O thread gets a turn
+inline constexpr size_t kMaxActorParts = 1 << 16;  // tensors of one actor frame
+inline constexpr size_t kMaxHeldFrames = 1 << 20;  // frames from one peer waiting for one sent before them
+
+// Bytes (headers included) and frames per peer and path, both ways (metrics.h): what troupe top
+// shows per link. Heartbeats and the other control frames are not counted.
+struct LinkCounters {
+  metrics::Counter* sent_bytes;
+  metrics::Counter* sent_frames;
+  metrics::Counter* received_bytes;
+  metrics::Counter* received_frames;
+};
+std::array<LinkCounters, 3> link_counters(int peer);
+
+struct Transport::Peer {
+  std::mutex send_mutex;
+  void* dealer = nullptr;      // set once by connect()
+  uint64_t next_seq = 0;       // under send_mutex
+  void* monitor = nullptr;     // I/O thread after connect()
+  uint64_t expected_seq = 0;   // under router_mutex_
+  std::atomic<Clock::rep> last_seen{0};  // when a frame last came (time_since_epoch ticks)
+  bool suspect = false;        // under mutex_: its connection closed, no goodbye yet
+  Clock::time_point suspect_since;
+  bool hello = false;          // under mutex_
+  std::atomic<bool> departed{false};
+  std::atomic<bool> lost{false};  // crashed, cut off, or sent a bad frame
+  std::exception_ptr lost_error;  // under mutex_
+  bool local = false;          // set once by connect(): same host, ipc:// allowed
+  std::unique_ptr<DirectSender> direct;  // set once by connect(); used under send_mutex
+  std::atomic<bool> direct_backlogged{false};  // the I/O thread writes the rest when it can
+  std::atomic<bool> direct_broken{false};      // the direct link failed: the peer is suspect
+  // Frames that came before their turn (by sequence number), under router_mutex_.
+  std::map<uint64_t, Message> held;
+  std::array<LinkCounters, 3> link{};  // by Path; set by the constructor (not for this rank)
+
+  void count_sent(Path path, size_t bytes) {
+    link[path].sent_bytes->add(bytes);
+    link[path].sent_frames->add();
+  }
+  void count_received(Path path, size_t bytes) {
+    link[path].received_bytes->add(bytes);
+    link[path].received_frames->add();
+  }
+};
+
+struct Transport::Slot {
+  Key key;
+  int source = -1;
+  bool done = false;              // under mutex_
+  std::atomic<bool> ready{false};  // mirrors done, for the lock-free checks in wait()
+  void finish() {
+    done = true;
+    ready.store(true, std::memory_order_release);
+  }
+  std::optional<Message> message;
+  std::exception_ptr error;
+  std::condition_variable cv;
+};
+
+}  // namespace troupe::net

@@ -1,0 +1,161 @@
+// The transport's peer liveness (transport.h): hello and goodbye, heartbeats every
+// heartbeat_interval, ZeroMQ's disconnect events, and what a lost peer breaks.
+#include <zmq.h>
+
+#include <cstring>
+
+#include "net/errors.h"
+#include "net/transport_internal.h"
+
+namespace troupe::net {
+
+void Transport::check_healthy() {
+  std::lock_guard lock(mutex_);
+  if (broken_) std::rethrow_exception(broken_);
+}
+
+void Transport::check_peer(int r) {
+  if (r != rank() && peers_[r]->departed)
+    throw PeerLostError("rank " + std::to_string(r) + " has shut down (it said goodbye)");
+}
+
+bool Transport::is_gone(int r) const { return r != rank() && (peers_[r]->lost || peers_[r]->departed); }
+
+void Transport::send_control_locked(Peer& peer, FrameKind kind) {
+  FrameHeader h;
+  h.kind = kind;
+  h.source = rank();
+  h.dtype = DType::u8;
+  h.shape = {0};
+  h.seq = peer.next_seq++;
+  uint8_t buffer[128];
+  encode_header_into(h, buffer);
+  zmq_send(peer.dealer, buffer, header_size(1), ZMQ_DONTWAIT);
+}
+
+void Transport::break_transport(std::exception_ptr error) {
+  std::vector<std::weak_ptr<detail::Completion>> sends;
+  {
+    std::lock_guard lock(mutex_);
+    if (broken_) return;
+    broken_ = error;
+    for (auto& [key, queue] : posted_)
+      for (auto& slot : queue) {
+        slot->error = error;
+        slot->finish();
+        slot->cv.notify_all();
+      }
+    posted_.clear();
+    sends.swap(pending_sends_);
+  }
+  hello_cv_.notify_all();
+  for (auto& weak : sends)
+    if (auto done = weak.lock()) done->finish(error);
+}
+
+void Transport::lose_peer(int r, std::exception_ptr error) {
+  Peer& peer = *peers_[r];
+  {
+    std::lock_guard lock(mutex_);
+    if (peer.lost) return;
+    peer.lost_error = error;
+    peer.lost = true;
+  }
+  break_transport(error);
+  tell_actor_handler(r, error);
+}
+
+void Transport::tell_actor_handler(int r, std::exception_ptr error) {
+  std::shared_ptr<ActorHandler> handler;
+  {
+    std::lock_guard lock(mutex_);
+    handler = actor_handler_;
+  }
+  if (handler) handler->on_peer_lost(r, error);
+}
+
+void Transport::peer_departed(int r) {
+  peers_[r]->departed = true;
+  auto error = std::make_exception_ptr(
+      PeerLostError("rank " + std::to_string(r) + " has shut down (it said goodbye)"));
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = posted_.begin(); it != posted_.end();) {
+      std::erase_if(it->second, [&](const std::shared_ptr<Slot>& slot) {
+        if (slot->source != r) return false;
+        slot->error = error;
+        slot->finish();
+        slot->cv.notify_all();
+        return true;
+      });
+      it = it->second.empty() ? posted_.erase(it) : std::next(it);
+    }
+  }
+  hello_cv_.notify_all();
+  tell_actor_handler(r, error);
+}
+
+void Transport::suspect_peer(int r) {
+  Peer& peer = *peers_[r];
+  std::lock_guard lock(mutex_);
+  if (peer.hello && !peer.departed && !peer.suspect) {
+    peer.suspect = true;
+    peer.suspect_since = Clock::now();
+  }
+}
+
+void Transport::handle_monitor(int r) {
+  zmq_msg_t event, endpoint;
+  zmq_msg_init(&event);
+  zmq_msg_init(&endpoint);
+  if (zmq_msg_recv(&event, peers_[r]->monitor, ZMQ_DONTWAIT) >= 0) {
+    if (zmq_msg_more(&event)) zmq_msg_recv(&endpoint, peers_[r]->monitor, 0);
+    uint16_t id = 0;
+    if (zmq_msg_size(&event) >= 2) std::memcpy(&id, zmq_msg_data(&event), 2);
+    Peer& peer = *peers_[r];
+    std::lock_guard lock(mutex_);
+    if (id == ZMQ_EVENT_DISCONNECTED && peer.hello && !peer.departed && !peer.suspect) {
+      peer.suspect = true;
+      peer.suspect_since = Clock::now();
+    }
+  }
+  zmq_msg_close(&event);
+  zmq_msg_close(&endpoint);
+}
+
+void Transport::tick(Clock::time_point now) {
+  if (!connected_) return;
+  for (int r = 0; r < world_size(); ++r) {
+    Peer& peer = *peers_[r];
+    if (r == rank() || peer.departed) continue;
+    {
+      std::lock_guard lock(peer.send_mutex);
+      send_control_locked(peer, FrameKind::heartbeat);
+    }
+    bool hello, suspect;
+    Clock::time_point suspect_since;
+    {
+      std::lock_guard lock(mutex_);
+      if (peer.lost) continue;
+      if (peer.direct_broken && peer.hello && !peer.suspect) {  // like a closed connection
+        peer.suspect = true;
+        peer.suspect_since = now;
+      }
+      hello = peer.hello;
+      suspect = peer.suspect;
+      suspect_since = peer.suspect_since;
+    }
+    if (!hello) continue;
+    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(
+        now - Clock::time_point(Clock::duration(peer.last_seen.load())));
+    if (silent > options_.peer_timeout)
+      lose_peer(r, std::make_exception_ptr(PeerLostError(
+          "rank " + std::to_string(r) + " was lost: no message or heartbeat for " + std::to_string(silent.count()) +
+          " ms")));
+    else if (suspect && now - suspect_since > kDisconnectGrace)
+      lose_peer(r, std::make_exception_ptr(
+          PeerLostError("rank " + std::to_string(r) + " was lost: its connection closed (process died or network broke)")));
+  }
+}
+
+}  // namespace troupe::net

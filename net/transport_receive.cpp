@@ -1,0 +1,147 @@
+// The transport's receives (transport.h): posted receives matched in posting order, MPI style,
+// and the leader/followers scheme by which waiting threads receive for each other.
+#include <poll.h>
+
+#include <algorithm>
+
+#include "net/transport_internal.h"
+
+namespace troupe::net {
+
+namespace {
+
+Lane lane_of(FrameKind kind) {
+  if (kind == FrameKind::data) return Lane::p2p;
+  return Lane::collective;
+}
+
+}  // namespace
+
+std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Lane lane, int64_t tag, int source) {
+  auto slot = std::make_shared<Slot>();
+  slot->key = {group, lane, tag};
+  slot->source = source;
+  std::lock_guard lock(mutex_);
+  // Messages that already arrived are delivered even after a failure: they are complete.
+  if (auto it = unexpected_.find(slot->key); it != unexpected_.end()) {
+    auto& queue = it->second;
+    // A collective's abort notice wins over its data that came earlier: once any rank gave up on
+    // the collective, no later receive of it may succeed.
+    auto m = std::find_if(queue.begin(), queue.end(), [](const Message& q) { return q.header.kind == FrameKind::control; });
+    if (m == queue.end())
+      m = std::find_if(queue.begin(), queue.end(), [&](const Message& q) { return source < 0 || q.source == source; });
+    if (m != queue.end()) {
+      slot->message = std::move(*m);
+      queue.erase(m);
+      if (queue.empty()) unexpected_.erase(it);
+      slot->finish();
+      return slot;
+    }
+  }
+  if (broken_) {
+    slot->error = broken_;
+    slot->finish();
+  } else if (source >= 0 && source != rank() && peers_[source]->departed) {
+    slot->error = std::make_exception_ptr(
+        PeerLostError("recv: rank " + std::to_string(source) + " has shut down (it said goodbye)"));
+    slot->finish();
+  } else {
+    posted_[slot->key].push_back(slot);
+  }
+  return slot;
+}
+
+void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline) {
+  const Deadline slice = std::min(deadline, Clock::now() + kLeadSlice);
+  std::vector<pollfd> fds;
+  while (true) {
+    if (handle_router() + handle_direct() > 0) touch();
+    const auto now = Clock::now();
+    last_lead_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+    if (done()) break;
+    const Deadline spin_until = Clock::time_point(Clock::duration(last_activity_.load(std::memory_order_relaxed))) +
+                                options_.busy_poll;
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(slice - now).count();
+    if (left <= 0) break;
+    if (now < spin_until) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+      continue;
+    }
+    fds.assign(1, pollfd{router_fd_, POLLIN, 0});
+    for (const auto& in : inbound_) fds.push_back(pollfd{in->fd(), POLLIN, 0});
+    if (striped_ready_fd_ >= 0) fds.push_back(pollfd{striped_ready_fd_, POLLIN, 0});
+    const timespec ts{left / 1000000000, left % 1000000000};
+    ::ppoll(fds.data(), fds.size(), &ts, nullptr);
+  }
+}
+
+bool Transport::try_drive(const std::function<bool()>& done, Deadline deadline) {
+  std::unique_lock router(router_mutex_, std::try_to_lock);
+  if (!router.owns_lock()) return false;
+  lead_locked(done, deadline);
+  return true;
+}
+
+void Transport::drive(const std::function<bool()>& done, Deadline deadline) {
+  while (!done() && Clock::now() < deadline) {
+    std::lock_guard router(router_mutex_);
+    lead_locked(done, deadline);
+  }
+}
+
+std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadline deadline) {
+  // Leader/followers: the first waiter takes the ROUTER (and the direct links) and receives for
+  // everyone, woken by their descriptors, so a small message costs no hand-off through a thread. The
+  // others sleep on their slot; the leader (or the I/O thread) completes it.
+  const auto ready = [&] { return slot->ready.load(std::memory_order_acquire); };
+  while (!ready() && Clock::now() < deadline) {
+    if (!try_drive(ready, deadline)) {
+      std::unique_lock lock(mutex_);
+      slot->cv.wait_until(lock, std::min(deadline, Clock::now() + kLeadSlice), [&] { return slot->done; });
+    }
+  }
+  std::unique_lock lock(mutex_);
+  // A deadline that has passed is only checked: a timed wait on it still costs a timer and a
+  // reschedule (~100 us in a VM), and polling with wait(slot, now) is common.
+  const bool done = Clock::now() >= deadline ? slot->done : slot->cv.wait_until(lock, deadline, [&] { return slot->done; });
+  if (!done) {
+    if (auto it = posted_.find(slot->key); it != posted_.end()) {
+      std::erase(it->second, slot);
+      if (it->second.empty()) posted_.erase(it);
+    }
+    return std::nullopt;
+  }
+  if (slot->error) std::rethrow_exception(slot->error);
+  std::optional<Message> message = std::move(slot->message);
+  slot->message.reset();
+  return message;
+}
+
+bool Transport::is_ready(const Slot& slot) {
+  std::lock_guard lock(mutex_);
+  return slot.done;
+}
+
+void Transport::deliver(Message message) {
+  const Key key{message.header.group, lane_of(message.header.kind), message.header.tag};
+  if (auto it = posted_.find(key); it != posted_.end()) {
+    auto& queue = it->second;
+    // A collective's abort notice goes to whichever receive of that collective is waiting.
+    const bool any_receiver = message.header.kind == FrameKind::control;
+    for (auto s = queue.begin(); s != queue.end(); ++s) {
+      if (!any_receiver && (*s)->source >= 0 && (*s)->source != message.source) continue;
+      std::shared_ptr<Slot> slot = *s;
+      queue.erase(s);
+      if (queue.empty()) posted_.erase(it);
+      slot->message = std::move(message);
+      slot->finish();
+      slot->cv.notify_all();
+      return;
+    }
+  }
+  unexpected_[key].push_back(std::move(message));
+}
+
+}  // namespace troupe::net
