@@ -11,6 +11,7 @@
 
 #include "actors/metrics_server.h"
 #include "actors/profiler.h"
+#include "devices/threads.h"
 #include "net/errors.h"
 #include "net/transport_internal.h"
 #include "net/zap_handler.h"
@@ -32,6 +33,10 @@ std::array<LinkCounters, 3> link_counters(int peer) {
   return out;
 }
 
+std::chrono::microseconds busy_poll_for(int ranks_on_host, int cpus) {
+  return ranks_on_host > cpus ? std::chrono::microseconds(0) : std::chrono::microseconds(50);
+}
+
 Transport::Transport(TransportOptions options) : options_(std::move(options)) {
   // ZeroMQ mallocs every received message. glibc would serve big ones with fresh mmaps and trim
   // freed heap back to the kernel, so every 1 MiB chunk of a collective would page-fault in anew
@@ -41,6 +46,7 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
   });
+  if (options_.busy_poll) busy_poll_us_ = options_.busy_poll->count();
   if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size)
     throw ValueError("transport: rank " + std::to_string(options_.rank) + " outside a world of " +
                      std::to_string(options_.world_size));
@@ -170,6 +176,10 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
     std::lock_guard lock(peer.send_mutex);
     if (listener_ && !a.direct.empty()) connect_direct_locked(r, a, deadline);
     send_control_locked(peer, FrameKind::hello);
+  }
+  if (!options_.busy_poll) {
+    const auto on_this_host = std::count(host_ids_.begin(), host_ids_.end(), address_.host_id);
+    busy_poll_us_ = busy_poll_for(static_cast<int>(on_this_host), hardware_cores()).count();
   }
   connected_ = true;
   wake();  // the I/O thread starts polling the monitors and sending heartbeats

@@ -103,12 +103,18 @@ struct TransportOptions {
   // links need tcp and are never used with CURVE (they are not encrypted).
   size_t direct_max = 64 << 10;
   // How long a waiting thread polls without sleeping, from when it starts waiting or last received.
-  std::chrono::microseconds busy_poll{50};
+  // Unset: chosen by the machine when the ranks are known (busy_poll_for).
+  std::optional<std::chrono::microseconds> busy_poll;
   // Frames from stripe_min bytes up go over this many connections per peer at once (0: off).
   // Needs direct links (tcp, no CURVE).
   int stripes = 2;
   size_t stripe_min = 1 << 20;
 };
+
+// The busy-poll a transport uses unless told: 50 us while every rank on this host may have a CPU
+// of its own, none when they outnumber the CPUs this process may run on (its affinity mask): there
+// a spinning waiter takes the CPU from the very peer whose answer it waits for.
+std::chrono::microseconds busy_poll_for(int ranks_on_host, int cpus);
 
 class Transport {
  public:
@@ -121,6 +127,8 @@ class Transport {
   int world_size() const { return options_.world_size; }
   const PeerAddress& address() const { return address_; }
   const std::optional<CurveKeys>& curve() const { return options_.curve; }
+  // The busy-poll in use: TransportOptions::busy_poll, or busy_poll_for this host once connected.
+  std::chrono::microseconds busy_poll() const { return std::chrono::microseconds(busy_poll_us_.load(std::memory_order_relaxed)); }
   void* context() const { return context_; }  // for rendezvous sockets: same ZAP handler
 
   // Connects to every rank of the table (indexed by rank) and waits for each one's hello.
@@ -259,6 +267,7 @@ class Transport {
   std::atomic<uint64_t> direct_frames_{0};
   std::atomic<uint64_t> striped_frames_{0};
   std::atomic<Clock::rep> last_activity_{0};  // when a frame was last sent or received
+  std::atomic<int64_t> busy_poll_us_{50};
   std::atomic<Clock::rep> last_lead_{0};      // when a waiting thread last held the ROUTER
   std::unique_ptr<DirectListener> listener_;               // null: no direct links
   std::vector<std::unique_ptr<DirectReceiver>> inbound_;   // under router_mutex_

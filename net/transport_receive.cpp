@@ -60,7 +60,7 @@ void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline
     last_lead_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     if (done()) break;
     const Deadline spin_until = Clock::time_point(Clock::duration(last_activity_.load(std::memory_order_relaxed))) +
-                                options_.busy_poll;
+                                busy_poll();
     const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(slice - now).count();
     if (left <= 0) break;
     if (now < spin_until) {

@@ -45,7 +45,7 @@ Json cpu_features() {
 
 // The CPUs this process may run on, as ranges ("0-1", "0,2-3"): what srun, mpirun or taskset bound
 // it to. Ranks of one host whose masks together give fewer CPUs than ranks wait without spinning
-// (net/collectives/shm_all_reduce.h): a spinner would hold the CPU its peer needs.
+// (net/collectives/shm_all_reduce.h, net::busy_poll_for): a spinner would hold the CPU its peer needs.
 std::string allowed_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -118,7 +118,8 @@ void print_text(const Json& info) {
   row("cores") << info["cores"] << ", intra-op threads " << info["intra_op_threads"]
                << (info["deterministic_kernels"].get<bool>() ? ", deterministic kernels" : "") << "\n";
   row("cpu affinity") << "CPUs " << info["cpu_affinity"].get<std::string>()
-                      << ": ranks of one host spin-wait while their masks give each rank a CPU, else yield at once\n";
+                      << ": ranks of one host spin-wait (the transport's 50 us busy-poll, shared-memory collectives) while "
+                         "each rank has a CPU, else wait without spinning\n";
   row("oneDNN") << info["onednn"]["version"].get<std::string>() << " (" << info["onednn"]["hash"].get<std::string>()
                 << "), dispatching " << info["onednn"]["isa"].get<std::string>() << "\n";
   row("OpenBLAS") << info["openblas"]["config"].get<std::string>() << "\n";

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "devices/error.h"
+#include "devices/threads.h"
 #include "net/process_group.h"
 #include "net/transport.h"
 #include "tests/net/transport_pair.h"
@@ -59,6 +60,20 @@ TEST_CASE("transport: p2p both ways over tcp and ipc, small and zero-copy", "[ne
     got.mutable_data<float>()[0] = 5;
     CHECK(got.to_vector<float>()[0] == 5);
   }
+}
+
+TEST_CASE("transport: busy-polls only while each rank of the host has a CPU, unless told", "[net][transport]") {
+  CHECK(busy_poll_for(2, 2) == 50us);
+  CHECK(busy_poll_for(1, 1) == 50us);
+  CHECK(busy_poll_for(3, 2) == 0us);  // a spinner would hold the CPU its peer needs to answer
+  // Two ranks in one process count as two on this host: the choice follows this process's CPUs.
+  Pair chosen = connect_pair("tcp");
+  CHECK(chosen.a->busy_poll() == busy_poll_for(2, hardware_cores()));
+  TransportOptions told_a, told_b;
+  told_a.busy_poll = told_b.busy_poll = 7us;
+  Pair told = net::connect_pair("tcp", told_a, told_b);
+  CHECK(told.a->busy_poll() == 7us);
+  CHECK(told.b->busy_poll() == 7us);
 }
 
 TEST_CASE("transport: a receive that times out is cancelled and consumes nothing", "[net][transport]") {
