@@ -4,8 +4,6 @@
 #include <map>
 #include <thread>
 
-#include "net/transport.h"
-
 namespace troupe::detail {
 
 namespace {

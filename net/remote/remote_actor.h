@@ -8,7 +8,7 @@
 //   net::RemoteActors actors(world);                       // this rank hosts, calls and looks up
 //   if (world->rank() == 0) {                              // the driver
 //     RemoteActor s1 = spawn_on(1, "xlmr.stage", config);  // Stage(config) runs on rank 1
-//     Future<WireValue> f = s1.request("forward", x);          // request/response
+//     Future<WireValue> f = s1.request("forward", x);      // request/response
 //     Tensor y = wait(f);                                  // (or s1.request<Tensor>(...))
 //     s1.send("forward", x);                               // fire and forget
 //     RemoteActor same = lookup("xlmr.stage/1");           // names, not handles
