@@ -168,7 +168,7 @@ Rule rule(CallKind kind) {
     case CallKind::request: return {true, 1, true, K::list};
     case CallKind::tell: return {true, 0, true, K::list};
     case CallKind::reply: return {false, 1, false, K::none};  // any value: checked by kind below
-    case CallKind::failure: return {false, 1, true, K::none};
+    case CallKind::failure: return {false, -1, true, K::none};  // request 0: a tell's, naming its actor
     case CallKind::enroll: return {true, 1, true, K::list};
     case CallKind::withdraw: return {false, 0, true, K::none};
     case CallKind::lookup: return {false, 1, true, K::none};
@@ -245,6 +245,8 @@ CallFrame decode_call(const void* data, size_t size, const std::vector<Tensor>& 
   if (r.actor && call.actor == 0) malformed(what + "without an actor id");
   if (r.request == 1 && call.request == 0) malformed(what + "without a request id");
   if (r.request == 0 && call.request != 0) malformed(what + "with a request id");
+  if (call.kind == CallKind::failure && call.request == 0 && call.actor == 0)
+    malformed(what + "without a request id or an actor id");
   if (r.text && call.text.empty()) malformed(what + "without a name");
   if (r.value != WireValue::Kind::none && call.value.kind() != r.value)
     malformed(what + "carrying " + call.value.describe());

@@ -39,7 +39,8 @@ enum class CallKind : uint8_t {
   request = 2,    // actor, text: method; value: [arguments]; answered by a reply or a failure
   tell = 3,       // the same, unanswered (request 0)
   reply = 4,      // request: the one answered; value: the result
-  failure = 5,    // request: the one answered; text: the error record (devices/error_kinds.h)
+  failure = 5,    // request: the one answered, or 0 and actor: a tell to it failed (RemoteActor::check);
+                  // text: the error record (devices/error_kinds.h)
   enroll = 6,     // to rank 0's directory: text: name, actor: id on the sender,
                   // value: [type name, replaced rank, replaced id] (a respawn takes its predecessor's name)
   withdraw = 7,   // to rank 0's directory: text: name

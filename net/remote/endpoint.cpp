@@ -68,16 +68,36 @@ void RemoteActors::Impl::respond(int dst, uint64_t request, WireValue result, co
   }
 }
 
-void RemoteActors::Impl::refuse(int dst, uint64_t request, std::exception_ptr e) {
-  if (request == 0) {
-    std::cerr << "remote actors: rank " << rank << ": a call sent by rank " << dst
-              << " failed: " << encode_error(e).message << std::endl;
-    return;
+void RemoteActors::Impl::refuse(int dst, uint64_t request, std::exception_ptr e, uint64_t actor) {
+  if (request != 0 || actor != 0) {
+    try {
+      return post(dst, CallFrame{CallKind::failure, actor, request, error_text(e), WireValue()});
+    } catch (const CommError&) {
+      if (request != 0) return;  // the caller is gone, and its request with it
+    }
   }
-  try {
-    post(dst, CallFrame{CallKind::failure, 0, request, error_text(e), WireValue()});
-  } catch (const CommError&) {
+  // A failed notice, or a send() whose sender is gone: nobody else can hear of it.
+  std::cerr << "remote actors: rank " << rank << ": a call sent by rank " << dst
+            << " failed: " << encode_error(e).message << std::endl;
+}
+
+void RemoteActors::Impl::send_failed(int at, uint64_t actor, std::exception_ptr why) {
+  std::lock_guard lock(mutex);
+  send_failures.try_emplace({at, actor}, with_context("an earlier send(): ", why));  // the first is kept
+}
+
+std::exception_ptr RemoteActors::Impl::take_send_failure(ActorRef& ref) {
+  std::pair<int, uint64_t> key;
+  {
+    std::lock_guard lock(ref.mutex);
+    key = {ref.rank, ref.id};
   }
+  std::lock_guard lock(mutex);
+  auto it = send_failures.find(key);
+  if (it == send_failures.end()) return nullptr;
+  std::exception_ptr failed = std::move(it->second);
+  send_failures.erase(it);
+  return failed;
 }
 
 void RemoteActors::Impl::post_quietly(int dst, CallFrame call) {
@@ -114,6 +134,7 @@ void RemoteActors::Impl::dispatch(int source, CallFrame&& call) {
         if (auto p = take_pending(call.request)) p->answer(std::move(call.value), nullptr);
         return;
       case CallKind::failure:
+        if (call.request == 0) return send_failed(source, call.actor, decode_error(ErrorRecord::parse(call.text)));
         if (auto p = take_pending(call.request)) p->answer({}, decode_error(ErrorRecord::parse(call.text)));
         return;
       case CallKind::spawn: return host_spawn(source, std::move(call));
@@ -131,7 +152,7 @@ void RemoteActors::Impl::dispatch(int source, CallFrame&& call) {
     throw;  // a malformed frame: the transport drops the peer
   } catch (...) {
     // A call that waits for an answer gets the failure as its answer: raised where it was made.
-    // A notice or an answer has nobody waiting: the failure is refused like a failed tell.
+    // A notice or an answer has nobody waiting, nor an actor to keep it for: the failure is printed.
     const bool answered = kind != CallKind::reply && kind != CallKind::failure;
     refuse(source, answered ? request : 0,
            with_context(std::string(name(kind)) + " from rank " + std::to_string(source) + ": ",
@@ -263,14 +284,19 @@ void RemoteActors::Impl::close() {
   transport.set_actor_handler(nullptr);
   std::vector<Pending> cancelled;
   std::vector<std::shared_ptr<Hosted>> actors;
+  std::map<std::pair<int, uint64_t>, std::exception_ptr> unreported;
   {
     std::unique_lock lock(mutex);
     for (auto& [id, p] : pending) cancelled.push_back(std::move(p));
     pending.clear();
     for (auto& [id, actor] : hosted) actors.push_back(actor);
+    unreported.swap(send_failures);
   }
   for (Pending& p : cancelled)
     p.answer({}, with_context(p.what, error<CancelledError>("this rank's RemoteActors was closed")));
+  // Failures of send()s that no later call or check() threw: here is the last place to see them.
+  for (auto& [actor, failed] : unreported)
+    std::cerr << "remote actors: rank " << rank << ": never checked: " << encode_error(failed).message << std::endl;
   for (auto& actor : actors) {
     std::lock_guard lock(actor->mutex);
     actor->mailbox.clear();  // what has not started yet never will

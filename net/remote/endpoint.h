@@ -160,6 +160,9 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   std::condition_variable roles_changed;
   std::atomic<bool> drivers_done{false};
   std::shared_ptr<ModuleQueue> constructor;  // spawns run their constructors in order, off the receiving thread
+  // The first failure of a send() from this rank to each actor, (rank, id), that no call or
+  // check() has thrown yet.
+  std::map<std::pair<int, uint64_t>, std::exception_ptr> send_failures;
 
   // --- sending, receiving, calls from this rank, serving and closing (endpoint.cpp) ----------
   // To another rank over the transport; to this rank, handled at once on this thread.
@@ -170,7 +173,14 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   std::optional<Pending> take_pending(uint64_t id);
   // Answers a request; the caller's rank may be gone, which nobody needs to hear of.
   void respond(int dst, uint64_t request, WireValue result, const std::string& what);
-  void refuse(int dst, uint64_t request, std::exception_ptr e);
+  // Sends a call's failure to its caller: a request's to its answer; a send()'s (request 0) to
+  // the sender's kept failures of `actor` (send_failed). Printed here when nobody can hear it.
+  void refuse(int dst, uint64_t request, std::exception_ptr e, uint64_t actor = 0);
+  // A send() from this rank to the actor `actor` on rank `at` failed there: kept, when it is the
+  // first unreported one, until take_send_failure().
+  void send_failed(int at, uint64_t actor, std::exception_ptr why);
+  // The kept failure of a send() to the actor, taken (null when none).
+  std::exception_ptr take_send_failure(ActorRef& ref);
   void post_quietly(int dst, CallFrame call);
   void broadcast(CallKind kind);
   void on_frame(Message&& m);

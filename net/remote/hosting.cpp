@@ -55,7 +55,8 @@ void RemoteActors::Impl::deliver(int source, CallFrame&& call) {
     refuse(source, call.request,
            error<ValueError>("remote actor #" + std::to_string(call.actor) + " on rank " + std::to_string(rank) +
                              ": " + call.text + (call.text.empty() ? "" : ": ") +
-                             "no such actor (it was stopped, or never spawned here)"));
+                             "no such actor (it was stopped, or never spawned here)"),
+           call.actor);
     return;
   }
   bool start;
@@ -145,7 +146,7 @@ void RemoteActors::Impl::run(Hosted& actor, Call& call) {
     actor.metrics->calls.add();
     if (failure) actor.metrics->errors.add();
   }
-  if (failure) refuse(call.source, call.request, failure);
+  if (failure) refuse(call.source, call.request, failure, actor.id);
   else if (call.request != 0) respond(call.source, call.request, std::move(result), what);
 }
 

@@ -154,6 +154,12 @@ void RemoteActor::snapshot() const {
   wait(kept);
 }
 
+void RemoteActor::check() const {
+  auto node = ref_ ? ref_->node.lock() : nullptr;
+  if (!node) throw ValueError("RemoteActor::check: the handle is empty, or its RemoteActors is gone");
+  if (std::exception_ptr failed = node->take_send_failure(*ref_)) std::rethrow_exception(failed);
+}
+
 RemoteActor lookup(std::string_view name, std::chrono::milliseconds wait_for) {
   auto node = current("lookup");
   const Deadline deadline = deadline_after(wait_for);
@@ -222,6 +228,7 @@ void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, WireV
   if (!actor) throw ValueError("RemoteActor: the handle is empty");
   auto node = actor->node.lock();
   if (!node) throw ValueError("remote actor '" + actor->name + "': this rank's RemoteActors is gone");
+  if (std::exception_ptr failed = node->take_send_failure(*actor)) std::rethrow_exception(failed);  // not made
   if (actor->kept) return node->call_kept(actor, method, std::move(arguments), std::move(answer));
   node->call(actor, method, std::move(arguments), std::move(answer));
 }

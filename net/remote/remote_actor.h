@@ -37,7 +37,12 @@
 //   TROUPE_FIELDS structs in a small tagged encoding. See call_frame.h.
 // - Errors: a handler's exception comes back as the same type (devices/error_kinds.h), its message
 //   naming the actor, the method and the rank; so do an unknown type, method or name, wrong
-//   arguments, and a result of the wrong type. Errors of send() calls are printed on the host.
+//   arguments, and a result of the wrong type. A send() that fails on its host comes back to the
+//   sending rank, as CUDA's asynchronous errors do: that rank keeps the first one per actor, and
+//   the next request() or send() to that actor from that rank throws it, once, instead of being
+//   made; check() throws it without a call. It arrives when the host has run the send (before the
+//   answer to any request sent after it). One never thrown is printed when RemoteActors closes;
+//   the host prints it instead when the sender is gone (nobody else can hear of it).
 // - Supervision: when an actor's rank is lost, every pending request to it fails with
 //   PeerLostError within 5 s naming the actor and the rank, while the other ranks' actors go on.
 //   on_down() hears of it, and of stop(); its callback runs on a transport thread (keep it short,
@@ -165,13 +170,17 @@ class RemoteActor {
   // came) or rethrows its error.
   template <class R = WireValue, class... Args>
   Future<R> request(std::string_view method, const Args&... args) const;
-  // Queues the call and returns; nothing comes back.
+  // Queues the call and returns; nothing comes back, but a failure on the host (see "Errors").
   template <class... Args>
   void send(std::string_view method, const Args&... args) const {
     detail::call(ref_, method, WireValue::list({to_value(args)...}), nullptr);
   }
   // Calls fn(why) once when the actor is down for good: stopped (why is null) or its rank lost.
   void on_down(std::function<void(std::exception_ptr why)> fn) const;
+  // Throws the kept failure of an earlier send() to this actor from this rank (once), if there is
+  // one that has reached this rank; else returns.
+  //   a.send("append", 1); ...; a.check();  // the append's failure, as the same type
+  void check() const;
   // Stops the actor after the calls sent before have run, and waits for that.
   void stop() const;
   // Takes a snapshot of a supervised actor's state (TROUPE_STATE) after the calls made before

@@ -93,6 +93,7 @@ TEST_CASE("call frame: every kind of value round-trips, tensors as views of the 
   CHECK(round_trip(CallFrame{CallKind::reply, 0, 9, "", WireValue()}).value.is_none());
   const std::string record = ErrorRecord{"ShapeError", "m"}.serialize();
   CHECK(round_trip(CallFrame{CallKind::failure, 0, 9, record, WireValue()}).text == record);
+  CHECK(round_trip(CallFrame{CallKind::failure, 4, 0, record, WireValue()}).actor == 4);  // a tell's failure
   CHECK(round_trip(CallFrame{CallKind::down, 4, 0, "", WireValue()}).actor == 4);
   CHECK(round_trip(CallFrame{CallKind::done, 0, 0, "", WireValue()}).kind == CallKind::done);
   const WireValue spawn = WireValue::list(
@@ -175,6 +176,7 @@ TEST_CASE("call frame: every malformed field is a CommError", "[net][remote]") {
                   {}, "replaced id, device]");
   check_malformed(frame(CallKind::enroll, 1, 1, "n", WireValue::list({WireValue::string("t")})), {}, "not [type");
   check_malformed(frame(CallKind::failure, 0, 1, "no record", WireValue()), {}, "without an error record");
+  check_malformed(frame(CallKind::failure, 0, 0, "no record", WireValue()), {}, "without a request id or an actor id");
 }
 
 TEST_CASE("values: codecs check what they decode", "[net][remote]") {

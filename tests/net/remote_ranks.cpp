@@ -207,9 +207,44 @@ void errors() {
   const auto waited = std::chrono::steady_clock::now();
   thrown<ValueError>([&] { lookup("missing", 300ms); });
   CHECK(seconds_since(waited) >= 0.29);
-  // A failing send is reported on its host; the mailbox goes on.
+  // A failing send comes back to this rank once the host ran it, before the answer to a request
+  // sent after it (both are sent while the actor blocks, so that the failure is not back before
+  // that request is made): the next call to the actor throws it, once, instead of being made; the
+  // mailbox goes on; another actor on the same rank hears nothing of it.
+  RemoteActor other = spawn_on(1, "test.echo", Config{3, "y"});
+  auto busy = e.request("block", 0.5);
   e.send("fail", "shape");
-  CHECK(e.request<int64_t>("add", 1, 1).get() == 2);
+  auto after = e.request<int64_t>("add", 1, 1);
+  CHECK(after.get() == 2);
+  CHECK(other.request<int64_t>("add", 2, 2).get() == 4);
+  CHECK_NOTHROW(other.check());
+  m = thrown<ShapeError>([&] { e.request<int64_t>("add", 1, 1).get(); });
+  CHECK_THAT(m, Catch::Contains("an earlier send(): remote actor 'test.echo/1' on rank 1: fail: bad shape f32[2,3]"));
+  CHECK(e.request<int64_t>("add", 1, 2).get() == 3);
+  CHECK_NOTHROW(e.check());
+  // check() throws it without a call; the first unreported failure is the one kept.
+  busy = e.request("block", 0.5);
+  e.send("fail", "index");
+  e.send("fail", "shape");
+  after = e.request<int64_t>("add", 1, 1);
+  CHECK(after.get() == 2);
+  m = thrown<IndexError>([&] { e.check(); });
+  CHECK_THAT(m, Catch::Contains("'test.echo/1' on rank 1: fail: index 7"));
+  CHECK_NOTHROW(e.check());
+  // An unknown method, sent: the next send() throws it (and is not made).
+  busy = e.request("block", 0.5);
+  e.send("fly");
+  e.send("append", 1);
+  auto history = e.request<std::vector<int64_t>>("history");
+  CHECK((history.get() == std::vector<int64_t>{1}));
+  m = thrown<ValueError>([&] { e.send("append", 2); });
+  CHECK_THAT(m, Catch::Contains("an earlier send(): remote actor 'test.echo/1' on rank 1: fly: no such method"));
+  CHECK((e.request<std::vector<int64_t>>("history").get() == std::vector<int64_t>{1}));
+  // One never thrown is printed when this rank's RemoteActors closes (remote_test.cpp).
+  busy = e.request("block", 0.5);
+  e.send("fail", "index");
+  after = e.request<int64_t>("add", 2, 2);
+  CHECK(after.get() == 4);
   CHECK(seconds_since(start) < 10);
 }
 
