@@ -45,8 +45,8 @@ CapturedPlan::CapturedPlan(const Plan& plan, const PlacedConstants& constants) :
 }
 
 CapturedPlan::~CapturedPlan() {
+  static_outputs_.clear();  // arena blocks: dropped while the arena lives, which then frees them all
   work_.reset();
-  static_outputs_.clear();
   static_inputs_.clear();
 }
 

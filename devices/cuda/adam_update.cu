@@ -48,9 +48,9 @@ std::vector<Tensor> adam_update_cuda(const OpCall& call) {
     const AdamFactors<T> f{T(beta1), T(beta2), T(a.get<double>("weight_decay")), T(a.get<double>("eps")),
                            T(a.get<double>("lr") / (1 - std::pow(beta1, t))), T(std::sqrt(1 - std::pow(beta2, t)))};
     adam_kernel<<<blocks_for(n), kThreads, 0, current_stream(device)>>>(
-        in[0].data<T>(), in[1].data<T>(), in[2].data<T>(), in[3].data<T>(), amsgrad ? in[4].data<T>() : nullptr,
-        out[0].mutable_data<T>(), out[1].mutable_data<T>(), out[2].mutable_data<T>(),
-        amsgrad ? out[3].mutable_data<T>() : nullptr, n, f);
+        device_read<T>(in[0]), device_read<T>(in[1]), device_read<T>(in[2]), device_read<T>(in[3]), amsgrad ? device_read<T>(in[4]) : nullptr,
+        device_write<T>(out[0]), device_write<T>(out[1]), device_write<T>(out[2]),
+        amsgrad ? device_write<T>(out[3]) : nullptr, n, f);
   };
   if (p.dtype() == DType::f32) run(float{});
   else run(double{});

@@ -6,12 +6,11 @@
 #include <cuda_runtime.h>
 
 #include "devices/cuda/stream.h"
+#include "devices/dtype.h"
 #include "devices/error.h"
 #include "devices/event.h"
 
-namespace troupe {
-class Tensor;
-}
+#include "devices/tensor.h"
 
 namespace troupe::cuda {
 
@@ -58,5 +57,19 @@ void remove_arena(const AllocationArena* arena);
 // Writes src's elements (any strides) converted to dst's dtype into dst (contiguous, same device
 // and numel), on the current stream. False when src has too many dims for the kernel.
 bool copy_elements_on_device(const Tensor& src, Tensor& dst);
+
+// A device tensor's elements for a kernel of its device (data<T>() and mutable_data<T>() are for
+// host code and refuse device memory). DTypeError when T is not the tensor's dtype.
+void check_kernel_dtype(const Tensor& t, DType expected);
+template <class T>
+const T* device_read(const Tensor& t) {
+  check_kernel_dtype(t, dtype_of<T>());
+  return static_cast<const T*>(t.raw_data());
+}
+template <class T>
+T* device_write(Tensor& t) {
+  check_kernel_dtype(t, dtype_of<T>());
+  return static_cast<T*>(t.mutable_raw_data());
+}
 
 }  // namespace troupe::cuda

@@ -75,10 +75,10 @@ std::vector<Tensor> layer_norm_backward_cuda(const OpCall& call) {
       if (rows > 0)
         layer_norm_backward_rows<<<static_cast<unsigned>(rows), row_threads(n), 0, stream>>>(
             static_cast<const T*>(g.raw_data()), static_cast<const T*>(x.raw_data()), pw,
-            static_cast<T*>(dx.mutable_raw_data()), stats.mutable_data<double>(), n, call.attrs.get<double>("eps"));
+            static_cast<T*>(dx.mutable_raw_data()), device_write<double>(stats), n, call.attrs.get<double>("eps"));
       if (affine && n > 0)
         layer_norm_backward_columns<<<blocks_for(n), kThreads, 0, stream>>>(
-            static_cast<const T*>(g.raw_data()), static_cast<const T*>(x.raw_data()), stats.data<double>(),
+            static_cast<const T*>(g.raw_data()), static_cast<const T*>(x.raw_data()), device_read<double>(stats),
             static_cast<T*>(dw.mutable_raw_data()), static_cast<T*>(db.mutable_raw_data()), rows, n);
     } else {
       throw DeviceError("layer_norm_backward: no cuda kernel for " + x.meta().str());

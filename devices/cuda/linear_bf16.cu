@@ -60,7 +60,7 @@ std::vector<Tensor> linear_bf16_cuda(const OpCall& call) {
   const Tensor bias = call.inputs.size() > 2 ? call.inputs[2].contiguous() : Tensor();
   const Activation act = activation_of(call.attrs.get<std::string>("activation"));
   if (bias.defined() || act != Activation::none || meta.dtype != DType::f32) {
-    const float* pb = bias.defined() ? bias.data<float>() : nullptr;
+    const float* pb = bias.defined() ? device_read<float>(bias) : nullptr;
     if (meta.dtype == DType::f32)
       bias_activation<<<blocks_for(out.numel()), kThreads, 0, stream>>>(pp, pb, pp, out.numel(), n, act);
     else

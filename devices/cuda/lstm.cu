@@ -60,14 +60,14 @@ std::vector<Tensor> lstm_cuda(const OpCall& call) {
   if (B * H == 0) return {output, h_n, c_n};
 
   Tensor gates = Tensor::empty({T * B, G}, DType::f32, x.device());
-  float* pg = gates.mutable_data<float>();
-  gemm_f32(device, false, true, T * B, G, C, 1.0f, x.data<float>(), C, w_ih.data<float>(), C, 0.0f, pg, G);
-  float* out = output.mutable_data<float>();
-  float* c = c_n.mutable_data<float>();
-  lstm_steps(device, {T, B, H}, pg, w_hh.data<float>(), b_ih.data<float>(), b_hh.data<float>(), h0.data<float>(), out,
+  float* pg = device_write<float>(gates);
+  gemm_f32(device, false, true, T * B, G, C, 1.0f, device_read<float>(x), C, device_read<float>(w_ih), C, 0.0f, pg, G);
+  float* out = device_write<float>(output);
+  float* c = device_write<float>(c_n);
+  lstm_steps(device, {T, B, H}, pg, device_read<float>(w_hh), device_read<float>(b_ih), device_read<float>(b_hh), device_read<float>(h0), out,
              c, c, 0, false);
-  const float* last = T == 0 ? h0.data<float>() : out + (T - 1) * B * H;
-  check(cudaMemcpyAsync(h_n.mutable_data<float>(), last, sizeof(float) * B * H, cudaMemcpyDeviceToDevice, stream),
+  const float* last = T == 0 ? device_read<float>(h0) : out + (T - 1) * B * H;
+  check(cudaMemcpyAsync(device_write<float>(h_n), last, sizeof(float) * B * H, cudaMemcpyDeviceToDevice, stream),
         "cudaMemcpyAsync", device);
   return {output, h_n, c_n};
 }

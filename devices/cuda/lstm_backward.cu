@@ -53,7 +53,7 @@ std::vector<Tensor> lstm_backward_cuda(const OpCall& call) {
   const cudaStream_t stream = current_stream(device);
   auto copy = [&](float* dst, const Tensor& src, int64_t count) {
     if (count > 0)
-      check(cudaMemcpyAsync(dst, src.data<float>(), sizeof(float) * count, cudaMemcpyDeviceToDevice, stream),
+      check(cudaMemcpyAsync(dst, device_read<float>(src), sizeof(float) * count, cudaMemcpyDeviceToDevice, stream),
             "cudaMemcpyAsync", device);
   };
 
@@ -61,42 +61,42 @@ std::vector<Tensor> lstm_backward_cuda(const OpCall& call) {
   Tensor acts = Tensor::empty({T * B, G}, DType::f32, on_device);
   Tensor hs = Tensor::empty({T + 1, B, H}, DType::f32, on_device);
   Tensor cs = Tensor::empty({T + 1, B, H}, DType::f32, on_device);
-  float* pa = acts.mutable_data<float>();
-  float* ph = hs.mutable_data<float>();
-  float* pc = cs.mutable_data<float>();
+  float* pa = device_write<float>(acts);
+  float* ph = device_write<float>(hs);
+  float* pc = device_write<float>(cs);
   copy(ph, in[5], BH);
   copy(pc, in[6], BH);
-  gemm_f32(device, false, true, T * B, G, C, 1.0f, x.data<float>(), C, w_ih.data<float>(), C, 0.0f, pa, G);
-  lstm_steps(device, {T, B, H}, pa, w_hh.data<float>(), in[3].data<float>(), in[4].data<float>(), ph, ph + BH, pc,
+  gemm_f32(device, false, true, T * B, G, C, 1.0f, device_read<float>(x), C, device_read<float>(w_ih), C, 0.0f, pa, G);
+  lstm_steps(device, {T, B, H}, pa, device_read<float>(w_hh), device_read<float>(in[3]), device_read<float>(in[4]), ph, ph + BH, pc,
              pc + BH, BH, true);
 
   // Backwards through time: dgates[t] = d loss / d (pre-activation gates of step t).
   Tensor dgates = Tensor::empty({T * B, G}, DType::f32, on_device);
   Tensor dh0 = Tensor::empty({B, H}, DType::f32, on_device), dc0 = Tensor::empty({B, H}, DType::f32, on_device);
-  float* pd = dgates.mutable_data<float>();
-  float* dh = dh0.mutable_data<float>();
-  float* dc = dc0.mutable_data<float>();
+  float* pd = device_write<float>(dgates);
+  float* dh = device_write<float>(dh0);
+  float* dc = device_write<float>(dc0);
   copy(dh, in[8], BH);
   copy(dc, in[9], BH);
-  const float* grad_out = in[7].data<float>();
+  const float* grad_out = device_read<float>(in[7]);
   for (int64_t t = T - 1; t >= 0 && BH > 0; --t) {
     lstm_cell_backward<<<blocks_for(BH), kThreads, 0, stream>>>(pa + t * B * G, pc + t * BH, pc + (t + 1) * BH,
                                                                 grad_out + t * BH, dh, dc, pd + t * B * G, B, H);
     check_launch("lstm_backward", device);
-    gemm_f32(device, false, false, B, H, G, 1.0f, pd + t * B * G, G, w_hh.data<float>(), H, 0.0f, dh, H);
+    gemm_f32(device, false, false, B, H, G, 1.0f, pd + t * B * G, G, device_read<float>(w_hh), H, 0.0f, dh, H);
   }
 
   Tensor dx = Tensor::empty({T, B, C}, DType::f32, on_device);
   Tensor dw_ih = Tensor::empty({G, C}, DType::f32, on_device), dw_hh = Tensor::empty({G, H}, DType::f32, on_device);
   Tensor db_ih = Tensor::empty({G}, DType::f32, on_device), db_hh = Tensor::empty({G}, DType::f32, on_device);
-  gemm_f32(device, false, false, T * B, C, G, 1.0f, pd, G, w_ih.data<float>(), C, 0.0f, dx.mutable_data<float>(), C);
-  gemm_f32(device, true, false, G, C, T * B, 1.0f, pd, G, x.data<float>(), C, 0.0f, dw_ih.mutable_data<float>(), C);
-  gemm_f32(device, true, false, G, H, T * B, 1.0f, pd, G, ph, H, 0.0f, dw_hh.mutable_data<float>(), H);
+  gemm_f32(device, false, false, T * B, C, G, 1.0f, pd, G, device_read<float>(w_ih), C, 0.0f, device_write<float>(dx), C);
+  gemm_f32(device, true, false, G, C, T * B, 1.0f, pd, G, device_read<float>(x), C, 0.0f, device_write<float>(dw_ih), C);
+  gemm_f32(device, true, false, G, H, T * B, 1.0f, pd, G, ph, H, 0.0f, device_write<float>(dw_hh), H);
   if (G > 0) {
-    float* pb = db_ih.mutable_data<float>();
+    float* pb = device_write<float>(db_ih);
     column_sums<<<blocks_for(G), kThreads, 0, stream>>>(pd, T * B, G, pb);
     check_launch("lstm_backward", device);
-    check(cudaMemcpyAsync(db_hh.mutable_data<float>(), pb, sizeof(float) * G, cudaMemcpyDeviceToDevice, stream),
+    check(cudaMemcpyAsync(device_write<float>(db_hh), pb, sizeof(float) * G, cudaMemcpyDeviceToDevice, stream),
           "cudaMemcpyAsync", device);
   }
   return {dx, dw_ih, dw_hh, db_ih, db_hh, dh0, dc0};

@@ -90,7 +90,7 @@ std::vector<Tensor> max_pool2d_cuda(const OpCall& call) {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
       pool_forward<<<blocks_for(n), kThreads, 0, current_stream(device)>>>(
           static_cast<const T*>(x.raw_data()), static_cast<T*>(out.mutable_raw_data()),
-          index.mutable_data<int64_t>(), p, n);
+          device_write<int64_t>(index), p, n);
     else
       throw DeviceError("max_pool2d: no cuda kernel for " + x.meta().str());
   });
@@ -113,7 +113,7 @@ std::vector<Tensor> max_pool2d_backward_cuda(const OpCall& call) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       const T* g = static_cast<const T*>(grad.raw_data());
-      const int64_t* at = index.data<int64_t>();
+      const int64_t* at = device_read<int64_t>(index);
       T* d = static_cast<T*>(dx.mutable_raw_data());
       if (deterministic_kernels())
         pool_backward_ordered<<<blocks_for(planes), kThreads, 0, stream>>>(g, at, d, per_out, per_in, planes);

@@ -93,8 +93,8 @@ std::vector<Tensor> packed_attention_cuda(const OpCall& call) {
   const int64_t blocks = (tasks + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks > INT32_MAX) throw DeviceError("packed_attention: too many rows for the cuda kernel: " + qkv.meta().str());
   attention_rows<<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, current_stream(device)>>>(
-      qkv.data<float>(), offsets.data<int64_t>(), key_lengths.defined() ? key_lengths.data<int64_t>() : nullptr,
-      out.mutable_data<float>(), rows, offsets.numel() - 1, d, heads, 1.0f / std::sqrt(static_cast<float>(hd)));
+      device_read<float>(qkv), device_read<int64_t>(offsets), key_lengths.defined() ? device_read<int64_t>(key_lengths) : nullptr,
+      device_write<float>(out), rows, offsets.numel() - 1, d, heads, 1.0f / std::sqrt(static_cast<float>(hd)));
   check_launch("packed_attention", device);
   return {out};
 }

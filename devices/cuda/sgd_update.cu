@@ -45,8 +45,8 @@ std::vector<Tensor> sgd_update_cuda(const OpCall& call) {
     const SgdFactors<T> f{T(a.get<double>("lr")), T(a.get<double>("weight_decay")), T(a.get<double>("momentum")),
                           T(1 - a.get<double>("dampening")), a.get<bool>("nesterov")};
     sgd_kernel<<<blocks_for(n), kThreads, 0, current_stream(device)>>>(
-        p.data<T>(), g.data<T>(), buffer.defined() ? buffer.data<T>() : nullptr, out[0].mutable_data<T>(),
-        out.size() > 1 ? out[1].mutable_data<T>() : nullptr, n, f);
+        device_read<T>(p), device_read<T>(g), buffer.defined() ? device_read<T>(buffer) : nullptr, device_write<T>(out[0]),
+        out.size() > 1 ? device_write<T>(out[1]) : nullptr, n, f);
   };
   if (p.dtype() == DType::f32) run(float{});
   else run(double{});
