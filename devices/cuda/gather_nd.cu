@@ -40,7 +40,7 @@ __global__ void gather_nd_kernel(const E* data, const I* indices, E* out, Gather
       }
       offset += (v < 0 ? v + size : v) * g.stride[k];
     }
-    out[i] = in_range ? data[offset + j] : E(0);
+    out[i] = in_range ? data[offset + j] : E{};
   }
 }
 
@@ -70,17 +70,37 @@ std::vector<Tensor> gather_nd_cuda(const OpCall& call) {
   int64_t batches = 1;
   for (int64_t d = 0; d < b; ++d) batches *= indices_in.size(d);
   g.rows_per_batch = indices_in.numel() / m / batches;
+  // Each thread moves the widest unit (up to 16 bytes) that every slice, offset and pointer is a
+  // multiple of: a row of 256 floats is 64 loads of 16 bytes instead of 256 of 4.
+  const int64_t item = static_cast<int64_t>(itemsize(data.dtype()));
+  int64_t width = 16;
+  auto fits = [&](int64_t w) {
+    if ((g.slice * item) % w || (g.batch_elems * item) % w) return false;
+    for (int k = 0; k < g.m; ++k)
+      if ((g.stride[k] * item) % w) return false;
+    return reinterpret_cast<uintptr_t>(data.raw_data()) % w == 0 && reinterpret_cast<uintptr_t>(out.raw_data()) % w == 0;
+  };
+  while (width > item && !fits(width)) width /= 2;
+  if (width > item) {
+    const int64_t scale = width / item;
+    g.slice /= scale;
+    g.batch_elems /= scale;
+    for (int k = 0; k < g.m; ++k) g.stride[k] /= scale;
+  }
+  const int64_t units = n * item / width;
   const Tensor indices = indices_in.contiguous();
   KernelError* error = kernel_error_word(device);
-  dispatch_width(itemsize(data.dtype()), [&](auto etag) {
+  auto launch = [&](auto etag) {
     using E = typename decltype(etag)::type;
     dispatch_index(indices.dtype(), [&](auto itag) {
       using I = typename decltype(itag)::type;
-      gather_nd_kernel<<<blocks_for(n), kThreads, 0, current_stream(device)>>>(
+      gather_nd_kernel<<<blocks_for(units), kThreads, 0, current_stream(device)>>>(
           static_cast<const E*>(data.raw_data()), static_cast<const I*>(indices.raw_data()),
-          static_cast<E*>(out.mutable_raw_data()), g, n, error, "gather_nd");
+          static_cast<E*>(out.mutable_raw_data()), g, units, error, "gather_nd");
     });
-  });
+  };
+  if (width == 16) launch(TypeTag<uint4>{});
+  else dispatch_width(static_cast<size_t>(std::max(width, item)), launch);
   check_launch("gather_nd", device);
   return {out};
 }
