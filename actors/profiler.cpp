@@ -240,11 +240,13 @@ void Profiler::start() {
   }
   OpRegistry::global().set_observer(&op_recorder);
   set_sync_listener(record_sync);
+  set_event_timing(true);  // the device lanes' spans are timed by their events
   recording_.store(true, std::memory_order_relaxed);
 }
 
 void Profiler::stop() {
   recording_.store(false, std::memory_order_relaxed);
+  set_event_timing(false);
   OpRegistry::global().set_observer(nullptr);
   set_sync_listener(nullptr);
 }

@@ -44,4 +44,9 @@ class Event {
   std::shared_ptr<State> state_;
 };
 
+// Whether device events take timestamps (Event::elapsed_ms): the profiler turns it on while it
+// records, for its device lanes; off, a CUDA event records faster and is reused from a pool.
+void set_event_timing(bool on);
+bool event_timing();
+
 }  // namespace troupe

@@ -2,6 +2,7 @@
 // counted host waits.
 #include "devices/lane.h"
 
+#include <atomic>
 #include <map>
 
 #include "devices/backend.h"
@@ -30,6 +31,13 @@ void Event::synchronize(std::string_view call) const {
   }
   if (std::exception_ptr error = state_->error()) std::rethrow_exception(error);
 }
+
+namespace {
+std::atomic<bool> timed_events{false};
+}  // namespace
+
+void set_event_timing(bool on) { timed_events.store(on, std::memory_order_relaxed); }
+bool event_timing() { return timed_events.load(std::memory_order_relaxed); }
 
 double Event::elapsed_ms(const Event& later) const {
   if (!state_ || !later.state_) throw ValueError("Event::elapsed_ms: an event has no work behind it");

@@ -6,6 +6,8 @@
 //
 // enqueue_us: median wall time of fork + wait of one call that queues one small kernel on the actor's
 // lane (the Future completes when the kernel is queued, so this is the caller's whole cost).
+// fork_us: what fork alone costs the caller; pipelined_us: the cost per call with all calls in
+// flight at once (the actor's throughput: take the message, queue the kernel, answer).
 // handoff_syncs: host waits counted (devices/sync.h) while a tensor goes from one lane actor to
 // another and that one's call is queued: 0 means the consumer waited on the device, not the host.
 #include <CLI/CLI.hpp>
@@ -63,6 +65,20 @@ int main(int argc, char** argv) {
     std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
     const double enqueue_us = us[us.size() / 2];
 
+    // Calls in flight together: what each costs once the caller does not wait for the one before
+    // (the actor's own work per call: take the message, queue the kernel, answer).
+    std::vector<Future<Tensor>> pending;
+    pending.reserve(calls);
+    const auto burst_start = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) pending.push_back(fork(first, x));
+    const double fork_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - burst_start).count() / calls;
+    for (auto& f : pending) wait(f);
+    const double pipelined_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - burst_start).count() / calls;
+    pending.clear();
+    first.lane()->synchronize();
+
     // A hand-off: first's result to second, nothing read on the host.
     reset_sync_counts();
     const int handoffs = 100;
@@ -76,11 +92,15 @@ int main(int argc, char** argv) {
       print_json_line(nlohmann::ordered_json{{"device", device.str()},
                                              {"lane", device.is_cpu() ? "host" : "cuda stream"},
                                              {"enqueue_us", rounded(enqueue_us, 2)},
+                                             {"fork_us", rounded(fork_us, 2)},
+                                             {"pipelined_us", rounded(pipelined_us, 2)},
                                              {"handoffs", handoffs},
                                              {"handoff_syncs", syncs}});
     } else {
-      std::printf("%s lanes: a call costs its caller %.2f us (median of %d); %d hand-offs made %llu host syncs\n",
-                  device.str().c_str(), enqueue_us, calls, handoffs, static_cast<unsigned long long>(syncs));
+      std::printf("%s lanes: a call and its wait cost the caller %.2f us (median of %d); fork alone %.2f us; "
+                  "%d calls in flight %.2f us each; %d hand-offs made %llu host syncs\n",
+                  device.str().c_str(), enqueue_us, calls, fork_us, calls, pipelined_us, handoffs,
+                  static_cast<unsigned long long>(syncs));
     }
     return 0;
   });

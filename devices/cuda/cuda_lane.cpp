@@ -1,7 +1,10 @@
 // The CUDA lane: a GPU actor's own stream (with its cuBLAS handle and workspace, cuda/blas.h) and
 // CUDA events. enqueue runs the work at once with the stream current, so the work only queues
 // kernels; waits between lanes are cudaStreamWaitEvent, on the device.
+#include <map>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "devices/cuda/cuda_util.h"
 #include "devices/lane.h"
@@ -11,13 +14,48 @@ namespace troupe::cuda {
 
 namespace {
 
-struct CudaEvent final : Event::State {
-  CudaEvent(int index, const void* owner) : owner_(owner) {
-    device = Device::cuda(index);
+// CUDA events made once and reused: a call to a GPU actor records one, and creating and destroying
+// it each time would cost more than the kernel launch. Timed events only while the profiler records.
+class EventPool {
+ public:
+  cudaEvent_t take(int index, bool timed) {
+    {
+      std::lock_guard lock(mutex_);
+      auto& list = free_[{index, timed}];
+      if (!list.empty()) {
+        cudaEvent_t e = list.back();
+        list.pop_back();
+        return e;
+      }
+    }
     DeviceGuard on(index);
-    check(cudaEventCreateWithFlags(&handle_, cudaEventDefault), "cudaEventCreateWithFlags", index);
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, timed ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreateWithFlags",
+          index);
+    return e;
   }
-  ~CudaEvent() override { cudaEventDestroy(handle_); }
+  // A re-recorded event does not disturb the waits queued on its earlier record.
+  void give_back(int index, bool timed, cudaEvent_t e) {
+    std::lock_guard lock(mutex_);
+    free_[{index, timed}].push_back(e);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::pair<int, bool>, std::vector<cudaEvent_t>> free_;
+};
+
+EventPool& event_pool() {
+  static auto* pool = new EventPool;  // never destroyed: events may be dropped during static teardown
+  return *pool;
+}
+
+struct CudaEvent final : Event::State {
+  CudaEvent(int index, const void* owner) : owner_(owner), timed_(event_timing()) {
+    device = Device::cuda(index);
+    handle_ = event_pool().take(index, timed_);
+  }
+  ~CudaEvent() override { event_pool().give_back(device.index, timed_, handle_); }
 
   bool done() override {
     const cudaError_t err = cudaEventQuery(handle_);
@@ -30,6 +68,8 @@ struct CudaEvent final : Event::State {
   double elapsed_ms(Event::State& later) override {
     auto* other = dynamic_cast<CudaEvent*>(&later);
     if (!other) throw DeviceError("Event::elapsed_ms: a device event and a host event have no common clock");
+    if (!timed_ || !other->timed_)
+      throw DeviceError("Event::elapsed_ms: events recorded while no profiler recorded carry no timestamps");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, handle_, other->handle_), "cudaEventElapsedTime", device.index);
     return ms;
@@ -49,6 +89,7 @@ struct CudaEvent final : Event::State {
   }
 
   const void* owner_;
+  bool timed_;
   cudaEvent_t handle_ = nullptr;
   std::exception_ptr error_;
 };
@@ -103,10 +144,11 @@ class CudaLane final : public Lane {
   Stream stream_;
 };
 
+// The device's default stream, not this thread's current one (a lane's own, inside its calls).
 Event default_stream_mark_on(int index) {
   auto event = std::make_shared<CudaEvent>(index, nullptr);
   DeviceGuard on(index);
-  check(cudaEventRecord(event->handle(), current_stream(index)), "cudaEventRecord", index);
+  check(cudaEventRecord(event->handle(), default_stream(index)), "cudaEventRecord", index);
   return Event(event);
 }
 

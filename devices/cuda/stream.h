@@ -63,6 +63,8 @@ class Stream {
   mutable void (*destroy_dnn_)(Dnn*) = nullptr;
 };
 
+// The stream of threads without a StreamGuard for `device` (one per device, shared).
+cudaStream_t default_stream(int device = 0);
 // The stream the calling thread queues work on for `device`.
 cudaStream_t current_stream(int device = 0);
 // The Stream object behind it while a StreamGuard is in scope; nullptr on the default stream.
