@@ -5,6 +5,9 @@
 //   DeviceBackend& cuda = backend(DeviceType::cuda);   // DeviceError saying why when unavailable
 //   void* p = cuda.allocate(bytes, 0);
 #include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,15 @@ class DeviceBackend {
   // A contiguous tensor of this backend's as a host tensor (host_contiguous(): the device's pinned
   // staging memory where it has some).
   virtual Tensor to_host(const Tensor& contiguous);
+  // Large tensors between processes of one host through pinned shared memory, neither host waiting
+  // (cuda/shared_staging.h): queues the copy out of `contiguous` and returns the descriptor the
+  // receiving process passes to unstage_shared; nullopt when this backend cannot stage it now (then
+  // send the bytes another way). `channel` names one sender-receiver pair.
+  virtual std::optional<std::vector<uint8_t>> stage_shared(const Tensor& contiguous, const std::string& channel) {
+    return std::nullopt;
+  }
+  // The tensor a descriptor describes, on `device`. ValueError for a malformed descriptor.
+  virtual Tensor unstage_shared(std::span<const uint8_t> descriptor, Device device);
   virtual int device_count() = 0;
   virtual std::string describe() = 0;  // one line for `troupe info`
 };

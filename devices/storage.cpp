@@ -45,6 +45,10 @@ Backends& backends() {
 
 Tensor DeviceBackend::to_host(const Tensor& contiguous) { return contiguous.to(Device::cpu()); }
 
+Tensor DeviceBackend::unstage_shared(std::span<const uint8_t>, Device device) {
+  throw DeviceError("unstage_shared: " + device.str() + "'s backend stages nothing in shared memory");
+}
+
 void register_backend(DeviceType type, DeviceBackend* backend) {
   std::lock_guard lock(backends().mutex);
   backends().by_type[static_cast<int>(type)] = backend;

@@ -32,6 +32,7 @@ bool valid_dtype(uint8_t t) { return t <= static_cast<uint8_t>(DType::boolean); 
 const char* name(FrameKind kind) {
   switch (kind) {
     case FrameKind::data: return "data";
+    case FrameKind::staged: return "staged";
     case FrameKind::collective: return "collective";
     case FrameKind::control: return "control";
     case FrameKind::heartbeat: return "heartbeat";
@@ -101,7 +102,7 @@ FrameHeader decode_header(const void* data, size_t size, size_t payload_size, in
 
   FrameHeader h;
   const uint8_t kind = get<uint8_t>(in, 5);
-  if (kind < static_cast<uint8_t>(FrameKind::data) || kind > static_cast<uint8_t>(FrameKind::actor) || kind == kNoKind)
+  if (kind < static_cast<uint8_t>(FrameKind::data) || kind > static_cast<uint8_t>(FrameKind::staged) || kind == kNoKind)
     malformed("unknown kind " + std::to_string(kind));
   h.kind = static_cast<FrameKind>(kind);
   const uint8_t dtype = get<uint8_t>(in, 6);
@@ -156,8 +157,10 @@ FrameHeader decode_header(const void* data, size_t size, size_t payload_size, in
     malformed(std::string(name(h.kind)) + " frame with " + std::to_string(h.payload_bytes) + " payload bytes");
   if (h.kind == FrameKind::control && (h.dtype != DType::u8 || ndims != 1))
     malformed("control frame must carry u8 text, got " + std::string(name(h.dtype)) + to_string(h.shape));
-  if (h.kind == FrameKind::actor && (h.dtype != DType::u8 || ndims != 1 || h.payload_bytes == 0))
-    malformed("actor frame must carry a u8 call frame, got " + std::string(name(h.dtype)) + to_string(h.shape));
+  if ((h.kind == FrameKind::actor || h.kind == FrameKind::staged) &&
+      (h.dtype != DType::u8 || ndims != 1 || h.payload_bytes == 0))
+    malformed(std::string(name(h.kind)) + " frame must carry u8 bytes, got " + std::string(name(h.dtype)) +
+              to_string(h.shape));
   return h;
 }
 

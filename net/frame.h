@@ -24,7 +24,7 @@
 namespace troupe::net {
 
 inline constexpr uint32_t kFrameMagic = 0x45505254;  // "TRPE" in little-endian bytes
-inline constexpr uint8_t kFrameVersion = 4;
+inline constexpr uint8_t kFrameVersion = 5;
 inline constexpr size_t kMaxFrameDims = 8;
 
 enum class FrameKind : uint8_t {
@@ -37,6 +37,8 @@ enum class FrameKind : uint8_t {
                    // 7: no kind (it was the dataflow executor's, whose ranks now talk as remote actors)
   actor = 8,       // a remote actor's call, reply or notice: payload is the u8 call frame
                    // (net/remote/call_frame.h); its tensors follow as parts of their own
+  staged = 9,      // a p2p device tensor staged in shared memory on this host (lane p2p, keyed by
+                   // tag): payload is the u8 descriptor (devices/cuda/shared_staging.h)
 };
 
 // What a collective is doing, so ranks detect mismatched calls instead of corrupting data.

@@ -103,6 +103,7 @@ void Transport::handle_frame(int r, Message frame) {
       return;
     }
     case FrameKind::data:
+    case FrameKind::staged:
     case FrameKind::collective:
     case FrameKind::control: {
       std::lock_guard lock(mutex_);

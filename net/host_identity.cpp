@@ -71,4 +71,21 @@ std::string ipc_path(int rank) {
          std::to_string(counter++) + ".sock";
 }
 
+namespace {
+
+// "…/troupe-<pid>-<rank>-<n>.sock" -> "<pid>"; "" for any other path.
+std::string pid_in(const std::string& ipc) {
+  const size_t at = ipc.rfind("/troupe-");
+  if (at == std::string::npos) return "";
+  const size_t start = at + 8, end = ipc.find('-', start);
+  return end == std::string::npos ? "" : ipc.substr(start, end - start);
+}
+
+}  // namespace
+
+bool same_process(const PeerAddress& a, const PeerAddress& b) {
+  const std::string pa = pid_in(a.ipc), pb = pid_in(b.ipc);
+  return a.host_id == b.host_id && (pa.empty() || pb.empty() || pa == pb);  // unknown: assume the worst
+}
+
 }  // namespace troupe::net

@@ -26,5 +26,8 @@ struct PeerAddress {
 std::string host_id();
 // A fresh path for a rank's ipc:// socket (under $TMPDIR when short enough, else /tmp).
 std::string ipc_path(int rank);
+// Whether two addresses belong to one process (their ipc:// paths name its pid): ranks of one
+// process share its CUDA context, where interprocess handles do not open.
+bool same_process(const PeerAddress& a, const PeerAddress& b);
 
 }  // namespace troupe::net

@@ -118,6 +118,9 @@ class RecvWork final : public Work::Impl {
   void complete(Deadline deadline) {
     std::optional<Message> m = group_->transport().wait(slot_, deadline);
     if (!m) throw TimeoutError(what() + ": nothing arrived within the timeout");
+    // A device tensor from this host came through shared memory: it lands on the device asked for.
+    if (m->header.kind == FrameKind::staged)
+      m->payload = Transport::unstaged(*m, expected_ ? expected_->device : Device::cpu());
     const int from = group_->group_rank(m->source);
     if (expected_) {
       const TensorMeta got = m->payload.meta();
@@ -270,7 +273,7 @@ Work ProcessGroup::isend(const Tensor& tensor, int dst, int64_t tag) {
   h.group = id_;
   h.tag = tag;
   auto done = std::make_shared<detail::Completion>();
-  transport_->send(global_rank(dst), h, tensor, done);
+  if (!transport_->send_staged(global_rank(dst), h, tensor, done)) transport_->send(global_rank(dst), h, tensor, done);
   auto work = std::make_shared<SendWork>(
       done, "send of " + tensor.meta().str() + " to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")");
   work->default_timeout = timeout();

@@ -164,6 +164,7 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
     const PeerAddress& a = table[r];
     const bool same_host = a.host_id == address_.host_id && !a.ipc.empty();
     peers_[r]->local = same_host && options_.prefer != "tcp";
+    peers_[r]->staging = same_host && options_.shared_memory && !same_process(a, address_);
     std::string endpoint;
     if (options_.prefer == "ipc") endpoint = a.ipc;
     else if (options_.prefer == "tcp") endpoint = a.tcp;

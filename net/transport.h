@@ -140,6 +140,15 @@ class Transport {
   // blocks. done, if given, finishes once ZeroMQ released the payload (its bytes are on the wire).
   void send(int dst, FrameHeader header, const Tensor& payload,
             const std::shared_ptr<detail::Completion>& done = nullptr);
+  // A p2p device tensor of at least kStagedMin bytes to another process on this host: its bytes go
+  // through pinned shared memory in chunks (devices/cuda/shared_staging.h), copied out on the
+  // calling thread's stream and in on the receiver's, neither host waiting; only a descriptor frame
+  // (kind staged) travels. False when that path does not apply: send() it then.
+  bool send_staged(int dst, FrameHeader header, const Tensor& payload, const std::shared_ptr<detail::Completion>& done);
+  static constexpr size_t kStagedMin = size_t(1) << 20;
+  // The tensor a staged frame's descriptor describes, on `device` (queued on the calling thread's
+  // stream for a device). CommError naming the sender when the descriptor cannot be used.
+  static Tensor unstaged(const Message& m, Device device);
   // An actor frame to another rank: the call frame bytes, then each tensor as its own part
   // (zero-copy; made contiguous host bytes here, once). Only the destination's health matters:
   // remote actors outlive other ranks' deaths.

@@ -55,6 +55,9 @@ struct Transport::Peer {
   std::atomic<bool> lost{false};  // crashed, cut off, or sent a bad frame
   std::exception_ptr lost_error;  // under mutex_
   bool local = false;          // set once by connect(): same host, ipc:// allowed
+  // Set once by connect(): another process on this host, so large device tensors may go through
+  // shared memory (transport_staged.cpp); cleared for good when staging fails.
+  std::atomic<bool> staging{false};
   std::unique_ptr<DirectSender> direct;  // set once by connect(); used under send_mutex
   std::atomic<bool> direct_backlogged{false};  // the I/O thread writes the rest when it can
   std::atomic<bool> direct_broken{false};      // the direct link failed: the peer is suspect

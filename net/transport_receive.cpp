@@ -11,7 +11,7 @@ namespace troupe::net {
 namespace {
 
 Lane lane_of(FrameKind kind) {
-  if (kind == FrameKind::data) return Lane::p2p;
+  if (kind == FrameKind::data || kind == FrameKind::staged) return Lane::p2p;
   return Lane::collective;
 }
 

@@ -14,8 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-dev
 pack_dir=.devcheck
-binaries=(test_devices test_actors test_dataflow test_models troupe cuda_bench lane_bench gathernd_bench lstm_ensemble
-          encoder_bench encoder_graph_bench xlmr_bench train_bench dist_sgd)
+binaries=(test_devices test_actors test_dataflow test_models test_net troupe cuda_bench lane_bench gathernd_bench
+          lstm_ensemble encoder_bench encoder_graph_bench xlmr_bench train_bench dist_sgd device_p2p_bench)
 
 pack() {
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
@@ -99,12 +99,17 @@ run() {
   step info 20 "$build/bin/troupe" info --json
   # Every GPU test: the [cuda] cases of each layer, then the whole device layer (op fixtures on every device).
   local t
-  for t in test_devices test_actors test_dataflow test_models; do
+  for t in test_devices test_actors test_dataflow test_models test_net; do
     step "$t [cuda]" 120 "$build/bin/$t" "[cuda]" --reporter compact --durations yes
   done
   step "cuda_bench" 60 "$build/bin/cuda_bench" --reps 20 --json
   step "lane_bench" 30 "$build/bin/lane_bench" --device cuda --json
   step "encoder_graph_bench" 60 "$build/bin/encoder_graph_bench" --device cuda --layers 24 --reps 20 --json
+  step "device_p2p_bench" 60 "$build/bin/troupe" launch --nproc 2 -- "$build/bin/device_p2p_bench" --json
+  step "device_p2p_bench pinned host" 60 env TROUPE_STAGE_IN=host "$build/bin/troupe" launch --nproc 2 -- \
+    "$build/bin/device_p2p_bench" --json
+  step "device_p2p_bench host bytes" 60 env TROUPE_SHM=0 "$build/bin/troupe" launch --nproc 2 -- \
+    "$build/bin/device_p2p_bench" --json
   step "gathernd_bench" 30 "$build/bin/gathernd_bench" --device cuda --json
   step "lstm_ensemble" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --json
   step "encoder_bench" 90 "$build/bin/encoder_bench" --device cuda --layers 24 --reps 5 --dtype bf16 --json

@@ -16,6 +16,7 @@
 #include "devices/backend.h"
 #include "devices/sync.h"
 #include "devices/cuda/cuda_util.h"
+#include "devices/cuda/shared_staging.h"
 #include "devices/cuda/kernel_errors.h"
 #include "devices/tensor.h"
 
@@ -25,6 +26,11 @@ void check(cudaError_t err, const char* call, int device) {
   if (err == cudaSuccess) return;
   cudaGetLastError();  // clears a non-sticky error so later calls are not blamed for it
   throw DeviceError("cuda:" + std::to_string(device) + ": " + call + ": " + cudaGetErrorString(err));
+}
+
+void check_kernel_dtype(const Tensor& t, DType expected) {
+  if (t.dtype() != expected)
+    throw DTypeError(std::string("cuda kernel: expected a ") + name(expected) + " tensor, got " + t.meta().str());
 }
 
 DeviceGuard::DeviceGuard(int device) : device_(device) {
@@ -67,13 +73,18 @@ Blocks& blocks() {
   return *b;
 }
 
+}  // namespace
+
 // One default stream per device, made on first use and never destroyed.
 cudaStream_t default_stream(int device) {
   static std::once_flag made[kMaxDevices];
   static Stream* streams[kMaxDevices] = {};
+  check_device(device, "default_stream");
   std::call_once(made[device], [&] { streams[device] = new Stream(device); });
   return streams[device]->handle();
 }
+
+namespace {
 
 thread_local const Stream* thread_streams[kMaxDevices] = {};
 
@@ -212,10 +223,10 @@ class CudaBackend final : public DeviceBackend {
     {
       std::lock_guard lock(blocks().mutex);
       auto it = blocks().stream_of.find(ptr);
-      if (it != blocks().stream_of.end()) {
-        owner = it->second;
-        blocks().stream_of.erase(it);
-      }
+      // Not the pool's: a block of an arena already freed (its tensor outlived the captured graph).
+      if (it == blocks().stream_of.end()) return;
+      owner = it->second;
+      blocks().stream_of.erase(it);
     }
     cudaStream_t here = nullptr;
     try {
@@ -227,7 +238,9 @@ class CudaBackend final : public DeviceBackend {
     cudaGetDevice(&previous);
     if (previous != index) cudaSetDevice(index);
     cudaError_t err = cudaSuccess;
-    if (owner && owner != here) {
+    // The block goes back in its own stream's order; work this thread queued on its stream may still
+    // read it, so the owner waits for that first, unless this thread's stream has nothing pending.
+    if (owner && owner != here && cudaStreamQuery(here) != cudaSuccess) {
       cudaEvent_t dropped;
       err = cudaEventCreateWithFlags(&dropped, cudaEventDisableTiming);
       if (err == cudaSuccess) err = cudaEventRecord(dropped, here);
@@ -294,6 +307,13 @@ class CudaBackend final : public DeviceBackend {
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", index);
     raise_pending_kernel_error(index);
     return host;
+  }
+
+  std::optional<std::vector<uint8_t>> stage_shared(const Tensor& contiguous, const std::string& channel) override {
+    return cuda::stage_shared(contiguous, channel);
+  }
+  Tensor unstage_shared(std::span<const uint8_t> descriptor, Device device) override {
+    return cuda::unstage_shared(descriptor, device);
   }
 
   int device_count() override { return count_; }

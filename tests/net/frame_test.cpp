@@ -100,7 +100,7 @@ TEST_CASE("frame: every malformed field is a CommError", "[net][frame]") {
   check_malformed(with([](auto& b) { b[4] = 2; }), payload, "version 2");
   check_malformed(with([](auto& b) { b[5] = 0; }), payload, "unknown kind 0");
   check_malformed(with([](auto& b) { b[5] = 7; }), payload, "unknown kind 7");  // FrameKind's gap
-  check_malformed(with([](auto& b) { b[5] = 9; }), payload, "unknown kind 9");
+  check_malformed(with([](auto& b) { b[5] = 10; }), payload, "unknown kind 10");
   check_malformed(with([](auto& b) { b[6] = 8; }), payload, "unknown dtype 8");
   check_malformed(with([](auto& b) { b[7] = 9; }), payload, "rank 9 exceeds 8");
   check_malformed(with([](auto& b) { b[7] = 2; }), payload, "for rank 2");
@@ -142,7 +142,7 @@ TEST_CASE("frame: every malformed field is a CommError", "[net][frame]") {
   actor.shape = {1};
   actor.payload_bytes = 4;
   b = encode_header(actor);
-  check_malformed(b, 4, "actor frame must carry a u8 call frame");
+  check_malformed(b, 4, "actor frame must carry u8 bytes");
 
   FrameHeader deep;
   deep.shape = Shape(9, 1);
