@@ -18,18 +18,44 @@ Tensor view_bytes_as(const Tensor& bytes, DType dtype, const Shape& shape) {
   return copy;
 }
 
+FrameHeader Transport::check_frame(int peer, std::span<const uint8_t> header, size_t payload_size, size_t parts) {
+  // The payload, then (actor frames only) one part per tensor.
+  if (parts > 1 + kMaxActorParts)
+    throw CommError("frame: malformed: " + std::to_string(parts) + " parts, at most " + std::to_string(1 + kMaxActorParts));
+  FrameHeader h = decode_header(header.data(), header.size(), payload_size, world_size());
+  if (h.source != peer) throw CommError("frame: malformed: claims source rank " + std::to_string(h.source));
+  if (parts > 1 && h.kind != FrameKind::actor)
+    throw CommError("frame: malformed: a " + std::string(name(h.kind)) + " frame of " + std::to_string(parts) + " parts");
+  return h;
+}
+
+bool Transport::accept_frame(int peer, Path path, std::span<const uint8_t> header,
+                             std::span<const std::span<const uint8_t>> parts) {
+  try {
+    FrameHeader h = check_frame(peer, header, parts.empty() ? 0 : parts.front().size(), parts.size());
+    size_t frame_bytes = header.size();
+    for (const auto& p : parts) frame_bytes += p.size();
+    peers_[peer]->count_received(path, frame_bytes);
+    if (path == direct_path) ++direct_frames_;
+    Message frame{peer, h, Tensor::empty(h.shape, h.dtype), {}};
+    if (!parts.empty() && !parts.front().empty())
+      std::memcpy(frame.payload.mutable_raw_data(), parts.front().data(), parts.front().size());
+    frame.parts.reserve(parts.size() > 1 ? parts.size() - 1 : 0);
+    for (size_t i = 1; i < parts.size(); ++i) {
+      frame.parts.push_back(Tensor::empty({static_cast<int64_t>(parts[i].size())}, DType::u8));
+      if (!parts[i].empty()) std::memcpy(frame.parts.back().mutable_raw_data(), parts[i].data(), parts[i].size());
+    }
+    take_frame(peer, std::move(frame));
+    return true;
+  } catch (const CommError& e) {
+    refuse_frame(peer, e);
+    return false;
+  }
+}
+
 bool Transport::accept_frame(int peer, Path path, std::span<const uint8_t> header, std::vector<Tensor> parts) {
   try {
-    // The payload, then (actor frames only) one part per tensor.
-    if (parts.size() > 1 + kMaxActorParts)
-      throw CommError("frame: malformed: " + std::to_string(parts.size()) + " parts, at most " +
-                      std::to_string(1 + kMaxActorParts));
-    const size_t payload_size = parts.empty() ? 0 : parts.front().nbytes();
-    FrameHeader h = decode_header(header.data(), header.size(), payload_size, world_size());
-    if (h.source != peer) throw CommError("frame: malformed: claims source rank " + std::to_string(h.source));
-    if (parts.size() > 1 && h.kind != FrameKind::actor)
-      throw CommError("frame: malformed: a " + std::string(name(h.kind)) + " frame of " + std::to_string(parts.size()) +
-                      " parts");
+    FrameHeader h = check_frame(peer, header, parts.empty() ? 0 : parts.front().nbytes(), parts.size());
     size_t frame_bytes = header.size();
     for (const Tensor& p : parts) frame_bytes += p.nbytes();
     peers_[peer]->count_received(path, frame_bytes);

@@ -238,9 +238,10 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
       });
     pending_sends_.push_back(done);
   }
-  std::vector<Tensor> parts;
-  if (h.payload_bytes > 0) parts.push_back(host);
-  send_frame(dst, h, std::move(parts), done);
+  const std::span<const uint8_t> payload_bytes{static_cast<const uint8_t*>(host.defined() ? host.raw_data() : nullptr),
+                                               static_cast<size_t>(h.payload_bytes)};
+  send_frame(dst, h, {&payload_bytes, h.payload_bytes > 0 ? 1u : 0u},
+             [&] { return h.payload_bytes > 0 ? std::vector<Tensor>{host} : std::vector<Tensor>{}; }, done);
 }
 
 void Transport::send_actor_frame(int dst, std::vector<uint8_t> call_frame, const std::vector<Tensor>& tensors) {
@@ -262,28 +263,33 @@ void Transport::send_actor_frame(int dst, std::vector<uint8_t> call_frame, const
   h.dtype = DType::u8;
   h.shape = {static_cast<int64_t>(call_frame.size())};
   h.payload_bytes = call_frame.size();
-  std::vector<Tensor> parts;
-  parts.reserve(1 + tensors.size());
-  // The call frame's bytes move into a storage of their own: a part like the tensors.
-  auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(call_frame));
-  parts.emplace_back(std::make_shared<Storage>(bytes->data(), bytes->size(), Device::cpu(), [bytes](void*) {}),
-                     DType::u8, h.shape, Strides{1}, 0);
   // The one conversion of this call's tensors (encode_call leaves them as they are).
-  for (const Tensor& t : tensors) parts.push_back(host_contiguous(t));
-  send_frame(dst, h, std::move(parts), nullptr);
+  std::vector<Tensor> hosts;
+  hosts.reserve(tensors.size());
+  for (const Tensor& t : tensors) hosts.push_back(host_contiguous(t));
+  std::vector<std::span<const uint8_t>> spans;
+  spans.reserve(1 + hosts.size());
+  spans.emplace_back(call_frame.data(), call_frame.size());
+  for (const Tensor& t : hosts) spans.emplace_back(static_cast<const uint8_t*>(t.raw_data()), t.nbytes());
+  send_frame(dst, h, spans, [&] {
+    // The call frame's bytes move into a storage of their own: a part like the tensors.
+    auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(call_frame));
+    std::vector<Tensor> parts;
+    parts.reserve(1 + hosts.size());
+    parts.emplace_back(std::make_shared<Storage>(bytes->data(), bytes->size(), Device::cpu(), [bytes](void*) {}),
+                       DType::u8, h.shape, Strides{1}, 0);
+    for (Tensor& t : hosts) parts.push_back(std::move(t));
+    return parts;
+  }, nullptr);
 }
 
-void Transport::send_frame(int dst, FrameHeader& h, std::vector<Tensor> parts,
+void Transport::send_frame(int dst, FrameHeader& h, std::span<const std::span<const uint8_t>> spans,
+                           const std::function<std::vector<Tensor>()>& owned,
                            const std::shared_ptr<detail::Completion>& done) {
   Peer& peer = *peers_[dst];
   if (!peer.dealer) throw CommError("send: the transport is not connected yet");
-  std::vector<std::span<const uint8_t>> spans;
-  spans.reserve(parts.size());
   size_t frame_bytes = header_size(h.shape.size());
-  for (const Tensor& p : parts) {
-    spans.emplace_back(static_cast<const uint8_t*>(p.raw_data()), p.nbytes());
-    frame_bytes += p.nbytes();
-  }
+  for (const auto& s : spans) frame_bytes += s.size();
   std::lock_guard lock(peer.send_mutex);
   h.seq = peer.next_seq++;
   if (send_direct_locked(peer, h, spans)) {
@@ -291,9 +297,13 @@ void Transport::send_frame(int dst, FrameHeader& h, std::vector<Tensor> parts,
     if (done) done->finish();
   } else if (takes_stripes(dst, spans)) {
     peer.count_sent(stripes_path, frame_bytes);
-    send_striped_locked(dst, h, spans, std::make_shared<std::vector<Tensor>>(std::move(parts)), done);
+    auto parts = std::make_shared<std::vector<Tensor>>(owned());
+    // The same bytes as the spans (owned() only moved them into tensors): the stripes keep parts alive.
+    std::vector<std::span<const uint8_t>> kept;
+    for (const Tensor& p : *parts) kept.emplace_back(static_cast<const uint8_t*>(p.raw_data()), p.nbytes());
+    send_striped_locked(dst, h, kept, std::move(parts), done);
   } else {
-    send_zmq_locked(dst, h, parts, done);
+    send_zmq_locked(dst, h, owned(), done);
     peer.count_sent(zmq_path, frame_bytes);
   }
   touch();

@@ -201,8 +201,11 @@ class Transport {
 
   // transport.cpp: the I/O thread, and one frame of contiguous host parts (the payload, or an
   // actor frame's call frame and tensors) to another rank by the path that suits it; h.seq is set here.
+  // A direct link writes the spans at once; `owned` makes the parts as tensors that own their bytes
+  // only for the paths that write later (stripes, ZeroMQ), so a small frame allocates nothing here.
   void io_loop();
-  void send_frame(int dst, FrameHeader& h, std::vector<Tensor> parts, const std::shared_ptr<detail::Completion>& done);
+  void send_frame(int dst, FrameHeader& h, std::span<const std::span<const uint8_t>> spans,
+                  const std::function<std::vector<Tensor>()>& owned, const std::shared_ptr<detail::Completion>& done);
   void touch();  // a frame was just sent or received
   void wake();
 
@@ -210,6 +213,11 @@ class Transport {
   // parts as u8 tensors owning their bytes. Decoded and checked once; a bad frame loses the peer
   // (CommError "rank N sent a bad frame"). False when refused.
   bool accept_frame(int peer, Path path, std::span<const uint8_t> header, std::vector<Tensor> parts);
+  // The same for bytes in a buffer the caller reuses (a direct link's): each part is copied once,
+  // straight into a tensor of the frame's dtype and shape.
+  bool accept_frame(int peer, Path path, std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts);
+  // The checks every path's frames pass: decoded header, source, part count. CommError otherwise.
+  FrameHeader check_frame(int peer, std::span<const uint8_t> header, size_t payload_size, size_t parts);
   void refuse_frame(int peer, const std::exception& why);
   // Takes a frame in the peer's sequence order: handled now, or held until the ones before it came.
   void take_frame(int peer, Message frame);

@@ -76,14 +76,9 @@ int Transport::handle_direct() {
     try {
       open = in.read([&](const DirectRecord& record) {
         if (refused) return;  // the link closes below: nothing after a bad frame is taken
-        // The receive buffer is reused for the next records: each part is copied out once, here.
-        std::vector<Tensor> parts;
-        parts.reserve(record.parts.size());
-        for (const auto& bytes : record.parts) {
-          parts.push_back(Tensor::empty({static_cast<int64_t>(bytes.size())}, DType::u8));
-          if (!bytes.empty()) std::memcpy(parts.back().mutable_raw_data(), bytes.data(), bytes.size());
-        }
-        if (accept_frame(in.peer(), direct_path, record.header, std::move(parts))) ++handled;
+        // The receive buffer is reused for the next records: each part is copied out once, there.
+        if (accept_frame(in.peer(), direct_path, record.header, std::span<const std::span<const uint8_t>>(record.parts)))
+          ++handled;
         else refused = true;
       });
       open = open && !refused;

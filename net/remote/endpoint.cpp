@@ -84,9 +84,11 @@ void RemoteActors::Impl::refuse(int dst, uint64_t request, std::exception_ptr e,
 void RemoteActors::Impl::send_failed(int at, uint64_t actor, std::exception_ptr why) {
   std::lock_guard lock(mutex);
   send_failures.try_emplace({at, actor}, with_context("an earlier send(): ", why));  // the first is kept
+  send_failure_count.store(send_failures.size(), std::memory_order_release);
 }
 
 std::exception_ptr RemoteActors::Impl::take_send_failure(ActorRef& ref) {
+  if (send_failure_count.load(std::memory_order_acquire) == 0) return nullptr;  // the usual case: no locks
   std::pair<int, uint64_t> key;
   {
     std::lock_guard lock(ref.mutex);
@@ -97,6 +99,7 @@ std::exception_ptr RemoteActors::Impl::take_send_failure(ActorRef& ref) {
   if (it == send_failures.end()) return nullptr;
   std::exception_ptr failed = std::move(it->second);
   send_failures.erase(it);
+  send_failure_count.store(send_failures.size(), std::memory_order_release);
   return failed;
 }
 
@@ -291,6 +294,7 @@ void RemoteActors::Impl::close() {
     pending.clear();
     for (auto& [id, actor] : hosted) actors.push_back(actor);
     unreported.swap(send_failures);
+    send_failure_count.store(0, std::memory_order_release);
   }
   for (Pending& p : cancelled)
     p.answer({}, with_context(p.what, error<CancelledError>("this rank's RemoteActors was closed")));

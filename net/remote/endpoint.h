@@ -163,6 +163,7 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   // The first failure of a send() from this rank to each actor, (rank, id), that no call or
   // check() has thrown yet.
   std::map<std::pair<int, uint64_t>, std::exception_ptr> send_failures;
+  std::atomic<size_t> send_failure_count{0};  // send_failures.size(), read without the lock by every call
 
   // --- sending, receiving, calls from this rank, serving and closing (endpoint.cpp) ----------
   // To another rank over the transport; to this rank, handled at once on this thread.
