@@ -6,7 +6,7 @@
 //
 // enqueue_us: median wall time of fork + wait of one call that queues one small kernel on the actor's
 // lane (the Future completes when the kernel is queued, so this is the caller's whole cost).
-// fork_us: what fork alone costs the caller; pipelined_us: the cost per call with all calls in
+// op_us: the same op called on this thread, no actor; fork_us: what fork alone costs the caller; pipelined_us: the cost per call with all calls in
 // flight at once (the actor's throughput: take the message, queue the kernel, answer).
 // handoff_syncs: host waits counted (devices/sync.h) while a tensor goes from one lane actor to
 // another and that one's call is queued: 0 means the consumer waited on the device, not the host.
@@ -65,6 +65,17 @@ int main(int argc, char** argv) {
     std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
     const double enqueue_us = us[us.size() / 2];
 
+    // The op alone on this thread's stream: what the call adds to it is the actor's and the lane's.
+    const Tensor factor = Tensor::full({1}, 2.0f).to(device);
+    std::vector<double> op_us;
+    for (int i = 0; i < calls; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      Tensor y = mul(x, factor);
+      op_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::nth_element(op_us.begin(), op_us.begin() + op_us.size() / 2, op_us.end());
+    const double bare_op_us = op_us[op_us.size() / 2];
+
     // Calls in flight together: what each costs once the caller does not wait for the one before
     // (the actor's own work per call: take the message, queue the kernel, answer).
     std::vector<Future<Tensor>> pending;
@@ -93,6 +104,7 @@ int main(int argc, char** argv) {
                                              {"lane", device.is_cpu() ? "host" : "cuda stream"},
                                              {"enqueue_us", rounded(enqueue_us, 2)},
                                              {"fork_us", rounded(fork_us, 2)},
+                                             {"op_us", rounded(bare_op_us, 2)},
                                              {"pipelined_us", rounded(pipelined_us, 2)},
                                              {"handoffs", handoffs},
                                              {"handoff_syncs", syncs}});
