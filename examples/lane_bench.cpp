@@ -5,9 +5,9 @@
 //   lane_bench --device cpu             # the same protocol on host lanes (no GPU needed)
 //
 // enqueue_us: median wall time of fork + wait of one call that queues one small kernel on the actor's
-// lane (the Future completes when the kernel is queued, so this is the caller's whole cost).
+// idle lane (the Future completes when the kernel is queued, so this is the caller's whole cost).
 // op_us: the same op called on this thread, no actor; fork_us: what fork alone costs the caller; pipelined_us: the cost per call with all calls in
-// flight at once (the actor's throughput: take the message, queue the kernel, answer).
+// flight at once (bounded by the device's own time per call once its queue is full).
 // handoff_syncs: host waits counted (devices/sync.h) while a tensor goes from one lane actor to
 // another and that one's call is queued: 0 means the consumer waited on the device, not the host.
 #include <CLI/CLI.hpp>
@@ -19,6 +19,7 @@
 #include "devices/lane.h"
 #include "devices/ops.h"
 #include "devices/sync.h"
+#include "examples/device_option.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
 
@@ -56,10 +57,13 @@ int main(int argc, char** argv) {
     first.lane()->synchronize();
     std::vector<double> us;
     us.reserve(calls);
+    // Each call finds the lane idle (the wait after it is not timed): back to back, the device's queue
+    // fills and a launch waits for room, which times the device's work instead of the enqueue.
     for (int i = 0; i < calls; ++i) {
       const auto start = std::chrono::steady_clock::now();
       Tensor y = wait(fork(first, x));
       us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+      first.lane()->synchronize();
     }
     first.lane()->synchronize();
     std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
@@ -72,6 +76,7 @@ int main(int argc, char** argv) {
       const auto start = std::chrono::steady_clock::now();
       Tensor y = mul(x, factor);
       op_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+      finish(device);
     }
     std::nth_element(op_us.begin(), op_us.begin() + op_us.size() / 2, op_us.end());
     const double bare_op_us = op_us[op_us.size() / 2];

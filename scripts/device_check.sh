@@ -7,7 +7,8 @@
 #                                  # $OUT/device_check.json (one object of figures) and $OUT/device_check.log
 #
 # With the workplace's `run` tool: carry [".devcheck"], command `bash scripts/device_check.sh run`, timeout_s 420.
-# The steps share DEVICE_CHECK_SECONDS (330 by default, under 6 minutes); a step past it is skipped. Here,
+# The steps share DEVICE_CHECK_SECONDS (330 by default, under 6 minutes); a step past it is skipped;
+# DEVICE_CHECK_STEPS=regex runs only the steps it matches. Here,
 # `run` is the dry run: GPU tests skip, benchmarks that need a GPU report their DeviceError, and the
 # figures file still comes out. dist_sgd on the GPU needs Fashion-MNIST there, which is not carried.
 set -euo pipefail
@@ -68,6 +69,8 @@ run() {
   step() {
     local name=$1 limit=$2 started rc left
     shift 2
+    # DEVICE_CHECK_STEPS=regex: only the steps whose names match (a rerun of one benchmark, say).
+    if [ -n "${DEVICE_CHECK_STEPS:-}" ] && ! [[ "$name" =~ $DEVICE_CHECK_STEPS ]]; then return; fi
     left=$(( deadline - $(date +%s) ))
     if [ "$left" -lt 5 ]; then
       echo "== $name: skipped, the run's time is spent" | tee -a "$log"
