@@ -10,15 +10,20 @@ void Transport::sync_trace_clock(Deadline deadline) {
   // Each rank in turn pings rank 0; rank 0 answers with its clock. The round trip that took
   // least bounds the offset's error by half of it: the answer was stamped somewhere inside it.
   constexpr uint64_t kClockGroup = 0x7472616365636c6bULL;  // "traceclk": no process group's id
-  constexpr int kRounds = 200;  // more tries at a round trip the scheduler did not stretch
+  // At least kRounds tries at a round trip the scheduler did not stretch; more, up to kMaxRounds,
+  // while the best one still bounds the error above kWantedBoundNs. Each ping says whether another
+  // follows, so rank 0 answers exactly as many.
+  constexpr int kRounds = 200, kMaxRounds = 2000;
+  constexpr int64_t kWantedBoundNs = 25'000;
   auto now = [] { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); };
   FrameHeader h;
   h.group = kClockGroup;
   if (rank() == 0) {
     for (int r = 1; r < world_size(); ++r)
-      for (int k = 0; k < kRounds; ++k) {
-        if (!wait(post(kClockGroup, Lane::p2p, k, r), deadline))
-          throw TimeoutError("TROUPE_TRACE: no clock ping from rank " + std::to_string(r));
+      for (int k = 0;; ++k) {
+        std::optional<Message> ping = wait(post(kClockGroup, Lane::p2p, k, r), deadline);
+        if (!ping) throw TimeoutError("TROUPE_TRACE: no clock ping from rank " + std::to_string(r));
+        if (ping->payload.numel() == 0) break;  // rank r has its bound
         h.tag = k;
         send(r, h, Tensor::from_vector<int64_t>({now()}, {1}));
       }
@@ -26,11 +31,16 @@ void Transport::sync_trace_clock(Deadline deadline) {
     return;
   }
   int64_t best_rtt = -1, offset = 0;
-  for (int k = 0; k < kRounds; ++k) {
+  for (int k = 0;; ++k) {
+    if (k >= kMaxRounds || (k >= kRounds && best_rtt <= 2 * kWantedBoundNs)) {
+      h.tag = k;
+      send(0, h, Tensor());  // no more pings
+      break;
+    }
     auto slot = post(kClockGroup, Lane::p2p, k, 0);
     h.tag = k;
     const int64_t sent = now();
-    send(0, h, Tensor());
+    send(0, h, Tensor::from_vector<int64_t>({1}, {1}));
     std::optional<Message> m = wait(slot, deadline);
     const int64_t back = now();
     if (!m) throw TimeoutError("TROUPE_TRACE: no clock answer from rank 0");
