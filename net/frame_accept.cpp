@@ -35,8 +35,6 @@ bool Transport::accept_frame(int peer, Path path, std::span<const uint8_t> heade
     FrameHeader h = check_frame(peer, header, parts.empty() ? 0 : parts.front().size(), parts.size());
     size_t frame_bytes = header.size();
     for (const auto& p : parts) frame_bytes += p.size();
-    peers_[peer]->count_received(path, frame_bytes);
-    if (path == direct_path) ++direct_frames_;
     Message frame{peer, h, Tensor::empty(h.shape, h.dtype), {}};
     if (!parts.empty() && !parts.front().empty())
       std::memcpy(frame.payload.mutable_raw_data(), parts.front().data(), parts.front().size());
@@ -45,7 +43,7 @@ bool Transport::accept_frame(int peer, Path path, std::span<const uint8_t> heade
       frame.parts.push_back(Tensor::empty({static_cast<int64_t>(parts[i].size())}, DType::u8));
       if (!parts[i].empty()) std::memcpy(frame.parts.back().mutable_raw_data(), parts[i].data(), parts[i].size());
     }
-    take_frame(peer, std::move(frame));
+    admit_frame(peer, path, frame_bytes, std::move(frame));
     return true;
   } catch (const CommError& e) {
     refuse_frame(peer, e);
@@ -58,18 +56,22 @@ bool Transport::accept_frame(int peer, Path path, std::span<const uint8_t> heade
     FrameHeader h = check_frame(peer, header, parts.empty() ? 0 : parts.front().nbytes(), parts.size());
     size_t frame_bytes = header.size();
     for (const Tensor& p : parts) frame_bytes += p.nbytes();
-    peers_[peer]->count_received(path, frame_bytes);
-    if (path == direct_path) ++direct_frames_;
-    if (path == stripes_path) ++striped_frames_;
     Message frame{peer, h, parts.empty() ? Tensor::empty(h.shape, h.dtype) : view_bytes_as(parts.front(), h.dtype, h.shape),
                   {}};
     if (parts.size() > 1) frame.parts.assign(std::make_move_iterator(parts.begin() + 1), std::make_move_iterator(parts.end()));
-    take_frame(peer, std::move(frame));
+    admit_frame(peer, path, frame_bytes, std::move(frame));
     return true;
   } catch (const CommError& e) {
     refuse_frame(peer, e);
     return false;
   }
+}
+
+void Transport::admit_frame(int peer, Path path, size_t frame_bytes, Message frame) {
+  peers_[peer]->count_received(path, frame_bytes);
+  if (path == direct_path) ++direct_frames_;
+  if (path == stripes_path) ++striped_frames_;
+  take_frame(peer, std::move(frame));
 }
 
 void Transport::refuse_frame(int peer, const std::exception& why) {

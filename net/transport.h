@@ -218,6 +218,8 @@ class Transport {
   bool accept_frame(int peer, Path path, std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts);
   // The checks every path's frames pass: decoded header, source, part count. CommError otherwise.
   FrameHeader check_frame(int peer, std::span<const uint8_t> header, size_t payload_size, size_t parts);
+  // A checked frame of frame_bytes in all: counted by path, then taken in sequence order.
+  void admit_frame(int peer, Path path, size_t frame_bytes, Message frame);
   void refuse_frame(int peer, const std::exception& why);
   // Takes a frame in the peer's sequence order: handled now, or held until the ones before it came.
   void take_frame(int peer, Message frame);
