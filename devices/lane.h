@@ -81,7 +81,7 @@ class LaneGuard {
 class Tensor;
 
 // An event after the work queued so far on the device's default stream, where threads without a
-// lane queue theirs (done, empty, for cpu).
+// lane queue theirs (done, empty, for cpu, and for an idle default stream unless a profiler records).
 Event default_stream_mark(Device device);
 // Orders the calling thread's later work on t's device after the lane work that wrote t: its
 // current lane, or else its current stream, waits for t's ready event on the device. The registry

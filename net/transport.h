@@ -141,9 +141,10 @@ class Transport {
   void send(int dst, FrameHeader header, const Tensor& payload,
             const std::shared_ptr<detail::Completion>& done = nullptr);
   // A p2p device tensor of at least kStagedMin bytes to another process on this host: its bytes go
-  // through pinned shared memory in chunks (devices/cuda/shared_staging.h), copied out on the
-  // calling thread's stream and in on the receiver's, neither host waiting; only a descriptor frame
-  // (kind staged) travels. False when that path does not apply: send() it then.
+  // through a device block the sender exports (CUDA IPC), or else pinned shared memory in chunks
+  // (devices/cuda/shared_staging.h), copied out on the calling thread's stream and in on the
+  // receiver's, neither host waiting; only a descriptor frame (kind staged) travels. False when that
+  // path does not apply (or every segment to dst is still unread): send() it then.
   bool send_staged(int dst, FrameHeader header, const Tensor& payload, const std::shared_ptr<detail::Completion>& done);
   static constexpr size_t kStagedMin = size_t(1) << 20;
   // The tensor a staged frame's descriptor describes, on `device` (queued on the calling thread's
