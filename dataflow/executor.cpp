@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "actors/task.h"
 #include "dataflow/captured_plan.h"
 #include "dataflow/invocation_state.h"
+#include "dataflow/placement.h"
 #include "dataflow/plan.h"
 #include "dataflow/rank_link.h"
 #include "devices/error_kinds.h"
@@ -83,38 +85,14 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
                                                : ", but the executor has no process group"));
     if (!plan.problems.empty()) throw GraphError(graph->name(), plan.problems);
     output_names = std::make_shared<const std::vector<std::string>>(plan.output_names);
-    // Every node sends on every output in every invocation (a dead token at least), so a rank that
-    // reads a value of rank 0's is started by the first one; the others by a start of their own.
-    std::vector<uint8_t> runs_nodes(world, 0), fed(world, 0);
-    const auto feeds = [&](const std::vector<Target>& targets) {
-      for (const Target& t : targets) fed[owner(t)] = 1;
-    };
-    for (const auto& targets : plan.input_consumers) feeds(targets);
-    for (const PlanNode& pn : plan.nodes) {
-      runs_nodes[pn.rank] = 1;
-      if (pn.rank == 0)
-        for (const auto& targets : pn.consumers) feeds(targets);
-    }
-    for (int r = 1; r < world; ++r) {
-      if (!runs_nodes[r]) continue;
-      started_ranks.push_back(r);
-      if (!fed[r]) unfed_ranks.push_back(r);
-    }
+    placement = std::make_shared<const Placement>(plan, ranks_of(plan), rank, world);
+    heals = world > 1 && std::all_of(plan.nodes.begin(), plan.nodes.end(), [](const PlanNode& pn) { return pn.pure; });
     fixed_intra_op = Runtime::current().options().intra_op_threads;
     cores = hardware_cores();
     nodes.resize(plan.nodes.size());
-    for (size_t i = 0; i < plan.nodes.size(); ++i) {
-      if (!local(static_cast<int>(i))) continue;
-      ++local_nodes;
-      if (plan.nodes[i].inputs.empty()) sources.push_back(static_cast<int>(i));
-      if (const auto* loop = plan.nodes[i].node->as<Node::Loop>())
-        nodes[i].body = create(*loop->body, {.max_in_flight = options.max_in_flight});
-      const std::optional<Device>& device = plan.nodes[i].node->device;
-      if (device && !device->is_cpu() && runs_on_lane(*plan.nodes[i].node))
-        nodes[i].lane = Lane::make(*device, plan.nodes[i].path);
-    }
     placed_constants.resize(plan.nodes.size());
-    upload_constants();
+    for (size_t i = 0; i < plan.nodes.size(); ++i)
+      if (placement->local(static_cast<int>(i))) prepare(static_cast<int>(i));
     if (options.cuda_graph) {
       if (world > 1) throw ValueError("Executor: cuda_graph: graph '" + plan.graph + "' is spread over " +
                                       std::to_string(world) + " ranks; a captured graph runs in one process");
@@ -124,18 +102,21 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
 
   static bool runs_on_lane(const Node& n) { return n.is<Node::Op>() || n.is<Node::Call>(); }
 
-  // A constant read by a node on a device moves there once, not at every invocation.
-  void upload_constants() {
+  // What a node of this rank needs besides its actor: a loop's body, a lane on a device, and the
+  // constants it reads uploaded to its device once, not at every invocation.
+  void prepare(int i) {
+    const Node& n = *plan.nodes[i].node;
+    if (const auto* loop = n.as<Node::Loop>()) nodes[i].body = create(*loop->body, {.max_in_flight = options.max_in_flight});
+    if (n.device && !n.device->is_cpu() && runs_on_lane(n)) nodes[i].lane = Lane::make(*n.device, plan.nodes[i].path);
+    if (!n.device) return;
     for (size_t k = 0; k < plan.constants.size(); ++k) {
       const Value& c = plan.constants[k];
-      if (!c.is_tensor() || !c.tensor().defined()) continue;
+      if (!c.is_tensor() || !c.tensor().defined() || *n.device == c.tensor().device()) continue;
       for (const Target& t : plan.constant_consumers[k]) {
-        if (t.node < 0 || !local(t.node)) continue;
-        const std::optional<Device>& device = plan.nodes[t.node].node->device;
-        if (!device || *device == c.tensor().device()) continue;
-        auto& slots = placed_constants[t.node];
+        if (t.node != i) continue;
+        auto& slots = placed_constants[i];
         if (slots.size() <= static_cast<size_t>(t.slot)) slots.resize(t.slot + 1);
-        slots[t.slot] = c.tensor().to(*device);
+        slots[t.slot] = c.tensor().to(*n.device);
       }
     }
   }
@@ -151,7 +132,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
     if (core->world > 1) {
       try {
         core->remote = net::RemoteActors::ensure(opts.group);
-        core->link = std::make_shared<RankLink>(opts.group, g.name(), core);
+        core->link = std::make_shared<RankLink>(opts.group, g.name(), core, core->heals);
         core->link->connect();
       } catch (...) {
         core->stop();
@@ -162,24 +143,28 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
     return core;
   }
 
-  bool local(int node) const { return plan.nodes[node].rank == rank; }
+  std::shared_ptr<const Placement> current_placement() const {
+    std::lock_guard lock(placement_mutex);
+    return placement;
+  }
 
   void spawn_actors() {
-    auto& system = Runtime::current().system();
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      if (!local(static_cast<int>(i))) continue;
-      // The actor holds the core until stop() sends it the exit: no node outlives its data.
-      // Spawn arguments rather than captures: CAF 0.17 dereferences a null argument tuple when
-      // there are none (UBSan reports it).
-      nodes[i].actor = system.spawn(
-          [](std::shared_ptr<ExecutorCore> core, int id) -> caf::behavior {
-            return {[core, id](Deliver& d) {
-              HandlerTurn turn;
-              core->receive(id, d);
-            }};
-          },
-          shared_from_this(), static_cast<int>(i));
-    }
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (placement->local(static_cast<int>(i))) spawn(static_cast<int>(i));
+  }
+
+  void spawn(int i) {
+    // The actor holds the core until stop() sends it the exit: no node outlives its data.
+    // Spawn arguments rather than captures: CAF 0.17 dereferences a null argument tuple when
+    // there are none (UBSan reports it).
+    nodes[i].actor = Runtime::current().system().spawn(
+        [](std::shared_ptr<ExecutorCore> core, int id) -> caf::behavior {
+          return {[core, id](Deliver& d) {
+            HandlerTurn turn;
+            core->receive(id, d);
+          }};
+        },
+        shared_from_this(), i);
   }
 
   void stop() {
@@ -189,34 +174,45 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
 
   // ---- invocations ----
 
-  InvocationPtr start(bool wait_for_slot) {
-    {
-      std::unique_lock lock(mutex);
-      if (wait_for_slot) idle.wait(lock, [&] { return in_flight < options.max_in_flight; });
-      ++in_flight;
-      peak = std::max(peak, in_flight);
-    }
-    auto inv = make_invocation(next_id.fetch_add(1, std::memory_order_relaxed), static_cast<int>(started_ranks.size()));
+  // An in-flight slot for an invocation to come (wait: until there is one free).
+  void take_slot(bool wait) {
+    std::unique_lock lock(mutex);
+    if (wait) idle.wait(lock, [&] { return in_flight < options.max_in_flight; });
+    ++in_flight;
+    peak = std::max(peak, in_flight);
+  }
+
+  // A new invocation that holds the slot taken for it, under the current placement. Rank 0
+  // waits for the other ranks that run some of its nodes to ack it.
+  InvocationPtr begin() {
+    auto inv = make_invocation(next_id.fetch_add(1, std::memory_order_relaxed), current_placement(), true);
     if (world > 1) inv->started = std::vector<std::atomic<bool>>(world);
     inv->counted = true;
     if (world > 1) link->track(inv);
     return inv;
   }
 
-  // `acks`: the other ranks that report when they are done with it (rank 0 waits for them).
   InvocationPtr make_invocation(uint64_t id, int acks) override {
+    auto inv = make_invocation(id, current_placement(), false);
+    inv->remaining.fetch_add(acks, std::memory_order_relaxed);
+    return inv;
+  }
+
+  InvocationPtr make_invocation(uint64_t id, std::shared_ptr<const Placement> where, bool acked) {
     auto inv = std::make_shared<InvocationState>();
     inv->id = id;
-    inv->remaining.store(local_nodes + 1 + acks, std::memory_order_relaxed);
+    const int acks = acked ? static_cast<int>(where->started_ranks.size()) : 0;
+    inv->remaining.store(where->local_nodes + 1 + acks, std::memory_order_relaxed);
     inv->outputs.resize(plan.output_names.size());
     inv->live.assign(plan.output_names.size(), 0);
+    inv->placement = std::move(where);
     return inv;
   }
 
   // Sends the inputs and constants on their way and starts the nodes without inputs.
   void launch(const InvocationPtr& inv, std::vector<Value> inputs) {
     try {
-      if (world > 1) link->start(inv->id, unfed_ranks);
+      if (world > 1) link->start(inv->id, inv->placement->unfed_ranks);
       for (size_t k = 0; k < inputs.size(); ++k) deliver(plan.input_consumers[k], inv, true, std::move(inputs[k]));
     } catch (...) {
       // A peer went away (while run() waited for a slot, say): the invocation fails with why,
@@ -230,11 +226,12 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
 
   // Every rank gives its own nodes the constants and starts its nodes without inputs.
   void launch_local(const InvocationPtr& inv) override {
+    const Placement& where = *inv->placement;
     for (size_t c = 0; c < plan.constants.size(); ++c)
       for (const Target& t : plan.constant_consumers[c])
-        if (t.node >= 0 && local(t.node)) send_handoff(nodes[t.node].actor, Deliver{inv, t.slot, true, plan.constants[c]});
+        if (t.node >= 0 && where.local(t.node)) send_handoff(nodes[t.node].actor, Deliver{inv, t.slot, true, plan.constants[c]});
         else if (t.node < 0 && rank == 0) set_output(*inv, t.slot, true, plan.constants[c]);
-    for (int s : sources) send_handoff(nodes[s].actor, Deliver{inv, -1, true, {}});
+    for (int s : where.sources) send_handoff(nodes[s].actor, Deliver{inv, -1, true, {}});
     node_done(inv);  // the starter's share of `remaining`
   }
 
@@ -243,8 +240,6 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
     inv.live[k] = live;
   }
 
-  int owner(const Target& t) const { return t.node < 0 ? 0 : plan.nodes[t.node].rank; }
-
   // Hands a value to its readers: each other rank's in one Edge for all of them there (so the
   // value crosses to a rank once), this rank's by actor message or as a graph output; the last of
   // these takes the value itself, the others a copy.
@@ -252,7 +247,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
     if (world > 1) send_elsewhere(targets, inv, live, value);
     const Target* held = nullptr;
     for (const Target& t : targets) {
-      if (owner(t) != rank) continue;
+      if (inv->placement->owner(t) != rank) continue;
       if (held) hand(*held, inv, live, value);
       held = &t;
     }
@@ -267,7 +262,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   void send_elsewhere(const std::vector<Target>& targets, const InvocationPtr& inv, bool live, const Value& value) {
     std::vector<std::vector<Target>> by_rank;  // sized once a target is on another rank
     for (const Target& t : targets) {
-      const int r = owner(t);
+      const int r = inv->placement->owner(t);
       if (r == rank) continue;
       if (by_rank.empty()) by_rank.resize(world);
       by_rank[r].push_back(t);
@@ -287,7 +282,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
     const auto within = [](int i, size_t n) { return i >= 0 && static_cast<size_t>(i) < n; };
     for (const Target& t : targets) {
       const bool known = t.node == -1 ? rank == 0 && within(t.slot, plan.output_names.size())
-                                      : within(t.node, plan.nodes.size()) && local(t.node) &&
+                                      : within(t.node, plan.nodes.size()) && inv->placement->local(t.node) &&
                                             within(t.slot, plan.nodes[t.node].inputs.size());
       if (!known)
         throw CommError("executor of graph '" + plan.graph + "' on rank " + std::to_string(rank) +
@@ -302,7 +297,13 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
     if (inv->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) complete(inv);
   }
 
+  // An invocation that failed for a lost rank waits for the heal when the executor heals.
   void complete(const InvocationPtr& inv) override {
+    if (heals && rank == 0 && inv->counted && link->park(inv)) return;
+    finish(inv);
+  }
+
+  void finish(const InvocationPtr& inv) override {
     if (inv->completed.exchange(true)) return;
     if (world > 1) link->forget(inv->id);
     // Out of flight before its results are handed over: whoever has them sees it gone.
@@ -329,6 +330,58 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
       }
     }
     inv->finished.store(true, std::memory_order_release);
+  }
+
+  // ---- healing (rank_link.h) ----
+
+  std::vector<int> placement_without(const std::vector<uint8_t>& lost) override {
+    return without_ranks(current_placement()->ranks, lost);
+  }
+
+  void adopt(const std::vector<int>& ranks) override {
+    const auto valid = [&](int r) { return r >= 0 && r < world; };
+    if (ranks.size() != plan.nodes.size() || !std::all_of(ranks.begin(), ranks.end(), valid))
+      throw CommError("executor of graph '" + plan.graph + "' on rank " + std::to_string(rank) + ": a placement of " +
+                      std::to_string(ranks.size()) + " nodes over ranks outside 0.." + std::to_string(world - 1) +
+                      " does not fit its " + std::to_string(plan.nodes.size()) + " nodes");
+    auto now = std::make_shared<const Placement>(plan, ranks, rank, world);
+    const auto before = current_placement();
+    for (size_t i = 0; i < plan.nodes.size(); ++i)
+      if (now->local(static_cast<int>(i)) && !before->local(static_cast<int>(i)) && !nodes[i].actor) {
+        prepare(static_cast<int>(i));
+        spawn(static_cast<int>(i));
+      }
+    std::lock_guard lock(placement_mutex);
+    placement = std::move(now);
+  }
+
+  std::unique_lock<std::shared_mutex> hold_launches() override { return std::unique_lock(launching); }
+
+  uint64_t next_invocation() const override { return next_id.load(std::memory_order_relaxed); }
+
+  // The new run takes over the old one's slot, promises and inputs; the old one's nodes skip.
+  void rerun(const InvocationPtr& old) override {
+    InvocationPtr fresh = begin();
+    fresh->promises = std::move(old->promises);
+    fresh->inputs = old->inputs;
+    old->fail(std::make_exception_ptr(CancelledError("invocation " + std::to_string(old->id) + " runs again as " +
+                                                     std::to_string(fresh->id) + " after a rank was lost")));
+    bool cancelled = false;
+    {
+      std::lock_guard lock(old->mutex);
+      old->retry = fresh;
+      cancelled = old->cancel_asked;
+    }
+    if (cancelled) cancel(*fresh);
+    launch(fresh, fresh->inputs);
+  }
+
+  static void cancel(InvocationState& inv) {
+    {
+      std::lock_guard lock(inv.mutex);
+      inv.cancel_asked = true;
+    }
+    inv.fail(std::make_exception_ptr(CancelledError("invocation " + std::to_string(inv.id) + " was cancelled")));
   }
 
   void driver_gone() override {
@@ -390,16 +443,18 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
     if (outs.size() < pn.consumers.size())
       throw ValueError("gave " + std::to_string(outs.size()) + " outputs, but output " +
                        std::to_string(pn.consumers.size() - 1) + " is used");
-    for (size_t port = 0; port < pn.consumers.size(); ++port) check_sendable(pn.consumers[port], outs[port], "output " + std::to_string(port));
+    for (size_t port = 0; port < pn.consumers.size(); ++port)
+      check_sendable(*inv->placement, pn.consumers[port], outs[port], "output " + std::to_string(port));
     for (size_t port = 0; port < pn.consumers.size(); ++port) deliver(pn.consumers[port], inv, true, std::move(outs[port]));
   }
 
   // Only tensors cross ranks: checked before anything is sent.
-  void check_sendable(const std::vector<Target>& targets, const Value& v, const std::string& what) const {
+  void check_sendable(const Placement& where, const std::vector<Target>& targets, const Value& v,
+                      const std::string& what) const {
     if (world == 1 || (v.is_tensor() && v.tensor().defined())) return;
     for (const Target& t : targets) {
-      if (owner(t) != rank)
-        throw ValueError(what + " goes to rank " + std::to_string(owner(t)) +
+      if (where.owner(t) != rank)
+        throw ValueError(what + " goes to rank " + std::to_string(where.owner(t)) +
                          ": only tensors travel between ranks, got " + v.type_name());
     }
   }
@@ -471,7 +526,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
                 const bool taken = truth(values[0], "the predicate");
                 const int k = sw.width;
                 for (int i = 0; i < k; ++i)
-                  check_sendable(pn.consumers[taken ? i : k + i], values[1 + i], "value " + std::to_string(i));
+                  check_sendable(*inv->placement, pn.consumers[taken ? i : k + i], values[1 + i], "value " + std::to_string(i));
                 for (int i = 0; i < k; ++i) {
                   deliver(pn.consumers[i], inv, taken, taken ? values[1 + i] : Value());
                   deliver(pn.consumers[k + i], inv, !taken, taken ? Value() : values[1 + i]);
@@ -537,7 +592,8 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
       return;
     }
     ExecutorCore& body = *nodes[id].body;
-    InvocationPtr step = body.start(/*wait_for_slot=*/false);
+    body.take_slot(/*wait=*/false);
+    InvocationPtr step = body.begin();
     step->on_done = [core = shared_from_this(), id, inv, done](InvocationState& finished) {
       core->after_iteration(id, inv, finished, done + 1);
     };
@@ -574,9 +630,7 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   ExecutorOptions options;
   Plan plan;
   std::shared_ptr<const std::vector<std::string>> output_names;  // shared with each Invocation
-  std::vector<NodeState> nodes;  // actors for this rank's nodes only
-  int local_nodes = 0;
-  std::vector<int> sources;  // this rank's nodes without inputs: started by each invocation
+  std::vector<NodeState> nodes;  // actors for the nodes this rank runs (or ran) only
   int fixed_intra_op = 0, cores = 1;
   std::atomic<uint64_t> next_id{1};
   mutable std::mutex mutex;
@@ -585,8 +639,10 @@ struct ExecutorCore final : std::enable_shared_from_this<ExecutorCore>, RankLink
   bool served = false;  // rank 0's executor went away (or the link broke): serve() returns
 
   int rank = 0, world = 1;
-  std::vector<int> started_ranks;  // the ranks other than 0 that run nodes: each invocation starts there
-  std::vector<int> unfed_ranks;    // those of them that read no value of rank 0's: started by a start message
+  mutable std::mutex placement_mutex;
+  std::shared_ptr<const Placement> placement;  // for the invocations to come (guarded by placement_mutex)
+  bool heals = false;               // over ranks, every node pure: a lost rank's nodes move (rank_link.h)
+  std::shared_mutex launching;      // rank 0: held shared by a run() while it starts, exclusive by a heal
   CapturedPlan::PlacedConstants placed_constants;  // per node and input slot: a constant uploaded once
   std::unique_ptr<CapturedPlan> captured;          // cuda_graph
   std::mutex capture_mutex;                        // one replay at a time: they share the graph's bytes
@@ -617,11 +673,20 @@ std::map<std::string, Value> Invocation::get_all() {
   return out;
 }
 
+// A heal may have run it again: the reruns are cancelled too (rerun() checks cancel_asked).
 void Invocation::cancel() {
-  state_->fail(std::make_exception_ptr(CancelledError("invocation " + std::to_string(state_->id) + " was cancelled")));
+  for (detail::InvocationPtr run = state_; run;) {
+    detail::ExecutorCore::cancel(*run);
+    detail::InvocationPtr next;
+    {
+      std::lock_guard lock(run->mutex);
+      next = run->retry;
+    }
+    run = std::move(next);
+  }
 }
 
-bool Invocation::done() const { return state_->finished.load(std::memory_order_acquire); }
+bool Invocation::done() const { return detail::latest(state_)->finished.load(std::memory_order_acquire); }
 
 Executor::Executor(const Graph& graph, ExecutorOptions options)
     : core_(detail::ExecutorCore::create(graph, options)) {}
@@ -655,7 +720,7 @@ Invocation Executor::run(std::map<std::string, Value> inputs) {
         throw ShapeError("run: graph '" + plan.graph + "' input '" + name + "' must be " + meta->str() + ", got " +
                          given->str());
     }
-    core_->check_sendable(plan.input_consumers[k], it->second, "run: input '" + name + "'");
+    core_->check_sendable(*core_->current_placement(), plan.input_consumers[k], it->second, "run: input '" + name + "'");
     ordered.push_back(std::move(it->second));
     inputs.erase(it);
   }
@@ -691,10 +756,13 @@ Invocation Executor::run(std::map<std::string, Value> inputs) {
       return result;
     }
   }
-  result.state_ = core_->start(/*wait_for_slot=*/true);
+  core_->take_slot(/*wait=*/true);
+  std::shared_lock no_heal(core_->launching);  // a heal waits until this one has started, or it for the heal
+  result.state_ = core_->begin();
   result.names_ = core_->output_names;
   result.state_->promises.resize(plan.output_names.size());
   for (auto& p : result.state_->promises) result.futures_.push_back(p.future());
+  if (core_->heals) result.state_->inputs = ordered;  // to run it again after a heal
   core_->launch(result.state_, std::move(ordered));
   return result;
 }
@@ -723,7 +791,16 @@ int Executor::peak_in_flight() const {
   return core_->peak;
 }
 
-int Executor::node_actors() const { return core_->local_nodes; }
+int Executor::node_actors() const { return core_->current_placement()->local_nodes; }
+
+int Executor::rank_of(std::string_view node) const {
+  const auto& nodes = core_->plan.nodes;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i].path == node) return core_->current_placement()->ranks[i];
+  throw ValueError("rank_of: graph '" + core_->plan.graph + "' has no node '" + std::string(node) + "'");
+}
+
+bool Executor::heals() const { return core_->heals; }
 const std::vector<std::string>& Executor::input_names() const { return core_->plan.input_names; }
 const std::vector<std::string>& Executor::output_names() const { return core_->plan.output_names; }
 

@@ -30,6 +30,13 @@
 // cover the whole job. A lost rank fails every pending invocation
 // with PeerLostError naming it, within 5 s; serve() then throws it. Cancelling skips the pending
 // nodes of rank 0 only.
+// Healing: when every node is pure (ops, switches and merges are; calls, modules, sub-graphs and
+// loops marked with NodeRef::pure), a lost rank other than 0 costs no invocation: rank 0 moves its
+// nodes to the surviving ranks (each to the one running the fewest nodes then; rank_of() says
+// where a node is now), the survivors make their new nodes, and every invocation that was in
+// flight runs again from its inputs (a pure node may run twice for one invocation); run() waits
+// meanwhile. Its futures stay those run() gave. The lost rank does not come back to this
+// executor. Losing rank 0 ends the job as above; graphs with a node not pure fail as above.
 // Remote actors: the executor uses the process's net::RemoteActors when the program made one
 // (make it before the executor and destroy it after), else one it makes on the group's
 // transport, shared by the executors of the process and closed with the last (which waits, as
@@ -121,7 +128,9 @@ class Executor {
 
   int in_flight() const;
   int peak_in_flight() const;  // the most invocations ever in flight at once
-  int node_actors() const;     // actors spawned for this graph on this rank (loop bodies excluded)
+  int node_actors() const;     // nodes this rank runs (loop bodies excluded)
+  int rank_of(std::string_view node) const;  // the rank a node ("sub/node") runs on now; ValueError if none
+  bool heals() const;          // over ranks with every node pure: a lost rank is healed (above)
   const std::vector<std::string>& input_names() const;
   const std::vector<std::string>& output_names() const;
 

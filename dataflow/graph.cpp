@@ -73,6 +73,11 @@ NodeRef& NodeRef::on_rank(int rank) {
   return *this;
 }
 
+NodeRef& NodeRef::pure(bool pure) {
+  graph_->mutable_node(node_).pure = pure;
+  return *this;
+}
+
 NodeRef& NodeRef::infer_with(MetaFn infer) {
   Node& n = graph_->mutable_node(node_);
   auto* call = std::get_if<Node::Call>(&n.kind);

@@ -120,6 +120,7 @@ struct Node {
   std::vector<std::string> output_names;  // when the ports have names (sub-graphs, loops, switches)
   std::optional<Device> device;           // placement; none: where the inputs are
   int rank = 0;                           // the process-group rank it runs on (see Executor)
+  bool pure = false;                      // NodeRef::pure: may run again, elsewhere, with the same result
   std::string build_error;                // a problem seen while building, reported by validate()
 
   template <class K>
@@ -144,6 +145,11 @@ class NodeRef {
   NodeRef& named(std::string name);
   NodeRef& on(Device device);            // run here: tensor inputs are moved with Tensor::to
   NodeRef& on_rank(int rank);            // run in that rank of the executor's process group
+  // Says that running this node again with the same inputs, on any rank, gives the same outputs
+  // and harms nothing (no outside effect that must happen once). Ops, switches and merges are
+  // pure already; a call, module, sub-graph (all its nodes) or loop (its body) is pure when marked.
+  // An executor over ranks whose nodes are all pure heals when a rank is lost (executor.h).
+  NodeRef& pure(bool pure = true);
   NodeRef& infer_with(MetaFn infer);     // call nodes: output metas from input metas
   const std::string& name() const;
   int id() const { return node_; }

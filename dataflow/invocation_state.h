@@ -15,6 +15,8 @@
 
 namespace troupe::detail {
 
+struct Placement;
+
 struct InvocationState {
   uint64_t id = 0;
   std::atomic<int> remaining{0};     // plan nodes not yet done with it, plus one while starting
@@ -29,6 +31,13 @@ struct InvocationState {
   std::vector<std::atomic<bool>> started;         // rank 0, per rank: a message has started it there
   std::vector<Promise<Value>> promises;           // runs started by Executor::run
   std::function<void(InvocationState&)> on_done;  // runs started by a loop node or another rank
+  std::shared_ptr<const Placement> placement;     // where its nodes run, for its whole life
+  // Rank 0 of an executor that heals: its inputs, to run it again; and, once a heal has run it
+  // again as another invocation, that one (guarded by mutex, as cancel_asked is).
+  std::vector<Value> inputs;
+  std::shared_ptr<InvocationState> retry;
+  bool cancel_asked = false;
+  std::atomic<bool> parked{false};  // failed for a lost rank: waits for the heal (RankLink::park)
 
   void fail(std::exception_ptr e) {
     {
@@ -40,5 +49,16 @@ struct InvocationState {
 };
 
 using InvocationPtr = std::shared_ptr<InvocationState>;
+
+// The run that stands for `inv` now: itself, or the last of the reruns a heal made of it.
+inline InvocationPtr latest(InvocationPtr inv) {
+  for (InvocationPtr next;; inv = std::move(next)) {
+    {
+      std::lock_guard lock(inv->mutex);
+      next = inv->retry;
+    }
+    if (!next) return inv;
+  }
+}
 
 }  // namespace troupe::detail

@@ -19,6 +19,18 @@ std::string port_label(const Node& node, const std::string& path, int index) {
   return path + ":" + std::to_string(index);
 }
 
+// Pure by what it is, or marked so.
+bool pure_node(const Node& n) {
+  return n.pure || std::visit(overloaded{
+                                  [](const Node::Call&) { return false; },
+                                  [](const Node::Module&) { return false; },
+                                  [](const Node::Subgraph& sub) { return all_pure(*sub.body); },
+                                  [](const Node::Loop& loop) { return all_pure(*loop.body); },
+                                  [](const auto&) { return true; },
+                              },
+                              n.kind);
+}
+
 std::string meta_or_unknown(const std::optional<TensorMeta>& meta) { return meta ? meta->str() : "?"; }
 
 // One graph (the top one or a sub-graph) inside the plan.
@@ -31,6 +43,7 @@ struct Scope {
   std::vector<int> child;      // per graph node: scope of a sub-graph node, or -1
   std::vector<int> ordinal;    // per graph node: position among inputs / outputs / constants id
   int rank = 0;                // where its nodes run unless placed themselves
+  bool pure = false;           // a sub-graph node marked pure: all its nodes are
 };
 
 class Planner {
@@ -57,11 +70,13 @@ class Planner {
   void add_scope(const Graph& graph, std::string prefix, int parent, int owner) {
     const int id = static_cast<int>(scopes_.size());
     int rank = 0;
+    bool pure = false;
     if (parent >= 0) {
       const Node& sub = scopes_[parent].graph->node(owner);
       rank = sub.rank != 0 ? sub.rank : scopes_[parent].rank;
+      pure = sub.pure || scopes_[parent].pure;
     }
-    scopes_.push_back({&graph, prefix, parent, owner, {}, {}, {}, rank});
+    scopes_.push_back({&graph, prefix, parent, owner, {}, {}, {}, rank, pure});
     const auto& nodes = graph.nodes();
     std::vector<int> plan_node(nodes.size(), -1), child(nodes.size(), -1), ordinal(nodes.size(), -1);
     std::map<std::string, int> names, output_names;
@@ -104,6 +119,7 @@ class Planner {
                      [&]<class K>(const K&) requires runs_as_plan_node<K> {
                        plan_node[i] = add_plan_node(n, path);
                        plan_.nodes[plan_node[i]].rank = n.rank != 0 ? n.rank : rank;
+                       plan_.nodes[plan_node[i]].pure = pure || pure_node(n);
                      },
                  },
                  n.kind);
@@ -437,6 +453,10 @@ class Planner {
 std::string what_runs(const Node& node) {
   const auto* op = node.as<Node::Op>();
   return op ? op->op : node.kind_name();
+}
+
+bool all_pure(const Graph& graph) {
+  return std::all_of(graph.nodes().begin(), graph.nodes().end(), pure_node);
 }
 
 Plan make_plan(const Graph& graph, const std::map<std::string, TensorMeta>& input_metas) {

@@ -23,6 +23,9 @@ template <class K>
 inline constexpr bool runs_as_plan_node = !(std::is_same_v<K, Node::Input> || std::is_same_v<K, Node::Constant> ||
                                            std::is_same_v<K, Node::Subgraph> || std::is_same_v<K, Node::Output>);
 
+// Every node of the graph (sub-graphs and loop bodies included) is pure (NodeRef::pure).
+bool all_pure(const Graph& graph);
+
 // What a node runs, as errors and the profiler name it: the op of an op node, else its kind.
 std::string what_runs(const Node& node);
 
@@ -51,6 +54,7 @@ struct PlanNode {
   int state_outputs = 0;                       // loop nodes: body outputs that are state
   int continue_output = -1;                    // loop nodes: the body's "continue" output, if any
   int rank = 0;                                // its own, else its sub-graph's
+  bool pure = false;  // may run again elsewhere (an op, switch or merge; else marked, or its sub-graph)
 };
 
 struct Plan {

@@ -1,5 +1,6 @@
 #include "dataflow/rank_link.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <thread>
@@ -17,6 +18,9 @@ uint64_t next_executor_number(uint64_t group) {
   return made[group]++;
 }
 
+// How long an invocation failed by a lost rank waits for the heal: a loss is heard of within 5 s.
+constexpr std::chrono::milliseconds kHealGrace{10'000};
+
 // A lost rank, or a broken connection to it (not a part that went away on purpose).
 bool is_loss(const std::exception_ptr& why) {
   if (!why) return false;
@@ -31,23 +35,39 @@ bool is_loss(const std::exception_ptr& why) {
 
 }  // namespace
 
-RankLink::RankLink(std::shared_ptr<net::ProcessGroup> group, const std::string& graph, std::weak_ptr<Scheduler> scheduler)
+RankLink::RankLink(std::shared_ptr<net::ProcessGroup> group, const std::string& graph, std::weak_ptr<Scheduler> scheduler,
+                   bool heals)
     : group_(std::move(group)),
       number_(next_executor_number(group_->id())),
       where_("executor of graph '" + graph + "' on rank " + std::to_string(group_->rank()) + ": "),
       scheduler_(std::move(scheduler)),
-      ready_(group_->size(), 0) {}
+      ready_(group_->size(), 0),
+      heals_(heals),
+      lost_(group_->size(), 0) {}
+
+RankLink::~RankLink() {
+  {
+    std::lock_guard lock(mutex_);
+    closing_ = true;
+  }
+  heal_wake_.notify_all();
+  if (!healer_.joinable()) return;
+  if (healer_.get_id() == std::this_thread::get_id()) healer_.detach();  // the healer let go last
+  else healer_.join();
+}
 
 void RankLink::connect() {
   self_ = net::host(part_name(rank()), shared_from_this(), net::Method{"start", &RankLink::on_start},
                     net::Method{"edge", &RankLink::on_edge}, net::Method{"ack", &RankLink::on_ack},
-                    net::Method{"ready", &RankLink::on_ready});
+                    net::Method{"ready", &RankLink::on_ready}, net::Method{"replace", &RankLink::on_replace});
   try {
     find_peers();
   } catch (...) {
     close();
     throw;
   }
+  // The healer holds the link until close() (or a break) ends it.
+  if (heals_ && rank() == 0) healer_ = std::thread([self = shared_from_this()] { self->heal_loop(); });
 }
 
 std::string RankLink::part_name(int r) const {
@@ -108,6 +128,9 @@ void RankLink::close() {
     std::lock_guard lock(mutex_);
     closing_ = true;
   }
+  heal_wake_.notify_all();
+  if (healer_.joinable() && healer_.get_id() != std::this_thread::get_id()) healer_.join();
+  if (!self_.valid()) return;
   try {
     self_.stop();
   } catch (const Error&) {
@@ -148,7 +171,7 @@ InvocationPtr RankLink::invocation(uint64_t id, Scheduler& scheduler) {
   if (broken_) return nullptr;
   auto it = by_id_.find(id);
   if (it != by_id_.end()) return it->second;
-  if (rank() == 0) return nullptr;
+  if (rank() == 0 || id < first_valid_) return nullptr;  // done, or dropped by a heal
   auto inv = scheduler.make_invocation(id, 0);
   inv->on_done = [to = peers_[0]](InvocationState& done) {
     try {
@@ -215,6 +238,16 @@ void RankLink::peer_down(int peer, std::exception_ptr why) {
     std::lock_guard lock(mutex_);
     if (closing_) return;
   }
+  if (is_loss(why) && heals_ && peer != 0) {
+    if (rank() != 0) return;  // rank 0 heals it
+    {
+      std::lock_guard lock(mutex_);
+      if (!lost_[peer] && std::find(unhealed_.begin(), unhealed_.end(), peer) == unhealed_.end())
+        unhealed_.push_back(peer);
+    }
+    heal_wake_.notify_all();
+    return;
+  }
   if (is_loss(why)) return lose_peer(*scheduler, why);
   if (rank() == 0)
     return lose_peer(*scheduler, std::make_exception_ptr(CommError(
@@ -232,13 +265,148 @@ void RankLink::lose_peer(Scheduler& scheduler, std::exception_ptr error) {
     std::lock_guard lock(mutex_);
     if (!broken_) broken_ = error;
     for (auto& [id, inv] : by_id_) lost.push_back(inv);
+    for (auto& [inv, until] : parked_) lost.push_back(inv);
+    parked_.clear();
   }
   readied_.notify_all();
+  heal_wake_.notify_all();
   for (auto& inv : lost) {
     inv->fail(error);
-    scheduler.complete(inv);
+    scheduler.finish(inv);
   }
   scheduler.driver_gone();
+}
+
+// ---- healing ----
+
+bool RankLink::park(const InvocationPtr& inv) {
+  if (!heals_ || rank() != 0) return false;
+  {
+    std::lock_guard lock(inv->mutex);
+    if (!is_loss(inv->error)) return false;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (broken_ || closing_) return false;
+    if (inv->parked.exchange(true)) return true;
+    parked_.emplace_back(inv, net::deadline_after(kHealGrace));
+  }
+  heal_wake_.notify_all();
+  return true;
+}
+
+int RankLink::heals() const {
+  std::lock_guard lock(mutex_);
+  return heals_done_;
+}
+
+void RankLink::heal_loop() {
+  std::unique_lock lock(mutex_);
+  while (!closing_ && !broken_) {
+    if (!unhealed_.empty()) {
+      lock.unlock();
+      if (auto scheduler = scheduler_.lock()) heal(*scheduler);
+      lock.lock();
+      continue;
+    }
+    // Parked invocations that no heal picked up in time (a loss that was not a rank's after
+    // all) are finished with their errors.
+    net::Deadline due = net::Deadline::max();
+    for (auto& [inv, until] : parked_) due = std::min(due, until);
+    if (due <= net::Clock::now()) {
+      const auto expired = std::partition(parked_.begin(), parked_.end(), [&](auto& p) { return p.second > due; });
+      std::vector<InvocationPtr> finished;
+      for (auto it = expired; it != parked_.end(); ++it) finished.push_back(it->first);
+      parked_.erase(expired, parked_.end());
+      lock.unlock();
+      if (auto scheduler = scheduler_.lock())
+        for (auto& inv : finished) scheduler->finish(inv);
+      lock.lock();
+      continue;
+    }
+    const size_t seen = parked_.size();
+    const auto woken = [&] { return closing_ || broken_ || !unhealed_.empty() || parked_.size() != seen; };
+    if (due == net::Deadline::max()) heal_wake_.wait(lock, woken);
+    else heal_wake_.wait_until(lock, due, woken);
+  }
+}
+
+// Moves the lost ranks' nodes to the survivors, on every survivor first (each answers once it has
+// taken the placement, so no new invocation's message reaches a rank that does not run its node
+// yet), then here, and runs the invocations that were in flight again. No invocation starts
+// meanwhile. A survivor lost on the way is one more rank to take out.
+void RankLink::heal(Scheduler& scheduler) {
+  auto hold = scheduler.hold_launches();
+  std::vector<int> ranks;
+  while (true) {
+    std::vector<uint8_t> lost;
+    {
+      std::lock_guard lock(mutex_);
+      if (broken_ || closing_) return;
+      for (int r : unhealed_) lost_[r] = 1;
+      unhealed_.clear();
+      lost = lost_;
+    }
+    ranks = scheduler.placement_without(lost);
+    const uint64_t first = scheduler.next_invocation();
+    bool another_lost = false;
+    for (int p = 1; p < size() && !another_lost; ++p) {
+      if (lost[p]) continue;
+      try {
+        peer(p).request<bool>("replace", first, ranks).get();
+      } catch (const CommError&) {
+        if (!is_loss(std::current_exception())) return lose_peer(scheduler, std::current_exception());
+        std::lock_guard lock(mutex_);
+        unhealed_.push_back(p);
+        another_lost = true;
+      } catch (...) {
+        return lose_peer(scheduler, std::current_exception());
+      }
+    }
+    if (!another_lost) break;
+  }
+  scheduler.adopt(ranks);
+  std::vector<InvocationPtr> again;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [id, inv] : by_id_) again.push_back(inv);
+    by_id_.clear();
+    for (auto& [inv, until] : parked_) again.push_back(inv);
+    parked_.clear();
+    ++heals_done_;
+  }
+  std::sort(again.begin(), again.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
+  again.erase(std::unique(again.begin(), again.end()), again.end());
+  for (auto& inv : again)
+    if (!inv->completed.exchange(true)) scheduler.rerun(inv);
+}
+
+bool RankLink::on_replace(uint64_t first, std::vector<int> ranks) {
+  auto scheduler = scheduler_.lock();
+  if (!scheduler) return false;
+  if (rank() == 0 || !heals_) {
+    refuse(*scheduler, "a peer sent a replace, which only rank 0 of an executor that heals sends");
+    return false;
+  }
+  try {
+    scheduler->adopt(ranks);
+  } catch (const CommError& e) {
+    refuse(*scheduler, e.what());
+    return false;
+  }
+  std::vector<InvocationPtr> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    first_valid_ = std::max(first_valid_, first);
+    for (auto& [id, inv] : by_id_) dropped.push_back(inv);
+    by_id_.clear();
+  }
+  for (auto& inv : dropped) {
+    inv->fail(std::make_exception_ptr(CancelledError(where_ + "invocation " + std::to_string(inv->id) +
+                                                     " is run again after a rank was lost")));
+    scheduler->finish(inv);  // its ack names an invocation rank 0 no longer waits for
+  }
+  return true;
 }
 
 }  // namespace troupe::detail

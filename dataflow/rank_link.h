@@ -11,7 +11,10 @@
 // the others hear nothing of it; each started rank acks to rank 0 when it is done.
 // The link knows every invocation a message may name: rank 0's from run(), the others' made when
 // their first message arrives. When a peer's rank is lost (on_down), all of them fail with that
-// error. Internal to the executor.
+// error, unless the link heals (every node pure) and the lost rank is not 0: then rank 0's healer
+// moves the lost rank's nodes to the survivors (a "replace" to each, answered once it took the
+// new placement; messages of invocations older than the replace are dropped there), and runs
+// every invocation that was in flight again, as new ones. Internal to the executor.
 //
 //   link->start(inv.id, {2});                                      // rank 0: rank 2 gets no Edge from it
 //   link->send_edge(1, Edge{inv.id, {{4, 0}, {5, 1}}, x, true});  // x for node 4 input 0, node 5 input 1
@@ -21,7 +24,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -78,9 +83,25 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
     virtual void complete(const InvocationPtr& inv) = 0;
     // Rank 0's executor went away, or this link broke: serve() returns.
     virtual void driver_gone() = 0;
+
+    // Healing. The ranks per plan node with the `lost` ranks' nodes moved to survivors (rank 0).
+    virtual std::vector<int> placement_without(const std::vector<uint8_t>& lost) = 0;
+    // New invocations run with these ranks per plan node; this rank makes the nodes it gains.
+    // CommError when they do not fit the plan.
+    virtual void adopt(const std::vector<int>& ranks) = 0;
+    // Rank 0: while the lock is held no invocation starts; the id the next one gets.
+    virtual std::unique_lock<std::shared_mutex> hold_launches() = 0;
+    virtual uint64_t next_invocation() const = 0;
+    // Rank 0: runs an invocation (claimed: completed is set) again, as a new one.
+    virtual void rerun(const InvocationPtr& inv) = 0;
+    // complete() for an invocation the heal will not run again.
+    virtual void finish(const InvocationPtr& inv) = 0;
   };
 
-  RankLink(std::shared_ptr<net::ProcessGroup> group, const std::string& graph, std::weak_ptr<Scheduler> scheduler);
+  // heals: every node of the graph is pure, so a lost rank other than 0 is healed, not fatal.
+  RankLink(std::shared_ptr<net::ProcessGroup> group, const std::string& graph, std::weak_ptr<Scheduler> scheduler,
+           bool heals);
+  ~RankLink();
 
   // Hosts this rank's part and finds the other ranks' parts, waiting up to the group's timeout for
   // them (TimeoutError naming the rank; PeerLostError when it is gone). Rank 0 returns once every
@@ -100,6 +121,11 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
   void send_edge(int peer, const Edge& edge);
   // Throws the error that broke the link (a lost peer, a peer's bad message), if one did.
   void check_healthy();
+  // Rank 0, an invocation that failed: when it failed for a lost rank and the link heals, it
+  // waits for the heal, which runs it again (true); else it is not held (false). One the heal
+  // does not pick up within 10 s (no rank was lost after all) is finished with its error.
+  bool park(const InvocationPtr& inv);
+  int heals() const;  // heals done (rank 0)
 
   // The part's methods: what the peers call, one at a time, in the order each peer sent them.
   void on_start(uint64_t invocation);
@@ -108,6 +134,9 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
   void on_ack(uint64_t invocation, std::exception_ptr error);
   // Rank `peer` found every part (rank 0 only).
   void on_ready(int64_t peer);
+  // From rank 0's healer: new invocations (ids from `first`) run with these ranks per node; older
+  // ones are dropped here.
+  bool on_replace(uint64_t first, std::vector<int> ranks);
 
  private:
   std::string part_name(int rank) const;
@@ -121,19 +150,31 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
   // Every invocation this rank knows fails with `error` now (their other messages will never
   // come), later runs throw it, and serve() returns.
   void lose_peer(Scheduler& scheduler, std::exception_ptr error);
+  // Rank 0's healer thread: heals the lost ranks, finishes parked invocations no heal picks up.
+  void heal_loop();
+  void heal(Scheduler& scheduler);
 
   std::shared_ptr<net::ProcessGroup> group_;
   uint64_t number_;    // the group's n-th executor
   std::string where_;  // "executor of graph 'g' on rank 1: ", what errors raised here start with
   std::weak_ptr<Scheduler> scheduler_;
   net::RemoteActor self_;  // this rank's part
-  std::mutex mutex_;       // guards what follows
+  mutable std::mutex mutex_;  // guards what follows
   std::condition_variable readied_;
   std::vector<net::RemoteActor> peers_;  // by group rank; set once every part is found
   std::vector<uint8_t> ready_;           // rank 0: the ranks that found every part
   std::unordered_map<uint64_t, InvocationPtr> by_id_;  // invocations messages may name
   std::exception_ptr broken_;                          // what broke the link; it takes no more messages
   bool closing_ = false;
+  // Healing.
+  const bool heals_;
+  uint64_t first_valid_ = 0;     // other ranks: invocations below it were dropped by a heal
+  std::vector<uint8_t> lost_;    // rank 0: ranks healed away
+  std::vector<int> unhealed_;    // rank 0: lost ranks the healer has yet to take out
+  std::vector<std::pair<InvocationPtr, net::Deadline>> parked_;  // rank 0: waiting for a heal, until
+  int heals_done_ = 0;
+  std::condition_variable heal_wake_;
+  std::thread healer_;
 };
 
 }  // namespace troupe::detail

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include "dataflow/graph.h"
+#include "dataflow/placement.h"
+#include "dataflow/plan.h"
 #include "devices/backend.h"
 #include "devices/error_kinds.h"
 
@@ -317,4 +319,33 @@ TEST_CASE("graph: to_dot draws nodes, sub-graph clusters, ports and placement", 
   CHECK(dot.find("n10_2 -> n11 [label=\"out\"];") != std::string::npos);
   CHECK(dot.find("placed\\nneg\\n@cpu") != std::string::npos);
   CHECK(dot.back() == '\n');
+}
+
+TEST_CASE("graph: which nodes are pure", "[dataflow]") {
+  CHECK(all_pure(mlp()));  // ops only
+  Graph inner("inner");
+  inner.output("o", inner.call("log", [](const Tensor& t) { return t; }, {inner.input("i")}));
+  CHECK_FALSE(all_pure(inner));
+  Graph g("g");
+  Port x = g.input("x");
+  Port a = g.call("a", [](const Tensor& t) { return t; }, {x}).named("a").pure();
+  Port s = g.subgraph("s", inner, {a});
+  g.output("y", g.op("neg", {s}).named("n"));
+  CHECK_FALSE(all_pure(g));  // the sub-graph's call is not marked
+  Plan plan = make_plan(g);
+  REQUIRE(plan.problems.empty());
+  for (const PlanNode& pn : plan.nodes) CHECK(pn.pure == (pn.path != "s/log"));
+
+  Graph marked("marked");
+  Port m = marked.subgraph("s", inner, {marked.input("x")}).pure();
+  marked.output("y", marked.loop("l", mlp(), {m}, 3).pure());
+  CHECK(all_pure(marked));  // a sub-graph or loop marked pure: all of it
+}
+
+TEST_CASE("placement: a lost rank's nodes spread over the survivors alike on every rank", "[dataflow]") {
+  using detail::without_ranks;
+  // Nodes on ranks 0 0 1 2 2 2; rank 2 lost: its three go to the least loaded survivor each time.
+  CHECK(without_ranks({0, 0, 1, 2, 2, 2}, {0, 0, 1}) == std::vector<int>{0, 0, 1, 1, 0, 1});
+  CHECK(without_ranks({0, 1, 2, 3}, {0, 1, 0, 1}) == std::vector<int>{0, 0, 2, 2});
+  CHECK(without_ranks({0, 1}, {0, 0}) == std::vector<int>{0, 1});  // nothing lost: nothing moves
 }

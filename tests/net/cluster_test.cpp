@@ -2,7 +2,6 @@
 // host, joined by a bridge): the collectives, remote actors and dist_sgd across hosts, a host whose
 // link goes down mid-collective, and the Kubernetes example's rendezvous with rank 0's name
 // appearing late or never. Needs root and iproute2; skipped otherwise.
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -14,56 +13,13 @@
 #include <thread>
 
 #include "net/launcher.h"
+#include "support/cluster.h"
 #include "support/ranks.h"
-#include "support/skip.h"
 
 using namespace troupe::net;
 using namespace std::chrono_literals;
 
-namespace {
-
-const std::string kScript = std::string(TROUPE_SOURCE_DIR) + "/scripts/netns_cluster.sh";
-
-bool sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
-
-std::string first_line_of(const std::string& command) {
-  std::string out;
-  if (FILE* p = ::popen(command.c_str(), "r")) {
-    char line[256];
-    if (std::fgets(line, sizeof line, p)) out = line;
-    ::pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
-// A cluster of `hosts` namespaces, removed again on scope exit.
-struct Cluster {
-  std::string prefix = "tc" + std::to_string(::getpid() % 100000);
-  int hosts;
-  bool ok;
-  explicit Cluster(int n) : hosts(n), ok(sh(kScript + " up " + std::to_string(n) + " " + prefix)) {}
-  ~Cluster() { sh(kScript + " down " + prefix); }
-  std::string address(int host) const { return first_line_of(kScript + " addr " + std::to_string(host) + " " + prefix); }
-
-  // Launch options that put rank r on host r / ranks_per_host, rank 0's rendezvous on host 0.
-  LaunchOptions options(int ranks_per_host) const { return placed("$((RANK / " + std::to_string(ranks_per_host) + "))"); }
-  // The same with rank r on the host that the shell arithmetic `host` gives for $RANK.
-  LaunchOptions placed(const std::string& host) const {
-    LaunchOptions o;
-    o.master = address(0) + ":29400";
-    o.command = {"sh", "-c", "exec ip netns exec " + prefix + "-h" + host + " \"$@\"", "sh"};
-    return o;
-  }
-};
-
-}  // namespace
-
 RankRun run_killing_ranks(int n, const std::string& rank_test, LaunchOptions o);  // kept_state_test.cpp
-
-#define REQUIRE_CLUSTER(cluster)                                                             \
-  if (::geteuid() != 0 || !sh("ip netns list")) SKIP_TEST("needs root and `ip netns` (iproute2)"); \
-  if (!(cluster).ok) SKIP_TEST("could not create the namespaces and the bridge here")
 
 TEST_CASE("cluster: collectives and remote actors with one rank on each of 2 and 4 hosts", "[net][cluster]") {
   for (int hosts : {2, 4}) {
@@ -116,7 +72,7 @@ TEST_CASE("cluster: a host's link goes down mid-collective, every survivor gets 
   // The ranks all-reduce in a loop; host 1's cable comes out once they are well under way.
   std::thread cut([&] {
     std::this_thread::sleep_for(3s);
-    sh(kScript + " link 1 down " + cluster.prefix);
+    cluster.link(1, false);
   });
   RankRun run = run_ranks(3, "collectives rank: link down", o);
   cut.join();
@@ -158,7 +114,7 @@ LaunchOptions as_pods(const Cluster& cluster) {
   o.master = cluster.address(0) + ":29400";  // the launcher's default, replaced by the manifest's below
   o.env = {{"MASTER_ADDR", kRank0Name}, {"MASTER_PORT", "29400"}, {"WORLD_SIZE", "2"}};
   o.command = {"sh", "-c",
-               "export JOB_COMPLETION_INDEX=$RANK POD_IP=$(" + kScript + " addr $RANK " + cluster.prefix +
+               "export JOB_COMPLETION_INDEX=$RANK POD_IP=$(" + cluster_script() + " addr $RANK " + cluster.prefix +
                    "); exec ip netns exec " + cluster.prefix + "-h$RANK " + std::string(TROUPE_SOURCE_DIR) +
                    "/examples/k8s/rank.sh \"$@\"",
                "sh"};
