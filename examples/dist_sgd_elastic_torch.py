@@ -8,6 +8,7 @@
 #
 #   /usr/bin/python3 -m torch.distributed.run --nnodes 1:3 --nproc_per_node 1 --rdzv_backend c10d \
 #       --rdzv_endpoint 10.0.0.1:29500 --max_restarts 9 examples/dist_sgd_elastic_torch.py --checkpoint-dir DIR
+#       [--pg-timeout 10]
 import argparse, glob, gzip, os, time, numpy as np, torch, torch.nn as nn, torch.nn.functional as F
 import torch.distributed as dist
 
@@ -18,6 +19,9 @@ ap.add_argument('--subset', type=int, default=0)
 ap.add_argument('--seed', type=int, default=1234)
 ap.add_argument('--checkpoint-dir', required=True)
 ap.add_argument('--checkpoint-every', type=int, default=20)
+# gloo's wait for a peer (torch's default 30 minutes): with a link cut, how long a rank waits
+# before it fails and the agent restarts the workers.
+ap.add_argument('--pg-timeout', type=float, default=1800)
 args = ap.parse_args()
 
 def load(kind):
@@ -39,7 +43,8 @@ class Net(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 torch.set_num_threads(1)
-dist.init_process_group('gloo')
+import datetime
+dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=args.pg_timeout))
 rank, size = dist.get_rank(), dist.get_world_size()
 x, y = load('train')
 if args.subset: x, y = x[:args.subset], y[:args.subset]

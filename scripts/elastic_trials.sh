@@ -4,10 +4,15 @@
 # serving the rendezvous), loses host 2 at a random step (every process of it killed, or its link
 # cut: the trials alternate), and brings it back once the job runs on 2 hosts (started again, or
 # its link restored). Then the same with torchrun's elastic agent (torch 1.13, --rdzv_backend c10d,
-# its defaults) over examples/dist_sgd_elastic_torch.py, the same recipe, hosts killed only. First, uninterrupted
-# troupe runs of 3 seeds give the accuracy spread.
+# its defaults) over examples/dist_sgd_elastic_torch.py, the same recipe, kills and cuts alternating;
+# at its best here: gloo's wait for a peer cut to TORCH_PG_TIMEOUT seconds (default 10; torch's own,
+# 30 minutes, keeps its ranks waiting on a cut link for that long) and the rendezvous' wait for
+# more nodes once the minimum joined to TORCH_LAST_CALL seconds (default 1, as our 0.5 s settle;
+# torch's own is 30). Its keep-alive (5 s, 3 misses) is fixed in torch 1.13. A job not resumed 3 minutes
+# after the loss is recorded as such ("-") and stopped. First, uninterrupted troupe runs of 3 seeds
+# give the accuracy spread.
 #
-#   scripts/elastic_trials.sh [TRIALS=20] [TORCH_TRIALS=3] [SUBSET=12800] [EPOCHS=3] [EVERY=20]
+#   scripts/elastic_trials.sh [TRIALS=20] [TORCH_TRIALS=4] [SUBSET=12800] [EPOCHS=3] [EVERY=20]
 #
 # One table row per trial: round and world size before/after the loss, steps lost (the last step
 # rank 0 logged before the loss minus the step resumed from), seconds from the loss to the first
@@ -17,7 +22,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "elastic_trials: needs root (network namespaces)" >&2; exit 2; }
-trials=${1:-20} torch_trials=${2:-3} subset=${3:-12800} epochs=${4:-3} every=${5:-20}
+trials=${1:-20} torch_trials=${2:-4} subset=${3:-12800} epochs=${4:-3} every=${5:-20}
+torch_pg_timeout=${TORCH_PG_TIMEOUT:-10} torch_last_call=${TORCH_LAST_CALL:-1}
 RANDOM=${SEED:-1}
 steps=$(( (subset + 127) / 128 * epochs ))
 p=etr$$
@@ -51,15 +57,21 @@ node() {
   else
     TORCH_HOST_ADDR=$(scripts/netns_cluster.sh addr $h $p) GLOO_SOCKET_IFNAME=eth0 \
     ip netns exec $p-h$h timeout 600 bash -c "$(declare -f torchrun); torchrun --nnodes 1:3 --nproc_per_node 1 \
-      --rdzv_backend c10d --rdzv_endpoint $rdzv:29500 --rdzv_conf is_host=$([ $h = 0 ] && echo 1 || echo 0) \
+      --rdzv_backend c10d --rdzv_endpoint $rdzv:29500 --rdzv_conf is_host=$([ $h = 0 ] && echo 1 || echo 0),last_call_timeout=$torch_last_call \
       --max_restarts 9 examples/dist_sgd_elastic_torch.py \
-      --seed $seed --subset $subset --epochs $epochs --checkpoint-dir $dir/h$h --checkpoint-every $every" 2>&1 |
+      --seed $seed --subset $subset --epochs $epochs --checkpoint-dir $dir/h$h --checkpoint-every $every \
+      --pg-timeout $torch_pg_timeout" 2>&1 |
       stamp >"$log"
   fi
 }
 # Rank 0's lines of every host, in time order.
 merged() { cat "$1"/*.log | grep -E '^[0-9.]+ (\[rank 0\] )?(step [0-9]+ |resumed from|start world|\{)' | sort -n; }
 json_field() { grep -o "\"$1\":[^,}]*" | tail -1 | cut -d: -f2; }
+# The job's world size now, as its rank 0 last said.
+world_now() {
+  if [ "$1" = troupe ]; then grep -h 'rendezvous: round [0-9]*: ' "$2"/h0.log 2>/dev/null | tail -1 | awk '{ print $NF }'
+  else merged "$2" | awk '/start world/ { split($3, w, "="); n = w[2] } END { print n }'; fi
+}
 kill_host() { local pids; pids=$(ip netns pids $p-h$1); [ -n "$pids" ] && kill -9 $pids; }
 
 echo "machine: $(build/bin/troupe info 2>/dev/null | head -3 | tr '\n' ' ')(load $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -84,12 +96,14 @@ for sys in troupe torch; do
   : >"$work/$sys.times"
   for t in $(seq 1 "$n"); do
     d=$work/$sys-$t; mkdir -p $d
-    # torch: kills only; with a cut link its ranks wait in gloo for its timeout (30 minutes).
-    mode=kill; [ $((t % 2)) = 0 ] && [ $sys = troupe ] && mode=cut
+    mode=kill; [ $((t % 2)) = 0 ] && mode=cut
     at=$(( every + 2 + RANDOM % (steps / 2 - 2) ))  # past the first checkpoint
     pids=()
-    for h in 0 1 2; do node $sys $h $d $d/h$h.log & pids+=($!); sleep 0.2; done
-    for _ in $(seq 1 3000); do merged $d | grep -q "step $at " && break; sleep 0.1; done
+    # (In a subshell whose stderr goes nowhere: bash's own "Killed" notes stay out of the table.)
+    for h in 0 1 2; do (node $sys $h $d $d/h$h.log) 2>/dev/null & pids+=($!); sleep 0.2; done
+    # The loss comes once the job has run step $at on all 3 hosts (a node slow to start may miss
+    # the first round and join the next).
+    for _ in $(seq 1 3000); do merged $d | grep -q "step $at " && [ "$(world_now $sys $d)" = 3 ] && break; sleep 0.1; done
     if [ $mode = kill ]; then kill_host 2; else scripts/netns_cluster.sh link 2 down $p; fi
     t_loss=$EPOCHREALTIME
     # Back once the job has resumed on 2 hosts (or after 3 minutes).
@@ -97,8 +111,11 @@ for sys in troupe torch; do
       merged $d | awk -v t=$t_loss '$1 > t && /resumed from/ { found = 1 } END { exit !found }' && break
       sleep 0.1
     done
-    if [ $mode = kill ]; then node $sys 2 $d $d/h2-again.log & pids+=($!); else scripts/netns_cluster.sh link 2 up $p; fi
+    if [ $mode = kill ]; then (node $sys 2 $d $d/h2-again.log) 2>/dev/null & pids+=($!); else scripts/netns_cluster.sh link 2 up $p; fi
     status=0
+    if ! merged $d | awk -v t=$t_loss '$1 > t && /resumed from/ { found = 1 } END { exit !found }'; then
+      for h in 0 1 2; do kill_host $h; done  # not resumed within 3 minutes
+    fi
     for i in "${!pids[@]}"; do
       [ $mode = kill ] && [ $i = 2 ] && continue  # the killed launcher
       wait "${pids[$i]}" || status=$?
@@ -120,7 +137,7 @@ for sys in troupe torch; do
     acc=$(echo "$m" | json_field test_accuracy)
     lost=$(( ${last:-0} - ${resumed:-0} ))
     secs=$(awk -v a=$t_loss -v b=${t_next:-0} 'BEGIN { if (b > 0) printf "%.2f", b - a; else print "-" }')
-    [ "$secs" != - ] && echo "$secs" >>"$work/$sys.times"
+    echo "$mode $secs" >>"$work/$sys.times"
     ok=yes
     if [ $status -ne 0 ] || [ -z "$acc" ] || [ $lost -gt $every ] || [ "$secs" = - ] || { [ $sys = troupe ] &&
        awk -v a=${acc:-0} -v lo=$lo -v hi=$hi 'BEGIN { exit !(a < lo || a > hi) }'; }; then
@@ -132,9 +149,15 @@ for sys in troupe torch; do
   done
 done
 echo
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; else print "-" }'; }
 for sys in troupe torch; do
   [ -s "$work/$sys.times" ] || continue
-  echo "$sys: loss to next training step, median $(sort -n "$work/$sys.times" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }') s over $(wc -l <"$work/$sys.times") trials"
+  for mode in all kill cut; do
+    picked=$(awk -v m=$mode 'm == "all" || $1 == m' "$work/$sys.times")
+    [ -n "$picked" ] || continue
+    echo "$sys, $mode: loss to next training step, median $(echo "$picked" | awk '$2 != "-" { print $2 }' | median) s" \
+      "over $(echo "$picked" | awk '$2 != "-"' | wc -l) trials; not resumed within 3 minutes: $(echo "$picked" | awk '$2 == "-"' | wc -l)"
+  done
 done
 echo "troupe trials $trials, bad $bad"
 [ "$bad" -eq 0 ]
