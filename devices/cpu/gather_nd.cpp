@@ -127,8 +127,6 @@ void copy_rows(const char* base, const std::vector<int64_t>& offsets, size_t ite
   // Streaming stores when every row starts on a cache line and the output outgrows the caches
   // that would keep it for its reader anyway.
   const bool stream = total >= (size_t(2) << 20) && slice_bytes % 64 == 0 && reinterpret_cast<uintptr_t>(dst) % 64 == 0;
-#else
-  const bool stream = false;
 #endif
   apply_intra_op_threads();
 #pragma omp parallel num_threads(threads)
