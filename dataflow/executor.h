@@ -43,10 +43,9 @@
 // ~RemoteActors does, until the other ranks are done with theirs). So a program may
 // host and call its own remote actors beside an executor: serve() returns when rank 0's executor
 // is gone, net::serve() when the drivers' RemoteActors are. Rank 0 of the job keeps the names:
-// with an executor on a sub-group without it, it needs a RemoteActors all the same. A program
-// that makes executors one after another makes its RemoteActors first: when the executors' own
-// closes with one and the next makes another, a rank quick to the next can call rank 0 before
-// rank 0's new one is up, and wait for it (graph_ranks hung so, about one run in four).
+// with an executor on a sub-group without it, it needs a RemoteActors all the same. Executors
+// made one after another without a RemoteActors of the program's each open and close one; the
+// calls of a rank already at the next wait for rank 0's next (net/remote/endpoint.h, generation).
 //
 //   auto world = net::init_process_group();             // under `troupe launch --nproc 2`
 //   net::RemoteActors actors(world);                     // optional: only for actors of your own

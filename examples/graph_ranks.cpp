@@ -104,9 +104,6 @@ int main(int argc, char** argv) {
     auto world = net::init_process_group();
     if (world->size() != 2) throw ValueError("graph_ranks: run it on two ranks (troupe launch --nproc 2), got " +
                                              std::to_string(world->size()));
-    // One RemoteActors for both executors: one the first executor made for itself would close
-    // with it, and a rank quick to make the second could call rank 0 before rank 0's next one is up.
-    net::RemoteActors actors(world);
     Generator inputs(100);
     std::vector<Tensor> stream;
     for (int i = 0; i < requests; ++i) stream.push_back(rand_normal({rows, features}, 0.0, 0.1, DType::f32, inputs));

@@ -122,7 +122,10 @@ void Transport::handle_frame(int r, Message frame) {
       {
         std::lock_guard lock(mutex_);
         if (!actor_handler_) {
-          if (!actor_handler_set_) actor_backlog_.push_back(std::move(frame));
+          // Kept for the next RemoteActors: between one closing and the next opening (executors
+          // made one after another), a quicker rank's first calls already come.
+          if (actor_backlog_.size() < kActorBacklogMax) actor_backlog_.push_back(std::move(frame));
+          else ++dropped_frames_;
           return;
         }
         handler = actor_handler_;

@@ -309,15 +309,26 @@ void Transport::send_frame(int dst, FrameHeader& h, std::span<const std::span<co
   touch();
 }
 
+void Transport::keep_actor_frame(Message frame) {
+  std::lock_guard lock(mutex_);
+  if (actor_backlog_.size() < kActorBacklogMax) actor_backlog_.push_back(std::move(frame));
+  else ++dropped_frames_;
+}
+
 void Transport::set_actor_handler(std::shared_ptr<ActorHandler> handler) {
   // Holding the ROUTER, no frame is handled meanwhile: the backlog reaches the handler first.
-  std::lock_guard router(router_mutex_);
+  std::unique_lock router(router_mutex_);
   std::deque<Message> backlog;
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     actor_handler_ = handler;
-    actor_handler_set_ = true;
-    backlog.swap(actor_backlog_);
+    if (handler) backlog.swap(actor_backlog_);
+    if (!handler && !telling_handler) {
+      // A lost peer's notice still being told finishes first (tell_actor_handler), the ROUTER
+      // free meanwhile: its callbacks may receive.
+      router.unlock();
+      handler_idle_.wait(lock, [&] { return handler_calls_ == 0; });
+    }
   }
   if (!handler) return;
   for (Message& m : backlog) {

@@ -154,9 +154,12 @@ class Transport {
   // (zero-copy; made contiguous host bytes here, once). Only the destination's health matters:
   // remote actors outlive other ranks' deaths.
   void send_actor_frame(int dst, std::vector<uint8_t> call_frame, const std::vector<Tensor>& tensors);
-  // Installs the handler of actor frames (nullptr: none; later ones are dropped). Frames that
-  // came before the first handler are handed to it first, in order.
+  // Installs the handler of actor frames (nullptr: none). Frames that came while there was none
+  // (before the first, or between one RemoteActors and the next; up to 4,096, later
+  // ones are dropped) are handed to the next handler first, in order.
   void set_actor_handler(std::shared_ptr<ActorHandler> handler);
+  // From the handler: an actor frame it is not the one for, kept for the next handler, in order.
+  void keep_actor_frame(Message frame);
   // Receives on this thread (leading the ROUTER, see above; taking turns with other leaders) until
   // done() or the deadline: how a thread that waits for actor frames skips the I/O thread's hand-off.
   void drive(const std::function<bool()>& done, Deadline deadline);
@@ -305,8 +308,9 @@ class Transport {
   std::vector<std::weak_ptr<detail::Completion>> pending_sends_;
   std::exception_ptr broken_;
   std::shared_ptr<ActorHandler> actor_handler_;
-  bool actor_handler_set_ = false;
-  std::deque<Message> actor_backlog_;  // actor frames that came before any handler
+  int handler_calls_ = 0;  // lost peers being told to the handler (guarded by mutex_)
+  std::condition_variable handler_idle_;
+  std::deque<Message> actor_backlog_;  // actor frames that came while there was no handler
 };
 
 }  // namespace troupe::net

@@ -30,6 +30,9 @@ inline constexpr auto kGoodbyeWait = std::chrono::milliseconds(200);
 inline constexpr auto kLeadSlice = std::chrono::milliseconds(2);  // then the I/O thread gets a turn
 inline constexpr size_t kMaxActorParts = 1 << 16;  // tensors of one actor frame
 inline constexpr size_t kMaxHeldFrames = 1 << 20;  // frames from one peer waiting for one sent before them
+inline constexpr size_t kActorBacklogMax = 1 << 12;  // actor frames kept while no RemoteActors takes them
+
+extern thread_local bool telling_handler;  // this thread is telling the actor handler of a lost peer
 
 // Bytes (headers included) and frames per peer and path, both ways (metrics.h): what troupe top
 // shows per link. Heartbeats and the other control frames are not counted.

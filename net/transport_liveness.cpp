@@ -9,6 +9,8 @@
 
 namespace troupe::net {
 
+thread_local bool telling_handler = false;
+
 void Transport::check_healthy() {
   std::lock_guard lock(mutex_);
   if (broken_) std::rethrow_exception(broken_);
@@ -66,12 +68,24 @@ void Transport::lose_peer(int r, std::exception_ptr error) {
 }
 
 void Transport::tell_actor_handler(int r, std::exception_ptr error) {
+  // Counted while told: set_actor_handler(nullptr) waits for it, so the RemoteActors being closed
+  // is never let go last here, on the I/O thread (its group's transport would join this thread).
   std::shared_ptr<ActorHandler> handler;
   {
     std::lock_guard lock(mutex_);
     handler = actor_handler_;
+    if (handler) ++handler_calls_;
   }
-  if (handler) handler->on_peer_lost(r, error);
+  if (!handler) return;
+  telling_handler = true;
+  handler->on_peer_lost(r, error);
+  handler.reset();
+  telling_handler = false;
+  {
+    std::lock_guard lock(mutex_);
+    --handler_calls_;
+  }
+  handler_idle_.notify_all();
 }
 
 void Transport::peer_departed(int r) {

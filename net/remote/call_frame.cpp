@@ -211,7 +211,7 @@ EncodedCall encode_call(const CallFrame& call) {
   put<uint32_t>(fixed, 24, static_cast<uint32_t>(call.text.size()));
   put<uint32_t>(fixed, 28, static_cast<uint32_t>(value_bytes));
   put<uint32_t>(fixed, 32, static_cast<uint32_t>(out.tensors.size()));
-  put<uint32_t>(fixed, 36, 0);
+  put<uint32_t>(fixed, 36, call.generation);
   return out;
 }
 
@@ -224,11 +224,12 @@ CallFrame decode_call(const void* data, size_t size, const std::vector<Tensor>& 
   const uint8_t kind = get<uint8_t>(in, 5);
   if (kind < static_cast<uint8_t>(CallKind::spawn) || kind > static_cast<uint8_t>(CallKind::done))
     malformed("unknown kind " + std::to_string(kind));
-  if (get<uint16_t>(in, 6) != 0 || get<uint32_t>(in, 36) != 0) malformed("reserved bytes are not zero");
+  if (get<uint16_t>(in, 6) != 0) malformed("reserved bytes are not zero");
   CallFrame call;
   call.kind = static_cast<CallKind>(kind);
   call.actor = get<uint64_t>(in, 8);
   call.request = get<uint64_t>(in, 16);
+  call.generation = get<uint32_t>(in, 36);
   const uint64_t text = get<uint32_t>(in, 24), value = get<uint32_t>(in, 28), tensors = get<uint32_t>(in, 32);
   if (text > kMaxCallText) malformed("text of " + std::to_string(text) + " bytes");
   if (kFixed + text + value != size)

@@ -10,7 +10,7 @@
 //
 // Layout (little-endian, offsets in bytes):
 //   0 magic u32 "TRAC" | 4 version u8 | 5 kind u8 | 6 zero u16 | 8 actor u64 | 16 request u64
-//   24 text bytes u32 | 28 value bytes u32 | 32 tensors u32 | 36 zero u32 | 40 text | value
+//   24 text bytes u32 | 28 value bytes u32 | 32 tensors u32 | 36 generation u32 | 40 text | value
 // The value is a tree of tagged items:
 //   0 none | 1 false | 2 true | 3 int (i64) | 4 float (f64) | 5 string (u32 n, n bytes)
 //   6 tensor (dtype u8, ndims u8, dims i64 x ndims; its bytes are the next part) | 7 list (u32 n, n items)
@@ -29,7 +29,7 @@
 namespace troupe::net {
 
 inline constexpr uint32_t kCallMagic = 0x43415254;  // "TRAC" in little-endian bytes
-inline constexpr uint8_t kCallVersion = 1;
+inline constexpr uint8_t kCallVersion = 2;
 inline constexpr size_t kMaxCallText = 1 << 20;     // a name, or an error record
 inline constexpr size_t kMaxValueDepth = 32;
 
@@ -59,6 +59,9 @@ struct CallFrame {
   uint64_t request = 0;  // what an answer answers; 0: nothing
   std::string text;
   WireValue value;
+  // The sender's RemoteActors: its process's n-th (every rank makes them in the same order), so
+  // a frame between one and the next reaches the right one (endpoint.cpp); 0: not said.
+  uint32_t generation = 0;
 };
 
 struct EncodedCall {

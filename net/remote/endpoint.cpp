@@ -24,6 +24,7 @@ RemoteActors::Impl::Impl(std::shared_ptr<ProcessGroup> made_on)
 
 void RemoteActors::Impl::post(int dst, CallFrame call) {
   if (dst == rank) return dispatch(rank, std::move(call));
+  call.generation = generation;
   EncodedCall wire = encode_call(call);
   transport.send_actor_frame(dst, std::move(wire.bytes), wire.tensors);
 }
@@ -122,6 +123,8 @@ void RemoteActors::Impl::broadcast(CallKind kind) {
 
 void RemoteActors::Impl::on_frame(Message&& m) {
   CallFrame call = decode_call(m.payload.raw_data(), m.payload.nbytes(), m.parts);  // CommError: malformed
+  if (call.generation > generation) return transport.keep_actor_frame(std::move(m));  // for the next one
+  if (call.generation < generation) return;  // an earlier one's, done with
   dispatch(m.source, std::move(call));
 }
 

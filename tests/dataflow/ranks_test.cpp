@@ -231,6 +231,27 @@ TEST_CASE("executor: a process with remote actors of its own runs one on two ran
   check_all_passed(run_ranks(2, "dataflow rank: one net::serve() for the executor and remote actors"), 2);
 }
 
+// A program without RemoteActors of its own makes executors one after another: each makes the
+// process's RemoteActors and closes it with itself, and a rank quick to the next executor calls
+// rank 0 before rank 0's next RemoteActors exists, or while its last one still closes: those calls
+// wait for the next one (net/remote/endpoint.h, `generation`; they were once dropped, or taken by
+// the one closing, and rank 0 waited for rank 1's part until its timeout).
+TEST_CASE("dataflow rank: executors one after another", "[.rank]") {
+  auto world = init_world();
+  for (int round = 0; round < 8; ++round) {
+    Executor exec(two_rank_graph(), {.group = world});
+    if (world->rank() != 0) {
+      CHECK_NOTHROW(exec.serve());
+      continue;
+    }
+    CHECK(exec.run({{"x", Tensor::scalar(float(round))}}).get("y").tensor().item<float>() == 2 * round + 1);
+  }
+}
+
+TEST_CASE("executor: executors one after another in a program without RemoteActors of its own", "[dataflow]") {
+  check_all_passed(run_ranks(2, "dataflow rank: executors one after another"), 2);
+}
+
 // Rank 1 dies while invocations are pending: each fails with PeerLostError naming it, the run
 // that waited for a slot too.
 TEST_CASE("dataflow rank: rank 1 is lost", "[.rank]") {
