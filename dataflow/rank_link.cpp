@@ -295,11 +295,6 @@ bool RankLink::park(const InvocationPtr& inv) {
   return true;
 }
 
-int RankLink::heals() const {
-  std::lock_guard lock(mutex_);
-  return heals_done_;
-}
-
 void RankLink::heal_loop() {
   std::unique_lock lock(mutex_);
   while (!closing_ && !broken_) {
@@ -373,7 +368,6 @@ void RankLink::heal(Scheduler& scheduler) {
     by_id_.clear();
     for (auto& [inv, until] : parked_) again.push_back(inv);
     parked_.clear();
-    ++heals_done_;
   }
   std::sort(again.begin(), again.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
   again.erase(std::unique(again.begin(), again.end()), again.end());

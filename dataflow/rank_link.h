@@ -125,7 +125,6 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
   // waits for the heal, which runs it again (true); else it is not held (false). One the heal
   // does not pick up within 10 s (no rank was lost after all) is finished with its error.
   bool park(const InvocationPtr& inv);
-  int heals() const;  // heals done (rank 0)
 
   // The part's methods: what the peers call, one at a time, in the order each peer sent them.
   void on_start(uint64_t invocation);
@@ -159,7 +158,7 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
   std::string where_;  // "executor of graph 'g' on rank 1: ", what errors raised here start with
   std::weak_ptr<Scheduler> scheduler_;
   net::RemoteActor self_;  // this rank's part
-  mutable std::mutex mutex_;  // guards what follows
+  std::mutex mutex_;       // guards what follows
   std::condition_variable readied_;
   std::vector<net::RemoteActor> peers_;  // by group rank; set once every part is found
   std::vector<uint8_t> ready_;           // rank 0: the ranks that found every part
@@ -172,7 +171,6 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
   std::vector<uint8_t> lost_;    // rank 0: ranks healed away
   std::vector<int> unhealed_;    // rank 0: lost ranks the healer has yet to take out
   std::vector<std::pair<InvocationPtr, net::Deadline>> parked_;  // rank 0: waiting for a heal, until
-  int heals_done_ = 0;
   std::condition_variable heal_wake_;
   std::thread healer_;
 };
