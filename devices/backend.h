@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "devices/device.h"
@@ -40,6 +41,11 @@ class DeviceBackend {
   // A contiguous tensor of this backend's as a host tensor (host_contiguous(): the device's pinned
   // staging memory where it has some).
   virtual Tensor to_host(const Tensor& contiguous);
+  // The same without waiting (devices/host_staging.h): the copy is queued on the calling thread's
+  // stream in pieces of piece_bytes, and `pieces` gets (bytes copied so far, event) after each.
+  // A backend that cannot queue it copies at once and leaves `pieces` empty.
+  virtual Tensor to_host_async(const Tensor& contiguous, uint64_t piece_bytes,
+                               std::vector<std::pair<uint64_t, Event>>& pieces);
   // Large tensors between processes of one host through pinned shared memory, neither host waiting
   // (cuda/shared_staging.h): queues the copy out of `contiguous` and returns the descriptor the
   // receiving process passes to unstage_shared; nullopt when this backend cannot stage it now (then

@@ -44,6 +44,9 @@ Backends& backends() {
 }  // namespace
 
 Tensor DeviceBackend::to_host(const Tensor& contiguous) { return contiguous.to(Device::cpu()); }
+Tensor DeviceBackend::to_host_async(const Tensor& contiguous, uint64_t, std::vector<std::pair<uint64_t, Event>>&) {
+  return to_host(contiguous);
+}
 
 Tensor DeviceBackend::unstage_shared(std::span<const uint8_t>, Device device) {
   throw DeviceError("unstage_shared: " + device.str() + "'s backend stages nothing in shared memory");

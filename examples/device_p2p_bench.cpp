@@ -2,7 +2,8 @@
 // Rank 1 asks (a 4-byte token) and times until the tensor is on its device; rank 0 answers by
 // sending it. On one host the bytes go through pinned shared memory in chunks, device-to-host on
 // rank 0's stream while host-to-device runs on rank 1's (net/transport_staged.cpp); TROUPE_SHM=0
-// sends them as host bytes over the transport instead.
+// sends them as host bytes over the transport instead. host_tensor_ms: the same bytes sent from
+// and received into host memory by the same path (what the network alone costs).
 //
 //   build/bin/troupe launch --nproc 2 -- build/bin/device_p2p_bench [--mib 64] [--json]
 //   {"device":"cuda:0","path":"shared memory","mib":64,"p2p_gbs":..,"d2h_pinned_gbs":..,"ratio":..}
@@ -44,6 +45,12 @@ int main(int argc, char** argv) {
         world->send(x, 1, 2);
       }
       finish(device);
+      // The floor: the same bytes from host memory, by the same path.
+      const Tensor host_x = Tensor::full({n}, 1.5, DType::f32);
+      for (int i = 0; i < reps + 2; ++i) {
+        world->recv(token, 1, 4);
+        world->send(host_x, 1, 5);
+      }
       world->recv(token, 1, 3);  // rank 1 measured: the tensor stays alive until then
       return 0;
     }
@@ -53,6 +60,13 @@ int main(int argc, char** argv) {
           world->send(token, 0, 1);
           world->recv(y, 0, 2);
           finish(device);
+        },
+        reps, 2);
+    Tensor host_y = Tensor::empty({n}, DType::f32);
+    const double host_s = median_seconds(
+        [&] {
+          world->send(token, 0, 4);
+          world->recv(host_y, 0, 5);
         },
         reps, 2);
     world->send(token, 0, 3);
@@ -77,11 +91,12 @@ int main(int argc, char** argv) {
                                              {"p2p_gbs", rounded(gbs, 2)},
                                              {"d2h_pinned_gbs", rounded(d2h, 2)},
                                              {"h2d_pinned_gbs", rounded(h2d, 2)},
-                                             {"ratio", rounded(gbs / d2h, 3)}});
+                                             {"ratio", rounded(gbs / d2h, 3)},
+                                             {"host_tensor_ms", rounded(host_s * 1e3, 3)}});
     } else {
       std::printf("%d MiB %s between two ranks (%s): %.3f ms, %.2f GB/s; pinned copy D2H %.2f GB/s, H2D %.2f GB/s "
-                  "(%.2fx the D2H)\n",
-                  mib, device.str().c_str(), path.c_str(), p2p_s * 1e3, gbs, d2h, h2d, gbs / d2h);
+                  "(%.2fx the D2H); the same bytes from host memory %.3f ms\n",
+                  mib, device.str().c_str(), path.c_str(), p2p_s * 1e3, gbs, d2h, h2d, gbs / d2h, host_s * 1e3);
     }
     return 0;
   });

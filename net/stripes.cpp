@@ -106,12 +106,21 @@ struct StripeSenders::State {
   struct Progress {
     std::atomic<int> lanes_left;
     std::atomic<bool> failed{false};
+    std::mutex error_mutex;
+    std::exception_ptr error;  // the device's, when a gate failed
     std::shared_ptr<detail::Completion> done;
+  };
+  // The body's bytes up to frame offset `end` may go once `event` is done.
+  struct Gate {
+    uint64_t end;
+    Event event;
   };
   struct Chunk {
     int peer;
     std::vector<uint8_t> head;  // fixed part, part sizes, frame header
     std::vector<iovec> body;
+    uint64_t lo = 0;           // the body's first byte's frame offset
+    std::vector<Gate> gates;   // by end, those past lo
     std::shared_ptr<const void> keep;
     std::shared_ptr<Progress> progress;
   };
@@ -130,6 +139,7 @@ struct StripeSenders::State {
   bool stopping = false;
 
   void run(int k);
+  bool write_chunk(int fd, Chunk& chunk);
   void finish(Chunk& chunk, bool ok);
 };
 
@@ -181,12 +191,16 @@ bool StripeSenders::usable(int peer) const {
 }
 
 void StripeSenders::send(int peer, uint64_t seq, std::span<const uint8_t> header,
-                         std::span<const std::span<const uint8_t>> parts, std::shared_ptr<const void> keep,
-                         std::shared_ptr<detail::Completion> done) {
+                         std::span<const std::span<const uint8_t>> parts, std::span<const PartGates> gates,
+                         std::shared_ptr<const void> keep, std::shared_ptr<detail::Completion> done) {
   static const uint8_t zeros[kPartAlign] = {};
   std::vector<uint64_t> sizes, offsets;
   for (const auto& p : parts) sizes.push_back(p.size());
   const uint64_t total = lay_out(sizes, offsets);
+  // Every part's gates at their frame offsets, in order (a later part's bytes lie further on).
+  std::vector<State::Gate> frame_gates;
+  for (size_t i = 0; i < gates.size() && i < parts.size(); ++i)
+    for (const auto& [end, event] : gates[i]) frame_gates.push_back({offsets[i] + end, event});
   const int n = lanes();
   auto progress = std::make_shared<State::Progress>();
   progress->lanes_left = n;
@@ -195,7 +209,12 @@ void StripeSenders::send(int peer, uint64_t seq, std::span<const uint8_t> header
   std::vector<State::Chunk> chunks;
   for (int k = 0; k < n; ++k) {
     const auto [lo, hi] = lane_range(total, n, k);
-    State::Chunk chunk{peer, {}, {}, keep, progress};
+    State::Chunk chunk{peer, {}, {}, lo, {}, keep, progress};
+    for (const State::Gate& g : frame_gates)
+      if (g.end > lo) {
+        chunk.gates.push_back(g);
+        if (g.end >= hi) break;  // it covers the rest of the range
+      }
     const bool described = k == 0;
     chunk.head.resize(kChunkFixed + (described ? 8 * sizes.size() + header.size() : 0));
     uint8_t* h = chunk.head.data();
@@ -252,13 +271,11 @@ void StripeSenders::State::run(int k) {
     const int fd = fds[chunk.peer][k];
     lanes[k].busy = true;
     lock.unlock();
-    bool ok = !skip;
-    if (ok) {
-      std::vector<iovec> iov{{chunk.head.data(), chunk.head.size()}};
-      iov.insert(iov.end(), chunk.body.begin(), chunk.body.end());
-      ok = write_all(fd, iov);
+    const bool ok = !skip && write_chunk(fd, chunk);
+    if (!ok && !skip) {
+      ::shutdown(fd, SHUT_RDWR);  // a chunk cut short: the peer must not take what came of it
+      on_broken(chunk.peer);
     }
-    if (!ok && !skip) on_broken(chunk.peer);
     finish(chunk, ok);
     lock.lock();
     if (!ok) broken[chunk.peer] = true;
@@ -267,13 +284,54 @@ void StripeSenders::State::run(int k) {
   }
 }
 
+// Takes the first `bytes` bytes of iov[first..] (consumed as it goes) into out.
+void take_front(std::vector<iovec>& iov, size_t& first, uint64_t bytes, std::vector<iovec>& out) {
+  while (bytes > 0 && first < iov.size()) {
+    iovec& v = iov[first];
+    const size_t n = std::min<uint64_t>(bytes, v.iov_len);
+    out.push_back({v.iov_base, n});
+    v.iov_base = static_cast<uint8_t*>(v.iov_base) + n;
+    v.iov_len -= n;
+    bytes -= n;
+    if (v.iov_len == 0) ++first;
+  }
+}
+
+// The head, then the body: up to each gate's end once its event is done, so the bytes a device
+// still copies go out as soon as they land, and the ones before them meanwhile.
+bool StripeSenders::State::write_chunk(int fd, Chunk& chunk) {
+  std::vector<iovec> iov{{chunk.head.data(), chunk.head.size()}};
+  size_t first = 0;
+  uint64_t at = chunk.lo;
+  for (const Gate& g : chunk.gates) {
+    g.event.state()->wait();
+    if (std::exception_ptr error = g.event.state()->error()) {
+      std::lock_guard lock(chunk.progress->error_mutex);
+      chunk.progress->error = error;
+      return false;
+    }
+    take_front(chunk.body, first, g.end - at, iov);
+    at = g.end;
+    if (!write_all(fd, iov)) return false;
+    iov.clear();
+  }
+  take_front(chunk.body, first, UINT64_MAX, iov);
+  return iov.empty() || write_all(fd, iov);
+}
+
 void StripeSenders::State::finish(Chunk& chunk, bool ok) {
   Progress& p = *chunk.progress;
   if (!ok) p.failed = true;
-  if (p.lanes_left.fetch_sub(1) == 1 && p.done)
-    p.done->finish(p.failed ? std::make_exception_ptr(CommError("send: a stripe to rank " + std::to_string(chunk.peer) +
-                                                                " failed (connection closed or stalled)"))
-                            : nullptr);
+  if (p.lanes_left.fetch_sub(1) == 1 && p.done) {
+    std::exception_ptr error;
+    if (p.failed) {
+      std::lock_guard lock(p.error_mutex);
+      error = p.error ? p.error
+                      : std::make_exception_ptr(CommError("send: a stripe to rank " + std::to_string(chunk.peer) +
+                                                          " failed (connection closed or stalled)"));
+    }
+    p.done->finish(error);
+  }
   chunk.keep.reset();
 }
 

@@ -7,7 +7,7 @@
 //
 //   StripeSenders out(/*lanes=*/2, on_broken);             // its threads start here
 //   out.connect(/*peer=*/1, peer_direct_endpoint, /*self=*/0, deadline);
-//   out.send(1, seq, header_bytes, {payload_bytes}, keep_alive, done);  // never blocks
+//   out.send(1, seq, header_bytes, {payload_bytes}, {}, keep_alive, done);  // never blocks
 //   // on the peer, for each connection its DirectListener accepted and introduced as a stripe:
 //   StripeReceivers in(/*self=*/1, /*world_size=*/2, events);
 //   in.adopt(fd, /*peer=*/0, /*lane=*/1);
@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "devices/event.h"
 #include "devices/tensor.h"
 #include "net/direct_link.h"
 #include "net/work.h"
@@ -40,6 +41,11 @@ namespace troupe::net {
 
 // The most bytes one striped frame may claim (a bigger claim is a malformed chunk, not an allocation).
 inline constexpr uint64_t kStripedFrameMax = uint64_t(1) << 36;
+
+// A part whose bytes come ready over time (a device tensor's copy to host under way,
+// devices/host_staging.h): bytes [0, end) of the part are there once the event is done, in order.
+// A lane waits for the event covering the bytes it is about to write, and no longer.
+using PartGates = std::vector<std::pair<uint64_t, Event>>;
 
 // The sending side: one thread per lane, each writing its lane's chunks to every peer in order.
 class StripeSenders {
@@ -56,10 +62,13 @@ class StripeSenders {
   // by the deadline (the peer then gets no stripes).
   bool connect(int peer, const std::string& endpoint, int self, Deadline deadline);
   bool usable(int peer) const;  // connected and not broken
-  // Queues a frame: its header and parts (bytes that `keep` holds alive until written). done, if
-  // given, finishes when every lane wrote its range (with CommError when a connection failed).
+  // Queues a frame: its header and parts (bytes that `keep` holds alive until written), and the
+  // gates of parts still being copied (one per part, or none). done, if given, finishes when every
+  // lane wrote its range (with CommError when a connection failed, or the error of the device work
+  // before a gate: that lane's connection is then closed, so the peer never takes the bytes).
   void send(int peer, uint64_t seq, std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts,
-            std::shared_ptr<const void> keep, std::shared_ptr<detail::Completion> done);
+            std::span<const PartGates> gates, std::shared_ptr<const void> keep,
+            std::shared_ptr<detail::Completion> done);
   // Waits until every queued chunk is written or the deadline passed.
   void flush_until(Deadline deadline);
 

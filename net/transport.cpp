@@ -210,8 +210,10 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
     throw IndexError("send: destination rank " + std::to_string(dst) + " outside a world of " +
                      std::to_string(world_size()));
   check_healthy();
-  // The one conversion of this send: a device or strided tensor becomes contiguous host bytes.
-  const Tensor host = payload.defined() ? host_contiguous(payload) : Tensor();
+  // The one conversion of this send: a device or strided tensor becomes contiguous host bytes, a
+  // device tensor's copied in pieces on the caller's stream while earlier pieces go out.
+  HostStaging staged = stage_to_host(payload);
+  const Tensor& host = staged.host;
   h.dtype = host.defined() ? host.dtype() : DType::u8;
   h.shape = host.defined() ? host.shape() : Shape{0};
   h.payload_bytes = host.defined() ? host.nbytes() : 0;
@@ -220,6 +222,7 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
                      " dims");
   h.source = rank();
   if (dst == rank()) {
+    staged.synchronize("send to this rank");
     {
       std::lock_guard lock(mutex_);
       deliver(Message{rank(), std::move(h), host, {}});
@@ -238,9 +241,10 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
       });
     pending_sends_.push_back(done);
   }
-  const std::span<const uint8_t> payload_bytes{static_cast<const uint8_t*>(host.defined() ? host.raw_data() : nullptr),
-                                               static_cast<size_t>(h.payload_bytes)};
-  send_frame(dst, h, {&payload_bytes, h.payload_bytes > 0 ? 1u : 0u},
+  const std::span<const uint8_t> payload_bytes{staged.data(), static_cast<size_t>(h.payload_bytes)};
+  const HostStaging* stagings[] = {&staged};
+  const size_t parts = h.payload_bytes > 0 ? 1u : 0u;
+  send_frame(dst, h, {&payload_bytes, parts}, {stagings, parts},
              [&] { return h.payload_bytes > 0 ? std::vector<Tensor>{host} : std::vector<Tensor>{}; }, done);
 }
 
@@ -263,45 +267,68 @@ void Transport::send_actor_frame(int dst, std::vector<uint8_t> call_frame, const
   h.dtype = DType::u8;
   h.shape = {static_cast<int64_t>(call_frame.size())};
   h.payload_bytes = call_frame.size();
-  // The one conversion of this call's tensors (encode_call leaves them as they are).
-  std::vector<Tensor> hosts;
-  hosts.reserve(tensors.size());
-  for (const Tensor& t : tensors) hosts.push_back(host_contiguous(t));
+  // The one conversion of this call's tensors (encode_call leaves them as they are), device ones
+  // copied in pieces on the caller's stream while earlier pieces go out.
+  std::vector<HostStaging> staged;
+  staged.reserve(tensors.size());
+  for (const Tensor& t : tensors) staged.push_back(stage_to_host(t));
   std::vector<std::span<const uint8_t>> spans;
-  spans.reserve(1 + hosts.size());
+  std::vector<const HostStaging*> stagings{nullptr};
+  spans.reserve(1 + staged.size());
   spans.emplace_back(call_frame.data(), call_frame.size());
-  for (const Tensor& t : hosts) spans.emplace_back(static_cast<const uint8_t*>(t.raw_data()), t.nbytes());
-  send_frame(dst, h, spans, [&] {
+  for (const HostStaging& s : staged) {
+    spans.emplace_back(s.data(), s.bytes());
+    stagings.push_back(&s);
+  }
+  send_frame(dst, h, spans, stagings, [&] {
     // The call frame's bytes move into a storage of their own: a part like the tensors.
     auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(call_frame));
     std::vector<Tensor> parts;
-    parts.reserve(1 + hosts.size());
+    parts.reserve(1 + staged.size());
     parts.emplace_back(std::make_shared<Storage>(bytes->data(), bytes->size(), Device::cpu(), [bytes](void*) {}),
                        DType::u8, h.shape, Strides{1}, 0);
-    for (Tensor& t : hosts) parts.push_back(std::move(t));
+    for (HostStaging& s : staged) parts.push_back(std::move(s.host));
     return parts;
   }, nullptr);
 }
 
 void Transport::send_frame(int dst, FrameHeader& h, std::span<const std::span<const uint8_t>> spans,
+                           std::span<const HostStaging* const> staged,
                            const std::function<std::vector<Tensor>()>& owned,
                            const std::shared_ptr<detail::Completion>& done) {
   Peer& peer = *peers_[dst];
   if (!peer.dealer) throw CommError("send: the transport is not connected yet");
   size_t frame_bytes = header_size(h.shape.size());
   for (const auto& s : spans) frame_bytes += s.size();
+  // Only the stripes' threads wait for the pieces of a staged device tensor as they write them;
+  // the other paths write at once, so this thread waits for the copies first (a counted sync).
+  bool copies_pending = false;
+  for (const HostStaging* s : staged) copies_pending |= s && !s->pieces.empty();
+  auto wait_copies = [&] {
+    if (!copies_pending) return;
+    for (const HostStaging* s : staged)
+      if (s) s->synchronize("send: a device tensor's bytes to the network");
+    copies_pending = false;
+  };
+  if (!takes_stripes(dst, spans)) wait_copies();
   std::lock_guard lock(peer.send_mutex);
   h.seq = peer.next_seq++;
+  const bool striped = takes_stripes(dst, spans);
+  if (!striped) wait_copies();  // the stripes broke meanwhile
   if (send_direct_locked(peer, h, spans)) {
     peer.count_sent(direct_path, frame_bytes);
     if (done) done->finish();
-  } else if (takes_stripes(dst, spans)) {
+  } else if (striped) {
     peer.count_sent(stripes_path, frame_bytes);
+    // Each part's pieces: the byte counts, within the part, that its events make ready.
+    std::vector<std::vector<std::pair<uint64_t, Event>>> gates(spans.size());
+    for (size_t i = 0; i < staged.size(); ++i)
+      if (staged[i]) gates[i] = staged[i]->pieces;
     auto parts = std::make_shared<std::vector<Tensor>>(owned());
     // The same bytes as the spans (owned() only moved them into tensors): the stripes keep parts alive.
     std::vector<std::span<const uint8_t>> kept;
     for (const Tensor& p : *parts) kept.emplace_back(static_cast<const uint8_t*>(p.raw_data()), p.nbytes());
-    send_striped_locked(dst, h, kept, std::move(parts), done);
+    send_striped_locked(dst, h, kept, std::move(gates), std::move(parts), done);
   } else {
     send_zmq_locked(dst, h, owned(), done);
     peer.count_sent(zmq_path, frame_bytes);

@@ -57,6 +57,7 @@
 #include <tuple>
 #include <vector>
 
+#include "devices/host_staging.h"
 #include "devices/tensor.h"
 #include "net/curve.h"
 #include "net/direct_link.h"
@@ -208,8 +209,10 @@ class Transport {
   // A direct link writes the spans at once; `owned` makes the parts as tensors that own their bytes
   // only for the paths that write later (stripes, ZeroMQ), so a small frame allocates nothing here.
   void io_loop();
+  // staged: each span's HostStaging when it is a device tensor's copy still under way (or empty).
   void send_frame(int dst, FrameHeader& h, std::span<const std::span<const uint8_t>> spans,
-                  const std::function<std::vector<Tensor>()>& owned, const std::shared_ptr<detail::Completion>& done);
+                  std::span<const HostStaging* const> staged, const std::function<std::vector<Tensor>()>& owned,
+                  const std::shared_ptr<detail::Completion>& done);
   void touch();  // a frame was just sent or received
   void wake();
 
@@ -248,9 +251,10 @@ class Transport {
   // Whether a frame of these parts goes on the stripes: large enough, and they reach the peer.
   bool takes_stripes(int dst, std::span<const std::span<const uint8_t>> parts) const;
   // Queues one frame on the stripes, with the peer's send_mutex held and h.seq set; keep holds the
-  // parts' bytes until the lanes wrote them.
+  // parts' bytes until the lanes wrote them, and each lane waits for a part's gates (stripes.h).
   void send_striped_locked(int dst, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
-                           std::shared_ptr<const void> keep, const std::shared_ptr<detail::Completion>& done);
+                           std::vector<PartGates> gates, std::shared_ptr<const void> keep,
+                           const std::shared_ptr<detail::Completion>& done);
   int handle_striped();
 
   // transport_receive.cpp: matching posted receives.

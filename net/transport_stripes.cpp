@@ -14,11 +14,12 @@ bool Transport::takes_stripes(int dst, std::span<const std::span<const uint8_t>>
 }
 
 void Transport::send_striped_locked(int dst, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
-                                    std::shared_ptr<const void> keep, const std::shared_ptr<detail::Completion>& done) {
+                                    std::vector<PartGates> gates, std::shared_ptr<const void> keep,
+                                    const std::shared_ptr<detail::Completion>& done) {
   uint8_t header[512];
   const size_t header_bytes = header_size(h.shape.size());
   encode_header_into(h, header);
-  stripes_out_->send(dst, h.seq, {header, header_bytes}, parts, std::move(keep), done);
+  stripes_out_->send(dst, h.seq, {header, header_bytes}, parts, gates, std::move(keep), done);
 }
 
 int Transport::handle_striped() {

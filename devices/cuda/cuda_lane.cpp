@@ -171,6 +171,12 @@ const bool registered = [] {
 
 }  // namespace
 
+Event record_event(cudaStream_t stream, int device) {
+  auto event = std::make_shared<CudaEvent>(device, nullptr);
+  check(cudaEventRecord(event->handle(), stream), "cudaEventRecord", device);
+  return Event(event);
+}
+
 void stream_wait_event(cudaStream_t stream, const Event& event, int device) {
   if (!event.valid() || event.done()) return;
   auto* cuda_event = dynamic_cast<CudaEvent*>(event.state().get());

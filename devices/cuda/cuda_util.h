@@ -36,6 +36,8 @@ class DeviceGuard {
 // Later work on stream waits, on the device, for the work before event (a host lane's event: the
 // host waits for it here).
 void stream_wait_event(cudaStream_t stream, const Event& event, int device);
+// An event after the work queued on stream so far (pooled; timed only while a profiler records).
+Event record_event(cudaStream_t stream, int device);
 
 // Where this thread's device allocations go while a CUDA graph is measured or captured
 // (devices/captured_work.h): an arena the capture owns, or the pool with every byte counted.

@@ -14,6 +14,7 @@
 #include "actors/metrics.h"
 #include "actors/profiler.h"
 #include "devices/error.h"
+#include "devices/host_staging.h"
 #include "net/collectives/algorithms.h"
 #include "net/collectives/all_reduce.h"
 #include "net/collectives/collective_actor.h"
@@ -73,9 +74,23 @@ void check_outputs(const char* op, const ProcessGroup& g, const std::vector<Tens
                      std::to_string(g.size()) + " (pass an empty vector or one per rank)");
 }
 
-// The algorithms work on contiguous host tensors (host_contiguous: device tensors staged through
-// pinned memory), flattened where they split them.
-Tensor host_flat(const Tensor& t) { return host_contiguous(t).reshape({t.numel()}); }
+// The algorithms work on contiguous host tensors, flattened where they split them. A device
+// tensor's copy into pinned memory is queued when the collective is called (on the caller's stream,
+// after the work that wrote it) and waited for when the collective runs: an asynchronous one does
+// not block its caller on the device.
+Tensor host_bytes(const HostStaging& staged, const char* op) {
+  staged.synchronize(op);
+  return staged.host;
+}
+Tensor host_flat(const HostStaging& staged, const char* op) {
+  Tensor t = host_bytes(staged, op);
+  return t.reshape({t.numel()});
+}
+std::vector<Tensor> host_bytes(const std::vector<HostStaging>& staged, const char* op) {
+  std::vector<Tensor> parts;
+  for (const HostStaging& s : staged) parts.push_back(host_bytes(s, op));
+  return parts;
+}
 Tensor restore(const Tensor& result, const TensorMeta& like) {
   Tensor shaped = result.shape() == like.shape ? result : result.reshape(like.shape);
   return like.device.is_cpu() ? shaped : shaped.to(like.device);
@@ -186,8 +201,9 @@ Plan plan_broadcast(ProcessGroup& g, Tensor& tensor, int root) {
     if (!on_root_host && shared_host) l.within_last = begin_call(*hosts.local, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), 0);
   });
   const char* algorithm = levels ? "two_level" : "binomial_tree";
-  return {std::move(call), algorithm, [data = host_contiguous(tensor), meta, root, levels, out = &tensor](Call& c) {
+  return {std::move(call), algorithm, [staged = stage_to_host(tensor), meta, root, levels, out = &tensor](Call& c) {
             if (c.size() == 1) return;
+            const Tensor data = host_bytes(staged, "broadcast");
             Tensor got;
             if (levels) {
               levels->deadline = c.deadline;
@@ -205,9 +221,9 @@ Plan plan_reduce(ProcessGroup& g, Tensor& tensor, int root, ReduceOp op) {
   check_reducible("reduce", g, tensor, op);
   const TensorMeta meta = tensor.meta();
   Call call = begin_call(g, CollectiveOp::reduce, op, meta.dtype, tensor.numel(), root);
-  return {std::move(call), "binomial_tree", [data = host_flat(tensor), meta, root, op, out = &tensor](Call& c) {
+  return {std::move(call), "binomial_tree", [staged = stage_to_host(tensor), meta, root, op, out = &tensor](Call& c) {
             if (c.size() == 1) return;
-            Tensor got = collectives::binomial_reduce(c, data, root, op);
+            Tensor got = collectives::binomial_reduce(c, host_flat(staged, "reduce"), root, op);
             if (c.rank() == root) *out = restore(got, meta);
           }};
 }
@@ -223,23 +239,24 @@ Plan plan_all_reduce(ProcessGroup& g, Tensor& tensor, ReduceOp op) {
   Call call = begin_call(g, CollectiveOp::all_reduce, op, meta.dtype, tensor.numel());
   const char* label = algorithm->name();
   return {std::move(call), label,
-          [data = host_flat(tensor), meta, algorithm = std::move(algorithm), turn = std::move(turn), out = &tensor](Call& c) {
+          [staged = stage_to_host(tensor), meta, algorithm = std::move(algorithm), turn = std::move(turn), out = &tensor](Call& c) {
             if (c.size() == 1) return;
-            *out = restore(algorithm->run(c, turn, data), meta);
+            *out = restore(algorithm->run(c, turn, host_flat(staged, "all_reduce")), meta);
           }};
 }
 
 Plan plan_scatter(ProcessGroup& g, Tensor& output, const std::vector<Tensor>& inputs, int root) {
   check_defined("scatter", g, output, "output (it fixes the part's dtype and shape)");
   check_root("scatter", g, root);
-  std::vector<Tensor> parts;
+  std::vector<HostStaging> staged;
   if (g.rank() == root) {
     check_list("scatter", g, inputs, "inputs", &output, true);
-    for (const Tensor& t : inputs) parts.push_back(host_contiguous(t));
+    for (const Tensor& t : inputs) staged.push_back(stage_to_host(t));
   }
   const TensorMeta meta = output.meta();
   Call call = begin_call(g, CollectiveOp::scatter, ReduceOp::none, meta.dtype, output.numel(), root);
-  return {std::move(call), "direct", [parts = std::move(parts), meta, root, out = &output](Call& c) {
+  return {std::move(call), "direct", [staged = std::move(staged), meta, root, out = &output](Call& c) {
+            const std::vector<Tensor> parts = host_bytes(staged, "scatter");
             Tensor got = c.size() == 1 ? parts[0] : collectives::direct_scatter(c, parts, root);
             *out = restore(got, meta);
           }};
@@ -251,12 +268,12 @@ Plan plan_gather(ProcessGroup& g, std::vector<Tensor>& outputs, const Tensor& in
   if (g.rank() == root) check_outputs("gather", g, outputs);
   const TensorMeta meta = input.meta();
   Call call = begin_call(g, CollectiveOp::gather, ReduceOp::none, meta.dtype, input.numel(), root);
-  return {std::move(call), "direct", [data = host_contiguous(input), input, root, out = &outputs](Call& c) {
+  return {std::move(call), "direct", [staged = stage_to_host(input), input, root, out = &outputs](Call& c) {
             if (c.size() == 1) {
               *out = {input};
               return;
             }
-            std::vector<Tensor> parts = collectives::direct_gather(c, data, root);
+            std::vector<Tensor> parts = collectives::direct_gather(c, host_bytes(staged, "gather"), root);
             if (c.rank() != root) return;
             parts[static_cast<size_t>(root)] = input;
             for (Tensor& p : parts) p = restore(p, {p.dtype(), p.shape(), input.device()});
@@ -269,12 +286,12 @@ Plan plan_all_gather(ProcessGroup& g, std::vector<Tensor>& outputs, const Tensor
   check_outputs("all_gather", g, outputs);
   const TensorMeta meta = input.meta();
   Call call = begin_call(g, CollectiveOp::all_gather, ReduceOp::none, meta.dtype, input.numel());
-  return {std::move(call), "ring", [data = host_contiguous(input), input, out = &outputs](Call& c) {
+  return {std::move(call), "ring", [staged = stage_to_host(input), input, out = &outputs](Call& c) {
             if (c.size() == 1) {
               *out = {input};
               return;
             }
-            std::vector<Tensor> parts = collectives::ring_all_gather(c, data);
+            std::vector<Tensor> parts = collectives::ring_all_gather(c, host_bytes(staged, "all_gather"));
             parts[static_cast<size_t>(c.rank())] = input;
             for (Tensor& p : parts) p = restore(p, {p.dtype(), p.shape(), input.device()});
             *out = std::move(parts);
@@ -285,11 +302,12 @@ Plan plan_reduce_scatter(ProcessGroup& g, Tensor& output, const std::vector<Tens
   check_list("reduce_scatter", g, inputs, "inputs", nullptr, true);
   check_list("reduce_scatter", g, inputs, "inputs", &inputs[0], true);
   check_reducible("reduce_scatter", g, inputs[0], op);
-  std::vector<Tensor> parts;
-  for (const Tensor& t : inputs) parts.push_back(host_contiguous(t));
+  std::vector<HostStaging> staged;
+  for (const Tensor& t : inputs) staged.push_back(stage_to_host(t));
   const TensorMeta meta = inputs[0].meta();
   Call call = begin_call(g, CollectiveOp::reduce_scatter, op, meta.dtype, inputs[0].numel());
-  return {std::move(call), "ring", [parts = std::move(parts), meta, op, out = &output](Call& c) {
+  return {std::move(call), "ring", [staged = std::move(staged), meta, op, out = &output](Call& c) {
+            const std::vector<Tensor> parts = host_bytes(staged, "reduce_scatter");
             Tensor got = c.size() == 1 ? parts[0] : collectives::ring_reduce_scatter(c, parts, op);
             *out = restore(got, meta);
           }};
@@ -299,14 +317,15 @@ Plan plan_all_to_all(ProcessGroup& g, std::vector<Tensor>& outputs, const std::v
   check_list("all_to_all", g, inputs, "inputs", nullptr, false);
   check_list("all_to_all", g, inputs, "inputs", &inputs[0], false);
   check_outputs("all_to_all", g, outputs);
-  std::vector<Tensor> parts;
-  for (const Tensor& t : inputs) parts.push_back(host_contiguous(t));
+  std::vector<HostStaging> staged;
+  for (const Tensor& t : inputs) staged.push_back(stage_to_host(t));
   const Device device = inputs[0].device();
   uint64_t bytes = 0;
-  for (const Tensor& p : parts) bytes += p.nbytes();
+  for (const HostStaging& p : staged) bytes += p.bytes();
   // Parts may differ in size per pair, so the descriptor's count is the number of parts.
   Call call = begin_call(g, CollectiveOp::all_to_all, ReduceOp::none, inputs[0].dtype(), inputs.size());
-  return {std::move(call), "direct", [parts = std::move(parts), device, out = &outputs](Call& c) {
+  return {std::move(call), "direct", [staged = std::move(staged), device, out = &outputs](Call& c) {
+            const std::vector<Tensor> parts = host_bytes(staged, "all_to_all");
             std::vector<Tensor> got = c.size() == 1 ? parts : collectives::direct_all_to_all(c, parts);
             for (Tensor& p : got) p = restore(p, {p.dtype(), p.shape(), device});
             *out = std::move(got);

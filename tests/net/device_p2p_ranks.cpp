@@ -6,8 +6,11 @@
 #include <vector>
 
 #include "devices/backend.h"
+#include "devices/ops.h"
 #include "devices/sync.h"
+#include "net/collectives.h"
 #include "net/process_group.h"
+#include "net/remote/remote_actor.h"
 
 using namespace troupe;
 using namespace troupe::net;
@@ -63,8 +66,13 @@ TEST_CASE("net rank: device tensors", "[.rank]") {
   const Shape big{2048, 1024};
   for (int round : {10, 6}) {
     if (world->rank() == 0) {
+      std::vector<Tensor> values;
+      for (int i = 0; i < round; ++i) values.push_back(seeded(DType::f32, big, 100 * round + i, gpu));
+      // Through shared memory or the network's stripes, the sender never waits for the device.
+      reset_sync_counts();
       std::vector<Work> sends;
-      for (int i = 0; i < round; ++i) sends.push_back(world->isend(seeded(DType::f32, big, 100 * round + i, gpu), 1, 77));
+      for (const Tensor& v : values) sends.push_back(world->isend(v, 1, 77));
+      CHECK(sync_count() == 0);
       for (Work& w : sends) w.wait();
     } else {
       if (round == 6) std::this_thread::sleep_for(200ms);  // let all six be staged or sent first
@@ -97,4 +105,60 @@ TEST_CASE("net rank: device tensors", "[.rank]") {
   Tensor token = Tensor::zeros({1});
   if (world->rank() == 0) world->recv(token, peer, 1000);
   else world->send(token, peer, 1000);
+}
+
+namespace {
+
+struct Doubler {
+  Tensor twice(const Tensor& x) { return mul(x, 2.0); }
+};
+
+}  // namespace
+
+// Device tensors in collectives and remote calls: staged to host on the caller's stream, the
+// values exact on both ranks.
+TEST_CASE("net rank: device tensors in collectives and remote calls", "[.rank]") {
+  InitOptions options;
+  options.timeout = 60s;
+  auto world = init_process_group(options);
+  REQUIRE(world->size() == 2);
+  const Device gpu = Device::cuda(0);
+  const int rank = world->rank();
+  const Shape shape{1024, 1024};  // 4 MiB: striped on the network
+  const Tensor mine = seeded(DType::f32, shape, 10 + rank, gpu);
+  const Tensor sum = add(seeded(DType::f32, shape, 10, Device::cpu()), seeded(DType::f32, shape, 11, Device::cpu()));
+
+  Tensor reduced = mine.clone();
+  all_reduce(*world, reduced);
+  CHECK(reduced.device() == gpu);
+  CHECK(same(reduced, sum));
+
+  Tensor reduced_async = mine.clone();
+  reset_sync_counts();
+  Work w = all_reduce_async(*world, reduced_async);
+  CHECK(sync_count() == 0);  // the copy to host is waited for where the collective runs
+  w.wait();
+  CHECK(same(reduced_async, sum));
+
+  Tensor root_value = rank == 0 ? mine.clone() : Tensor::empty(shape, DType::f32, gpu);
+  broadcast(*world, root_value, 0);
+  CHECK(same(root_value, seeded(DType::f32, shape, 10, Device::cpu())));
+
+  std::vector<Tensor> gathered;
+  all_gather(*world, gathered, mine);
+  REQUIRE(gathered.size() == 2);
+  CHECK(same(gathered[1 - rank], seeded(DType::f32, shape, 11 - rank, Device::cpu())));
+
+  RemoteActors actors(world);
+  if (rank == 1) {
+    host("device.doubler", std::make_shared<Doubler>(), Method{"twice", &Doubler::twice});
+    CHECK_NOTHROW(serve());
+    return;
+  }
+  RemoteActor doubler = lookup("device.doubler", 10s);
+  for (const Shape& s : {Shape{16}, shape}) {
+    const Tensor x = seeded(DType::f32, s, 3, gpu);
+    const Tensor y = doubler.request<Tensor>("twice", x).get();
+    CHECK(same(y, mul(seeded(DType::f32, s, 3, Device::cpu()), 2.0)));
+  }
 }

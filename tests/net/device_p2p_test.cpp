@@ -30,3 +30,10 @@ TEST_CASE("device p2p: two ranks sharing a GPU exchange device tensors", "[net][
   no_shm.env = {{"TROUPE_SHM", "0"}};
   check_all_passed(run_ranks(2, "net rank: device tensors", no_shm), 2);
 }
+
+TEST_CASE("device p2p: device tensors in collectives and remote calls across two ranks", "[net][p2p][cuda]") {
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
+  LaunchOptions no_shm;
+  no_shm.env = {{"TROUPE_SHM", "0"}};  // the network's path, as between hosts
+  check_all_passed(run_ranks(2, "net rank: device tensors in collectives and remote calls", no_shm), 2);
+}

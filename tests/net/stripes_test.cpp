@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "devices/error.h"
+#include "devices/lane.h"
 #include "net/direct_link.h"
 #include "net/stripes.h"
 #include "net/transport.h"
@@ -54,7 +55,7 @@ std::vector<uint8_t> chunk(uint64_t seq, uint64_t total, uint64_t offset, uint64
 // Rank 0 of 2 (never connected) receiving one hand-made stripe from "rank 1": the error it breaks with.
 std::string refusal(const std::vector<uint8_t>& bytes, int lane = 1) {
   Transport t(unconnected_rank0());
-  auto slot = t.post(0, Lane::p2p, 1, -1);
+  auto slot = t.post(0, net::Lane::p2p, 1, -1);
   const int fd = dial_direct(t.address().direct, 1, lane, deadline_after(5s));
   ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   std::string what;
@@ -156,4 +157,79 @@ TEST_CASE("stripes: malformed chunks break the transport with CommError naming t
   std::vector<uint8_t> cut = chunk(0, 4096, 0, 4096, 100, {4096});
   cut.resize(cut.size() + 1000);
   CHECK_THAT(refusal(cut), Catch::Contains("cut short"));
+}
+
+// The gates of a device tensor's copy to host (devices/host_staging.h), here a host lane's events:
+// a lane writes each piece of the frame only once its event is done, and a failed piece's error
+// fails the send and cuts the connection, so the receiver never takes the frame.
+namespace {
+
+struct GatedSend {
+  Transport receiver{unconnected_rank0()};
+  std::shared_ptr<Transport::Slot> slot = receiver.post(0, net::Lane::p2p, 7, 1);
+  StripeSenders out{2, [](int) {}};
+  std::unique_ptr<troupe::Lane> writer = troupe::Lane::make(Device::cpu(), "writer");
+  std::shared_ptr<net::detail::Completion> done = std::make_shared<net::detail::Completion>();
+
+  GatedSend() { REQUIRE(out.connect(0, receiver.address().direct, 1, deadline_after(5s))); }
+
+  // Sends x as rank 1's frame 0 on tag 7, its bytes gated by `gates`.
+  void send(const Tensor& x, const PartGates& gates) {
+    FrameHeader h = data_header(7);
+    h.source = 1;
+    h.seq = 0;
+    h.dtype = x.dtype();
+    h.shape = x.shape();
+    h.payload_bytes = x.nbytes();
+    std::vector<uint8_t> header(header_size(h.shape.size()));
+    encode_header_into(h, header.data());
+    const std::span<const uint8_t> bytes{static_cast<const uint8_t*>(x.raw_data()), static_cast<size_t>(x.nbytes())};
+    out.send(0, 0, header, {&bytes, 1}, {&gates, 1}, nullptr, done);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("stripes: a part still being written goes out piece by piece, each once its event is done",
+          "[net][stripes]") {
+  GatedSend s;
+  constexpr int64_t n = int64_t(1) << 20, quarter = n / 4;
+  Tensor x = Tensor::zeros({n});
+  float* p = x.mutable_data<float>();
+  // The frame is queued before any of its bytes is written: the lanes must wait for each piece.
+  s.writer->enqueue([] { std::this_thread::sleep_for(50ms); });
+  PartGates gates;
+  for (int64_t k = 0; k < 4; ++k) {
+    s.writer->enqueue([p, k] {
+      for (int64_t i = k * quarter; i < (k + 1) * quarter; ++i) p[i] = static_cast<float>(i % 1000 + k);
+    });
+    gates.emplace_back(static_cast<uint64_t>((k + 1) * quarter) * sizeof(float), s.writer->record());
+  }
+  s.send(x, gates);
+  std::optional<Message> m = s.receiver.wait(s.slot, deadline_after(20s));
+  REQUIRE(m);
+  const float* got = m->payload.data<float>();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i) wrong += got[i] != static_cast<float>(i % 1000 + i / quarter);
+  CHECK(wrong == 0);
+  CHECK(s.done->wait_until(deadline_after(5s)));
+}
+
+TEST_CASE("stripes: a piece whose work failed fails the send with its error and the frame never arrives",
+          "[net][stripes]") {
+  GatedSend s;
+  Tensor x = Tensor::ones({int64_t(1) << 20});
+  PartGates gates;
+  gates.emplace_back(x.nbytes() / 2, s.writer->record());
+  s.writer->enqueue([] { throw ValueError("copy: the device faulted"); });
+  gates.emplace_back(x.nbytes(), s.writer->record());
+  s.send(x, gates);
+  CHECK_THROWS_WITH(s.done->wait_until(deadline_after(10s)), Catch::Contains("the device faulted"));
+  std::optional<Message> m;
+  try {
+    m = s.receiver.wait(s.slot, deadline_after(2s));
+  } catch (const CommError&) {
+  }
+  CHECK_FALSE(m);
+  CHECK_THROWS_AS(s.writer->synchronize("test"), ValueError);
 }
