@@ -4,9 +4,13 @@
 
 namespace troupe::detail {
 
-void await_arguments(Lane& lane, const std::vector<Event>& producers, bool default_stream_producer) {
+bool await_arguments(Lane& lane, const std::vector<Event>& producers, bool default_stream_producer) {
   for (const Event& e : producers) lane.wait(e);
-  if (default_stream_producer) lane.wait(default_stream_mark(lane.device()));
+  if (!default_stream_producer) return false;
+  Event mark = default_stream_mark(lane.device());
+  if (!mark.valid()) return true;
+  lane.wait(mark);
+  return false;
 }
 
 Event finish_call(Lane& lane) {

@@ -47,8 +47,9 @@ void for_each_tensor(const std::tuple<T...>& values, F&& f) {
 
 // Orders the lane after its arguments' producers: a tensor of the lane's device written on another
 // lane is waited for by its event; one written by no lane was written on the device's default
-// stream (or the host), which the lane then waits for once.
-void await_arguments(Lane& lane, const std::vector<Event>& producers, bool default_stream_producer);
+// stream (or the host), which the lane then waits for once. True when that stream had nothing
+// left to wait for.
+bool await_arguments(Lane& lane, const std::vector<Event>& producers, bool default_stream_producer);
 // The event after the call's work: marks each result's bytes and the running task.
 Event finish_call(Lane& lane);
 
@@ -57,16 +58,18 @@ R run_on_lane(Lane* lane, Call&& call, const Args& args) {
   if (!lane) return call();
   LaneGuard on(*lane);
   std::vector<Event> producers;
-  bool default_stream_producer = false;
+  // Arguments written on the default stream and not yet seen complete, with their versions then.
+  std::vector<std::pair<Storage*, uint64_t>> unsettled;
   for_each_tensor(args, [&](const Tensor& t) {
     if (!(t.device() == lane->device())) return;
     Event ready = t.storage()->ready();
     if (ready.valid())
       producers.push_back(std::move(ready));
-    else
-      default_stream_producer = true;
+    else if (!lane->device().is_cpu() && !t.storage()->settled())
+      unsettled.emplace_back(t.storage().get(), t.storage()->version());
   });
-  await_arguments(*lane, producers, default_stream_producer && !lane->device().is_cpu());
+  if (await_arguments(*lane, producers, !unsettled.empty()))
+    for (auto [storage, version] : unsettled) storage->mark_settled(version);
   // The arguments' bytes are not freed for reuse before this lane has read them.
   auto note_uses = [&](const Event& done) {
     for_each_tensor(args, [&](const Tensor& t) {

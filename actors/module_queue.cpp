@@ -49,9 +49,19 @@ detail::TaskPtr ModuleQueue::pop() {
 }
 
 void ModuleQueue::run_next() {
-  std::lock_guard run(run_mutex_);
+  // While a waiting thread runs the queue (run_until), a request does not block its scheduler
+  // thread on the run lock, which would cost the waiter a wake-up as it lets go: it leaves a count
+  // instead, and the waiter sends a request again if calls are still queued then. The count is
+  // raised before the lock is tried and read after the waiter let go, so none is missed.
+  owed_.fetch_add(1);
+  std::unique_lock run(run_mutex_, std::try_to_lock);
+  if (!run.owns_lock()) return;
   HeldScope held(this);
-  if (auto task = pop()) run_call(task);
+  for (int owed = owed_.exchange(0); owed > 0; --owed) {
+    auto task = pop();
+    if (!task) break;
+    run_call(task);
+  }
 }
 
 void ModuleQueue::run_call(const detail::TaskPtr& task) {
@@ -70,14 +80,23 @@ void ModuleQueue::run_until(detail::TaskBase* task) {
   if (std::find(held_by_this_thread.begin(), held_by_this_thread.end(), this) != held_by_this_thread.end())
     throw ValueError("wait: a call of module '" + name_ +
                      "' waits for a later call of the same module, which can only run after it (deadlock)");
-  std::lock_guard run(run_mutex_);
-  HeldScope held(this);
-  // Under the run lock a call is either still queued or done, so this loop ends with it done.
-  while (!task->is_done()) {
-    auto next = pop();
-    if (!next) break;
-    run_call(next);
+  {
+    std::lock_guard run(run_mutex_);
+    HeldScope held(this);
+    // Under the run lock a call is either still queued or done, so this loop ends with it done.
+    while (!task->is_done()) {
+      auto next = pop();
+      if (!next) break;
+      run_call(next);
+    }
   }
+  if (owed_.load() == 0) return;
+  detail::TaskPtr next;
+  {
+    std::lock_guard lock(queue_mutex_);
+    if (!queue_.empty()) next = queue_.front();
+  }
+  if (next) send_(next);  // the requests left while this thread ran the queue
 }
 
 }  // namespace troupe

@@ -4,6 +4,7 @@
 // queued call may drain up to it itself (holding the same run lock), so a module call never
 // waits for a free scheduler thread and fork/wait on modules cannot deadlock. Each module name has
 // its metrics (metrics::ActorMetrics): calls, errors, mailbox depth and the time calls run.
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -41,6 +42,7 @@ class ModuleQueue {
   std::mutex queue_mutex_;
   std::deque<detail::TaskPtr> queue_;
   std::mutex run_mutex_;  // held while a call of this module runs
+  std::atomic<int> owed_{0};  // requests that found the run lock taken (run_next)
   std::unique_ptr<metrics::ActorMetrics> metrics_;  // null: not counted
 };
 

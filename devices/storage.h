@@ -45,6 +45,11 @@ class Storage {
     std::lock_guard lock(ready_mutex_);
     ready_ = std::move(event);
   }
+  // Whether these bytes, which no lane wrote, were found complete on the device (the default
+  // stream idle after version `v`) and not written since: a lane then skips its look at the
+  // default stream for them (one driver call per call argument).
+  bool settled() const { return settled_version_.load(std::memory_order_acquire) == version(); }
+  void mark_settled(uint64_t v) { settled_version_.store(v, std::memory_order_release); }
   // The event after a lane's work that read these bytes: freeing them waits for it on the device,
   // so a block is not reused while another lane still reads it. One per lane, the latest.
   void add_use(Event event);
@@ -55,6 +60,7 @@ class Storage {
   Device device_;
   std::function<void(void*)> deleter_;  // empty: the backend allocated it
   std::atomic<uint64_t> version_{0};
+  std::atomic<uint64_t> settled_version_{UINT64_MAX};
   mutable std::mutex ready_mutex_;
   Event ready_;
   std::vector<Event> uses_;

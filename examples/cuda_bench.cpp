@@ -23,6 +23,10 @@
 
 using namespace troupe;
 
+// examples/launch_floor.cu
+cudaError_t launch_empty(cudaStream_t stream);
+cudaError_t launch_with_layout(cudaStream_t stream, float* out);
+
 namespace {
 
 void check(cudaError_t err, const char* what) {
@@ -144,6 +148,53 @@ int main(int argc, char** argv) {
     const double d2h_pinned =
         seconds([&] { check(cudaMemcpyAsync(pinned, device_buffer, bytes, cudaMemcpyDeviceToHost, stream), "copy"); });
     cudaFreeHost(pinned);
+
+    // What the runtime's calls on an op's path cost the host here (median of 2,000 single calls on
+    // an idle stream, microseconds): the floor under the enqueue cost of any op or actor call.
+    auto call_us = [&](const std::function<void()>& fn) {
+      std::vector<double> t;
+      for (int i = 0; i < 2000; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        fn();
+        t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+        check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      }
+      std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+      return t[t.size() / 2];
+    };
+    cudaEvent_t event;
+    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    int current = 0;
+    const double get_device = call_us([&] { check(cudaGetDevice(&current), "cudaGetDevice"); });
+    const double query = call_us([&] { (void)cudaStreamQuery(stream); });
+    const double record = call_us([&] { check(cudaEventRecord(event, stream), "cudaEventRecord"); });
+    const double memset = call_us([&] { check(cudaMemsetAsync(device_buffer, 0, 1024, stream), "cudaMemsetAsync"); });
+    const double malloc_free = call_us([&] {
+      void* p = nullptr;
+      check(cudaMallocAsync(&p, 1024, stream), "cudaMallocAsync");
+      check(cudaFreeAsync(p, stream), "cudaFreeAsync");
+    });
+    Tensor x = Tensor::ones({256}).to(gpu), factor = Tensor::full({1}, 2.0f).to(gpu);
+    const double op = call_us([&] { Tensor y = mul(x, factor); });
+    const double empty = call_us([&] { Tensor y = Tensor::empty({256}, DType::f32, gpu); });
+    const double launch = call_us([&] { check(launch_empty(stream), "launch_empty"); });
+    const double launch_layout = call_us([&] {
+      check(launch_with_layout(stream, static_cast<float*>(device_buffer)), "launch_with_layout");
+    });
+    cudaEventDestroy(event);
+    std::printf("runtime calls (us, median)  cudaGetDevice %.2f  cudaStreamQuery %.2f  cudaEventRecord %.2f  "
+                "cudaMemsetAsync %.2f  cudaMallocAsync+cudaFreeAsync %.2f  troupe mul f32[256] %.2f  troupe empty+free "
+                "f32[256] %.2f  empty kernel %.2f  kernel with a 200-byte argument %.2f\n",
+                get_device, query, record, memset, malloc_free, op, empty, launch, launch_layout);
+    figures["runtime_call_us"] = {{"cudaGetDevice", significant(get_device, 3)},
+                                  {"cudaStreamQuery", significant(query, 3)},
+                                  {"cudaEventRecord", significant(record, 3)},
+                                  {"cudaMemsetAsync", significant(memset, 3)},
+                                  {"cudaMallocAsync_cudaFreeAsync", significant(malloc_free, 3)},
+                                  {"troupe_mul", significant(op, 3)},
+                                  {"troupe_empty_free", significant(empty, 3)},
+                                  {"launch_empty_kernel", significant(launch, 3)},
+                                  {"launch_200_byte_argument", significant(launch_layout, 3)}};
     std::printf("copy 256 MiB  Tensor::to (pageable) H2D %.1f GB/s  D2H %.1f GB/s  pinned H2D %.1f GB/s  D2H %.1f GB/s\n",
                 bytes / h2d / 1e9, bytes / d2h / 1e9, bytes / h2d_pinned / 1e9, bytes / d2h_pinned / 1e9);
     figures["copy_256mib_gbs"] = {{"h2d_pageable", significant(bytes / h2d / 1e9, 3)},

@@ -6,7 +6,8 @@
 //
 // enqueue_us: median wall time of fork + wait of one call that queues one small kernel on the actor's
 // idle lane (the Future completes when the kernel is queued, so this is the caller's whole cost).
-// op_us: the same op called on this thread, no actor; fork_us: what fork alone costs the caller; pipelined_us: the cost per call with all calls in
+// op_us: the same op called on this thread, no actor; lane_call_us: that op as a lane's call on this
+// thread (arguments awaited, completion event), no actor; fork_us: what fork alone costs the caller; pipelined_us: the cost per call with all calls in
 // flight at once (bounded by the device's own time per call once its queue is full).
 // handoff_syncs: host waits counted (devices/sync.h) while a tensor goes from one lane actor to
 // another and that one's call is queued: 0 means the consumer waited on the device, not the host.
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "actors/fork.h"
+#include "actors/lane_call.h"
 #include "devices/lane.h"
 #include "devices/ops.h"
 #include "devices/sync.h"
@@ -81,6 +83,19 @@ int main(int argc, char** argv) {
     std::nth_element(op_us.begin(), op_us.begin() + op_us.size() / 2, op_us.end());
     const double bare_op_us = op_us[op_us.size() / 2];
 
+    // The same op as a lane's call on this thread, no actor: what the lane protocol adds to the op
+    // (the arguments' checks, the stream made current, the completion event).
+    std::unique_ptr<Lane> own_lane = Lane::make(device, "bench");
+    std::vector<double> lane_us;
+    for (int i = 0; i < calls; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      Tensor y = detail::run_on_lane<Tensor>(own_lane.get(), [&] { return mul(x, factor); }, std::make_tuple(x));
+      lane_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+      own_lane->synchronize();
+    }
+    std::nth_element(lane_us.begin(), lane_us.begin() + lane_us.size() / 2, lane_us.end());
+    const double lane_call_us = lane_us[lane_us.size() / 2];
+
     // Calls in flight together: what each costs once the caller does not wait for the one before
     // (the actor's own work per call: take the message, queue the kernel, answer).
     std::vector<Future<Tensor>> pending;
@@ -110,14 +125,16 @@ int main(int argc, char** argv) {
                                              {"enqueue_us", rounded(enqueue_us, 2)},
                                              {"fork_us", rounded(fork_us, 2)},
                                              {"op_us", rounded(bare_op_us, 2)},
+                                             {"lane_call_us", rounded(lane_call_us, 2)},
                                              {"pipelined_us", rounded(pipelined_us, 2)},
                                              {"handoffs", handoffs},
                                              {"handoff_syncs", syncs}});
     } else {
-      std::printf("%s lanes: a call and its wait cost the caller %.2f us (median of %d); fork alone %.2f us; "
-                  "%d calls in flight %.2f us each; %d hand-offs made %llu host syncs\n",
-                  device.str().c_str(), enqueue_us, calls, fork_us, calls, pipelined_us, handoffs,
-                  static_cast<unsigned long long>(syncs));
+      std::printf("%s lanes: a call and its wait cost the caller %.2f us (median of %d; the op alone %.2f us, as a "
+                  "lane's call on this thread %.2f us); fork alone %.2f us; %d calls in flight %.2f us each; %d "
+                  "hand-offs made %llu host syncs\n",
+                  device.str().c_str(), enqueue_us, calls, bare_op_us, lane_call_us, fork_us, calls, pipelined_us,
+                  handoffs, static_cast<unsigned long long>(syncs));
     }
     return 0;
   });

@@ -85,7 +85,7 @@ run() {
     rc=${PIPESTATUS[0]}
     set -e
     local line
-    line=$(grep -E '^\{.*\}$' "$out/step.txt" | tail -1 || true)
+    line=$(sed -E 's/^\[rank [0-9]+\] //' "$out/step.txt" | grep -E '^\{.*\}$' | tail -1 || true)
     # A step whose whole output is one JSON document over several lines (troupe info --json).
     [ -n "$line" ] || line=$("$python" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' \
       "$out/step.txt" 2>/dev/null || true)
@@ -122,7 +122,17 @@ run() {
   step "lstm_ensemble_torch" 60 "$python" examples/lstm_ensemble_torch.py --device cuda --json
   step "encoder_torch" 60 "$python" examples/encoder_torch.py --device cuda --dtype bf16 --json
   step "xlmr_bench_torch" 60 "$python" examples/xlmr_bench_torch.py 1 64 5 --device cuda --json
+  step "enqueue_torch" 20 "$python" examples/enqueue_torch.py --json
   step "gathernd_torch" 30 "$python" examples/gathernd_torch.py --device cuda --json
+  # Where the host's time goes in a call to a GPU actor, where perf is installed there (a flat
+  # profile by symbol, in $OUT/lane_bench_perf.txt).
+  if command -v perf >/dev/null && [[ "perf lane_bench" =~ ${DEVICE_CHECK_STEPS:-.} ]]; then
+    step "perf lane_bench" 40 perf record -q -F 10000 -o "$out/lane_bench.perf" "$build/bin/lane_bench" --device cuda \
+      --calls 20000 --json
+    perf report -i "$out/lane_bench.perf" --stdio --no-children --percent-limit 0.3 2>/dev/null | head -300 \
+      >"$out/lane_bench_perf.txt" || true
+    rm -f "$out/lane_bench.perf"
+  fi
   # One JSON object of every step's figures.
   "$python" - "$figures" "$out/device_check.json" <<'PY' || cp "$figures" "$out/device_check.json"
 import json, sys

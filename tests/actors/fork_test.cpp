@@ -167,3 +167,33 @@ TEST_CASE("a promise completes its future from another thread", "[fork][promise]
   failing.set_exception(std::make_exception_ptr(TimeoutError("late")));
   CHECK_THROWS_AS(wait(g), TimeoutError);
 }
+
+namespace {
+
+struct Sleeper {
+  int operator()(int ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return ms;
+  }
+};
+
+}  // namespace
+
+// While a waiting thread runs a module's calls itself, the actor's requests leave them to it (no
+// scheduler thread blocks on the module); a call nobody waits for must still run.
+TEST_CASE("a module call nobody waits for runs while another thread runs the module's calls", "[fork][module]") {
+  two_workers();
+  ModuleActor<Sleeper> sleeper("sleeper");
+  for (int round = 0; round < 20; ++round) {
+    Future<int> slow = fork(sleeper, 30);
+    std::thread waiter([&] { CHECK(wait(slow) == 30); });  // runs the slow call itself, mostly
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    Future<int> unwaited = fork(sleeper, 0);  // its request finds the run lock taken
+    waiter.join();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!unwaited.ready() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(unwaited.ready());
+    CHECK(wait(unwaited) == 0);
+  }
+}
