@@ -17,6 +17,7 @@
 #include "devices/sync.h"
 #include "devices/cuda/cuda_util.h"
 #include "devices/cuda/shared_staging.h"
+#include "devices/cpu/parallel_ranges.h"
 #include "devices/cuda/kernel_errors.h"
 #include "devices/tensor.h"
 
@@ -79,6 +80,8 @@ struct Blocks {
   std::unordered_map<cudaStream_t, size_t> kept_bytes;
 };
 constexpr size_t kKeptBlockMax = size_t(1) << 20;      // bytes of the largest block kept
+constexpr size_t kPipelinedUploadMin = size_t(8) << 20;  // pageable uploads from here go through pinned pieces
+constexpr size_t kUploadPiece = size_t(4) << 20;
 constexpr size_t kKeptPerStream = size_t(64) << 20;    // bytes kept per stream at most
 
 Blocks& blocks() {
@@ -145,6 +148,15 @@ class PinnedBlocks {
       cudaEventDestroy(block.read);
     }
     cudaFreeHost(p);
+  }
+
+  // Whether p lies in a pinned block of ours.
+  bool holds(const void* p) {
+    std::lock_guard lock(mutex_);
+    auto it = blocks_.upper_bound(static_cast<char*>(const_cast<void*>(p)));
+    if (it == blocks_.begin()) return false;
+    --it;
+    return static_cast<const char*>(p) < it->first + it->second.size;
   }
 
   // An upload from src was queued on stream: a staging block holding src is busy until it is done.
@@ -320,6 +332,8 @@ class CudaBackend final : public DeviceBackend {
     const int index = dst_device.is_cuda() ? dst_device.index : src_device.index;
     DeviceGuard on(index);
     const cudaStream_t stream = current_stream(index);
+    if (src_device.is_cpu() && dst_device.is_cuda() && nbytes >= kPipelinedUploadMin && !pinned_blocks().holds(src))
+      return upload_pageable(dst, src, nbytes, stream, index);
     // Pageable host memory: a host-to-device copy returns once the source is staged, a
     // device-to-host copy once it has landed; the explicit wait keeps the latter true for pinned memory.
     if (dst_device.is_cpu()) note_sync(src_device, "copy to host");  // before anything is queued: it may refuse
@@ -332,6 +346,42 @@ class CudaBackend final : public DeviceBackend {
   }
 
   bool copy_elements(const Tensor& src, Tensor& dst) override { return copy_elements_on_device(src, dst); }
+
+  // A large upload from pageable memory (a received frame, say) through two pinned pieces in turn:
+  // the intra-op threads fill one while the DMA drains the other. The driver's own path for
+  // pageable memory moves about 7.9 GB/s on the H100 VM against 54 GB/s from pinned memory.
+  // Returns once the source has been read, like a pageable copy.
+  void upload_pageable(void* dst, const void* src, size_t nbytes, cudaStream_t stream, int index) {
+    void* pieces[2] = {pinned_blocks().take(kUploadPiece, index), pinned_blocks().take(kUploadPiece, index)};
+    Event drained[2];
+    try {
+      for (size_t at = 0, k = 0; at < nbytes; at += kUploadPiece, ++k) {
+        const size_t n = std::min(kUploadPiece, nbytes - at);
+        auto* piece = static_cast<char*>(pieces[k % 2]);
+        if (drained[k % 2].valid()) drained[k % 2].state()->wait();  // the DMA two pieces back read it
+        const char* from = static_cast<const char*>(src) + at;
+        parallel_ranges(static_cast<int64_t>(n), int64_t(1) << 19, 4096,
+                        [&](int64_t begin, int64_t end) { std::memcpy(piece + begin, from + begin, end - begin); });
+        check(cudaMemcpyAsync(static_cast<char*>(dst) + at, piece, n, cudaMemcpyHostToDevice, stream),
+              "cudaMemcpyAsync", index);
+        drained[k % 2] = record_event(stream, index);
+      }
+    } catch (...) {
+      for (void* p : pieces) release_after_reads(p, stream, index);
+      throw;
+    }
+    for (void* p : pieces) release_after_reads(p, stream, index);
+  }
+
+  // A staging piece back to the pool, busy until the copies queued on stream from it are done.
+  static void release_after_reads(void* piece, cudaStream_t stream, int index) {
+    try {
+      pinned_blocks().note_read(piece, stream, index);
+    } catch (const DeviceError&) {
+      cudaStreamSynchronize(stream);  // the event could not be made: make sure nothing still reads it
+    }
+    pinned_blocks().give_back(piece, kUploadPiece);
+  }
 
   // Device to host through pinned memory: one DMA at the link's full rate (a pageable copy goes
   // through the driver's own staging buffer), on the calling thread's stream, one counted wait.
