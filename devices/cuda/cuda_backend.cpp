@@ -383,16 +383,23 @@ class CudaBackend final : public DeviceBackend {
     pinned_blocks().give_back(piece, kUploadPiece);
   }
 
+  // A host tensor of contiguous's dtype and shape in a pinned block (back to the pool when dropped).
+  static Tensor pinned_like(const Tensor& contiguous) {
+    const size_t nbytes = contiguous.nbytes();
+    void* pinned = pinned_blocks().take(nbytes, contiguous.device().index);
+    auto storage = std::make_shared<Storage>(pinned, nbytes, Device::cpu(),
+                                             [nbytes](void* p) { pinned_blocks().give_back(p, nbytes); });
+    return Tensor(std::move(storage), contiguous.dtype(), contiguous.shape(), contiguous_strides(contiguous.shape()), 0);
+  }
+
   // Device to host through pinned memory: one DMA at the link's full rate (a pageable copy goes
   // through the driver's own staging buffer), on the calling thread's stream, one counted wait.
   Tensor to_host(const Tensor& contiguous) override {
     const int index = contiguous.device().index;
     const size_t nbytes = contiguous.nbytes();
-    void* pinned = pinned_blocks().take(nbytes, index);
-    auto storage = std::make_shared<Storage>(pinned, nbytes, Device::cpu(),
-                                             [nbytes](void* p) { pinned_blocks().give_back(p, nbytes); });
-    Tensor host(std::move(storage), contiguous.dtype(), contiguous.shape(), contiguous_strides(contiguous.shape()), 0);
+    Tensor host = pinned_like(contiguous);
     if (nbytes == 0) return host;
+    void* pinned = host.storage()->data();
     DeviceGuard on(index);
     const cudaStream_t stream = current_stream(index);
     note_sync(contiguous.device(), "copy to host");
@@ -409,11 +416,9 @@ class CudaBackend final : public DeviceBackend {
                        std::vector<std::pair<uint64_t, Event>>& pieces) override {
     const int index = contiguous.device().index;
     const size_t nbytes = contiguous.nbytes();
-    void* pinned = pinned_blocks().take(nbytes, index);
-    auto storage = std::make_shared<Storage>(pinned, nbytes, Device::cpu(),
-                                             [nbytes](void* p) { pinned_blocks().give_back(p, nbytes); });
-    Tensor host(std::move(storage), contiguous.dtype(), contiguous.shape(), contiguous_strides(contiguous.shape()), 0);
+    Tensor host = pinned_like(contiguous);
     if (nbytes == 0) return host;
+    void* pinned = host.storage()->data();
     DeviceGuard on(index);
     const cudaStream_t stream = current_stream(index);
     const auto* from = static_cast<const char*>(contiguous.raw_data());
