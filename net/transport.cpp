@@ -310,7 +310,7 @@ void Transport::send_frame(int dst, FrameHeader& h, std::span<const std::span<co
       if (s) s->synchronize("send: a device tensor's bytes to the network");
     copies_pending = false;
   };
-  if (!takes_stripes(dst, spans)) wait_copies();
+  if (copies_pending && !takes_stripes(dst, spans)) wait_copies();
   std::lock_guard lock(peer.send_mutex);
   h.seq = peer.next_seq++;
   const bool striped = takes_stripes(dst, spans);
@@ -321,7 +321,7 @@ void Transport::send_frame(int dst, FrameHeader& h, std::span<const std::span<co
   } else if (striped) {
     peer.count_sent(stripes_path, frame_bytes);
     // Each part's pieces: the byte counts, within the part, that its events make ready.
-    std::vector<std::vector<std::pair<uint64_t, Event>>> gates(spans.size());
+    std::vector<PartGates> gates(spans.size());
     for (size_t i = 0; i < staged.size(); ++i)
       if (staged[i]) gates[i] = staged[i]->pieces;
     auto parts = std::make_shared<std::vector<Tensor>>(owned());
