@@ -149,7 +149,7 @@ size_t DirectSender::record_bytes(size_t header_bytes, std::span<const std::span
   return bytes;
 }
 
-bool DirectSender::send(std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts) {
+bool DirectSender::send(std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts, bool hold) {
   if (broken_ || header.empty()) return backlogged();
   std::vector<uint8_t> lengths(8 + 8 * parts.size());
   wire::put<uint32_t>(lengths.data(), 0, static_cast<uint32_t>(header.size()));
@@ -167,7 +167,7 @@ bool DirectSender::send(std::span<const uint8_t> header, std::span<const std::sp
 
   size_t written = 0;
   // Behind kept bytes the record must wait its turn; a long gather list is kept whole.
-  if (!backlogged() && iov.size() <= IOV_MAX) {
+  if (!hold && !backlogged() && iov.size() <= IOV_MAX) {
     msghdr msg{};
     msg.msg_iov = iov.data();
     msg.msg_iovlen = iov.size();
@@ -195,6 +195,7 @@ bool DirectSender::send(std::span<const uint8_t> header, std::span<const std::sp
     written = 0;
   }
   kept_ = backlog_.size();
+  if (hold) return backlogged();
   return backlogged() ? flush() : false;
 }
 

@@ -77,8 +77,8 @@ class DirectSender {
   // Sends one record without blocking: written at once as far as the socket takes it, the rest
   // kept, in order, for flush(). True when something is now kept (the caller polls fd() for
   // writing and calls flush()). A broken link drops the record: the transport's liveness checks
-  // report the peer.
-  bool send(std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts);
+  // report the peer. hold: keep all of it for flush(), so that records sent together go in one write.
+  bool send(std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts, bool hold = false);
   // Writes what was kept, as far as the socket takes it; true while something is still kept.
   bool flush();
   // Waits until everything kept is written, the link broke, or the deadline passed.

@@ -318,7 +318,13 @@ void Transport::send_frame(int dst, FrameHeader& h, std::span<const std::span<co
   if (send_direct_locked(peer, h, spans)) {
     peer.count_sent(direct_path, frame_bytes);
     if (done) done->finish();
-  } else if (striped) {
+    touch();
+    return;
+  }
+  // Frames a SendBatch keeps on the direct link come before this one: out with them now.
+  if (peer.direct && peer.direct->backlogged() && peer.direct->flush() && !peer.direct_backlogged.exchange(true))
+    wake();
+  if (striped) {
     peer.count_sent(stripes_path, frame_bytes);
     // Each part's pieces: the byte counts, within the part, that its events make ready.
     std::vector<PartGates> gates(spans.size());

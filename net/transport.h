@@ -155,6 +155,8 @@ class Transport {
   // (zero-copy; made contiguous host bytes here, once). Only the destination's health matters:
   // remote actors outlive other ranks' deaths.
   void send_actor_frame(int dst, std::vector<uint8_t> call_frame, const std::vector<Tensor>& tensors);
+  // While one lives, the direct-link frames this thread sends go out together when it ends (below).
+  class SendBatch;
   // Installs the handler of actor frames (nullptr: none). Frames that came while there was none
   // (before the first, or between one RemoteActors and the next; up to 4,096, later
   // ones are dropped) are handed to the next handler first, in order.
@@ -245,6 +247,9 @@ class Transport {
   // Sends one frame on the peer's direct link when it has one and the frame is small enough;
   // false: it goes another way. With the peer's send_mutex held and h.seq set.
   bool send_direct_locked(Peer& peer, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts);
+  // Writes what this thread's open SendBatch holds for this transport (if any): before it waits.
+  void write_held_here();
+  void write_held(SendBatch& batch);
   int handle_direct();  // the direct links, and the striped frames that are whole
 
   // transport_stripes.cpp: large frames over several connections at once.
@@ -315,6 +320,30 @@ class Transport {
   int handler_calls_ = 0;  // lost peers being told to the handler (guarded by mutex_)
   std::condition_variable handler_idle_;
   std::deque<Message> actor_backlog_;  // actor frames that came while there was no handler
+};
+
+// The direct-link frames a thread sends through `transport` while a SendBatch lives are written
+// when it ends, one write per peer: a server answering the requests of one read makes one system
+// call, not one per answer. A wait of that thread on the transport, or a frame it sends by another
+// path, writes them first; failing both, the I/O thread writes them on its next turn (about a
+// millisecond while a thread leads), so a method that blocks in a batch delays, never deadlocks.
+//
+//   {
+//     Transport::SendBatch batch(transport);
+//     for (Call& call : ready) answer(call);  // each answer kept
+//   }                                         // all written here
+class Transport::SendBatch {
+ public:
+  explicit SendBatch(Transport& transport);
+  ~SendBatch();
+  SendBatch(const SendBatch&) = delete;
+  SendBatch& operator=(const SendBatch&) = delete;
+
+ private:
+  friend class Transport;
+  Transport& transport_;
+  SendBatch* outer_;             // the batch this one nests in, on this thread
+  std::vector<Peer*> held_;      // peers whose direct link keeps frames of this batch
 };
 
 }  // namespace troupe::net

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "net/errors.h"
@@ -57,10 +58,43 @@ bool Transport::send_direct_locked(Peer& peer, const FrameHeader& h, std::span<c
   if (DirectSender::record_bytes(header_bytes, parts) > options_.direct_max) return false;
   uint8_t header[512];
   encode_header_into(h, header);
-  const bool backlogged = peer.direct->send({header, header_bytes}, parts);
+  SendBatch* batch = open_send_batch && &open_send_batch->transport_ == this ? open_send_batch : nullptr;
+  const bool backlogged = peer.direct->send({header, header_bytes}, parts, /*hold=*/batch != nullptr);
   if (peer.direct->broken()) peer.direct_broken = true;
+  if (batch && backlogged) {
+    if (std::find(batch->held_.begin(), batch->held_.end(), &peer) == batch->held_.end()) batch->held_.push_back(&peer);
+    peer.direct_backlogged = true;  // no wake-up: the batch's end writes it, or else the I/O thread's next turn
+    return true;
+  }
   if (backlogged && !peer.direct_backlogged.exchange(true)) wake();  // the I/O thread writes the rest
   return true;
+}
+
+thread_local Transport::SendBatch* open_send_batch = nullptr;
+
+Transport::SendBatch::SendBatch(Transport& transport) : transport_(transport), outer_(open_send_batch) {
+  open_send_batch = this;
+}
+
+Transport::SendBatch::~SendBatch() {
+  open_send_batch = outer_;
+  transport_.write_held(*this);
+}
+
+void Transport::write_held_here() {
+  for (SendBatch* b = open_send_batch; b; b = b->outer_)
+    if (&b->transport_ == this) write_held(*b);
+}
+
+void Transport::write_held(SendBatch& batch) {
+  for (Peer* peer : batch.held_) {
+    std::lock_guard lock(peer->send_mutex);
+    const bool still = peer->direct->flush();
+    if (peer->direct->broken()) peer->direct_broken = true;
+    peer->direct_backlogged = still;
+    if (still) wake();  // the socket is full: the I/O thread writes the rest
+  }
+  batch.held_.clear();
 }
 
 int Transport::handle_direct() {

@@ -44,6 +44,9 @@ struct LinkCounters {
 };
 std::array<LinkCounters, 3> link_counters(int peer);
 
+// This thread's innermost open SendBatch (transport.h), of whichever transport.
+extern thread_local Transport::SendBatch* open_send_batch;
+
 struct Transport::Peer {
   std::mutex send_mutex;
   void* dealer = nullptr;      // set once by connect()

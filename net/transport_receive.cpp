@@ -78,6 +78,7 @@ void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline
 }
 
 bool Transport::try_drive(const std::function<bool()>& done, Deadline deadline) {
+  write_held_here();
   std::unique_lock router(router_mutex_, std::try_to_lock);
   if (!router.owns_lock()) return false;
   lead_locked(done, deadline);
@@ -85,6 +86,7 @@ bool Transport::try_drive(const std::function<bool()>& done, Deadline deadline) 
 }
 
 void Transport::drive(const std::function<bool()>& done, Deadline deadline) {
+  write_held_here();
   while (!done() && Clock::now() < deadline) {
     std::lock_guard router(router_mutex_);
     lead_locked(done, deadline);
@@ -96,6 +98,7 @@ std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadli
   // everyone, woken by their descriptors, so a small message costs no hand-off through a thread. The
   // others sleep on their slot; the leader (or the I/O thread) completes it.
   const auto ready = [&] { return slot->ready.load(std::memory_order_acquire); };
+  write_held_here();
   while (!ready() && Clock::now() < deadline) {
     if (!try_drive(ready, deadline)) {
       std::unique_lock lock(mutex_);

@@ -270,6 +270,8 @@ void RemoteActors::Impl::serve() {
     if (!loop.ready.empty()) {
       auto first = std::move(loop.ready.front());
       loop.ready.clear();
+      // The answers to the calls that one read brought go out in one write.
+      Transport::SendBatch answers(transport);
       drain(*first);
     }
   }

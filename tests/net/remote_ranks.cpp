@@ -9,6 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <string>
 #include <thread>
@@ -60,6 +62,13 @@ class Echo {
     return lookup(name).request<Tensor>("scale", x).get();
   }
   void block(double seconds) { std::this_thread::sleep_for(std::chrono::duration<double>(seconds)); }
+  // Whether the file appeared within `seconds` (blocks the actor meanwhile, not on the transport).
+  bool wait_for_file(const std::string& path, double seconds) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(1ms);
+    return std::filesystem::exists(path);
+  }
   void die() { ::kill(::getpid(), SIGKILL); }
 
  private:
@@ -68,7 +77,7 @@ class Echo {
 };
 
 TROUPE_ACTOR(Echo(const Config&), "test.echo", &Echo::scale, &Echo::add, &Echo::half, &Echo::swap, &Echo::config,
-             &Echo::where, &Echo::append, &Echo::history, &Echo::fail, &Echo::relay, &Echo::block, &Echo::die);
+             &Echo::where, &Echo::append, &Echo::history, &Echo::fail, &Echo::relay, &Echo::block, &Echo::die, &Echo::wait_for_file);
 
 struct Fragile {
   explicit Fragile(int64_t x) {
@@ -165,6 +174,28 @@ void order() {
   size_t in_order = 0;  // how many arrived in the order they were sent
   while (in_order < mine.size() && mine[in_order] == base + static_cast<int64_t>(in_order)) ++in_order;
   CHECK(in_order == mine.size());
+}
+
+// The serving rank writes the answers of one batch of calls together (Transport::SendBatch). A
+// call that blocks in such a batch (here on a file that only appears once the caller has the answer
+// before it) must not keep that answer back: it comes while the call still blocks.
+void held_answers() {
+  RemoteActor echo = spawn_on(1, "test.echo", Config{1, "held"});
+  const std::string path = std::filesystem::temp_directory_path() / ("troupe-held-" + std::to_string(::getpid()));
+  std::filesystem::remove(path);
+  // The first call keeps the serving thread busy while the next two arrive: one batch of two.
+  auto busy = echo.request<void>("block", 0.3);
+  auto sum = echo.request<int64_t>("add", int64_t{2}, int64_t{3});
+  auto seen = echo.request<bool>("wait_for_file", path, 20.0);
+  busy.get();
+  CHECK(sum.get() == 5);
+  std::ofstream(path) << "answered";
+  CHECK(seen.get());
+  std::filesystem::remove(path);
+  // Many pipelined calls, each answer in its place.
+  std::vector<Future<int64_t>> sums;
+  for (int64_t i = 0; i < 2000; ++i) sums.push_back(echo.request<int64_t>("add", i, int64_t{1}));
+  for (int64_t i = 0; i < 2000; ++i) CHECK(sums[static_cast<size_t>(i)].get() == i + 1);
 }
 
 // Every error comes back typed, naming the actor, the method and the rank, and fast.
@@ -317,3 +348,4 @@ TEST_CASE("remote rank: order", "[.rank]") { remote_rank([](int) { order(); }, {
 TEST_CASE("remote rank: errors", "[.rank]") { remote_rank([](int) { errors(); }); }
 TEST_CASE("remote rank: kill", "[.rank]") { remote_rank([](int) { kill_rank(); }); }
 TEST_CASE("remote rank: plugin", "[.rank]") { remote_rank(plugin); }
+TEST_CASE("remote rank: held answers", "[.rank]") { remote_rank([](int) { held_answers(); }); }
