@@ -84,6 +84,7 @@ class DirectSender {
   // Waits until everything kept is written, the link broke, or the deadline passed.
   void flush_until(Deadline deadline);
   bool backlogged() const { return kept_ > sent_; }
+  size_t kept_bytes() const { return kept_ - sent_; }
   bool broken() const { return broken_; }
   int fd() const { return fd_; }
 

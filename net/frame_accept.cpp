@@ -82,6 +82,7 @@ void Transport::refuse_frame(int peer, const std::exception& why) {
 void Transport::take_frame(int r, Message frame) {
   Peer& peer = *peers_[r];
   peer.last_seen = Clock::now().time_since_epoch().count();
+  peer.sent_unanswered.store(0, std::memory_order_relaxed);
   const uint64_t seq = frame.header.seq;
   if (seq != peer.expected_seq) {
     // Came ahead of a frame sent before it on another path: held until that one is here.

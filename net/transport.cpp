@@ -248,7 +248,8 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
              [&] { return h.payload_bytes > 0 ? std::vector<Tensor>{host} : std::vector<Tensor>{}; }, done);
 }
 
-void Transport::send_actor_frame(int dst, std::vector<uint8_t> call_frame, const std::vector<Tensor>& tensors) {
+void Transport::send_actor_frame(int dst, std::vector<uint8_t> call_frame, const std::vector<Tensor>& tensors,
+                                 bool awaits_answer) {
   if (dst < 0 || dst >= world_size() || dst == rank())
     throw IndexError("send: actor frame to rank " + std::to_string(dst) + " (world of " + std::to_string(world_size()) +
                      ", this is rank " + std::to_string(rank()) + ")");
@@ -289,13 +290,13 @@ void Transport::send_actor_frame(int dst, std::vector<uint8_t> call_frame, const
                        DType::u8, h.shape, Strides{1}, 0);
     for (HostStaging& s : staged) parts.push_back(std::move(s.host));
     return parts;
-  }, nullptr);
+  }, nullptr, awaits_answer);
 }
 
 void Transport::send_frame(int dst, FrameHeader& h, std::span<const std::span<const uint8_t>> spans,
                            std::span<const HostStaging* const> staged,
                            const std::function<std::vector<Tensor>()>& owned,
-                           const std::shared_ptr<detail::Completion>& done) {
+                           const std::shared_ptr<detail::Completion>& done, bool awaits_answer) {
   Peer& peer = *peers_[dst];
   if (!peer.dealer) throw CommError("send: the transport is not connected yet");
   size_t frame_bytes = header_size(h.shape.size());
@@ -315,15 +316,14 @@ void Transport::send_frame(int dst, FrameHeader& h, std::span<const std::span<co
   h.seq = peer.next_seq++;
   const bool striped = takes_stripes(dst, spans);
   if (!striped) wait_copies();  // the stripes broke meanwhile
-  if (send_direct_locked(peer, h, spans)) {
+  if (send_direct_locked(peer, h, spans, awaits_answer)) {
     peer.count_sent(direct_path, frame_bytes);
     if (done) done->finish();
     touch();
     return;
   }
-  // Frames a SendBatch keeps on the direct link come before this one: out with them now.
-  if (peer.direct && peer.direct->backlogged() && peer.direct->flush() && !peer.direct_backlogged.exchange(true))
-    wake();
+  // Frames the direct link holds come before this one: out with them now.
+  if (peer.direct && peer.direct->backlogged() && flush_direct_locked(peer)) wake();
   if (striped) {
     peer.count_sent(stripes_path, frame_bytes);
     // Each part's pieces: the byte counts, within the part, that its events make ready.
@@ -432,6 +432,7 @@ void Transport::io_loop() {
     items[0].events = router_led ? 0 : ZMQ_POLLIN;
     auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - Clock::now()).count();
     if (router_led) wait_ms = std::min<long>(wait_ms, 1);
+    io_turns_soon_.store(wait_ms <= 1, std::memory_order_relaxed);
     const int rc = zmq_poll(items.data(), static_cast<int>(items.size()), std::max<long>(0, wait_ms));
     if (rc < 0 && zmq_errno() != EINTR) break;
     if (listener_ && (items[fixed_items].revents & ZMQ_POLLIN)) {
@@ -441,17 +442,14 @@ void Transport::io_loop() {
     for (size_t i = 0; i < backlogged.size(); ++i) {
       Peer& peer = *peers_[backlogged[i]];
       std::lock_guard lock(peer.send_mutex);
-      const bool still = peer.direct->flush();
-      if (peer.direct->broken()) peer.direct_broken = true;
-      peer.direct_backlogged = still;
+      flush_direct_locked(peer);
     }
     // The ROUTER's descriptor is edge-like: drain on every turn, not only when it fired.
     if (Clock::now() - Clock::time_point(Clock::duration(last_lead_.load())) >= kLeadSlice) {
       std::unique_lock router(router_mutex_, std::try_to_lock);
       router_led = !router.owns_lock();
       if (router.owns_lock()) {
-        handle_router();
-        handle_direct();
+        if (handle_router() + handle_direct() > 0) write_held();
         inbound_fds.clear();
         for (const auto& in : inbound_) inbound_fds.push_back(in->fd());
         if (striped_ready_fd_ >= 0) inbound_fds.push_back(striped_ready_fd_);

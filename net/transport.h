@@ -154,7 +154,12 @@ class Transport {
   // An actor frame to another rank: the call frame bytes, then each tensor as its own part
   // (zero-copy; made contiguous host bytes here, once). Only the destination's health matters:
   // remote actors outlive other ranks' deaths.
-  void send_actor_frame(int dst, std::vector<uint8_t> call_frame, const std::vector<Tensor>& tensors);
+  // awaits_answer: the frame asks dst for an answer (a request). While dst still owes answers to
+  // several frames sent before, a small one of those may wait, up to a few per write, until this
+  // rank waits on the transport, hears from dst, or the I/O thread's next turn (about a
+  // millisecond, and only while a thread leads): pipelined requests then cost one write per batch.
+  void send_actor_frame(int dst, std::vector<uint8_t> call_frame, const std::vector<Tensor>& tensors,
+                        bool awaits_answer = false);
   // While one lives, the direct-link frames this thread sends go out together when it ends (below).
   class SendBatch;
   // Installs the handler of actor frames (nullptr: none). Frames that came while there was none
@@ -214,7 +219,7 @@ class Transport {
   // staged: each span's HostStaging when it is a device tensor's copy still under way (or empty).
   void send_frame(int dst, FrameHeader& h, std::span<const std::span<const uint8_t>> spans,
                   std::span<const HostStaging* const> staged, const std::function<std::vector<Tensor>()>& owned,
-                  const std::shared_ptr<detail::Completion>& done);
+                  const std::shared_ptr<detail::Completion>& done, bool awaits_answer = false);
   void touch();  // a frame was just sent or received
   void wake();
 
@@ -246,10 +251,16 @@ class Transport {
   void connect_direct_locked(int r, const PeerAddress& address, Deadline deadline);
   // Sends one frame on the peer's direct link when it has one and the frame is small enough;
   // false: it goes another way. With the peer's send_mutex held and h.seq set.
-  bool send_direct_locked(Peer& peer, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts);
-  // Writes what this thread's open SendBatch holds for this transport (if any): before it waits.
-  void write_held_here();
-  void write_held(SendBatch& batch);
+  // awaits_answer: the frame may be held while the peer owes answers (send_actor_frame).
+  bool send_direct_locked(Peer& peer, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
+                          bool awaits_answer = false);
+  bool holds_for_answers(const Peer& peer) const;
+  // Writes every frame a direct link holds (a SendBatch's, or one waiting for answers): before a
+  // thread waits on the transport, when a frame came in, and when a SendBatch ends.
+  void write_held();
+  // Under the peer's send_mutex: writes what its direct link keeps, as far as the socket takes it.
+  // True while some is still kept (the I/O thread then writes the rest).
+  bool flush_direct_locked(Peer& peer);
   int handle_direct();  // the direct links, and the striped frames that are whole
 
   // transport_stripes.cpp: large frames over several connections at once.
@@ -305,6 +316,8 @@ class Transport {
   std::vector<std::unique_ptr<DirectReceiver>> inbound_;   // under router_mutex_
   std::mutex accepted_mutex_;
   std::vector<int> accepted_;  // connections the I/O thread accepted, for the next holder of the ROUTER
+  std::atomic<int> peers_holding_{0};  // peers whose direct link holds frames for a later write
+  std::atomic<bool> io_turns_soon_{false};  // the I/O thread sleeps a millisecond at most
   std::unique_ptr<StripeSenders> stripes_out_;   // null: no stripes to any peer
   std::unique_ptr<StripeReceivers> stripes_in_;  // null: no direct links
   int striped_ready_fd_ = -1;                    // eventfd: stripes_in_ has whole frames
@@ -342,8 +355,7 @@ class Transport::SendBatch {
  private:
   friend class Transport;
   Transport& transport_;
-  SendBatch* outer_;             // the batch this one nests in, on this thread
-  std::vector<Peer*> held_;      // peers whose direct link keeps frames of this batch
+  SendBatch* outer_;  // the batch this one nests in, on this thread
 };
 
 }  // namespace troupe::net

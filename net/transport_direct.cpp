@@ -52,49 +52,44 @@ void Transport::connect_direct_locked(int r, const PeerAddress& address, Deadlin
   stripes_out_->connect(r, address.direct, rank(), deadline);  // false: its large frames take ZeroMQ
 }
 
-bool Transport::send_direct_locked(Peer& peer, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts) {
+bool Transport::send_direct_locked(Peer& peer, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
+                                   bool awaits_answer) {
   if (!peer.direct || peer.direct->broken() || parts.size() > kDirectPartsMax) return false;
   const size_t header_bytes = header_size(h.shape.size());
   if (DirectSender::record_bytes(header_bytes, parts) > options_.direct_max) return false;
   uint8_t header[512];
   encode_header_into(h, header);
-  SendBatch* batch = open_send_batch && &open_send_batch->transport_ == this ? open_send_batch : nullptr;
-  const bool backlogged = peer.direct->send({header, header_bytes}, parts, /*hold=*/batch != nullptr);
+  bool batched = false;
+  for (SendBatch* b = open_send_batch; b && !batched; b = b->outer_) batched = &b->transport_ == this;
+  const bool hold = batched || (awaits_answer && holds_for_answers(peer));
+  const bool backlogged = peer.direct->send({header, header_bytes}, parts, hold);
+  peer.sent_unanswered.fetch_add(1, std::memory_order_relaxed);
   if (peer.direct->broken()) peer.direct_broken = true;
-  if (batch && backlogged) {
-    if (std::find(batch->held_.begin(), batch->held_.end(), &peer) == batch->held_.end()) batch->held_.push_back(&peer);
-    peer.direct_backlogged = true;  // no wake-up: the batch's end writes it, or else the I/O thread's next turn
+  if (hold && backlogged) {
+    if (!peer.holds_sends) {
+      peer.holds_sends = true;
+      peers_holding_.fetch_add(1);
+    }
+    peer.direct_backlogged = true;  // no wake-up: write_held() comes first, or else the I/O thread's next turn
     return true;
+  }
+  if (peer.holds_sends) {  // what it held went out with this frame (or waits for the I/O thread)
+    peer.holds_sends = false;
+    peers_holding_.fetch_sub(1);
   }
   if (backlogged && !peer.direct_backlogged.exchange(true)) wake();  // the I/O thread writes the rest
   return true;
 }
 
-thread_local Transport::SendBatch* open_send_batch = nullptr;
-
-Transport::SendBatch::SendBatch(Transport& transport) : transport_(transport), outer_(open_send_batch) {
-  open_send_batch = this;
-}
-
-Transport::SendBatch::~SendBatch() {
-  open_send_batch = outer_;
-  transport_.write_held(*this);
-}
-
-void Transport::write_held_here() {
-  for (SendBatch* b = open_send_batch; b; b = b->outer_)
-    if (&b->transport_ == this) write_held(*b);
-}
-
-void Transport::write_held(SendBatch& batch) {
-  for (Peer* peer : batch.held_) {
-    std::lock_guard lock(peer->send_mutex);
-    const bool still = peer->direct->flush();
-    if (peer->direct->broken()) peer->direct_broken = true;
-    peer->direct_backlogged = still;
-    if (still) wake();  // the socket is full: the I/O thread writes the rest
-  }
-  batch.held_.clear();
+// A request waits for company only where it costs no latency that matters: the peer still owes
+// answers to several frames (so it is busy with them, and its next answer brings this rank back to
+// the transport), the I/O thread turns within a millisecond (a thread leads), and a few KiB at most.
+bool Transport::holds_for_answers(const Peer& peer) const {
+  constexpr int kOwed = 4;
+  constexpr size_t kMaxHeldBytes = 16 << 10;
+  return peer.sent_unanswered.load(std::memory_order_relaxed) >= kOwed && peer.direct->kept_bytes() < kMaxHeldBytes &&
+         io_turns_soon_.load(std::memory_order_relaxed) &&
+         Clock::now() - Clock::time_point(Clock::duration(last_lead_.load(std::memory_order_relaxed))) < kLeadSlice;
 }
 
 int Transport::handle_direct() {
@@ -139,6 +134,36 @@ int Transport::handle_direct() {
     it = inbound_.erase(it);
   }
   return handled;
+}
+
+thread_local Transport::SendBatch* open_send_batch = nullptr;
+
+Transport::SendBatch::SendBatch(Transport& transport) : transport_(transport), outer_(open_send_batch) {
+  open_send_batch = this;
+}
+
+Transport::SendBatch::~SendBatch() {
+  open_send_batch = outer_;
+  transport_.write_held();
+}
+
+void Transport::write_held() {
+  if (peers_holding_.load() == 0) return;
+  for (auto& p : peers_) {
+    std::lock_guard lock(p->send_mutex);
+    if (p->holds_sends && flush_direct_locked(*p)) wake();  // the socket is full: the I/O thread writes the rest
+  }
+}
+
+bool Transport::flush_direct_locked(Peer& peer) {
+  if (peer.holds_sends) {
+    peer.holds_sends = false;
+    peers_holding_.fetch_sub(1);
+  }
+  const bool still = peer.direct->flush();
+  if (peer.direct->broken()) peer.direct_broken = true;
+  peer.direct_backlogged = still;
+  return still;
 }
 
 }  // namespace troupe::net

@@ -66,6 +66,8 @@ struct Transport::Peer {
   std::atomic<bool> staging{false};
   std::unique_ptr<DirectSender> direct;  // set once by connect(); used under send_mutex
   std::atomic<bool> direct_backlogged{false};  // the I/O thread writes the rest when it can
+  bool holds_sends = false;  // under send_mutex: the direct link keeps frames for a later write
+  std::atomic<int> sent_unanswered{0};  // frames sent since the last one came from this peer
   std::atomic<bool> direct_broken{false};      // the direct link failed: the peer is suspect
   // Frames that came before their turn (by sequence number), under router_mutex_.
   std::map<uint64_t, Message> held;

@@ -55,7 +55,10 @@ void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline
   const Deadline slice = std::min(deadline, Clock::now() + kLeadSlice);
   std::vector<pollfd> fds;
   while (true) {
-    if (handle_router() + handle_direct() > 0) touch();
+    if (handle_router() + handle_direct() > 0) {
+      touch();
+      write_held();  // answers came: requests held for them go now
+    }
     const auto now = Clock::now();
     last_lead_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     if (done()) break;
@@ -78,7 +81,7 @@ void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline
 }
 
 bool Transport::try_drive(const std::function<bool()>& done, Deadline deadline) {
-  write_held_here();
+  write_held();
   std::unique_lock router(router_mutex_, std::try_to_lock);
   if (!router.owns_lock()) return false;
   lead_locked(done, deadline);
@@ -86,7 +89,7 @@ bool Transport::try_drive(const std::function<bool()>& done, Deadline deadline) 
 }
 
 void Transport::drive(const std::function<bool()>& done, Deadline deadline) {
-  write_held_here();
+  write_held();
   while (!done() && Clock::now() < deadline) {
     std::lock_guard router(router_mutex_);
     lead_locked(done, deadline);
@@ -98,7 +101,7 @@ std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadli
   // everyone, woken by their descriptors, so a small message costs no hand-off through a thread. The
   // others sleep on their slot; the leader (or the I/O thread) completes it.
   const auto ready = [&] { return slot->ready.load(std::memory_order_acquire); };
-  write_held_here();
+  write_held();
   while (!ready() && Clock::now() < deadline) {
     if (!try_drive(ready, deadline)) {
       std::unique_lock lock(mutex_);

@@ -22,11 +22,11 @@ RemoteActors::Impl::Impl(std::shared_ptr<ProcessGroup> made_on)
   update_drivers_done();  // a world of one has no driver to wait for
 }
 
-void RemoteActors::Impl::post(int dst, CallFrame call) {
+void RemoteActors::Impl::post(int dst, CallFrame call, bool awaits_answer) {
   if (dst == rank) return dispatch(rank, std::move(call));
   call.generation = generation;
   EncodedCall wire = encode_call(call);
-  transport.send_actor_frame(dst, std::move(wire.bytes), wire.tensors);
+  transport.send_actor_frame(dst, std::move(wire.bytes), wire.tensors, awaits_answer);
 }
 
 void RemoteActors::Impl::ask(int dst, CallFrame call, std::string what, Answer answer) {
@@ -40,7 +40,7 @@ void RemoteActors::Impl::ask(int dst, CallFrame call, std::string what, Answer a
   if (call.kind == CallKind::request && Profiler::global().recording())
     Profiler::record_remote_call("call " + call.text, Profiler::remote_flow_id(rank, id));
   try {
-    post(dst, std::move(call));
+    post(dst, std::move(call), /*awaits_answer=*/true);
   } catch (...) {
     fail_pending(id, std::current_exception());
   }

@@ -172,7 +172,7 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
 
   // --- sending, receiving, calls from this rank, serving and closing (endpoint.cpp) ----------
   // To another rank over the transport; to this rank, handled at once on this thread.
-  void post(int dst, CallFrame call);
+  void post(int dst, CallFrame call, bool awaits_answer = false);
   // Sends a call whose answer goes to `answer`; errors raised here get `what` in front.
   void ask(int dst, CallFrame call, std::string what, Answer answer);
   void fail_pending(uint64_t id, std::exception_ptr e);

@@ -192,6 +192,16 @@ void held_answers() {
   std::ofstream(path) << "answered";
   CHECK(seen.get());
   std::filesystem::remove(path);
+  // Requests sent while others are unanswered may wait for company; a caller that then waits
+  // elsewhere (not on the transport) still has them sent and answered.
+  (void)echo.request<int64_t>("add", int64_t{1}, int64_t{1}).get();
+  std::vector<Future<void>> appends;
+  for (int64_t i = 0; i < 16; ++i) appends.push_back(echo.request<void>("append", i));
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  auto all_ready = [&] { return std::all_of(appends.begin(), appends.end(), [](const auto& f) { return f.ready(); }); };
+  while (!all_ready() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  CHECK(all_ready());
+  CHECK(echo.request<std::vector<int64_t>>("history").get().size() == 16);
   // Many pipelined calls, each answer in its place.
   std::vector<Future<int64_t>> sums;
   for (int64_t i = 0; i < 2000; ++i) sums.push_back(echo.request<int64_t>("add", i, int64_t{1}));

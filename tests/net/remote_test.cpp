@@ -28,7 +28,7 @@ TEST_CASE("remote actors: calls from each rank to an actor stay in order", "[net
   check_all_passed(run, 3);
 }
 
-TEST_CASE("remote actors: answers written together never wait for a call that blocks", "[net][remote]") {
+TEST_CASE("remote actors: answers and requests written together never wait for a call that blocks", "[net][remote]") {
   LaunchOptions o;
   o.env = {{"TROUPE_TRANSPORT", "tcp"}, {"TROUPE_SHM", "0"}};  // the direct links, where answers are held
   RankRun run = run_ranks(2, "remote rank: held answers", o);
