@@ -1,6 +1,7 @@
 #include "net/transport.h"
 
 #include <malloc.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -150,6 +151,38 @@ void Transport::wake() {
   zmq_send(wake_tx_, "", 0, ZMQ_DONTWAIT);
 }
 
+void Transport::spread_over_machine() {
+  // The boot id, the host id's first field, names the machine across network namespaces.
+  const auto machine = [](const std::string& host_id) { return host_id.substr(0, host_id.find('/')); };
+  const std::string here = machine(address_.host_id);
+  int index = 0, on_machine = 0;
+  for (int r = 0; r < world_size(); ++r) {
+    if (machine(r == rank() ? address_.host_id : host_ids_[static_cast<size_t>(r)]) != here) continue;
+    if (r < rank()) ++index;
+    ++on_machine;
+  }
+  cpu_set_t allowed;
+  if (on_machine < 2 || busy_poll().count() == 0 || ::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  if (on_machine > CPU_COUNT(&allowed)) return;  // they share CPUs anyway
+  for (int c = 0, seen = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed) && seen++ == index) {
+      home_cpu_ = c;
+      break;
+    }
+  go_home();
+}
+
+void Transport::go_home() const {
+  const int cpu = home_cpu_.load(std::memory_order_relaxed);
+  if (cpu < 0 || ::sched_getcpu() == cpu) return;
+  cpu_set_t allowed, home;
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0 || !CPU_ISSET(cpu, &allowed)) return;
+  CPU_ZERO(&home);
+  CPU_SET(cpu, &home);
+  // Pinning moves the thread now; its own mask back leaves it there, free to move later.
+  if (::sched_setaffinity(0, sizeof home, &home) == 0) ::sched_setaffinity(0, sizeof allowed, &allowed);
+}
+
 void Transport::touch() { last_activity_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
 
 void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline) {
@@ -182,6 +215,7 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
     const auto on_this_host = std::count(host_ids_.begin(), host_ids_.end(), address_.host_id);
     busy_poll_us_ = busy_poll_for(static_cast<int>(on_this_host), hardware_cores()).count();
   }
+  spread_over_machine();
   connected_ = true;
   wake();  // the I/O thread starts polling the monitors and sending heartbeats
 

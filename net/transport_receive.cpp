@@ -52,6 +52,7 @@ std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Lane lane, int6
 }
 
 void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline) {
+  go_home();
   const Deadline slice = std::min(deadline, Clock::now() + kLeadSlice);
   std::vector<pollfd> fds;
   while (true) {

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <thread>
 
+#include "devices/threads.h"
 #include "net/channel.h"
 #include "net/collectives/group_state.h"
 #include "net/process_group.h"
@@ -214,6 +215,35 @@ TEST_CASE("net rank: p2p", "[.rank]") {
   } else {
     world.send(dummy, 0, 9999);
     world.recv(dummy, 0, 9999);
+  }
+}
+
+// The ranks of this machine that fit its CPUs each wait on a CPU of their own; more ranks than CPUs: none.
+TEST_CASE("net rank: home cpus", "[.rank]") {
+  auto group = init_process_group(init_options());
+  ProcessGroup& world = *group;
+  const int home = world.transport().home_cpu();
+  CHECK(home >= -1);  // a CPU, or -1: none
+  if (world.rank() != 0) {
+    world.send(Tensor::scalar<int64_t>(home), 0, 3);
+    return barrier(world);
+  }
+  std::vector<int64_t> homes{home};
+  for (int r = 1; r < world.size(); ++r) {
+    Tensor h = Tensor::scalar<int64_t>(-2);
+    world.recv(h, r, 3);
+    homes.push_back(h.item<int64_t>());
+  }
+  barrier(world);
+  std::string listed;
+  for (int64_t h : homes) listed += std::to_string(h) + " ";
+  INFO("home CPUs by rank: " << listed << "; cores " << hardware_cores());
+  if (world.size() <= hardware_cores()) {
+    std::sort(homes.begin(), homes.end());
+    CHECK(homes.front() >= 0);
+    CHECK(std::adjacent_find(homes.begin(), homes.end()) == homes.end());
+  } else {
+    CHECK(std::all_of(homes.begin(), homes.end(), [](int64_t h) { return h == -1; }));
   }
 }
 

@@ -40,6 +40,13 @@ TEST_CASE("multiprocess: blocking and non-blocking p2p, 2 and 4 ranks", "[net][p
   }
 }
 
+TEST_CASE("multiprocess: the ranks of one machine that fit its CPUs wait on CPUs of their own", "[net][p2p]") {
+  for (int n : {2, 3}) {
+    RankRun run = run_ranks(n, "net rank: home cpus");
+    check_all_passed(run, n);
+  }
+}
+
 TEST_CASE("multiprocess: p2p over tcp only", "[net][p2p]") {
   RankRun run = run_ranks(2, "net rank: p2p", with_env({{"TROUPE_TRANSPORT", "tcp"}}));
   check_all_passed(run, 2);
