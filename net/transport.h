@@ -326,9 +326,9 @@ class Transport {
   std::vector<std::unique_ptr<DirectReceiver>> inbound_;   // under router_mutex_
   std::mutex accepted_mutex_;
   std::vector<int> accepted_;  // connections the I/O thread accepted, for the next holder of the ROUTER
-  std::atomic<int> peers_holding_{0};
-  std::atomic<int> home_cpu_{-1};  // set once by connect(): spread_over_machine()  // peers whose direct link holds frames for a later write
+  std::atomic<int> peers_holding_{0};      // peers whose direct link holds frames for a later write
   std::atomic<bool> io_turns_soon_{false};  // the I/O thread sleeps a millisecond at most
+  std::atomic<int> home_cpu_{-1};           // set once by connect(): spread_over_machine()
   std::unique_ptr<StripeSenders> stripes_out_;   // null: no stripes to any peer
   std::unique_ptr<StripeReceivers> stripes_in_;  // null: no direct links
   int striped_ready_fd_ = -1;                    // eventfd: stripes_in_ has whole frames
