@@ -158,8 +158,8 @@ class Transport {
   // (zero-copy; made contiguous host bytes here, once). Only the destination's health matters:
   // remote actors outlive other ranks' deaths.
   // awaits_answer: the frame asks dst for an answer (a request). While dst still owes answers to
-  // several frames sent before, a small one of those may wait, up to a few per write, until this
-  // rank waits on the transport, hears from dst, or the I/O thread's next turn (about a
+  // several frames sent before, a small one may wait (16 KiB kept at most) until this rank waits on
+  // the transport, hears from a peer, or the I/O thread's next turn (about a
   // millisecond, and only while a thread leads): pipelined requests then cost one write per batch.
   void send_actor_frame(int dst, std::vector<uint8_t> call_frame, const std::vector<Tensor>& tensors,
                         bool awaits_answer = false);
@@ -271,6 +271,7 @@ class Transport {
   // Under the peer's send_mutex: writes what its direct link keeps, as far as the socket takes it.
   // True while some is still kept (the I/O thread then writes the rest).
   bool flush_direct_locked(Peer& peer);
+  void stop_holding_locked(Peer& peer);  // its kept frames go with the next write, not held for later
   int handle_direct();  // the direct links, and the striped frames that are whole
 
   // transport_stripes.cpp: large frames over several connections at once.

@@ -4,7 +4,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "net/errors.h"
@@ -73,10 +72,7 @@ bool Transport::send_direct_locked(Peer& peer, const FrameHeader& h, std::span<c
     peer.direct_backlogged = true;  // no wake-up: write_held() comes first, or else the I/O thread's next turn
     return true;
   }
-  if (peer.holds_sends) {  // what it held went out with this frame (or waits for the I/O thread)
-    peer.holds_sends = false;
-    peers_holding_.fetch_sub(1);
-  }
+  stop_holding_locked(peer);  // what it held went out with this frame (or waits for the I/O thread)
   if (backlogged && !peer.direct_backlogged.exchange(true)) wake();  // the I/O thread writes the rest
   return true;
 }
@@ -155,11 +151,14 @@ void Transport::write_held() {
   }
 }
 
+void Transport::stop_holding_locked(Peer& peer) {
+  if (!peer.holds_sends) return;
+  peer.holds_sends = false;
+  peers_holding_.fetch_sub(1);
+}
+
 bool Transport::flush_direct_locked(Peer& peer) {
-  if (peer.holds_sends) {
-    peer.holds_sends = false;
-    peers_holding_.fetch_sub(1);
-  }
+  stop_holding_locked(peer);
   const bool still = peer.direct->flush();
   if (peer.direct->broken()) peer.direct_broken = true;
   peer.direct_backlogged = still;

@@ -102,7 +102,6 @@ std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadli
   // everyone, woken by their descriptors, so a small message costs no hand-off through a thread. The
   // others sleep on their slot; the leader (or the I/O thread) completes it.
   const auto ready = [&] { return slot->ready.load(std::memory_order_acquire); };
-  write_held();
   while (!ready() && Clock::now() < deadline) {
     if (!try_drive(ready, deadline)) {
       std::unique_lock lock(mutex_);
