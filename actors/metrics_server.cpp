@@ -17,6 +17,7 @@
 
 #include "actors/metrics.h"
 #include "devices/error.h"
+#include "devices/threads.h"
 
 namespace troupe::metrics {
 
@@ -146,6 +147,7 @@ class Server {
  private:
   // Polls with a timeout as well, so that the stop flag is seen even if shutdown() did not wake it.
   void loop() {
+    name_this_thread("troupe-metrics");
     while (!stop_) {
       pollfd p{fd_, POLLIN, 0};
       if (::poll(&p, 1, 200) <= 0) continue;

@@ -2,11 +2,13 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "devices/error.h"
@@ -41,6 +43,16 @@ std::atomic<int (*)()> share_hook{nullptr};
 // OpenMP's count lives in each calling thread; OpenBLAS (pthread build) has one count per process.
 thread_local int applied_omp_threads = 0;
 std::atomic<int> applied_blas_threads{0};
+
+// OpenBLAS (pthread build) starts its workers as it loads, and each spins on sched_yield for about
+// 0.1 s before it sleeps: a CPU taken from a rank that busy-polls on a small machine, in every
+// process, BLAS or not. Stop them as this library loads; OpenBLAS starts them again at its first
+// call that goes parallel. Weak: a BLAS without this export is left alone.
+extern "C" void blas_thread_shutdown_(void) __attribute__((weak));
+[[maybe_unused]] const bool openblas_workers_stopped = [] {
+  if (blas_thread_shutdown_ && openblas_get_parallel() == 1) blas_thread_shutdown_();
+  return true;
+}();
 
 }  // namespace
 
@@ -82,6 +94,12 @@ void apply_intra_op_threads() {
     applied_omp_threads = n;
   }
   if (applied_blas_threads.exchange(n, std::memory_order_relaxed) != n) openblas_set_num_threads(n);
+}
+
+void name_this_thread(const char* name) {
+  char kept[16] = {};
+  std::strncpy(kept, name, sizeof kept - 1);
+  ::pthread_setname_np(::pthread_self(), kept);
 }
 
 }  // namespace troupe

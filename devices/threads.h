@@ -22,5 +22,7 @@ void set_thread_intra_op_threads(int n);
 // tasks are running now, so a long task gives up threads when others start and takes them back
 // when they end. nullptr removes it.
 void set_intra_op_share(int (*share)());
+// Names the calling thread as top -H, perf and gdb show it (at most 15 characters kept).
+void name_this_thread(const char* name);
 
 }  // namespace troupe

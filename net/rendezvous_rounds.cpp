@@ -9,6 +9,7 @@
 #include <random>
 
 #include "devices/error.h"
+#include "devices/threads.h"
 
 namespace troupe::net {
 
@@ -136,6 +137,7 @@ RoundServer::~RoundServer() {
 }
 
 void RoundServer::serve() {
+  name_this_thread("troupe-rdzv");
   std::map<std::string, Node> nodes;  // by the launcher's ZeroMQ routing id
   std::vector<std::string> members;   // of the running round, node rank order
   const std::string run = random_id().substr(0, 8);

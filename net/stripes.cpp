@@ -17,6 +17,7 @@
 #include <thread>
 #include <utility>
 
+#include "devices/threads.h"
 #include "net/errors.h"
 #include "net/wire_bytes.h"
 #include "net/direct_link.h"
@@ -261,6 +262,7 @@ void StripeSenders::flush_until(Deadline deadline) {
 }
 
 void StripeSenders::State::run(int k) {
+  name_this_thread(("troupe-send" + std::to_string(k)).c_str());
   std::unique_lock lock(mutex);
   while (true) {
     changed.wait(lock, [&] { return stopping || !lanes[k].queue.empty(); });
@@ -423,6 +425,7 @@ std::vector<StripedFrame> StripeReceivers::take_ready() {
 }
 
 void StripeReceivers::State::run(Lane& lane) {
+  name_this_thread("troupe-recv");
   std::vector<pollfd> fds;
   while (!stopping) {
     {

@@ -421,6 +421,7 @@ const std::string& Transport::host_id_of(int r) const {
 }
 
 void Transport::io_loop() {
+  name_this_thread("troupe-io");
   std::vector<zmq_pollitem_t> items;
   std::vector<int> monitor_peer;  // items[first_monitor + i] watches peer monitor_peer[i]
   const size_t first_monitor = zap_ ? 3 : 2;
