@@ -21,7 +21,7 @@ namespace troupe::net {
 namespace {
 
 constexpr uint32_t kIntroMagic = 0x44505254;  // "TRPD"
-constexpr uint32_t kIntroVersion = 2;
+constexpr uint32_t kIntroVersion = 3;  // 3: a link carries frames both ways
 constexpr size_t kIntroBytes = 16;
 constexpr size_t kHeaderMax = 1024;              // frame headers are ~100 bytes
 constexpr size_t kReadChunk = 256 << 10;         // the receive buffer's size while records are small
@@ -54,6 +54,13 @@ void set_nodelay(int fd) {
 }
 
 }  // namespace
+
+SharedFd share_fd(int fd) {
+  return SharedFd(new int(fd), [](int* owned) {
+    if (*owned >= 0) ::close(*owned);
+    delete owned;
+  });
+}
 
 DirectListener::DirectListener(const std::string& host) {
   addrinfo* found = resolve(host, true);
@@ -137,11 +144,11 @@ int dial_direct(const std::string& endpoint, int self, int lane, Deadline deadli
 }
 
 DirectSender::DirectSender(const std::string& endpoint, int self, Deadline deadline)
-    : fd_(dial_direct(endpoint, self, 0, deadline)) {}
+    : owner_(share_fd(dial_direct(endpoint, self, 0, deadline))), fd_(*owner_) {}
 
-DirectSender::~DirectSender() {
-  if (fd_ >= 0) ::close(fd_);
-}
+DirectSender::DirectSender(SharedFd fd) : owner_(std::move(fd)), fd_(*owner_) {}
+
+DirectSender::~DirectSender() = default;
 
 size_t DirectSender::record_bytes(size_t header_bytes, std::span<const std::span<const uint8_t>> parts) {
   size_t bytes = 8 + 8 * parts.size() + header_bytes;
@@ -225,13 +232,17 @@ void DirectSender::flush_until(Deadline deadline) {
 }
 
 DirectReceiver::DirectReceiver(int fd, int self, int world_size)
-    : fd_(fd), self_(self), world_size_(world_size), buffer_(kReadChunk) {}
+    : owner_(share_fd(fd)), fd_(fd), self_(self), world_size_(world_size), buffer_(kReadChunk) {}
 
-DirectReceiver::~DirectReceiver() {
-  if (fd_ >= 0) ::close(fd_);
+DirectReceiver::DirectReceiver(SharedFd fd, int self, int world_size, int peer)
+    : owner_(std::move(fd)), fd_(*owner_), self_(self), world_size_(world_size), peer_(peer), buffer_(kReadChunk) {}
+
+DirectReceiver::~DirectReceiver() = default;
+
+int DirectReceiver::release() {
+  fd_ = -1;
+  return std::exchange(*owner_, -1);
 }
-
-int DirectReceiver::release() { return std::exchange(fd_, -1); }
 
 bool DirectReceiver::read(const std::function<void(const DirectRecord&)>& on_record) {
   // The introduction alone first: a stripe's connection is handed on with nothing read past it.

@@ -1,16 +1,20 @@
 #pragma once
-// Direct links: one plain TCP connection per peer and direction that carries a transport's small
-// frames past ZeroMQ. A frame sent through ZeroMQ crosses its I/O thread on both sides, and on a
+// Direct links: one plain TCP connection per pair of ranks that carries a transport's small frames
+// past ZeroMQ, both ways. A frame sent through ZeroMQ crosses its I/O thread on both sides, and on a
 // VM every such cross-core wake-up costs tens of microseconds; a direct link is written by the
 // sending thread itself and read by whichever thread waits (transport.h), so a small request
-// costs one send() and one recv().
+// costs one send() and one recv(). Both ways on one connection, each frame carries the TCP
+// acknowledgement of the last one that came: one connection per direction made every recv() send
+// a bare ACK through the whole network stack (2 segments per 4-byte exchange instead of 1).
 //
 //   DirectListener listener("127.0.0.1");            // in the transport's constructor
 //   DirectSender to_peer(peer_endpoint, /*self=*/0, deadline_after(5s));
 //   to_peer.send(header, {payload});                 // written now, or kept for flush()
+//   DirectReceiver from_peer(to_peer.shared_fd(), /*self=*/0, /*world_size=*/2, /*peer=*/1);
 //   // on the peer, once listener.accept() gave a connection:
-//   DirectReceiver from_peer(fd, /*self=*/1, /*world_size=*/2);
-//   from_peer.read([](const DirectRecord& r) { ... });
+//   DirectReceiver in(fd, /*self=*/1, /*world_size=*/2);
+//   in.read([](const DirectRecord& r) { ... });      // the introduction, then records
+//   DirectSender back(in.shared_fd());               // answers on the same connection
 //
 // Wire: the connecting side first introduces itself (magic, version, its rank, its lane: 0 for the
 // link of small frames, 1.. for a stripe of large ones, stripes.h, which the transport hands on);
@@ -23,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,6 +42,10 @@ inline constexpr size_t kDirectRecordMax = 1 << 20;
 inline constexpr size_t kDirectPartsMax = 1 << 12;
 // The most stripes (connections for large frames, stripes.h) one peer may open besides its link.
 inline constexpr int kMaxStripes = 8;
+
+// A connection's descriptor shared by the sender and the receiver of one link: closed with the last.
+using SharedFd = std::shared_ptr<int>;
+SharedFd share_fd(int fd);  // takes ownership of fd
 
 // Connects to a peer's endpoint ("host:port") and introduces this end as rank `self`, lane `lane`.
 // Returns the connected non-blocking descriptor (the caller owns it). CommError when the peer
@@ -68,6 +77,8 @@ class DirectSender {
   // Connects to a peer's endpoint ("host:port") and introduces itself as rank `self`. CommError
   // when the peer cannot be reached by the deadline.
   DirectSender(const std::string& endpoint, int self, Deadline deadline);
+  // Sends on a connection a DirectReceiver reads too (the accepting end of a link).
+  explicit DirectSender(SharedFd fd);
   ~DirectSender();
   DirectSender(const DirectSender&) = delete;
   DirectSender& operator=(const DirectSender&) = delete;
@@ -87,8 +98,10 @@ class DirectSender {
   size_t kept_bytes() const { return kept_ - sent_; }
   bool broken() const { return broken_; }
   int fd() const { return fd_; }
+  const SharedFd& shared_fd() const { return owner_; }  // for the receiver of the same link
 
  private:
+  SharedFd owner_;
   int fd_ = -1;
   bool broken_ = false;
   std::vector<uint8_t> backlog_;  // bytes not yet written, from sent_ on
@@ -106,6 +119,8 @@ struct DirectRecord {
 class DirectReceiver {
  public:
   DirectReceiver(int fd, int self, int world_size);  // takes ownership of fd
+  // Reads a connection this end dialed to rank `peer` (a DirectSender writes it): no introduction comes.
+  DirectReceiver(SharedFd fd, int self, int world_size, int peer);
   ~DirectReceiver();
   DirectReceiver(const DirectReceiver&) = delete;
   DirectReceiver& operator=(const DirectReceiver&) = delete;
@@ -114,6 +129,7 @@ class DirectReceiver {
   int peer() const { return peer_; }  // the sender's rank, -1 until its introduction came
   int lane() const { return lane_; }  // 0: small frames; 1..: a stripe, for release() to hand on
   int release();                      // gives up the descriptor (nothing past the introduction read)
+  const SharedFd& shared_fd() const { return owner_; }  // for a sender on the same connection
   // Reads what the socket holds without blocking and hands each complete record to on_record.
   // False once the peer closed the link (everything it sent before has been handed out).
   // CommError for a malformed introduction or record, naming what is wrong.
@@ -123,6 +139,7 @@ class DirectReceiver {
   bool parse(const std::function<void(const DirectRecord&)>& on_record);
   bool make_room(size_t bytes);
 
+  SharedFd owner_;
   int fd_ = -1;
   const int self_, world_size_;
   int peer_ = -1;

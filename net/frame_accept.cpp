@@ -109,6 +109,7 @@ void Transport::handle_frame(int r, Message frame) {
       return;
     case FrameKind::hello: {
       std::lock_guard lock(mutex_);
+      peer.dialed_link = frame.header.tag == 1;
       peer.hello = true;
       peer.suspect = false;
       hello_cv_.notify_all();

@@ -235,6 +235,13 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
                        missing + " (not started, unreachable, or holding a different CURVE key)");
   }
   lock.unlock();
+  // The links lower ranks dialed came before their hellos: answer on them from the first frame.
+  const auto linked = [&] {
+    for (int r = 0; r < rank(); ++r)
+      if (peers_[r]->dialed_link.load() && !peers_[r]->linked.load()) return false;
+    return true;
+  };
+  drive(linked, std::min(deadline, Clock::now() + kLinkWait));
   const char* trace = std::getenv("TROUPE_TRACE");
   if (trace && *trace) sync_trace_clock(deadline);
 }
@@ -410,7 +417,7 @@ void Transport::set_actor_handler(std::shared_ptr<ActorHandler> handler) {
 
 int Transport::direct_links() const {
   int links = 0;
-  for (const auto& peer : peers_) links += peer->direct != nullptr;
+  for (const auto& peer : peers_) links += peer->linked.load();
   return links;
 }
 

@@ -22,10 +22,11 @@
 //   (ZeroMQ sockets may change threads behind a full memory barrier): no hand-off, lower latency.
 // - Receives are matched in posting order, MPI style: an arriving frame completes the oldest
 //   posted receive that accepts it, or waits in the unexpected queue for a later post.
-// - Small frames (up to TransportOptions::direct_max bytes) skip ZeroMQ: they go on a plain TCP
-//   connection per peer (direct_link.h), written by the sending thread and read by the leader, so
-//   neither side crosses ZeroMQ's I/O thread (two cross-core wake-ups per direction, tens of us on a
-//   VM). One sequence number per peer covers both paths and the receiver delivers in that order,
+// - Small frames (up to TransportOptions::direct_max bytes) skip ZeroMQ: they go on one plain TCP
+//   connection per pair of ranks (direct_link.h; the lower rank dials, both write it, so a frame
+//   carries the TCP acknowledgement of the one before it), written by the sending thread and read by
+//   the leader, so neither side crosses ZeroMQ's I/O thread (two cross-core wake-ups per direction,
+//   tens of us on a VM). One sequence number per peer covers both paths and the receiver delivers in that order,
 //   so a small frame never overtakes a large one sent before it. A leader busy-polls for a short
 //   while (busy_poll) before it sleeps, as an answer to a small request comes back within it.
 // - Large frames (from TransportOptions::stripe_min bytes) go over several more connections per
@@ -327,6 +328,7 @@ class Transport {
   std::vector<std::unique_ptr<DirectReceiver>> inbound_;   // under router_mutex_
   std::mutex accepted_mutex_;
   std::vector<int> accepted_;  // connections the I/O thread accepted, for the next holder of the ROUTER
+  std::vector<std::pair<SharedFd, int>> dialed_;  // links connect() dialed (and their peer), to read the same way
   std::atomic<int> peers_holding_{0};      // peers whose direct link holds frames for a later write
   std::atomic<bool> io_turns_soon_{false};  // the I/O thread sleeps a millisecond at most
   std::atomic<int> home_cpu_{-1};           // set once by connect(): spread_over_machine()

@@ -1,5 +1,6 @@
-// The transport's direct links (transport.h, direct_link.h): small frames on a plain TCP
-// connection per peer, written by the sending thread and read by whoever leads. The listener also
+// The transport's direct links (transport.h, direct_link.h): small frames on one plain TCP
+// connection per pair of ranks (the lower one dials), written by the sending thread and read by
+// whoever leads. The listener also
 // takes the stripes' connections (transport_stripes.cpp), which introduce themselves by lane.
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -40,10 +41,15 @@ void Transport::open_direct_links() {
 
 void Transport::connect_direct_locked(int r, const PeerAddress& address, Deadline deadline) {
   Peer& peer = *peers_[r];
-  try {
-    peer.direct = std::make_unique<DirectSender>(address.direct, rank(), deadline);
-  } catch (const CommError&) {
-    return;  // unreachable by plain TCP (a firewall, say): its frames all take ZeroMQ, which reached it
+  if (rank() < r) {  // the lower rank of a pair dials the link; the higher one answers on it (handle_direct)
+    try {
+      peer.direct = std::make_unique<DirectSender>(address.direct, rank(), deadline);
+    } catch (const CommError&) {
+      return;  // unreachable by plain TCP (a firewall, say): its frames all take ZeroMQ, which reached it
+    }
+    peer.linked = true;
+    std::lock_guard lock(accepted_mutex_);
+    dialed_.emplace_back(peer.direct->shared_fd(), r);
   }
   if (options_.stripes <= 0) return;
   if (!stripes_out_)
@@ -93,6 +99,8 @@ int Transport::handle_direct() {
     std::lock_guard lock(accepted_mutex_);
     for (int fd : accepted_) inbound_.push_back(std::make_unique<DirectReceiver>(fd, rank(), world_size()));
     accepted_.clear();
+    for (auto& [fd, r] : dialed_) inbound_.push_back(std::make_unique<DirectReceiver>(std::move(fd), rank(), world_size(), r));
+    dialed_.clear();
   }
   int handled = handle_striped();
   for (auto it = inbound_.begin(); it != inbound_.end();) {
@@ -111,6 +119,13 @@ int Transport::handle_direct() {
       open = false;
       if (in.peer() >= 0) refuse_frame(in.peer(), e);
       else ++dropped_frames_;  // a stranger's connection: closed, nothing else
+    }
+    if (open && in.lane() == 0 && in.peer() >= 0 && in.peer() < rank() && !peers_[in.peer()]->linked.load()) {
+      // A lower rank's link: this rank's frames to it go back on the same connection from now on.
+      Peer& peer = *peers_[in.peer()];
+      std::lock_guard lock(peer.send_mutex);
+      peer.direct = std::make_unique<DirectSender>(in.shared_fd());
+      peer.linked = true;
     }
     if (open && in.lane() > 0) {  // a stripe: its own thread reads it from now on
       try {

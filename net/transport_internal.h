@@ -28,6 +28,7 @@ inline constexpr int kLingerMs = 2000;
 inline constexpr auto kDisconnectGrace = std::chrono::milliseconds(500);
 inline constexpr auto kGoodbyeWait = std::chrono::milliseconds(200);
 inline constexpr auto kLeadSlice = std::chrono::milliseconds(2);  // then the I/O thread gets a turn
+inline constexpr auto kLinkWait = std::chrono::seconds(2);  // for a dialed link after its hello; else ZeroMQ
 inline constexpr size_t kMaxActorParts = 1 << 16;  // tensors of one actor frame
 inline constexpr size_t kMaxHeldFrames = 1 << 20;  // frames from one peer waiting for one sent before them
 inline constexpr size_t kActorBacklogMax = 1 << 12;  // actor frames kept while no RemoteActors takes them
@@ -64,7 +65,11 @@ struct Transport::Peer {
   // Set once by connect(): another process on this host, so large device tensors may go through
   // shared memory (transport_staged.cpp); cleared for good when staging fails.
   std::atomic<bool> staging{false};
-  std::unique_ptr<DirectSender> direct;  // set once by connect(); used under send_mutex
+  // Set once, under send_mutex: by connect() on the lower rank of the pair, which dials the link, and
+  // by handle_direct() on the higher one, once the link came. Used under send_mutex.
+  std::unique_ptr<DirectSender> direct;
+  std::atomic<bool> linked{false};       // direct is set
+  std::atomic<bool> dialed_link{false};  // its hello said it dialed a link to this rank
   std::atomic<bool> direct_backlogged{false};  // the I/O thread writes the rest when it can
   bool holds_sends = false;  // under send_mutex: the direct link keeps frames for a later write
   std::atomic<int> sent_unanswered{0};  // frames sent since the last one came from this peer

@@ -30,6 +30,7 @@ void Transport::send_control_locked(Peer& peer, FrameKind kind) {
   h.dtype = DType::u8;
   h.shape = {0};
   h.seq = peer.next_seq++;
+  if (kind == FrameKind::hello) h.tag = peer.linked.load() ? 1 : 0;  // 1: a direct link was dialed to it
   uint8_t buffer[128];
   encode_header_into(h, buffer);
   zmq_send(peer.dealer, buffer, header_size(1), ZMQ_DONTWAIT);

@@ -1,7 +1,9 @@
-// The transport's direct links (net/direct_link.h): small frames skip ZeroMQ, large ones do not,
-// and a peer's frames arrive in the order sent whichever path each took; a sender never blocks
-// on a full socket; strangers and malformed records are refused as on the ROUTER.
+// The transport's direct links (net/direct_link.h): one connection per pair carries small frames
+// both ways, past ZeroMQ, large ones do not take it, and a peer's frames arrive in the order sent
+// whichever path each took; a sender never blocks on a full socket; strangers and malformed
+// records are refused as on the ROUTER.
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -48,6 +50,66 @@ TEST_CASE("direct link: small frames skip ZeroMQ, large ones do not, the order p
     CHECK(receive(*p.a, 8, 1).to_vector<int64_t>() == std::vector<int64_t>({5, 6}));
     CHECK(p.a->direct_frames() == 1);
   }
+}
+
+TEST_CASE("direct link: one connection carries records both ways and closes with the last of its ends",
+          "[net][direct]") {
+  DirectListener listener("127.0.0.1");
+  DirectSender out(listener.endpoint(), /*self=*/0, deadline_after(5s));
+  int fd = -1;
+  for (int i = 0; i < 500 && fd < 0; ++i) {
+    pollfd p{listener.fd(), POLLIN, 0};
+    ::poll(&p, 1, 10);
+    fd = listener.accept();
+  }
+  REQUIRE(fd >= 0);
+  auto in = std::make_unique<DirectReceiver>(fd, /*self=*/1, /*world_size=*/2);
+  std::vector<std::string> got;
+  const auto keep = [&](const DirectRecord& r) {
+    got.emplace_back(r.header.begin(), r.header.end());
+    for (const auto& part : r.parts) got.back() += "+" + std::string(part.begin(), part.end());
+  };
+  const auto read_until = [&](DirectReceiver& receiver, size_t records) {
+    for (int i = 0; i < 500 && got.size() < records; ++i) {
+      REQUIRE(receiver.read(keep));
+      std::this_thread::sleep_for(1ms);
+    }
+    REQUIRE(got.size() == records);
+  };
+  const auto bytes = [](const std::string& text) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  };
+  const std::string request = "request", payload = "4 bytes", answer = "answer";
+  const std::span<const uint8_t> parts[] = {bytes(payload)};
+  out.send(bytes(request), parts);
+  read_until(*in, 1);
+  CHECK(got[0] == "request+4 bytes");
+  CHECK(in->peer() == 0);
+  CHECK(in->lane() == 0);
+
+  // The answer goes back on the same connection: no introduction, the dialing end knows its peer.
+  auto back = std::make_unique<DirectSender>(in->shared_fd());
+  DirectReceiver replies(out.shared_fd(), /*self=*/0, /*world_size=*/2, /*peer=*/1);
+  CHECK(back->fd() == in->fd());
+  back->send(bytes(answer), {});
+  got.clear();
+  read_until(replies, 1);
+  CHECK(got[0] == "answer");
+  CHECK(replies.peer() == 1);
+
+  // The accepting end's receiver gone, its sender still writes: the connection stays open.
+  in.reset();
+  back->send(bytes(answer), {});
+  got.clear();
+  read_until(replies, 1);
+  // The last end gone: the dialing end sees the connection close.
+  back.reset();
+  bool open = true;
+  for (int i = 0; i < 500 && open; ++i) {
+    open = replies.read(keep);
+    std::this_thread::sleep_for(1ms);
+  }
+  CHECK_FALSE(open);
 }
 
 TEST_CASE("direct link: a sender never blocks on a full socket, and what it keeps goes out in order", "[net][direct]") {
