@@ -1,7 +1,7 @@
 // The transport's direct links (transport.h, direct_link.h): small frames on one plain TCP
 // connection per pair of ranks (the lower one dials), written by the sending thread and read by
-// whoever leads. The listener also
-// takes the stripes' connections (transport_stripes.cpp), which introduce themselves by lane.
+// whoever leads. The listener also takes the stripes' connections (transport_stripes.cpp), which
+// introduce themselves by lane.
 #include <sys/eventfd.h>
 #include <unistd.h>
 
