@@ -33,16 +33,18 @@ Channel::Incoming Channel::recv(int src, const OpDescriptor& expected, Deadline 
   const int64_t tag = static_cast<int64_t>(expected.collective_seq);
   auto slot = transport.post(group_id(), Lane::collective, tag, group_->global_rank(src));
   std::optional<Message> m = transport.wait(slot, deadline);
-  const std::string where = std::string(name(expected.op)) + ": collective #" + std::to_string(expected.collective_seq) +
-                            " of group " + std::to_string(group_id());
+  const auto where = [&] {  // only for an error: every small collective passes here
+    return std::string(name(expected.op)) + ": collective #" + std::to_string(expected.collective_seq) + " of group " +
+           std::to_string(group_id());
+  };
   if (!m)
-    throw TimeoutError(where + ": rank " + std::to_string(rank()) + " heard nothing from rank " + std::to_string(src) +
+    throw TimeoutError(where() + ": rank " + std::to_string(rank()) + " heard nothing from rank " + std::to_string(src) +
                        " within the timeout");
   if (m->header.kind == FrameKind::control) throw_abort_notice(m->payload);
   const OpDescriptor& got = m->header.op;
   if (got.op != expected.op || got.reduce != expected.reduce || got.dtype != expected.dtype ||
       got.count != expected.count || got.root != expected.root) {
-    const CommError error(where + ": ranks disagree: rank " + std::to_string(rank()) + " called " +
+    const CommError error(where() + ": ranks disagree: rank " + std::to_string(rank()) + " called " +
                           describe(expected) + ", rank " + std::to_string(src) + " called " + describe(got));
     abort(expected.collective_seq, error);
     throw error;
