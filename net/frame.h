@@ -32,7 +32,8 @@ enum class FrameKind : uint8_t {
   collective = 2,  // a tensor or chunk of a collective (keyed by the collective sequence number)
   control = 3,     // a collective's abort notice: payload is the u8 text of the error
   heartbeat = 4,   // liveness, every 200 ms to every peer
-  hello = 5,       // the first frame on a connection: proves the peer is up (and authenticated)
+  hello = 5,       // the first frame on a connection: proves the peer is up (and authenticated);
+                   // tag 1: the sender (the lower rank) dialed a direct link to this rank
   goodbye = 6,     // the peer shuts down cleanly
                    // 7: no kind (it was the dataflow executor's, whose ranks now talk as remote actors)
   actor = 8,       // a remote actor's call, reply or notice: payload is the u8 call frame

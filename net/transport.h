@@ -26,8 +26,8 @@
 //   connection per pair of ranks (direct_link.h; the lower rank dials, both write it, so a frame
 //   carries the TCP acknowledgement of the one before it), written by the sending thread and read by
 //   the leader, so neither side crosses ZeroMQ's I/O thread (two cross-core wake-ups per direction,
-//   tens of us on a VM). One sequence number per peer covers both paths and the receiver delivers in that order,
-//   so a small frame never overtakes a large one sent before it. A leader busy-polls for a short
+//   tens of us on a VM). One sequence number per peer covers both paths and the receiver delivers
+//   in that order, so a small frame never overtakes a large one sent before it. A leader busy-polls for a short
 //   while (busy_poll) before it sleeps, as an answer to a small request comes back within it.
 // - Large frames (from TransportOptions::stripe_min bytes) go over several more connections per
 //   peer at once (stripes.h), each written and read by a thread of its own: one TCP stream moves
