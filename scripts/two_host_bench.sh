@@ -5,10 +5,12 @@
 #
 #   scripts/two_host_bench.sh [RUNS=3] [REPS=15]
 #
-# Each run: the raw stream (256 MiB, python3 sockets, one connection), then all_reduce_bench with
-# the transport's own choices and with each of $SETTINGS (default: stripes off and on, busy-poll
-# off and on), sizes 4 B and 64 MiB. Prints one line per run and setting: 4 B latency (us), 64 MiB
-# bus bandwidth (GB/s) and its ratio to the stream measured in the same run.
+# Each run: the raw stream (256 MiB, python3 sockets, one connection) and the raw 4-byte exchange
+# (tcp_floor: plain sockets, busy-polling, the median of REPS as all_reduce_bench takes it), then
+# all_reduce_bench with the transport's own choices and with each of $SETTINGS (default: stripes
+# off and on, busy-poll off and on), sizes 4 B and 64 MiB. Prints one line per run and setting:
+# 4 B latency (us) beside the raw exchange's, 64 MiB bus bandwidth (GB/s) and its ratio to the
+# stream measured in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "two_host_bench: needs root (network namespaces)" >&2; exit 2; }
@@ -42,6 +44,16 @@ s = socket.create_connection(('$a1', 29501)); data = bytes(256 << 20); s.sendall
   wait $receiver
 }
 
+# tcp_floor's 4-byte exchange between the two hosts (us, the median of $reps).
+raw_exchange() {
+  for r in 1 0; do
+    ip netns exec $p-h$r env RANK=$r MASTER_ADDR=$a0 MASTER_PORT=29402 \
+      build/bin/tcp_floor --reps $reps --stream-reps 1 --json >"$work/floor$r" 2>&1 &
+  done
+  wait
+  sed -n 's/.*"exchange_us_4B":\([0-9.]*\).*/\1/p' "$work/floor0"
+}
+
 # all_reduce_bench on the two hosts, one rank each, with the given variables: "<4 B us> <64 MiB GB/s>".
 all_reduce() {
   local out
@@ -54,14 +66,15 @@ all_reduce() {
 }
 
 echo "machine: $(build/bin/troupe info 2>/dev/null | head -3 | tr '\n' ' ')(load $(cut -d' ' -f1-3 /proc/loadavg))"
-echo "| run | setting | raw stream GB/s | 4 B us | 64 MiB GB/s | ratio to the stream |"
-echo "|---|---|---|---|---|---|"
+echo "| run | setting | raw stream GB/s | raw 4 B exchange us | 4 B us | 64 MiB GB/s | ratio to the stream |"
+echo "|---|---|---|---|---|---|---|"
 for run in $(seq 1 "$runs"); do
   raw=$(raw_stream)
+  floor=$(raw_exchange)
   for setting in ${SETTINGS:-chosen TROUPE_STRIPES=0 TROUPE_STRIPES=2 TROUPE_BUSY_POLL_US=0 TROUPE_BUSY_POLL_US=50}; do
     env_set=(); [ $setting = chosen ] || env_set=("$setting")
     read -r small_us _ _ big_gbs < <(all_reduce "${env_set[@]}"; echo) || true
     ratio=$(awk -v a="$big_gbs" -v b="$raw" 'BEGIN { printf "%.2f", a / b }')
-    echo "| $run | $setting | $raw | $small_us | $big_gbs | $ratio |"
+    echo "| $run | $setting | $raw | $floor | $small_us | $big_gbs | $ratio |"
   done
 done
