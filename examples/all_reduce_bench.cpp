@@ -4,8 +4,9 @@
 //   build/bin/troupe launch --nproc 2 -- build/bin/all_reduce_bench [--sizes 4,4096] [--op sum] [--json]
 //   {"ranks":2,"bytes":4,"time_us":21.3,"busbw_gbs":0.0004}
 //
-// busbw = bytes / time * 2(n-1)/n, as nccl-tests define it. Each size: two warm-up calls, a
-// barrier, then `reps` timed calls (as many as the anchor makes, or --reps); the median is reported.
+// busbw = bytes / time * 2(n-1)/n, as nccl-tests define it. Each size: two warm-up calls (as the
+// anchor makes, or --warmup), a barrier, then `reps` timed calls (as many as the anchor makes, or
+// --reps); the median is reported.
 // --collective broadcast times a broadcast from rank 0 followed by a barrier instead (the root
 // may return before the others have the data); busbw = bytes / time. --collective all_gather times
 // an all_gather of `bytes` from every rank; busbw = bytes * (n-1) / time (what each rank receives).
@@ -42,6 +43,9 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "one JSON line per size instead of a table");
   int reps_asked = 0;
   app.add_option("--reps", reps_asked, "timed calls per size (default: about 200 MB moved, 3 to 200)")
+      ->check(CLI::PositiveNumber);
+  int warmup = 2;
+  app.add_option("--warmup", warmup, "untimed calls per size before the timed ones (the first checks the sum)")
       ->check(CLI::PositiveNumber);
   bool fit_model = false;
   int model_ranks = 0, per_host = 8;
@@ -88,7 +92,7 @@ int main(int argc, char** argv) {
       const Tensor input = Tensor::ones({std::max<int64_t>(1, bytes / 4)});
       const int64_t reps_by_size = std::clamp<int64_t>(200'000'000 / std::max<int64_t>(bytes, 1), 3, 200);
       const int reps = reps_asked > 0 ? reps_asked : static_cast<int>(reps_by_size);
-      for (int i = 0; i < 2; ++i) {
+      for (int i = 0; i < warmup; ++i) {
         Tensor t = input;
         all_reduce(*world, t, op);
         if (i == 0 && op == ReduceOp::sum && t.to_vector<float>()[0] != static_cast<float>(n)) {
