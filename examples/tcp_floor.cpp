@@ -13,6 +13,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -52,9 +53,13 @@ addrinfo* resolve(const std::string& host, const std::string& port) {
   return found;
 }
 
-// Rank 0 accepts `count` connections on host:port, rank 1 dials them (retrying until rank 0 listens).
-std::vector<int> connect_pair(int rank, const std::string& host, const std::string& port, int count) {
+// Rank 0 accepts `count` connections on host:port, rank 1 dials them (retrying until rank 0 listens);
+// either gives up after `timeout`.
+std::vector<int> connect_pair(int rank, const std::string& host, const std::string& port, int count,
+                              std::chrono::seconds timeout) {
   addrinfo* address = resolve(host, port);
+  const auto deadline = Clock::now() + timeout;
+  const std::string waited = " in " + std::to_string(timeout.count()) + " s";
   std::vector<int> fds;
   if (rank == 0) {
     const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -62,17 +67,24 @@ std::vector<int> connect_pair(int rank, const std::string& host, const std::stri
     ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (::bind(listener, address->ai_addr, address->ai_addrlen) != 0) fail("bind " + host + ":" + port);
     if (::listen(listener, count) != 0) fail("listen");
-    for (int i = 0; i < count; ++i) fds.push_back(::accept(listener, nullptr, nullptr));
+    for (int i = 0; i < count; ++i) {
+      pollfd incoming{listener, POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0 || ::poll(&incoming, 1, static_cast<int>(left)) != 1) {
+        errno = 0;
+        fail("rank 1 did not connect to " + host + ":" + port + waited);
+      }
+      fds.push_back(::accept(listener, nullptr, nullptr));
+    }
     ::close(listener);
   } else {
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
     for (int i = 0; i < count; ++i) {
       int fd = -1;
       while (true) {
         fd = ::socket(AF_INET, SOCK_STREAM, 0);
         if (::connect(fd, address->ai_addr, address->ai_addrlen) == 0) break;
         ::close(fd);
-        if (Clock::now() > deadline) fail("rank 0 at " + host + ":" + port + " not reached in 30 s");
+        if (Clock::now() > deadline) fail("rank 0 at " + host + ":" + port + " not reached" + waited);
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       fds.push_back(fd);
@@ -160,18 +172,21 @@ double stream_gbs(int rank, int ack, const std::vector<int>& streams, int reps) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 15, streams = 2, stream_reps = 11;
+  int reps = 15, streams = 2, stream_reps = 11, timeout_s = 30;
   bool json = false;
   CLI::App app{"plain TCP between two ranks: 4-byte exchange and 64 MB stream, the floor under Troupe's figures"};
   app.add_option("--reps", reps, "timed 4-byte exchanges (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--streams", streams, "connections carrying the 64 MB stream")->check(CLI::Range(1, 64));
   app.add_option("--stream-reps", stream_reps, "timed 64 MB transfers (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--timeout", timeout_s, "seconds to wait for the other rank to connect")->check(CLI::PositiveNumber);
   app.add_flag("--json", json, "one JSON line");
   CLI11_PARSE(app, argc, argv);
   try {
-    const int rank = std::stoi(env_or("RANK", "0"));
-    if (rank != 0 && rank != 1) throw std::runtime_error("tcp_floor: RANK " + std::to_string(rank) + ": two ranks, 0 and 1");
-    std::vector<int> fds = connect_pair(rank, env_or("MASTER_ADDR", "127.0.0.1"), env_or("MASTER_PORT", "29500"), 1 + streams);
+    const std::string rank_text = env_or("RANK", "0");
+    if (rank_text != "0" && rank_text != "1") throw std::runtime_error("tcp_floor: RANK " + rank_text + ": two ranks, 0 and 1");
+    const int rank = rank_text == "1";
+    std::vector<int> fds = connect_pair(rank, env_or("MASTER_ADDR", "127.0.0.1"), env_or("MASTER_PORT", "29500"),
+                                        1 + streams, std::chrono::seconds(timeout_s));
     const double exchange = exchange_us(fds[0], reps);
     const double gbs = stream_gbs(rank, fds[0], {fds.begin() + 1, fds.end()}, stream_reps);
     for (int fd : fds) ::close(fd);
