@@ -25,14 +25,14 @@ void Channel::send(int dst, const OpDescriptor& op, const Tensor& payload) {
   group_->transport().send(group_->global_rank(dst), h, payload);
 }
 
-Channel::Incoming Channel::recv(int src, const OpDescriptor& expected, Deadline deadline) {
+Channel::Incoming Channel::recv(int src, const OpDescriptor& expected, Deadline deadline, std::chrono::microseconds poll) {
   if (src < 0 || src >= size())
     throw IndexError(std::string(name(expected.op)) + ": rank " + std::to_string(src) + " outside a group of " +
                      std::to_string(size()));
   Transport& transport = group_->transport();
   const int64_t tag = static_cast<int64_t>(expected.collective_seq);
   auto slot = transport.post(group_id(), Lane::collective, tag, group_->global_rank(src));
-  std::optional<Message> m = transport.wait(slot, deadline);
+  std::optional<Message> m = transport.wait(slot, deadline, poll);
   const auto where = [&] {  // only for an error: every small collective passes here
     return std::string(name(expected.op)) + ": collective #" + std::to_string(expected.collective_seq) + " of group " +
            std::to_string(group_id());

@@ -45,8 +45,9 @@ class Channel {
   // Queues payload (any dtype/shape, up to 8 dims) to group rank dst for collective op.collective_seq.
   void send(int dst, const OpDescriptor& op, const Tensor& payload);
   // The next frame from group rank src for expected.collective_seq, checked against expected
-  // (op, reduce op, dtype, count and root must agree).
-  Incoming recv(int src, const OpDescriptor& expected, Deadline deadline);
+  // (op, reduce op, dtype, count and root must agree). The waiting thread polls at least `poll`
+  // before it sleeps (Transport::wait).
+  Incoming recv(int src, const OpDescriptor& expected, Deadline deadline, std::chrono::microseconds poll = {});
   // Tells every other rank of the group that this collective failed; their recv for it throws
   // the same error.
   void abort(uint64_t collective_seq, const Error& error);

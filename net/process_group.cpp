@@ -214,6 +214,11 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
     if (*v < 0) throw ValueError("init_process_group: TROUPE_BUSY_POLL_US=" + std::to_string(*v) + " is negative");
     t.busy_poll = std::chrono::microseconds(*v);
   }
+  if (auto v = env_int({"TROUPE_SMALL_COLLECTIVE_POLL_US"}, &used)) {
+    if (*v < 0)
+      throw ValueError("init_process_group: TROUPE_SMALL_COLLECTIVE_POLL_US=" + std::to_string(*v) + " is negative");
+    t.small_collective_poll = std::chrono::microseconds(*v);
+  }
   if (method.rfind("tcp://", 0) == 0) {
     auto [host, port] = split_host_port(method.substr(6));
     t.tcp_host = address_towards_master(host, port, master_from, options.rank, deadline);

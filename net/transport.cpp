@@ -38,6 +38,10 @@ std::chrono::microseconds busy_poll_for(int ranks_on_host, int cpus) {
   return ranks_on_host > cpus ? std::chrono::microseconds(0) : std::chrono::microseconds(50);
 }
 
+std::chrono::microseconds small_collective_poll_for(int ranks_on_host, int cpus) {
+  return ranks_on_host > cpus ? std::chrono::microseconds(0) : std::chrono::microseconds(10000);
+}
+
 Transport::Transport(TransportOptions options) : options_(std::move(options)) {
   // ZeroMQ mallocs every received message. glibc would serve big ones with fresh mmaps and trim
   // freed heap back to the kernel, so every 1 MiB chunk of a collective would page-fault in anew
@@ -48,6 +52,7 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
   });
   if (options_.busy_poll) busy_poll_us_ = options_.busy_poll->count();
+  if (options_.small_collective_poll) small_collective_poll_us_ = options_.small_collective_poll->count();
   if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size)
     throw ValueError("transport: rank " + std::to_string(options_.rank) + " outside a world of " +
                      std::to_string(options_.world_size));
@@ -151,19 +156,16 @@ void Transport::wake() {
   zmq_send(wake_tx_, "", 0, ZMQ_DONTWAIT);
 }
 
-void Transport::spread_over_machine() {
-  // The boot id, the host id's first field, names the machine across network namespaces.
-  const auto machine = [](const std::string& host_id) { return host_id.substr(0, host_id.find('/')); };
-  const std::string here = machine(address_.host_id);
-  int index = 0, on_machine = 0;
+void Transport::spread_over_host() {
+  int index = 0, on_host = 0;
   for (int r = 0; r < world_size(); ++r) {
-    if (machine(r == rank() ? address_.host_id : host_ids_[static_cast<size_t>(r)]) != here) continue;
+    if (r != rank() && host_ids_[static_cast<size_t>(r)] != address_.host_id) continue;
     if (r < rank()) ++index;
-    ++on_machine;
+    ++on_host;
   }
   cpu_set_t allowed;
-  if (on_machine < 2 || busy_poll().count() == 0 || ::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-  if (on_machine > CPU_COUNT(&allowed)) return;  // they share CPUs anyway
+  if (on_host < 2 || busy_poll().count() == 0 || ::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  if (on_host > CPU_COUNT(&allowed)) return;  // they share CPUs anyway
   for (int c = 0, seen = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &allowed) && seen++ == index) {
       home_cpu_ = c;
@@ -211,11 +213,11 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
     if (listener_ && !a.direct.empty()) connect_direct_locked(r, a, deadline);
     send_control_locked(peer, FrameKind::hello);
   }
-  if (!options_.busy_poll) {
-    const auto on_this_host = std::count(host_ids_.begin(), host_ids_.end(), address_.host_id);
-    busy_poll_us_ = busy_poll_for(static_cast<int>(on_this_host), hardware_cores()).count();
-  }
-  spread_over_machine();
+  const int on_this_host = static_cast<int>(std::count(host_ids_.begin(), host_ids_.end(), address_.host_id));
+  if (!options_.busy_poll) busy_poll_us_ = busy_poll_for(on_this_host, hardware_cores()).count();
+  if (!options_.small_collective_poll)
+    small_collective_poll_us_ = small_collective_poll_for(on_this_host, hardware_cores()).count();
+  spread_over_host();
   connected_ = true;
   wake();  // the I/O thread starts polling the monitors and sending heartbeats
 

@@ -107,6 +107,9 @@ struct TransportOptions {
   // How long a waiting thread polls without sleeping, from when it starts waiting or last received.
   // Unset: chosen by the machine when the ranks are known (busy_poll_for).
   std::optional<std::chrono::microseconds> busy_poll;
+  // How long the caller of a blocking collective of up to direct_max bytes polls without sleeping
+  // for each frame, from when it starts waiting. Unset: chosen with busy_poll (small_collective_poll_for).
+  std::optional<std::chrono::microseconds> small_collective_poll;
   // Frames from stripe_min bytes up go over this many connections per peer at once (0: off).
   // Needs direct links (tcp, no CURVE).
   int stripes = 2;
@@ -117,6 +120,10 @@ struct TransportOptions {
 // of its own, none when they outnumber the CPUs this process may run on (its affinity mask): there
 // a spinning waiter takes the CPU from the very peer whose answer it waits for.
 std::chrono::microseconds busy_poll_for(int ranks_on_host, int cpus);
+// The same choice for a small collective's wait: 10 ms, or none where busy_poll_for gives none.
+// Its peer is waiting for it too, so a wait that sleeps makes the peer's next wait late, and the
+// ranks end up taking turns to wake each other (a wake-up costs 50 us to milliseconds in a VM).
+std::chrono::microseconds small_collective_poll_for(int ranks_on_host, int cpus);
 
 class Transport {
  public:
@@ -131,9 +138,13 @@ class Transport {
   const std::optional<CurveKeys>& curve() const { return options_.curve; }
   // The busy-poll in use: TransportOptions::busy_poll, or busy_poll_for this host once connected.
   std::chrono::microseconds busy_poll() const { return std::chrono::microseconds(busy_poll_us_.load(std::memory_order_relaxed)); }
+  // The poll of a small collective's wait: TransportOptions::small_collective_poll, or chosen once connected.
+  std::chrono::microseconds small_collective_poll() const {
+    return std::chrono::microseconds(small_collective_poll_us_.load(std::memory_order_relaxed));
+  }
   void* context() const { return context_; }  // for rendezvous sockets: same ZAP handler
-  // The CPU this rank's waiting thread returns to (spread_over_machine), -1: none (the ranks of this
-  // machine outnumber its CPUs, or it has one rank, or waiters do not spin).
+  // The CPU this rank's waiting thread returns to (spread_over_host), -1: none (the ranks of this
+  // host outnumber its CPUs, or it has one rank, or waiters do not spin).
   int home_cpu() const { return home_cpu_.load(std::memory_order_relaxed); }
 
   // Connects to every rank of the table (indexed by rank) and waits for each one's hello.
@@ -176,14 +187,16 @@ class Transport {
   // done() or the deadline: how a thread that waits for actor frames skips the I/O thread's hand-off.
   void drive(const std::function<bool()>& done, Deadline deadline);
   // The same for one slice at most, and only when no other thread leads: false then at once.
-  bool try_drive(const std::function<bool()>& done, Deadline deadline);
+  bool try_drive(const std::function<bool()>& done, Deadline deadline, Clock::time_point poll_until = {});
 
   struct Slot;  // a posted receive
   // Posts a receive for (group, lane, tag) from global rank source (-1: any). Matching is in post order.
   std::shared_ptr<Slot> post(uint64_t group, Lane lane, int64_t tag, int source);
   // The message, or nullopt when the deadline passed first (the receive is then cancelled and
-  // consumes nothing). Rethrows PeerLostError / CommError when the transport broke.
-  std::optional<Message> wait(const std::shared_ptr<Slot>& slot, Deadline deadline);
+  // consumes nothing). Rethrows PeerLostError / CommError when the transport broke. A leading
+  // waiter polls without sleeping for poll_at_least from now, and busy_poll after any frame.
+  std::optional<Message> wait(const std::shared_ptr<Slot>& slot, Deadline deadline,
+                              std::chrono::microseconds poll_at_least = {});
   bool is_ready(const Slot& slot);
 
   // Whether global rank r runs on this host and may be reached without the network (itself
@@ -193,6 +206,7 @@ class Transport {
   // Known once connected; the same table on every rank.
   const std::string& host_id_of(int r) const;
   bool shared_memory() const { return options_.shared_memory; }
+  size_t direct_max() const { return options_.direct_max; }
 
   // Throws the failure that broke the transport, if any.
   void check_healthy();
@@ -225,12 +239,15 @@ class Transport {
                   std::span<const HostStaging* const> staged, const std::function<std::vector<Tensor>()>& owned,
                   const std::shared_ptr<detail::Completion>& done, bool awaits_answer = false);
   void touch();  // a frame was just sent or received
-  // Where the ranks of one machine (all its network namespaces) fit its CPUs and spin while they
-  // wait, each rank's waiting thread gets a CPU of its own (home_cpu_), and is moved back there when
-  // it starts to wait elsewhere: ranks started together start on one CPU, and a sleeper is woken on
-  // its waker's CPU, where a waiter that spins then holds the CPU its peer needs (100-150 us for a
-  // 4-byte exchange between two namespaces of a 2-core machine, against 25-35 us apart).
-  void spread_over_machine();
+  // Where the ranks of one host fit its CPUs and spin while they wait, each rank's waiting thread
+  // gets a CPU of its own (home_cpu_), and is moved back there when it starts to wait elsewhere:
+  // ranks started together start on one CPU, and a sleeper is woken on its waker's CPU, where a
+  // waiter that spins then holds the CPU its peer needs (remote_bench on one 2-core host: round
+  // trip p90 115 us unplaced, 35 us placed). Ranks in other network namespaces of the machine are
+  // left to the scheduler, as on other machines: placed, they held the CPU their own I/O needed
+  // (4-byte all_reduce between two namespaces, 10 ms small-collective poll: 13% of runs over 40 us
+  // placed, 5% not).
+  void spread_over_host();
   void go_home() const;  // to home_cpu_, if set and elsewhere: one pin and unpin (about 6 us)
   void wake();
 
@@ -288,7 +305,7 @@ class Transport {
   // transport_receive.cpp: matching posted receives.
   // Leads for one slice with the ROUTER held: receives until done() or the slice's end, polling
   // without sleeping while a frame was sent or received less than busy_poll ago.
-  void lead_locked(const std::function<bool()>& done, Deadline deadline);
+  void lead_locked(const std::function<bool()>& done, Deadline deadline, Clock::time_point poll_until = {});
   void deliver(Message message);  // with mutex_ held
 
   // transport_liveness.cpp: hello, heartbeats, goodbye, lost peers.
@@ -323,6 +340,7 @@ class Transport {
   std::atomic<uint64_t> striped_frames_{0};
   std::atomic<Clock::rep> last_activity_{0};  // when a frame was last sent or received
   std::atomic<int64_t> busy_poll_us_{50};
+  std::atomic<int64_t> small_collective_poll_us_{0};
   std::atomic<Clock::rep> last_lead_{0};      // when a waiting thread last held the ROUTER
   std::unique_ptr<DirectListener> listener_;               // null: no direct links
   std::vector<std::unique_ptr<DirectReceiver>> inbound_;   // under router_mutex_
@@ -331,7 +349,7 @@ class Transport {
   std::vector<std::pair<SharedFd, int>> dialed_;  // links connect() dialed (and their peer), to read the same way
   std::atomic<int> peers_holding_{0};      // peers whose direct link holds frames for a later write
   std::atomic<bool> io_turns_soon_{false};  // the I/O thread sleeps a millisecond at most
-  std::atomic<int> home_cpu_{-1};           // set once by connect(): spread_over_machine()
+  std::atomic<int> home_cpu_{-1};           // set once by connect(): spread_over_host()
   std::unique_ptr<StripeSenders> stripes_out_;   // null: no stripes to any peer
   std::unique_ptr<StripeReceivers> stripes_in_;  // null: no direct links
   int striped_ready_fd_ = -1;                    // eventfd: stripes_in_ has whole frames

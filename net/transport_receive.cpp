@@ -51,7 +51,7 @@ std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Lane lane, int6
   return slot;
 }
 
-void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline) {
+void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline, Clock::time_point poll_until) {
   go_home();
   const Deadline slice = std::min(deadline, Clock::now() + kLeadSlice);
   std::vector<pollfd> fds;
@@ -63,8 +63,8 @@ void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline
     const auto now = Clock::now();
     last_lead_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     if (done()) break;
-    const Deadline spin_until = Clock::time_point(Clock::duration(last_activity_.load(std::memory_order_relaxed))) +
-                                busy_poll();
+    const Deadline spin_until = std::max(
+        poll_until, Clock::time_point(Clock::duration(last_activity_.load(std::memory_order_relaxed))) + busy_poll());
     const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(slice - now).count();
     if (left <= 0) break;
     if (now < spin_until) {
@@ -81,11 +81,11 @@ void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline
   }
 }
 
-bool Transport::try_drive(const std::function<bool()>& done, Deadline deadline) {
+bool Transport::try_drive(const std::function<bool()>& done, Deadline deadline, Clock::time_point poll_until) {
   write_held();
   std::unique_lock router(router_mutex_, std::try_to_lock);
   if (!router.owns_lock()) return false;
-  lead_locked(done, deadline);
+  lead_locked(done, deadline, poll_until);
   return true;
 }
 
@@ -97,13 +97,15 @@ void Transport::drive(const std::function<bool()>& done, Deadline deadline) {
   }
 }
 
-std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadline deadline) {
+std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadline deadline,
+                                       std::chrono::microseconds poll_at_least) {
   // Leader/followers: the first waiter takes the ROUTER (and the direct links) and receives for
   // everyone, woken by their descriptors, so a small message costs no hand-off through a thread. The
   // others sleep on their slot; the leader (or the I/O thread) completes it.
   const auto ready = [&] { return slot->ready.load(std::memory_order_acquire); };
+  const Clock::time_point poll_until = poll_at_least.count() > 0 ? Clock::now() + poll_at_least : Clock::time_point{};
   while (!ready() && Clock::now() < deadline) {
-    if (!try_drive(ready, deadline)) {
+    if (!try_drive(ready, deadline, poll_until)) {
       std::unique_lock lock(mutex_);
       slot->cv.wait_until(lock, std::min(deadline, Clock::now() + kLeadSlice), [&] { return slot->done; });
     }

@@ -99,7 +99,11 @@ Json collect() {
   };
   const Json network{{"direct_max_bytes", env_or("TROUPE_DIRECT_MAX", static_cast<long long>(defaults.direct_max))},
                      {"stripes", env_or("TROUPE_STRIPES", defaults.stripes)},
-                     {"stripe_min_bytes", env_or("TROUPE_STRIPE_MIN", static_cast<long long>(defaults.stripe_min))}};
+                     {"stripe_min_bytes", env_or("TROUPE_STRIPE_MIN", static_cast<long long>(defaults.stripe_min))},
+                     // As chosen for a rank with a CPU of its own (connect() counts the host's ranks).
+                     {"busy_poll_us", env_or("TROUPE_BUSY_POLL_US", net::busy_poll_for(1, hardware_cores()).count())},
+                     {"small_collective_poll_us", env_or("TROUPE_SMALL_COLLECTIVE_POLL_US",
+                                                         net::small_collective_poll_for(1, hardware_cores()).count())}};
   return Json{
       {"version", TROUPE_VERSION},
       {"network", network},
@@ -132,14 +136,18 @@ void print_text(const Json& info) {
   row("cores") << info["cores"] << ", intra-op threads " << info["intra_op_threads"]
                << (info["deterministic_kernels"].get<bool>() ? ", deterministic kernels" : "") << "\n";
   row("cpu affinity") << "CPUs " << info["cpu_affinity"].get<std::string>()
-                      << ": ranks of one host spin-wait (the transport's 50 us busy-poll, shared-memory collectives) while "
-                         "each rank has a CPU, else wait without spinning; the ranks of one machine (all its network "
-                         "namespaces) that fit its CPUs each wait on a CPU of their own (rank order)\n";
+                      << ": ranks of one host spin-wait (busy-polls below, shared-memory collectives) while each rank "
+                         "has a CPU, else wait without spinning; the ranks of one host that fit its CPUs each wait on a "
+                         "CPU of their own (rank order)\n";
   const Json& network = info["network"];
   row("network") << "frames up to " << network["direct_max_bytes"].get<long long>() / 1024
                  << " KiB on a direct TCP link; from " << network["stripe_min_bytes"].get<long long>() / 1024
                  << " KiB over " << network["stripes"].get<long long>()
                  << " stripes (connections with a thread each; TROUPE_DIRECT_MAX, TROUPE_STRIPES, TROUPE_STRIPE_MIN)\n";
+  row("busy-poll") << "a waiting thread spins " << network["busy_poll_us"].get<long long>()
+                   << " us after its last frame, the caller of a blocking collective that fits a direct frame "
+                   << network["small_collective_poll_us"].get<long long>()
+                   << " us from the start of each wait (TROUPE_BUSY_POLL_US, TROUPE_SMALL_COLLECTIVE_POLL_US)\n";
   row("oneDNN") << info["onednn"]["version"].get<std::string>() << " (" << info["onednn"]["hash"].get<std::string>()
                 << "), dispatching " << info["onednn"]["isa"].get<std::string>() << "\n";
   row("OpenBLAS") << info["openblas"]["config"].get<std::string>() << "\n";

@@ -16,13 +16,15 @@ struct Call {
   Channel channel;
   OpDescriptor op;
   Deadline deadline;
+  // How long a receive polls before its thread sleeps (Transport::wait; set by the caller's run).
+  std::chrono::microseconds poll{};
   // The algorithm that ran, set by the rank's part: the algorithm label of the collective's metrics.
   const char* algorithm = "local";
 
   int rank() const { return channel.rank(); }
   int size() const { return channel.size(); }
   void send(int dst, const Tensor& payload) { channel.send(dst, op, payload); }
-  Tensor recv(int src) { return channel.recv(src, op, deadline).payload; }
+  Tensor recv(int src) { return channel.recv(src, op, deadline, poll).payload; }
   // A header-only frame: "I am in this call" for ranks that would otherwise hear nothing.
   void send_note(int dst) { channel.send(dst, op, Tensor::empty({0}, DType::u8)); }
 

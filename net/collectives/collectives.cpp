@@ -21,6 +21,7 @@
 #include "net/collectives/group_state.h"
 #include "net/collectives/host_groups.h"
 #include "net/collectives/reduce_kernels.h"
+#include "net/transport.h"
 
 namespace troupe::net {
 
@@ -147,10 +148,16 @@ void count_collective(const Call& call, uint64_t bytes, std::chrono::steady_cloc
   c.seconds.observe(metrics::seconds_since(start));
 }
 
-void run(Plan& plan, Timeout timeout) {
+// caller_waits: the call runs on the thread of a caller that waits for it. A small call's peers
+// wait for this rank in turn, so its receives poll the transport's small_collective_poll before
+// sleeping (a sleep here makes them late, and ranks end up waking each other by turns). An async
+// call's thread runs beside the caller's own work, so it keeps the ordinary busy-poll.
+void run(Plan& plan, Timeout timeout, bool caller_waits = true) {
   Call& call = plan.call;
   call.deadline = call.channel.deadline(timeout);
   const uint64_t bytes = plan.bytes ? plan.bytes : call.op.count * itemsize(call.op.dtype);
+  Transport& transport = call.channel.group().transport();
+  if (caller_waits && bytes <= transport.direct_max()) call.poll = transport.small_collective_poll();
   const bool counted = metrics::enabled();
   const auto start = counted ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   call.algorithm = call.size() == 1 ? "local" : plan.algorithm;
@@ -175,7 +182,7 @@ Work run_async(ProcessGroup& g, Plan plan, Timeout timeout, const char* what) {
   auto done = std::make_shared<detail::Completion>();
   GroupState::of(g).actor().post([plan = std::move(plan), timeout, done]() mutable {
     try {
-      run(plan, timeout);
+      run(plan, timeout, /*caller_waits=*/false);
       done->finish();
     } catch (...) {
       done->finish(std::current_exception());

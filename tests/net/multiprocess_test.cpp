@@ -40,7 +40,7 @@ TEST_CASE("multiprocess: blocking and non-blocking p2p, 2 and 4 ranks", "[net][p
   }
 }
 
-TEST_CASE("multiprocess: the ranks of one machine that fit its CPUs wait on CPUs of their own", "[net][p2p]") {
+TEST_CASE("multiprocess: the ranks of one host that fit its CPUs wait on CPUs of their own", "[net][p2p]") {
   for (int n : {2, 3}) {
     RankRun run = run_ranks(n, "net rank: home cpus");
     check_all_passed(run, n);

@@ -66,14 +66,40 @@ TEST_CASE("transport: busy-polls only while each rank of the host has a CPU, unl
   CHECK(busy_poll_for(2, 2) == 50us);
   CHECK(busy_poll_for(1, 1) == 50us);
   CHECK(busy_poll_for(3, 2) == 0us);  // a spinner would hold the CPU its peer needs to answer
+  CHECK(small_collective_poll_for(2, 2) == 10000us);
+  CHECK(small_collective_poll_for(3, 2) == 0us);
   // Two ranks in one process count as two on this host: the choice follows this process's CPUs.
   Pair chosen = connect_pair("tcp");
   CHECK(chosen.a->busy_poll() == busy_poll_for(2, hardware_cores()));
+  CHECK(chosen.a->small_collective_poll() == small_collective_poll_for(2, hardware_cores()));
   TransportOptions told_a, told_b;
   told_a.busy_poll = told_b.busy_poll = 7us;
+  told_a.small_collective_poll = told_b.small_collective_poll = 9us;
   Pair told = net::connect_pair("tcp", told_a, told_b);
   CHECK(told.a->busy_poll() == 7us);
   CHECK(told.b->busy_poll() == 7us);
+  CHECK(told.a->small_collective_poll() == 9us);
+  CHECK(told.b->small_collective_poll() == 9us);
+}
+
+TEST_CASE("transport: a receive told to poll longer still gets its message and still times out",
+          "[net][transport]") {
+  TransportOptions options;
+  options.busy_poll = 0us;  // only the wait's own poll keeps the thread awake
+  Pair p = net::connect_pair("tcp", options, options);
+  auto early = p.b->post(0, Lane::collective, 1, 0);
+  FrameHeader h;
+  h.kind = FrameKind::collective;
+  h.tag = 1;
+  p.a->send(1, h, Tensor::from_vector<float>({4}, {1}));
+  auto m = p.b->wait(early, deadline_after(5s), 20ms);
+  REQUIRE(m);
+  CHECK(m->payload.to_vector<float>() == std::vector<float>({4}));
+  // Nothing comes: the poll ends at the deadline, not after it, and the receive is cancelled.
+  auto never = p.b->post(0, Lane::collective, 2, 0);
+  const auto start = Clock::now();
+  CHECK_FALSE(p.b->wait(never, deadline_after(30ms), 1s));
+  CHECK(Clock::now() - start < 900ms);
 }
 
 TEST_CASE("transport: a receive that times out is cancelled and consumes nothing", "[net][transport]") {
@@ -166,6 +192,13 @@ TEST_CASE("init_process_group: missing or bad settings are typed errors", "[net]
   Tensor x;
   CHECK(solo->recv(x, 0, 0) == 0);
   CHECK(x.item<float>() == 2);
+  // The small-collective poll from the environment: a negative one is refused, naming it.
+  ::setenv("TROUPE_SMALL_COLLECTIVE_POLL_US", "-3", 1);
+  CHECK_THROWS_WITH(init_process_group(opts("tcp://127.0.0.1:1", 0, 1)),
+                    Catch::Contains("TROUPE_SMALL_COLLECTIVE_POLL_US=-3 is negative"));
+  ::setenv("TROUPE_SMALL_COLLECTIVE_POLL_US", "700", 1);
+  CHECK(init_process_group(opts("tcp://127.0.0.1:1", 0, 1))->transport().small_collective_poll() == 700us);
+  ::unsetenv("TROUPE_SMALL_COLLECTIVE_POLL_US");
   // A key file others can read is refused.
   const std::string key = (std::filesystem::temp_directory_path() / "troupe-test-open.key").string();
   write_curve_key_file(key, generate_curve_keys());
