@@ -1,12 +1,14 @@
 #include "net/stripes.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <condition_variable>
@@ -52,11 +54,40 @@ std::pair<uint64_t, uint64_t> lane_range(uint64_t total, int lanes, int k) {
   return {edge(k), edge(k + 1)};
 }
 
+}  // namespace
+
+bool same_address_both_ends(int fd) {
+  sockaddr_storage here{}, there{};
+  socklen_t here_len = sizeof here, there_len = sizeof there;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&here), &here_len) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&there), &there_len) != 0 || here.ss_family != there.ss_family)
+    return false;
+  if (here.ss_family == AF_INET)
+    return reinterpret_cast<sockaddr_in&>(here).sin_addr.s_addr == reinterpret_cast<sockaddr_in&>(there).sin_addr.s_addr;
+  if (here.ss_family == AF_INET6)
+    return std::memcmp(&reinterpret_cast<sockaddr_in6&>(here).sin6_addr, &reinterpret_cast<sockaddr_in6&>(there).sin6_addr,
+                       sizeof(in6_addr)) == 0;
+  return false;
+}
+
+int same_host_socket_buffer() {
+  const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return l2 > 0 ? static_cast<int>(std::min<long>(l2 / 2, 8 << 20)) : 256 << 10;
+}
+
+int stripe_socket_buffer(int fd) { return same_address_both_ends(fd) ? same_host_socket_buffer() : 0; }
+
+namespace {
+
 void set_blocking(int fd, std::chrono::milliseconds timeout) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   const timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (const int bytes = stripe_socket_buffer(fd); bytes > 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  }
 }
 
 // Writes every byte of iov (consumed as it goes); false when the connection failed or stalled.

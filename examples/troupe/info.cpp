@@ -15,6 +15,7 @@
 #include "devices/determinism.h"
 #include "devices/registry.h"
 #include "devices/threads.h"
+#include "net/stripes.h"
 #include "net/transport.h"
 #include "examples/troupe/commands.h"
 
@@ -100,6 +101,7 @@ Json collect() {
   const Json network{{"direct_max_bytes", env_or("TROUPE_DIRECT_MAX", static_cast<long long>(defaults.direct_max))},
                      {"stripes", env_or("TROUPE_STRIPES", defaults.stripes)},
                      {"stripe_min_bytes", env_or("TROUPE_STRIPE_MIN", static_cast<long long>(defaults.stripe_min))},
+                     {"same_host_stripe_socket_buffer_bytes", net::same_host_socket_buffer()},
                      // As chosen for a rank with a CPU of its own (connect() counts the host's ranks).
                      {"busy_poll_us", env_or("TROUPE_BUSY_POLL_US", net::busy_poll_for(1, hardware_cores()).count())},
                      {"small_collective_poll_us", env_or("TROUPE_SMALL_COLLECTIVE_POLL_US",
@@ -143,7 +145,10 @@ void print_text(const Json& info) {
   row("network") << "frames up to " << network["direct_max_bytes"].get<long long>() / 1024
                  << " KiB on a direct TCP link; from " << network["stripe_min_bytes"].get<long long>() / 1024
                  << " KiB over " << network["stripes"].get<long long>()
-                 << " stripes (connections with a thread each; TROUPE_DIRECT_MAX, TROUPE_STRIPES, TROUPE_STRIPE_MIN)\n";
+                 << " stripes (connections with a thread each; TROUPE_DIRECT_MAX, TROUPE_STRIPES, TROUPE_STRIPE_MIN); "
+                    "stripes within this host use socket buffers of "
+                 << network["same_host_stripe_socket_buffer_bytes"].get<long long>() / 1024
+                 << " KiB (half the L2 cache), between hosts the kernel's\n";
   row("busy-poll") << "a waiting thread spins " << network["busy_poll_us"].get<long long>()
                    << " us after its last frame, the caller of a blocking collective that fits a direct frame "
                    << network["small_collective_poll_us"].get<long long>()

@@ -1,6 +1,8 @@
 // The transport's stripes (net/stripes.h): large frames cross several connections at once and
 // arrive whole, in their turn among the peer's other frames, with their bytes where the tensors
 // need them; malformed chunks break the transport with CommError naming the rank.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -69,7 +71,48 @@ std::string refusal(const std::vector<uint8_t>& bytes, int lane = 1) {
   return what;
 }
 
+// A TCP connection from `from` to a listener on `to` (loopback addresses): {dialing end, accepted end}.
+std::pair<int, int> tcp_connection(const char* from, const char* to) {
+  auto address = [](const char* ip) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    ::inet_pton(AF_INET, ip, &a.sin_addr);
+    return a;
+  };
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in at = address(to);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  REQUIRE(::listen(listener, 1) == 0);
+  socklen_t len = sizeof at;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&at), &len);
+  const int dialer = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in here = address(from);
+  REQUIRE(::bind(dialer, reinterpret_cast<sockaddr*>(&here), sizeof here) == 0);
+  REQUIRE(::connect(dialer, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  const int accepted = ::accept(listener, nullptr, nullptr);
+  ::close(listener);
+  REQUIRE(accepted >= 0);
+  return {dialer, accepted};
+}
+
 }  // namespace
+
+TEST_CASE("stripes: connections within one host get cache-sized socket buffers, others the kernel's", "[net][stripes]") {
+  // Both ends on 127.0.0.1: one host. 127.0.0.1 to 127.0.0.2 stands for two hosts (different addresses).
+  const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
+  const int expected = l2 > 0 ? static_cast<int>(std::min<long>(l2 / 2, 8 << 20)) : 256 << 10;
+  auto [a, b] = tcp_connection("127.0.0.1", "127.0.0.1");
+  CHECK(same_address_both_ends(a));
+  CHECK(same_address_both_ends(b));
+  CHECK(stripe_socket_buffer(a) == expected);
+  CHECK(stripe_socket_buffer(b) == expected);
+  auto [c, d] = tcp_connection("127.0.0.1", "127.0.0.2");
+  CHECK_FALSE(same_address_both_ends(c));
+  CHECK_FALSE(same_address_both_ends(d));
+  CHECK(stripe_socket_buffer(c) == 0);
+  CHECK(stripe_socket_buffer(-1) == 0);  // not a socket: nothing to tune
+  for (int fd : {a, b, c, d}) ::close(fd);
+}
 
 TEST_CASE("stripes: large frames arrive whole and in their turn among small and medium ones", "[net][stripes]") {
   TransportPair p = connect_pair("tcp", {}, {});
