@@ -80,8 +80,10 @@ GemmChoice calibrate() {
   // kernel, where OpenBLAS's own pool spins beside them (the encoder's bf16 fastpath: 311 ms with
   // oneDNN for its attention products, 406 ms with OpenBLAS measured 6% faster alone).
   choice.backend = choice.openblas_gflops > 1.25 * choice.onednn_gflops ? "openblas" : "onednn";
-  char reason[160];
-  std::snprintf(reason, sizeof(reason), "measured %ldx%ldx%ld on 1 thread: onednn %.1f GFLOP/s, openblas %.1f GFLOP/s",
+  char reason[200];
+  std::snprintf(reason, sizeof(reason),
+                "measured %ldx%ldx%ld on 1 thread: onednn %.1f GFLOP/s, openblas %.1f GFLOP/s (oneDNN unless OpenBLAS "
+                "is 1.25x faster)",
                 static_cast<long>(m), static_cast<long>(k), static_cast<long>(n), choice.onednn_gflops,
                 choice.openblas_gflops);
   choice.reason = reason;
