@@ -56,6 +56,7 @@ struct TwoLevel {
   std::optional<Call> within_first, leaders, within_last;
   std::optional<uint64_t> shm_ticket, shm_ticket_last;  // the within levels' turns on the host's shared memory
   Deadline deadline;                   // the outer call's, given to every level
+  std::chrono::microseconds poll{};    // the outer call's receive poll (Call::poll), likewise
 };
 Tensor two_level_all_reduce(TwoLevel& levels, const Tensor& data, ReduceOp op, int group_size);
 // Each level's op.root is the rank it broadcasts from.

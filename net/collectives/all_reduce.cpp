@@ -77,6 +77,7 @@ Tensor AllReduce::run(Call& call, const Turn& turn, const Tensor& data) {
   if (size_ == 1) return data;
   if (turn.levels) {
     turn.levels->deadline = call.deadline;
+    turn.levels->poll = call.poll;
     return two_level_all_reduce(*turn.levels, data, op_, size_);
   }
   if (turn.shm_ticket) {

@@ -214,6 +214,7 @@ Plan plan_broadcast(ProcessGroup& g, Tensor& tensor, int root) {
             Tensor got;
             if (levels) {
               levels->deadline = c.deadline;
+              levels->poll = c.poll;
               got = collectives::two_level_broadcast(*levels, data);
             } else {
               got = collectives::binomial_broadcast(c, data, root);

@@ -16,7 +16,10 @@ namespace {
 template <class Body>
 Tensor run_levels(TwoLevel& levels, Body body) {
   for (std::optional<Call>* level : {&levels.within_first, &levels.leaders, &levels.within_last})
-    if (*level) (*level)->deadline = levels.deadline;
+    if (*level) {
+      (*level)->deadline = levels.deadline;
+      (*level)->poll = levels.poll;
+    }
   try {
     return body();
   } catch (const std::exception& e) {
