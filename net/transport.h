@@ -244,9 +244,8 @@ class Transport {
   // ranks started together start on one CPU, and a sleeper is woken on its waker's CPU, where a
   // waiter that spins then holds the CPU its peer needs (remote_bench on one 2-core host: round
   // trip p90 115 us unplaced, 35 us placed). Ranks in other network namespaces of the machine are
-  // left to the scheduler, as on other machines: placed, they held the CPU their own I/O needed
-  // (4-byte all_reduce between two namespaces, 10 ms small-collective poll: 13% of runs over 40 us
-  // placed, 5% not).
+  // left to the scheduler, as on other machines: placed, they were slower (4-byte all_reduce
+  // between two namespaces, 10 ms small-collective poll: 13% of runs over 40 us placed, 5% not).
   void spread_over_host();
   void go_home() const;  // to home_cpu_, if set and elsewhere: one pin and unpin (about 6 us)
   void wake();
