@@ -215,8 +215,10 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
   }
   const int on_this_host = static_cast<int>(std::count(host_ids_.begin(), host_ids_.end(), address_.host_id));
   if (!options_.busy_poll) busy_poll_us_ = busy_poll_for(on_this_host, hardware_cores()).count();
+  // A busy-poll turned off (told 0) turns this one off too: that rank is not to spin.
   if (!options_.small_collective_poll)
-    small_collective_poll_us_ = small_collective_poll_for(on_this_host, hardware_cores()).count();
+    small_collective_poll_us_ =
+        busy_poll().count() == 0 ? 0 : small_collective_poll_for(on_this_host, hardware_cores()).count();
   spread_over_host();
   connected_ = true;
   wake();  // the I/O thread starts polling the monitors and sending heartbeats

@@ -108,7 +108,8 @@ struct TransportOptions {
   // Unset: chosen by the machine when the ranks are known (busy_poll_for).
   std::optional<std::chrono::microseconds> busy_poll;
   // How long the caller of a blocking collective of up to direct_max bytes polls without sleeping
-  // for each frame, from when it starts waiting. Unset: chosen with busy_poll (small_collective_poll_for).
+  // for each frame, from when it starts waiting. Unset: chosen with busy_poll (small_collective_poll_for),
+  // and none when busy_poll is 0.
   std::optional<std::chrono::microseconds> small_collective_poll;
   // Frames from stripe_min bytes up go over this many connections per peer at once (0: off).
   // Needs direct links (tcp, no CURVE).

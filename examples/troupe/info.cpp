@@ -98,14 +98,16 @@ Json collect() {
     const char* v = std::getenv(name);
     return v && *v ? std::atoll(v) : fallback;
   };
+  // As chosen for a rank with a CPU of its own (connect() counts the host's ranks).
+  const long long busy_poll_us = env_or("TROUPE_BUSY_POLL_US", net::busy_poll_for(1, hardware_cores()).count());
   const Json network{{"direct_max_bytes", env_or("TROUPE_DIRECT_MAX", static_cast<long long>(defaults.direct_max))},
                      {"stripes", env_or("TROUPE_STRIPES", defaults.stripes)},
                      {"stripe_min_bytes", env_or("TROUPE_STRIPE_MIN", static_cast<long long>(defaults.stripe_min))},
                      {"same_host_stripe_socket_buffer_bytes", net::same_host_socket_buffer()},
-                     // As chosen for a rank with a CPU of its own (connect() counts the host's ranks).
-                     {"busy_poll_us", env_or("TROUPE_BUSY_POLL_US", net::busy_poll_for(1, hardware_cores()).count())},
-                     {"small_collective_poll_us", env_or("TROUPE_SMALL_COLLECTIVE_POLL_US",
-                                                         net::small_collective_poll_for(1, hardware_cores()).count())}};
+                     {"busy_poll_us", busy_poll_us},
+                     {"small_collective_poll_us",
+                      env_or("TROUPE_SMALL_COLLECTIVE_POLL_US",
+                             busy_poll_us == 0 ? 0 : net::small_collective_poll_for(1, hardware_cores()).count())}};
   return Json{
       {"version", TROUPE_VERSION},
       {"network", network},

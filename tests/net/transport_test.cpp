@@ -80,6 +80,11 @@ TEST_CASE("transport: busy-polls only while each rank of the host has a CPU, unl
   CHECK(told.b->busy_poll() == 7us);
   CHECK(told.a->small_collective_poll() == 9us);
   CHECK(told.b->small_collective_poll() == 9us);
+  // No spinning told: none in small collectives either, unless told that too.
+  TransportOptions still;
+  still.busy_poll = 0us;
+  Pair quiet = net::connect_pair("tcp", still, still);
+  CHECK(quiet.a->small_collective_poll() == 0us);
 }
 
 TEST_CASE("transport: a receive told to poll longer still gets its message and still times out",
