@@ -215,10 +215,15 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
   }
   const int on_this_host = static_cast<int>(std::count(host_ids_.begin(), host_ids_.end(), address_.host_id));
   if (!options_.busy_poll) busy_poll_us_ = busy_poll_for(on_this_host, hardware_cores()).count();
-  // A busy-poll turned off (told 0) turns this one off too: that rank is not to spin.
+  // A busy-poll turned off (told 0) turns this one off too: that rank is not to spin. Ranks in
+  // other network namespaces of this machine count here: a 10 ms spinner holds one of its CPUs.
+  // The boot id, the host id's first field, names the machine.
+  const auto machine = [](const std::string& host_id) { return host_id.substr(0, host_id.find('/')); };
+  const int on_this_machine = static_cast<int>(std::count_if(
+      host_ids_.begin(), host_ids_.end(), [&](const std::string& id) { return machine(id) == machine(address_.host_id); }));
   if (!options_.small_collective_poll)
     small_collective_poll_us_ =
-        busy_poll().count() == 0 ? 0 : small_collective_poll_for(on_this_host, hardware_cores()).count();
+        busy_poll().count() == 0 ? 0 : small_collective_poll_for(on_this_machine, hardware_cores()).count();
   spread_over_host();
   connected_ = true;
   wake();  // the I/O thread starts polling the monitors and sending heartbeats
