@@ -34,6 +34,11 @@ std::array<LinkCounters, 3> link_counters(int peer) {
   return out;
 }
 
+namespace {
+// The boot id, a host id's first field, names the machine (all its network namespaces).
+std::string machine_of(const std::string& host_id) { return host_id.substr(0, host_id.find('/')); }
+}  // namespace
+
 std::chrono::microseconds busy_poll_for(int ranks_on_host, int cpus) {
   return ranks_on_host > cpus ? std::chrono::microseconds(0) : std::chrono::microseconds(50);
 }
@@ -156,16 +161,17 @@ void Transport::wake() {
   zmq_send(wake_tx_, "", 0, ZMQ_DONTWAIT);
 }
 
-void Transport::spread_over_host() {
-  int index = 0, on_host = 0;
+void Transport::spread_over_machine() {
+  int index = 0, on_machine = 0;
+  const std::string machine = machine_of(address_.host_id);
   for (int r = 0; r < world_size(); ++r) {
-    if (r != rank() && host_ids_[static_cast<size_t>(r)] != address_.host_id) continue;
+    if (r != rank() && machine_of(host_ids_[static_cast<size_t>(r)]) != machine) continue;
     if (r < rank()) ++index;
-    ++on_host;
+    ++on_machine;
   }
   cpu_set_t allowed;
-  if (on_host < 2 || busy_poll().count() == 0 || ::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-  if (on_host > CPU_COUNT(&allowed)) return;  // they share CPUs anyway
+  if (on_machine < 2 || busy_poll().count() == 0 || ::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  if (on_machine > CPU_COUNT(&allowed)) return;  // they share CPUs anyway
   for (int c = 0, seen = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &allowed) && seen++ == index) {
       home_cpu_ = c;
@@ -217,14 +223,13 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
   if (!options_.busy_poll) busy_poll_us_ = busy_poll_for(on_this_host, hardware_cores()).count();
   // A busy-poll turned off (told 0) turns this one off too: that rank is not to spin. Ranks in
   // other network namespaces of this machine count here: a 10 ms spinner holds one of its CPUs.
-  // The boot id, the host id's first field, names the machine.
-  const auto machine = [](const std::string& host_id) { return host_id.substr(0, host_id.find('/')); };
-  const int on_this_machine = static_cast<int>(std::count_if(
-      host_ids_.begin(), host_ids_.end(), [&](const std::string& id) { return machine(id) == machine(address_.host_id); }));
+  const int on_this_machine = static_cast<int>(std::count_if(host_ids_.begin(), host_ids_.end(), [&](const std::string& id) {
+    return machine_of(id) == machine_of(address_.host_id);
+  }));
   if (!options_.small_collective_poll)
     small_collective_poll_us_ =
         busy_poll().count() == 0 ? 0 : small_collective_poll_for(on_this_machine, hardware_cores()).count();
-  spread_over_host();
+  spread_over_machine();
   connected_ = true;
   wake();  // the I/O thread starts polling the monitors and sending heartbeats
 
@@ -497,14 +502,18 @@ void Transport::io_loop() {
     }
     // The ROUTER's descriptor is edge-like: drain on every turn, not only when it fired.
     if (Clock::now() - Clock::time_point(Clock::duration(last_lead_.load())) >= kLeadSlice) {
-      std::unique_lock router(router_mutex_, std::try_to_lock);
-      router_led = !router.owns_lock();
-      if (router.owns_lock()) {
-        if (handle_router() + handle_direct() > 0) write_held();
-        inbound_fds.clear();
-        for (const auto& in : inbound_) inbound_fds.push_back(in->fd());
-        if (striped_ready_fd_ >= 0) inbound_fds.push_back(striped_ready_fd_);
+      io_thread_reads_.store(true, std::memory_order_relaxed);  // from before the lock to after it
+      {
+        std::unique_lock router(router_mutex_, std::try_to_lock);
+        router_led = !router.owns_lock();
+        if (router.owns_lock()) {
+          if (handle_router() + handle_direct() > 0) write_held();
+          inbound_fds.clear();
+          for (const auto& in : inbound_) inbound_fds.push_back(in->fd());
+          if (striped_ready_fd_ >= 0) inbound_fds.push_back(striped_ready_fd_);
+        }
       }
+      io_thread_reads_.store(false, std::memory_order_relaxed);
     } else {
       router_led = true;
     }

@@ -146,8 +146,8 @@ class Transport {
     return std::chrono::microseconds(small_collective_poll_us_.load(std::memory_order_relaxed));
   }
   void* context() const { return context_; }  // for rendezvous sockets: same ZAP handler
-  // The CPU this rank's waiting thread returns to (spread_over_host), -1: none (the ranks of this
-  // host outnumber its CPUs, or it has one rank, or waiters do not spin).
+  // The CPU this rank's waiting thread returns to (spread_over_machine), -1: none (the ranks of this
+  // machine outnumber its CPUs, or it has one rank, or waiters do not spin).
   int home_cpu() const { return home_cpu_.load(std::memory_order_relaxed); }
 
   // Connects to every rank of the table (indexed by rank) and waits for each one's hello.
@@ -242,14 +242,13 @@ class Transport {
                   std::span<const HostStaging* const> staged, const std::function<std::vector<Tensor>()>& owned,
                   const std::shared_ptr<detail::Completion>& done, bool awaits_answer = false);
   void touch();  // a frame was just sent or received
-  // Where the ranks of one host fit its CPUs and spin while they wait, each rank's waiting thread
-  // gets a CPU of its own (home_cpu_), and is moved back there when it starts to wait elsewhere:
-  // ranks started together start on one CPU, and a sleeper is woken on its waker's CPU, where a
-  // waiter that spins then holds the CPU its peer needs (remote_bench on one 2-core host: round
-  // trip p90 115 us unplaced, 35 us placed). Ranks in other network namespaces of the machine are
-  // left to the scheduler, as on other machines: placed, they were slower (4-byte all_reduce
-  // between two namespaces, 10 ms small-collective poll: 13% of runs over 40 us placed, 5% not).
-  void spread_over_host();
+  // Where the ranks of one machine (all its network namespaces) fit its CPUs and spin while they
+  // wait, each rank's waiting thread gets a CPU of its own (home_cpu_), and is moved back there
+  // when it starts to wait elsewhere: ranks started together start on one CPU, a sleeper is woken
+  // on its waker's CPU, and two spinners on one CPU take turns by the scheduler's slice, 1-2 ms a
+  // call (remote_bench on one 2-core host: round trip p90 115 us unplaced, 35 us placed; a 4-byte
+  // all_reduce between two namespaces, 2,700 runs: 1 at 2 ms a call unplaced, none placed).
+  void spread_over_machine();
   void go_home() const;  // to home_cpu_, if set and elsewhere: one pin and unpin (about 6 us)
   void wake();
 
@@ -308,6 +307,8 @@ class Transport {
   // Leads for one slice with the ROUTER held: receives until done() or the slice's end, polling
   // without sleeping while a frame was sent or received less than busy_poll ago.
   void lead_locked(const std::function<bool()>& done, Deadline deadline, Clock::time_point poll_until = {});
+  // Until when a waiter polls without sleeping: poll_until, or busy_poll after the last frame.
+  Clock::time_point polls_until(Clock::time_point poll_until) const;
   void deliver(Message message);  // with mutex_ held
 
   // transport_liveness.cpp: hello, heartbeats, goodbye, lost peers.
@@ -341,6 +342,7 @@ class Transport {
   std::atomic<uint64_t> direct_frames_{0};
   std::atomic<uint64_t> striped_frames_{0};
   std::atomic<Clock::rep> last_activity_{0};  // when a frame was last sent or received
+  std::atomic<bool> io_thread_reads_{false};  // the I/O thread holds the ROUTER (a short turn)
   std::atomic<int64_t> busy_poll_us_{50};
   std::atomic<int64_t> small_collective_poll_us_{0};
   std::atomic<Clock::rep> last_lead_{0};      // when a waiting thread last held the ROUTER
@@ -351,7 +353,7 @@ class Transport {
   std::vector<std::pair<SharedFd, int>> dialed_;  // links connect() dialed (and their peer), to read the same way
   std::atomic<int> peers_holding_{0};      // peers whose direct link holds frames for a later write
   std::atomic<bool> io_turns_soon_{false};  // the I/O thread sleeps a millisecond at most
-  std::atomic<int> home_cpu_{-1};           // set once by connect(): spread_over_host()
+  std::atomic<int> home_cpu_{-1};           // set once by connect(): spread_over_machine()
   std::unique_ptr<StripeSenders> stripes_out_;   // null: no stripes to any peer
   std::unique_ptr<StripeReceivers> stripes_in_;  // null: no direct links
   int striped_ready_fd_ = -1;                    // eventfd: stripes_in_ has whole frames

@@ -63,8 +63,7 @@ void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline
     const auto now = Clock::now();
     last_lead_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     if (done()) break;
-    const Deadline spin_until = std::max(
-        poll_until, Clock::time_point(Clock::duration(last_activity_.load(std::memory_order_relaxed))) + busy_poll());
+    const Deadline spin_until = polls_until(poll_until);
     const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(slice - now).count();
     if (left <= 0) break;
     if (now < spin_until) {
@@ -79,6 +78,10 @@ void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline
     const timespec ts{left / 1000000000, left % 1000000000};
     ::ppoll(fds.data(), fds.size(), &ts, nullptr);
   }
+}
+
+Clock::time_point Transport::polls_until(Clock::time_point poll_until) const {
+  return std::max(poll_until, Clock::time_point(Clock::duration(last_activity_.load(std::memory_order_relaxed))) + busy_poll());
 }
 
 bool Transport::try_drive(const std::function<bool()>& done, Deadline deadline, Clock::time_point poll_until) {
@@ -106,6 +109,18 @@ std::optional<Message> Transport::wait(const std::shared_ptr<Slot>& slot, Deadli
   const Clock::time_point poll_until = poll_at_least.count() > 0 ? Clock::now() + poll_at_least : Clock::time_point{};
   while (!ready() && Clock::now() < deadline) {
     if (!try_drive(ready, deadline, poll_until)) {
+      // Another thread leads. The I/O thread holds the ROUTER only for the few microseconds it
+      // takes to read a frame that woke it: a waiter inside its poll window tries again rather than
+      // sleeping. Asleep, it would be woken through the scheduler for every frame (tens of
+      // microseconds in a VM), and while it never leads, the I/O thread keeps reading for it, so
+      // it would stay that way (1 to 3 runs in 1,000 of a 4-byte all_reduce at 40-50 us per call).
+      // A waiter that leads keeps the ROUTER for a slice: the others sleep, leaving it the CPU.
+      if (io_thread_reads_.load(std::memory_order_relaxed) && Clock::now() < polls_until(poll_until)) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+        continue;
+      }
       std::unique_lock lock(mutex_);
       slot->cv.wait_until(lock, std::min(deadline, Clock::now() + kLeadSlice), [&] { return slot->done; });
     }

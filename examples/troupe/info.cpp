@@ -141,8 +141,8 @@ void print_text(const Json& info) {
                << (info["deterministic_kernels"].get<bool>() ? ", deterministic kernels" : "") << "\n";
   row("cpu affinity") << "CPUs " << info["cpu_affinity"].get<std::string>()
                       << ": ranks of one host spin-wait (busy-polls below, shared-memory collectives) while each rank "
-                         "has a CPU, else wait without spinning; the ranks of one host that fit its CPUs each wait on a "
-                         "CPU of their own (rank order)\n";
+                         "has a CPU, else wait without spinning; the ranks of one machine (all its network namespaces) "
+                         "that fit its CPUs each wait on a CPU of their own (rank order)\n";
   const Json& network = info["network"];
   row("network") << "frames up to " << network["direct_max_bytes"].get<long long>() / 1024
                  << " KiB on a direct TCP link; from " << network["stripe_min_bytes"].get<long long>() / 1024

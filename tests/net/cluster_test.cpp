@@ -21,11 +21,13 @@ using namespace std::chrono_literals;
 
 RankRun run_killing_ranks(int n, const std::string& rank_test, LaunchOptions o);  // kept_state_test.cpp
 
-TEST_CASE("cluster: collectives and remote actors with one rank on each of 2 and 4 hosts", "[net][cluster]") {
+TEST_CASE("cluster: collectives, remote actors and home CPUs with one rank on each of 2 and 4 hosts", "[net][cluster]") {
   for (int hosts : {2, 4}) {
     Cluster cluster(hosts);
     REQUIRE_CLUSTER(cluster);
-    for (const char* rank_test : {"collectives rank: all", "remote rank: basic"}) {
+    // The hosts share this machine's CPUs: their ranks get a CPU each where they fit (2 hosts on
+    // 2 CPUs), none where they do not.
+    for (const char* rank_test : {"collectives rank: all", "remote rank: basic", "net rank: home cpus"}) {
       RankRun run = run_ranks(hosts, rank_test, cluster.options(1));
       INFO(hosts << " hosts, " << rank_test);
       check_all_passed(run, hosts);

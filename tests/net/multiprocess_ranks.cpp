@@ -218,7 +218,8 @@ TEST_CASE("net rank: p2p", "[.rank]") {
   }
 }
 
-// The ranks of this host that fit its CPUs each wait on a CPU of their own; more ranks than CPUs: none.
+// The ranks of this machine (all its network namespaces) that fit its CPUs each wait on a CPU of
+// their own; more ranks than CPUs: none.
 TEST_CASE("net rank: home cpus", "[.rank]") {
   auto group = init_process_group(init_options());
   ProcessGroup& world = *group;
