@@ -5,7 +5,9 @@
 //   lane_bench --device cpu             # the same protocol on host lanes (no GPU needed)
 //
 // enqueue_us: median wall time of fork + wait of one call that queues one small kernel on the actor's
-// idle lane (the Future completes when the kernel is queued, so this is the caller's whole cost).
+// idle lane (the Future completes when the kernel is queued, so this is the caller's whole cost);
+// to_module_us, in_module_us, back_us: its parts (medians of each), from fork to the module's code,
+// the module's op, and from the op to wait's return (the completion event and the Future).
 // op_us: the same op called on this thread, no actor; lane_call_us: that op as a lane's call on this
 // thread (arguments awaited, completion event), no actor; fork_us: what fork alone costs the caller; pipelined_us: the cost per call with all calls in
 // flight at once (bounded by the device's own time per call once its queue is full).
@@ -29,11 +31,32 @@ using namespace troupe;
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+// When the module's call began and ended its op: splits a call's time into the way to the module,
+// the op, and the way back (the lane's completion event, the Future).
+struct Stamps {
+  Clock::time_point entered, left;
+};
+
 struct Scale {
   Tensor factor;
-  Tensor operator()(const Tensor& x) const { return mul(x, factor); }
+  Stamps* stamps = nullptr;
+  Tensor operator()(const Tensor& x) const {
+    if (stamps) stamps->entered = Clock::now();
+    Tensor y = mul(x, factor);
+    if (stamps) stamps->left = Clock::now();
+    return y;
+  }
   void to(Device d) { factor = factor.to(d); }
 };
+
+double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
 
 }  // namespace
 
@@ -50,63 +73,62 @@ int main(int argc, char** argv) {
     const Device device = Device::parse(device_name);
     const ActorOptions first_options{.name = "first", .device = device, .host_lane = true};
     const ActorOptions second_options{.name = "second", .device = device, .host_lane = true};
-    ModuleActor<Scale> first(first_options, Scale{Tensor::full({1}, 2.0f)});
+    Stamps stamps;  // written by first's calls, read after their waits
+    ModuleActor<Scale> first(first_options, Scale{Tensor::full({1}, 2.0f), &stamps});
     ModuleActor<Scale> second(second_options, Scale{Tensor::full({1}, 0.5f)});
     Tensor x = Tensor::ones({256}).to(device);
 
     // The caller's cost per call: fork and wait, the kernel only queued.
     for (int i = 0; i < 100; ++i) wait(fork(first, x));
     first.lane()->synchronize();
-    std::vector<double> us;
-    us.reserve(calls);
+    std::vector<double> us, to_module_us, in_module_us, back_us;
     // Each call finds the lane idle (the wait after it is not timed): back to back, the device's queue
     // fills and a launch waits for room, which times the device's work instead of the enqueue.
     for (int i = 0; i < calls; ++i) {
-      const auto start = std::chrono::steady_clock::now();
+      const auto start = Clock::now();
       Tensor y = wait(fork(first, x));
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+      const auto end = Clock::now();
+      us.push_back(micros(end - start));
+      to_module_us.push_back(micros(stamps.entered - start));
+      in_module_us.push_back(micros(stamps.left - stamps.entered));
+      back_us.push_back(micros(end - stamps.left));
       first.lane()->synchronize();
     }
     first.lane()->synchronize();
-    std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-    const double enqueue_us = us[us.size() / 2];
+    const double enqueue_us = median(us);
 
     // The op alone on this thread's stream: what the call adds to it is the actor's and the lane's.
     const Tensor factor = Tensor::full({1}, 2.0f).to(device);
     std::vector<double> op_us;
     for (int i = 0; i < calls; ++i) {
-      const auto start = std::chrono::steady_clock::now();
+      const auto start = Clock::now();
       Tensor y = mul(x, factor);
-      op_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+      op_us.push_back(micros(Clock::now() - start));
       finish(device);
     }
-    std::nth_element(op_us.begin(), op_us.begin() + op_us.size() / 2, op_us.end());
-    const double bare_op_us = op_us[op_us.size() / 2];
+    const double bare_op_us = median(op_us);
 
     // The same op as a lane's call on this thread, no actor: what the lane protocol adds to the op
     // (the arguments' checks, the stream made current, the completion event).
     std::unique_ptr<Lane> own_lane = Lane::make(device, "bench");
     std::vector<double> lane_us;
     for (int i = 0; i < calls; ++i) {
-      const auto start = std::chrono::steady_clock::now();
+      const auto start = Clock::now();
       Tensor y = detail::run_on_lane<Tensor>(own_lane.get(), [&] { return mul(x, factor); }, std::make_tuple(x));
-      lane_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+      lane_us.push_back(micros(Clock::now() - start));
       own_lane->synchronize();
     }
-    std::nth_element(lane_us.begin(), lane_us.begin() + lane_us.size() / 2, lane_us.end());
-    const double lane_call_us = lane_us[lane_us.size() / 2];
+    const double lane_call_us = median(lane_us);
 
     // Calls in flight together: what each costs once the caller does not wait for the one before
     // (the actor's own work per call: take the message, queue the kernel, answer).
     std::vector<Future<Tensor>> pending;
     pending.reserve(calls);
-    const auto burst_start = std::chrono::steady_clock::now();
+    const auto burst_start = Clock::now();
     for (int i = 0; i < calls; ++i) pending.push_back(fork(first, x));
-    const double fork_us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - burst_start).count() / calls;
+    const double fork_us = micros(Clock::now() - burst_start) / calls;
     for (auto& f : pending) wait(f);
-    const double pipelined_us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - burst_start).count() / calls;
+    const double pipelined_us = micros(Clock::now() - burst_start) / calls;
     pending.clear();
     first.lane()->synchronize();
 
@@ -123,6 +145,9 @@ int main(int argc, char** argv) {
       print_json_line(nlohmann::ordered_json{{"device", device.str()},
                                              {"lane", device.is_cpu() ? "host" : "cuda stream"},
                                              {"enqueue_us", rounded(enqueue_us, 2)},
+                                             {"to_module_us", rounded(median(to_module_us), 2)},
+                                             {"in_module_us", rounded(median(in_module_us), 2)},
+                                             {"back_us", rounded(median(back_us), 2)},
                                              {"fork_us", rounded(fork_us, 2)},
                                              {"op_us", rounded(bare_op_us, 2)},
                                              {"lane_call_us", rounded(lane_call_us, 2)},
@@ -130,11 +155,11 @@ int main(int argc, char** argv) {
                                              {"handoffs", handoffs},
                                              {"handoff_syncs", syncs}});
     } else {
-      std::printf("%s lanes: a call and its wait cost the caller %.2f us (median of %d; the op alone %.2f us, as a "
-                  "lane's call on this thread %.2f us); fork alone %.2f us; %d calls in flight %.2f us each; %d "
-                  "hand-offs made %llu host syncs\n",
-                  device.str().c_str(), enqueue_us, calls, bare_op_us, lane_call_us, fork_us, calls, pipelined_us,
-                  handoffs, static_cast<unsigned long long>(syncs));
+      std::printf("%s lanes: a call and its wait cost the caller %.2f us (median of %d: %.2f us to the module, %.2f in "
+                  "its op, %.2f back; the op alone %.2f us, as a lane's call on this thread %.2f us); fork alone %.2f "
+                  "us; %d calls in flight %.2f us each; %d hand-offs made %llu host syncs\n",
+                  device.str().c_str(), enqueue_us, calls, median(to_module_us), median(in_module_us), median(back_us),
+                  bare_op_us, lane_call_us, fork_us, calls, pipelined_us, handoffs, static_cast<unsigned long long>(syncs));
     }
     return 0;
   });
