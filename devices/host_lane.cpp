@@ -96,9 +96,21 @@ class HostLane final : public Lane {
     bool clears = false;  // a synchronize(): the lane's error ends with this event
   };
 
+  // An idle lane (nothing queued, nothing running) has done all its work: its mark is done at once,
+  // with no item for the worker, whose wake-up would cost the caller more than the call (a CPU op
+  // in a host-lane actor's call runs on the caller's thread, so this is the common case).
   Event mark(bool clears) {
     auto event = std::make_shared<HostEvent>(this);
-    push({nullptr, event, {}, clears});
+    {
+      std::lock_guard lock(mutex_);
+      if (items_.empty() && !running_) {
+        event->complete(failed_);
+        if (clears) failed_ = nullptr;
+        return Event(event);
+      }
+      items_.push_back({nullptr, event, {}, clears});
+    }
+    cv_.notify_one();
     return Event(event);
   }
 
@@ -112,15 +124,18 @@ class HostLane final : public Lane {
 
   void run() {
     SyncAttribution::set_thread_actor(name().empty() ? "host lane" : name());
-    std::exception_ptr failed;  // the lane's error: skips work until a synchronize() takes it
     for (;;) {
       Item item;
+      std::exception_ptr failed;
       {
         std::unique_lock lock(mutex_);
+        running_ = false;
         cv_.wait(lock, [&] { return closing_ || !items_.empty(); });
         if (items_.empty()) return;
         item = std::move(items_.front());
         items_.pop_front();
+        running_ = true;
+        failed = failed_;
       }
       if (item.work) {
         if (failed) continue;
@@ -128,11 +143,11 @@ class HostLane final : public Lane {
         try {
           item.work();
         } catch (...) {
-          failed = std::current_exception();
+          set_failed(std::current_exception());
         }
       } else if (item.marks) {
         item.marks->complete(failed);
-        if (item.clears) failed = nullptr;
+        if (item.clears) set_failed(nullptr);
       } else if (!failed) {
         // The wait blocks this lane's thread only, never the caller that enqueued it.
         Event::State& awaited = *item.awaits.state();
@@ -140,14 +155,21 @@ class HostLane final : public Lane {
           if (awaited.device.is_cuda()) note_sync(awaited.device, "host lane waits for a device event");
           awaited.wait();
         }
-        failed = awaited.error();
+        if (std::exception_ptr error = awaited.error()) set_failed(error);
       }
     }
+  }
+
+  void set_failed(std::exception_ptr error) {
+    std::lock_guard lock(mutex_);
+    failed_ = std::move(error);
   }
 
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Item> items_;
+  bool running_ = false;       // the worker is on an item taken from items_
+  std::exception_ptr failed_;  // the lane's error: skips work until a synchronize() takes it
   bool closing_ = false;
   std::thread thread_;  // last: starts once the queue exists
 };

@@ -136,6 +136,41 @@ TEST_CASE("an error inside a lane reaches every waiter with its type", "[lane]")
   b->synchronize();
 }
 
+TEST_CASE("an idle host lane's events are done at once, with its error until a synchronize takes it", "[lane]") {
+  auto lane = Lane::make(Device::cpu(), "idle");
+  // The worker goes idle a moment after its last item: an event recorded then is done when made.
+  // Each try waits for its own event first, so that the tries do not keep the worker busy.
+  const auto idle_event = [&] {
+    for (int tries = 0;; ++tries) {
+      Event e = lane->record();
+      if (e.done() || tries == 10000) return e;
+      try {
+        e.synchronize();
+      } catch (const DTypeError&) {  // the lane's error, which the events carry
+      }
+    }
+  };
+  reset_sync_counts();
+  CHECK(lane->record().done());  // nothing ever queued
+  CHECK(sync_count() == 0);
+  lane->enqueue([] { throw DTypeError("add: f32 and i64"); });
+  CHECK_THROWS_AS(lane->record().synchronize(), DTypeError);
+  Event idle = idle_event();
+  REQUIRE(idle.done());
+  CHECK_THROWS_WITH(idle.synchronize(), Catch::Contains("f32 and i64"));  // done, and failed
+  bool skipped = true;
+  lane->enqueue([&] { skipped = false; });
+  CHECK_THROWS_AS(lane->synchronize(), DTypeError);  // takes the error
+  CHECK(skipped);
+  Event clean = idle_event();
+  REQUIRE(clean.done());
+  CHECK_NOTHROW(clean.synchronize());
+  bool ran = false;
+  lane->enqueue([&] { ran = true; });
+  lane->synchronize();
+  CHECK(ran);
+}
+
 TEST_CASE("host waits are counted with the op and actor, and TROUPE_SYNC_DEBUG=error refuses them", "[lane]") {
   auto lane = Lane::make(Device::cpu(), "counted");
   Gate gate;
