@@ -486,6 +486,19 @@ class TraceWriter {
   bool first_ = true, fresh_ = false;
 };
 
+// A lane's span on the host's clock: a device span's events placed by its device's clock (waiting
+// for them: the profiler's own waits, not counted as syncs), a host lane's as it ran. Under
+// device_spans().mutex.
+std::pair<int64_t, int64_t> host_interval(DeviceSpan& span) {
+  if (!span.start.valid()) return {span.host_start, span.host_end};
+  const Device device = span.start.device();
+  const DeviceClock& clock = device_spans().clocks.at({static_cast<int>(device.type), device.index});
+  span.start.state()->wait();
+  span.end.state()->wait();
+  return {clock.host_ns + static_cast<int64_t>(clock.reference.elapsed_ms(span.start) * 1e6),
+          clock.host_ns + static_cast<int64_t>(clock.reference.elapsed_ms(span.end) * 1e6)};
+}
+
 // The device lanes, as process 2: one lane per stream (or host lane), each op's span timed by its
 // events (or, on a host lane, the host clock).
 void write_device_lanes(TraceWriter& w, int64_t origin) {
@@ -496,15 +509,7 @@ void write_device_lanes(TraceWriter& w, int64_t origin) {
   for (DeviceSpan& span : device_spans().spans) {
     auto [it, added] = lanes.emplace(span.lane, static_cast<int>(lanes.size()));
     if (added) w.begin("M", "thread_name", 2, it->second).open("args").text("name", span.lane).close().end();
-    int64_t start = span.host_start, end = span.host_end;
-    if (span.start.valid()) {
-      const Device device = span.start.device();
-      const DeviceClock& clock = device_spans().clocks.at({static_cast<int>(device.type), device.index});
-      span.start.state()->wait();  // the profiler's own waits, not counted as syncs
-      span.end.state()->wait();
-      start = clock.host_ns + static_cast<int64_t>(clock.reference.elapsed_ms(span.start) * 1e6);
-      end = clock.host_ns + static_cast<int64_t>(clock.reference.elapsed_ms(span.end) * 1e6);
-    }
+    const auto [start, end] = host_interval(span);
     w.begin("X", span.name, 2, it->second).text("cat", "kernel").micros("ts", start - origin)
         .micros("dur", std::max<int64_t>(1, end - start)).end();
   }
@@ -571,6 +576,41 @@ void Profiler::export_chrome_trace(const std::string& path) const {
   write_device_lanes(w, origin);
   w.raw("\n]}\n");
   w.finish(path);
+}
+
+std::string Profiler::device_table(size_t max_rows) const {
+  struct Row {
+    std::string name;
+    int64_t calls = 0, total = 0;
+  };
+  std::map<std::string, Row> rows;
+  int64_t all = 0;
+  {
+    std::lock_guard lock(device_spans().mutex);
+    for (DeviceSpan& span : device_spans().spans) {
+      const auto [start, end] = host_interval(span);
+      Row& r = rows[span.name];
+      r.name = span.name;
+      ++r.calls;
+      r.total += end - start;
+      all += end - start;
+    }
+  }
+  std::vector<Row> sorted;
+  for (auto& [name, r] : rows) sorted.push_back(r);
+  std::sort(sorted.begin(), sorted.end(), [](const Row& a, const Row& b) { return a.total > b.total; });
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-28s %8s %12s %12s %8s\n", "Name", "Calls", "Lane ms", "Avg us", "Share");
+  os << line << std::string(72, '-') << "\n";
+  for (size_t i = 0; i < sorted.size() && i < max_rows; ++i) {
+    const Row& r = sorted[i];
+    std::snprintf(line, sizeof line, "%-28.28s %8lld %12.3f %12.2f %7.1f%%\n", r.name.c_str(),
+                  static_cast<long long>(r.calls), r.total / 1e6, r.total / 1e3 / r.calls,
+                  all ? 100.0 * r.total / all : 0.0);
+    os << line;
+  }
+  return os.str();
 }
 
 std::string Profiler::table(size_t max_rows) const {

@@ -10,7 +10,7 @@
 //   { ProfileScope scope("forward"); y = model(x); }
 //   p.stop();
 //   p.export_chrome_trace("trace.json");
-//   std::cout << p.table();
+//   std::cout << p.table() << p.device_table();
 //
 // Off, it costs one relaxed atomic load per op, fork and scope.
 //
@@ -37,6 +37,10 @@ class Profiler {
   void export_chrome_trace(const std::string& path) const;
   // Rows sorted by total time: name, calls, total ms, self ms, average us, share of all self time.
   std::string table(size_t max_rows = 25) const;
+  // The ops' time on their lanes (GPU streams timed by their events, host lanes by the clock), as
+  // PyTorch's table gives CUDA time: name, calls, lane ms, average us, share of all lane time.
+  // Waits for the device to reach the recorded events.
+  std::string device_table(size_t max_rows = 25) const;
   size_t event_count() const;
 
   // Names the lane of the calling thread's current actor ("worker 0", a module's name).

@@ -4,10 +4,13 @@
 // largest distance from the f32 ones is reported beside. With --device cuda the model lives on the GPU
 // and the tokens stay on the host, as a server's tokenizer makes them (XLMR reads the padding there
 // and uploads the rest); each time runs until the device is done.
-//   xlmr_bench [--sentences 64] [--reps 3] [--device cpu|cuda] [--json]
+// --profile: one more bf16 run under the profiler, its host and lane tables on stderr (where the
+// time goes: each op's host time, and its time on the GPU's stream).
+//   xlmr_bench [--sentences 64] [--reps 3] [--device cpu|cuda] [--profile] [--json]
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "actors/profiler.h"
 #include "devices/autograd/grad_mode.h"
 #include "devices/ops.h"
 #include "examples/device_option.h"
@@ -51,13 +54,14 @@ Tensor serving_batch(int64_t sentences, int64_t vocab, std::vector<int64_t>& len
 int main(int argc, char** argv) {
   int64_t sentences = 64;
   int reps = 3;
-  bool json = false;
+  bool json = false, profile = false;
   std::string device_name = "cpu";
   CLI::App app{"XLM-R base classification of a serving batch: f32 and bf16 GEMMs"};
   app.add_option("--sentences", sentences, "sentences in the batch")->check(CLI::PositiveNumber);
   app.add_option("--reps", reps, "timed runs after a warm-up (median reported)")->check(CLI::PositiveNumber);
   add_device_option(app, device_name);
   app.add_flag("--json", json, "one JSON line of figures");
+  app.add_flag("--profile", profile, "one more bf16 run profiled: its op tables on stderr");
   CLI11_PARSE(app, argc, argv);
   return run_example("xlmr_bench", [&] {
     const Device device = example_device(device_name);
@@ -75,6 +79,15 @@ int main(int argc, char** argv) {
     model.encoder.set_fastpath_dtype(DType::bf16);
     const double bf16_s = median_seconds([&] { bf16_logits = model(tokens); finish(device); }, reps, 1);
     const double diff = max(abs(sub(bf16_logits, f32_logits))).item<double>();
+    if (profile) {
+      Profiler& profiler = Profiler::global();
+      profiler.start();
+      model(tokens);
+      finish(device);
+      profiler.stop();
+      std::fprintf(stderr, "xlmr_bench: one bf16 run, ops by host time\n%s\nby time on their lanes (%s)\n%s",
+                   profiler.table(30).c_str(), device.str().c_str(), profiler.device_table(30).c_str());
+    }
     if (json) {
       print_json_line(nlohmann::ordered_json{{"device", device.str()},
                                              {"sentences", sentences},

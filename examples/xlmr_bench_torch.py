@@ -4,9 +4,10 @@
 # same batch of 64 sentences of 5..250 tokens, random weights, eval mode under inference_mode:
 # Better Transformer's fastpath over nested tensors, in f32 and with the model in bf16 (as xlmr_bench's
 # bf16 GEMMs). --device cuda: the model and the tokens on the GPU, TF32 off (the f32 figure is f32),
-# timed to torch.cuda.synchronize(). Prints one JSON line.
-#   /usr/bin/python3 examples/xlmr_bench_torch.py [threads] [sentences] [reps] [--device cpu|cuda] [--json]
-import argparse, copy, json, time
+# timed to torch.cuda.synchronize(). Prints one JSON line. --profile: one more bf16 run under
+# torch.profiler, its ops by device time on stderr (beside xlmr_bench --profile's).
+#   /usr/bin/python3 examples/xlmr_bench_torch.py [threads] [sentences] [reps] [--device cpu|cuda] [--profile] [--json]
+import argparse, copy, json, sys, time
 import torch, torch.nn as nn
 
 parser = argparse.ArgumentParser()
@@ -15,6 +16,7 @@ parser.add_argument("sentences", nargs="?", type=int, default=64)
 parser.add_argument("reps", nargs="?", type=int, default=3)
 parser.add_argument("--device", default="cpu")
 parser.add_argument("--json", action="store_true", help="accepted for symmetry: the output is always one JSON line")
+parser.add_argument("--profile", action="store_true", help="one more bf16 run profiled: its op table on stderr")
 args = parser.parse_args()
 threads, sentences, reps, device = args.threads, args.sentences, args.reps, torch.device(args.device)
 torch.set_num_threads(threads)
@@ -75,7 +77,22 @@ torch.manual_seed(0)
 model = XLMR().eval().to(device)
 tokens = tokens.to(device)
 median = median_seconds(model, tokens)
-bf16 = median_seconds(copy.deepcopy(model).to(torch.bfloat16), tokens)
+model_bf16 = copy.deepcopy(model).to(torch.bfloat16)
+bf16 = median_seconds(model_bf16, tokens)
+if args.profile:
+    from torch.profiler import profile, ProfilerActivity
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch.inference_mode(), profile(activities=activities) as prof:
+        model_bf16(tokens)
+        if device.type == "cuda": torch.cuda.synchronize()
+    averages = prof.key_averages()
+    for key in (["device_time_total", "cuda_time_total"] if device.type == "cuda" else []) + ["cpu_time_total"]:
+        try:
+            table = averages.table(sort_by=key, row_limit=30)
+            break
+        except Exception:  # a sort key this PyTorch does not know
+            continue
+    print("xlmr_bench_torch: one bf16 run, ops by " + key + "\n" + table, file=sys.stderr)
 print(json.dumps({"torch": torch.__version__, "device": str(device), "threads": threads, "sentences": sentences,
                   "tokens": sum(lengths), "ms": round(median * 1e3, 1), "tokens_per_s": round(sum(lengths) / median),
                   "bf16_ms": round(bf16 * 1e3, 1), "bf16_tokens_per_s": round(sum(lengths) / bf16)}))

@@ -116,12 +116,12 @@ run() {
   step "gathernd_bench" 30 "$build/bin/gathernd_bench" --device cuda --json
   step "lstm_ensemble" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --json
   step "encoder_bench" 90 "$build/bin/encoder_bench" --device cuda --layers 24 --reps 5 --dtype bf16 --json
-  step "xlmr_bench" 60 "$build/bin/xlmr_bench" --device cuda --reps 5 --json
+  step "xlmr_bench" 60 "$build/bin/xlmr_bench" --device cuda --reps 5 --profile --json  # op tables in the log
   step "train_bench" 60 env TROUPE_PYTHON="$python" "$build/bin/train_bench" --device cuda --torch --json
   # The PyTorch peers on the same GPU.
   step "lstm_ensemble_torch" 60 "$python" examples/lstm_ensemble_torch.py --device cuda --json
   step "encoder_torch" 60 "$python" examples/encoder_torch.py --device cuda --dtype bf16 --json
-  step "xlmr_bench_torch" 60 "$python" examples/xlmr_bench_torch.py 1 64 5 --device cuda --json
+  step "xlmr_bench_torch" 60 "$python" examples/xlmr_bench_torch.py 1 64 5 --device cuda --profile --json
   step "enqueue_torch" 20 "$python" examples/enqueue_torch.py --json
   step "gathernd_torch" 30 "$python" examples/gathernd_torch.py --device cuda --json
   # Where the host's time goes in a call to a GPU actor, where perf is installed there (a flat

@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "actors/fork.h"
@@ -96,6 +97,44 @@ TEST_CASE("the profiler marks each host sync on the thread that waited", "[profi
   CHECK(p.table().find("sync") == std::string::npos);  // an instant, not a span of the table
 }
 
+namespace {
+// The calls column of `op`'s row in a profiler table, or -1 without one.
+long long calls_in(const std::string& table, const std::string& op) {
+  std::istringstream rows(table);
+  for (std::string row; std::getline(rows, row);) {
+    std::istringstream fields(row);
+    std::string name;
+    long long calls = -1;
+    if (fields >> name >> calls && name == op) return calls;
+  }
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("the profiler's device table sums each op's time on the lanes", "[profiler]") {
+  two_workers();
+  Profiler& p = Profiler::global();
+  auto lane = Lane::make(Device::cpu(), "worker lane");
+  const Tensor x = Tensor::ones({256, 256});
+  Tensor y;
+  p.start();
+  neg(x);  // on this thread, no lane: not in the device table
+  lane->enqueue([&] {
+    Tensor t = x;
+    for (int i = 0; i < 3; ++i) t = neg(t);
+    y = matmul(t, x);
+  });
+  lane->synchronize();
+  p.stop();
+  const std::string table = p.device_table();
+  INFO(table);
+  CHECK_THAT(table, Catch::Contains("Lane ms"));
+  CHECK(calls_in(table, "neg") == 3);
+  CHECK(calls_in(table, "matmul") == 1);
+  CHECK(table.find("matmul") < table.find("neg"));  // by time: a 256^3 product outlasts three negations
+  CHECK(y.to_vector<float>()[0] == -256.0f);
+}
+
 TEST_CASE("the profiler puts ops queued on a GPU on one lane per stream", "[profiler][cuda]") {
   two_workers();
   if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
@@ -121,4 +160,8 @@ TEST_CASE("the profiler puts ops queued on a GPU on one lane per stream", "[prof
   std::set<std::string> names;
   for (auto& [tid, lane_name] : lanes) names.insert(lane_name);
   CHECK(names == std::set<std::string>{"cuda:0 actor", "cuda:0 default stream"});
+  const std::string table = p.device_table();
+  INFO(table);
+  CHECK(calls_in(table, "relu") == 2);
+  CHECK(calls_in(table, "matmul") == 1);
 }
