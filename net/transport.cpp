@@ -356,8 +356,9 @@ void Transport::send_frame(int dst, FrameHeader& h, std::span<const std::span<co
   if (!peer.dealer) throw CommError("send: the transport is not connected yet");
   size_t frame_bytes = header_size(h.shape.size());
   for (const auto& s : spans) frame_bytes += s.size();
-  // Only the stripes' threads wait for the pieces of a staged device tensor as they write them;
-  // the other paths write at once, so this thread waits for the copies first (a counted sync).
+  // Only the stripes' threads wait for the pieces of a staged device tensor as they write them, so
+  // such a frame takes the stripes whatever its size; the other paths write at once, so without
+  // stripes this thread waits for the copies first (a counted sync).
   bool copies_pending = false;
   for (const HostStaging* s : staged) copies_pending |= s && !s->pieces.empty();
   auto wait_copies = [&] {
@@ -366,10 +367,10 @@ void Transport::send_frame(int dst, FrameHeader& h, std::span<const std::span<co
       if (s) s->synchronize("send: a device tensor's bytes to the network");
     copies_pending = false;
   };
-  if (copies_pending && !takes_stripes(dst, spans)) wait_copies();
+  if (copies_pending && !takes_stripes(dst, spans, true)) wait_copies();
   std::lock_guard lock(peer.send_mutex);
   h.seq = peer.next_seq++;
-  const bool striped = takes_stripes(dst, spans);
+  const bool striped = takes_stripes(dst, spans, copies_pending);
   if (!striped) wait_copies();  // the stripes broke meanwhile
   if (send_direct_locked(peer, h, spans, awaits_answer)) {
     peer.count_sent(direct_path, frame_bytes);

@@ -294,8 +294,9 @@ class Transport {
   int handle_direct();  // the direct links, and the striped frames that are whole
 
   // transport_stripes.cpp: large frames over several connections at once.
-  // Whether a frame of these parts goes on the stripes: large enough, and they reach the peer.
-  bool takes_stripes(int dst, std::span<const std::span<const uint8_t>> parts) const;
+  // Whether a frame of these parts goes on the stripes: they reach the peer, and the frame is large
+  // enough or has device copies still pending (the stripes' threads wait for those, not the caller).
+  bool takes_stripes(int dst, std::span<const std::span<const uint8_t>> parts, bool copies_pending) const;
   // Queues one frame on the stripes, with the peer's send_mutex held and h.seq set; keep holds the
   // parts' bytes until the lanes wrote them, and each lane waits for a part's gates (stripes.h).
   void send_striped_locked(int dst, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,

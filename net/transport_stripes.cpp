@@ -6,11 +6,11 @@
 
 namespace troupe::net {
 
-bool Transport::takes_stripes(int dst, std::span<const std::span<const uint8_t>> parts) const {
+bool Transport::takes_stripes(int dst, std::span<const std::span<const uint8_t>> parts, bool copies_pending) const {
   if (!stripes_out_ || parts.size() > kDirectPartsMax) return false;
   size_t bytes = 0;
   for (const auto& p : parts) bytes += p.size();
-  return bytes >= options_.stripe_min && stripes_out_->usable(dst);
+  return (copies_pending || bytes >= options_.stripe_min) && stripes_out_->usable(dst);
 }
 
 void Transport::send_striped_locked(int dst, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
