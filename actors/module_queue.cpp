@@ -25,8 +25,8 @@ ModuleQueue::~ModuleQueue() {
   if (stop_) stop_();
 }
 
-void ModuleQueue::set_notifier(std::function<void(const detail::TaskPtr&)> send, std::function<void()> stop) {
-  send_ = std::move(send);
+void ModuleQueue::set_notifier(std::function<void()> nudge, std::function<void()> stop) {
+  nudge_ = std::move(nudge);
   stop_ = std::move(stop);
 }
 
@@ -36,7 +36,13 @@ void ModuleQueue::submit(const detail::TaskPtr& task) {
     queue_.push_back(task);
     if (metrics_) metrics_->mailbox.add(1);  // under the lock, so the depth never reads below 0
   }
-  send_(task);
+  nudge();
+}
+
+// A message per call would cost each call a send, and the actor's thread a turn (and frees on
+// another thread) for calls a waiting thread has usually run already.
+void ModuleQueue::nudge() {
+  if (!nudged_.exchange(true)) nudge_();
 }
 
 detail::TaskPtr ModuleQueue::pop() {
@@ -48,20 +54,18 @@ detail::TaskPtr ModuleQueue::pop() {
   return task;
 }
 
-void ModuleQueue::run_next() {
-  // While a waiting thread runs the queue (run_until), a request does not block its scheduler
-  // thread on the run lock, which would cost the waiter a wake-up as it lets go: it leaves a count
-  // instead, and the waiter sends a request again if calls are still queued then. The count is
-  // raised before the lock is tried and read after the waiter let go, so none is missed.
-  owed_.fetch_add(1);
+void ModuleQueue::run_queued() {
+  nudged_.store(false);  // calls queued from now on nudge again
+  // While a waiting thread runs the queue (run_until), the nudge does not block its scheduler
+  // thread on the run lock, which would cost the waiter a wake-up as it lets go: it leaves a mark
+  // instead, and the waiter nudges again if calls are still queued then. The mark is set before
+  // the lock is tried and read after the waiter let go, so none is missed.
+  missed_.store(true);
   std::unique_lock run(run_mutex_, std::try_to_lock);
   if (!run.owns_lock()) return;
+  missed_.store(false);
   HeldScope held(this);
-  for (int owed = owed_.exchange(0); owed > 0; --owed) {
-    auto task = pop();
-    if (!task) break;
-    run_call(task);
-  }
+  while (auto task = pop()) run_call(task);
 }
 
 void ModuleQueue::run_call(const detail::TaskPtr& task) {
@@ -90,13 +94,13 @@ void ModuleQueue::run_until(detail::TaskBase* task) {
       run_call(next);
     }
   }
-  if (owed_.load() == 0) return;
-  detail::TaskPtr next;
+  if (!missed_.exchange(false)) return;
+  bool queued;
   {
     std::lock_guard lock(queue_mutex_);
-    if (!queue_.empty()) next = queue_.front();
+    queued = !queue_.empty();
   }
-  if (next) send_(next);  // the requests left while this thread ran the queue
+  if (queued) nudge();  // the calls a nudge left while this thread ran the queue
 }
 
 }  // namespace troupe

@@ -1,8 +1,9 @@
 #pragma once
 // The mailbox discipline of a module actor: calls run one at a time, in the order they were
-// forked. The actor drains the queue as its request messages arrive; a thread that waits for a
-// queued call may drain up to it itself (holding the same run lock), so a module call never
-// waits for a free scheduler thread and fork/wait on modules cannot deadlock. Each module name has
+// forked. The actor drains the queue when nudged; a thread that waits for a queued call may drain
+// up to it itself (holding the same run lock), so a module call never waits for a free scheduler
+// thread and fork/wait on modules cannot deadlock. One nudge is in flight at a time: calls forked
+// while the actor has not yet taken it send no message of their own. Each module name has
 // its metrics (metrics::ActorMetrics): calls, errors, mailbox depth and the time calls run.
 #include <atomic>
 #include <deque>
@@ -23,26 +24,28 @@ class ModuleQueue {
   ~ModuleQueue();
   const std::string& name() const { return name_; }
 
-  // How requests reach the module's actor, and how it is stopped when the queue goes away.
-  void set_notifier(std::function<void(const detail::TaskPtr&)> send, std::function<void()> stop);
-  // Queues a call and sends its request to the actor.
+  // How the module's actor is nudged, and how it is stopped when the queue goes away.
+  void set_notifier(std::function<void()> nudge, std::function<void()> stop);
+  // Queues a call and nudges the actor, unless a nudge is still on its way.
   void submit(const detail::TaskPtr& task);
-  // Runs the oldest queued call, if any (what the module's actor does per request).
-  void run_next();
+  // Runs the queued calls (what the module's actor does when nudged).
+  void run_queued();
   // Runs queued calls in order until `task` is done (what a waiting thread does).
   void run_until(detail::TaskBase* task);
 
  private:
   detail::TaskPtr pop();
   void run_call(const detail::TaskPtr& task);  // runs it, counting it in the module's metrics
+  void nudge();                                // unless one is on its way
 
   std::string name_;
-  std::function<void(const detail::TaskPtr&)> send_;
+  std::function<void()> nudge_;
   std::function<void()> stop_;
   std::mutex queue_mutex_;
   std::deque<detail::TaskPtr> queue_;
-  std::mutex run_mutex_;  // held while a call of this module runs
-  std::atomic<int> owed_{0};  // requests that found the run lock taken (run_next)
+  std::mutex run_mutex_;             // held while a call of this module runs
+  std::atomic<bool> nudged_{false};  // a nudge is on its way: the actor drains once it takes it
+  std::atomic<bool> missed_{false};  // a nudge found the run lock taken (run_queued)
   std::unique_ptr<metrics::ActorMetrics> metrics_;  // null: not counted
 };
 

@@ -23,9 +23,12 @@ namespace troupe::detail {
 struct TaskRequest {
   TaskPtr task;
 };
+// What tells a module's actor that calls are queued (ModuleQueue).
+struct QueueNudge {};
 }  // namespace troupe::detail
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::TaskRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::QueueNudge)
 
 namespace troupe {
 
@@ -287,18 +290,19 @@ void submit(const TaskPtr& task) {
 // queue (the tasks do), so a module whose handles are gone stops its actor from ~ModuleQueue.
 std::shared_ptr<ModuleQueue> spawn_module_actor(std::string name, bool counted) {
   auto& system = Runtime::current().system();
-  auto actor = system.spawn(  // name as a spawn argument: see Runtime::Impl
-      [](std::string name) -> caf::behavior {
-        return {[name](TaskRequest& request) {
+  auto queue = std::make_shared<ModuleQueue>(name, counted);
+  auto actor = system.spawn(  // what it needs as spawn arguments: see Runtime::Impl
+      [](std::string name, std::weak_ptr<ModuleQueue> weak) -> caf::behavior {
+        return {[name, weak](QueueNudge&) {
           HandlerTurn turn;
-          Profiler::set_thread_actor(name);
-          request.task->queue()->run_next();
+          if (std::shared_ptr<ModuleQueue> queue = weak.lock()) {
+            Profiler::set_thread_actor(name);
+            queue->run_queued();
+          }
         }};
       },
-      name);
-  auto queue = std::make_shared<ModuleQueue>(std::move(name), counted);
-  queue->set_notifier(
-      [actor](const TaskPtr& task) { send_handoff(actor, TaskRequest{task}); },
+      std::move(name), std::weak_ptr<ModuleQueue>(queue));
+  queue->set_notifier([actor] { send_handoff(actor, QueueNudge{}); },
                       [actor] { caf::anon_send_exit(actor, caf::exit_reason::user_shutdown); });
   return queue;
 }
