@@ -31,14 +31,14 @@ std::vector<TensorMeta> infer_lstm(const OpInfer& c) {
     throw ShapeError("lstm: weight_hh must be [4H, H], got " + w_hh.str());
   const int64_t H = w_hh.shape[1];
   if (w_ih.shape != Shape{4 * H, C})
-    throw ShapeError("lstm: weight_ih must be [4H, C] = " + to_string({4 * H, C}) + " for x " + x.str() +
+    throw ShapeError("lstm: weight_ih must be [4H, C] = " + to_string(Shape{4 * H, C}) + " for x " + x.str() +
                      " and weight_hh " + w_hh.str() + ", got " + w_ih.str());
   if (b_ih.shape != Shape{4 * H} || b_hh.shape != Shape{4 * H})
     throw ShapeError("lstm: biases must be [4H] = [" + std::to_string(4 * H) + "], got " + b_ih.str() + " and " +
                      b_hh.str());
   for (size_t i = 5; i < in.size(); ++i)
     if (in[i].shape != Shape{B, H})
-      throw ShapeError(std::string("lstm: ") + (i == 5 ? "h0" : "c0") + " must be [B, H] = " + to_string({B, H}) +
+      throw ShapeError(std::string("lstm: ") + (i == 5 ? "h0" : "c0") + " must be [B, H] = " + to_string(Shape{B, H}) +
                        ", got " + in[i].str());
   return {{DType::f32, {T, B, H}, x.device}, {DType::f32, {B, H}, x.device}, {DType::f32, {B, H}, x.device}};
 }
