@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <map>
+#include <vector>
 
 #include "devices/backend.h"
 #include "devices/error.h"
@@ -16,10 +17,15 @@ namespace {
 
 detail::CudaLaneHooks cuda_hooks;  // written once, while the CUDA library loads
 
-// Few devices per process: a small map per thread.
-thread_local std::map<std::pair<int, int>, Lane*> current_lanes;
+// Each thread's current lane per device: few devices per process, so a short list, whose entries
+// are cleared rather than removed (setting a lane current allocates nothing after the first time).
+thread_local std::vector<std::pair<Device, Lane*>> current_lanes;
 
-std::pair<int, int> key(Device d) { return {static_cast<int>(d.type), d.index}; }
+Lane*& current_slot(Device device) {
+  for (auto& [d, lane] : current_lanes)
+    if (d == device) return lane;
+  return current_lanes.emplace_back(device, nullptr).second;
+}
 
 }  // namespace
 
@@ -71,21 +77,18 @@ void await_ready(const Tensor& t) {
 }
 
 Lane* Lane::current(Device device) {
-  auto it = current_lanes.find(key(device));
-  return it == current_lanes.end() ? nullptr : it->second;
+  for (const auto& [d, lane] : current_lanes)
+    if (d == device) return lane;
+  return nullptr;
 }
 
-LaneGuard::LaneGuard(Lane& lane) : previous_(Lane::current(lane.device())), device_(lane.device()) {
-  scope_ = lane.enter();
-  current_lanes[key(device_)] = &lane;
+LaneGuard::LaneGuard(Lane& lane) : lane_(lane), previous_(Lane::current(lane.device())), entered_(lane.enter()) {
+  current_slot(lane.device()) = &lane;
 }
 
 LaneGuard::~LaneGuard() {
-  if (previous_)
-    current_lanes[key(device_)] = previous_;
-  else
-    current_lanes.erase(key(device_));
-  scope_.reset();
+  current_slot(lane_.device()) = previous_;
+  lane_.leave(entered_);
 }
 
 }  // namespace troupe

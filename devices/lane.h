@@ -49,11 +49,11 @@ class Lane {
   // The host waits for all work so far (a counted sync naming `call`) and rethrows its error.
   virtual void synchronize(std::string_view call = "Lane::synchronize");
 
-  // What LaneGuard keeps while the lane is current (a CUDA lane's stream guard).
-  struct Scope {
-    virtual ~Scope() = default;
-  };
-  virtual std::unique_ptr<Scope> enter() { return nullptr; }
+  // What LaneGuard does as the lane becomes current and stops being so: a CUDA lane makes its stream
+  // the thread's current one; enter returns what leave restores (no allocation: a call to a GPU
+  // actor does this every time).
+  virtual const void* enter() { return nullptr; }
+  virtual void leave(const void* entered) {}
 
  protected:
   Lane(Device device, std::string name) : device_(device), name_(std::move(name)) {}
@@ -73,9 +73,9 @@ class LaneGuard {
   LaneGuard& operator=(const LaneGuard&) = delete;
 
  private:
+  Lane& lane_;
   Lane* previous_;
-  Device device_;
-  std::unique_ptr<Lane::Scope> scope_;
+  const void* entered_;
 };
 
 class Tensor;

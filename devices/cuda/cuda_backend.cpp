@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "devices/backend.h"
@@ -601,10 +602,13 @@ void synchronize(int device) {
   raise_pending_kernel_error(device);
 }
 
-StreamGuard::StreamGuard(const Stream& stream)
-    : device_(stream.device()), previous_(thread_streams[stream.device()]) {
-  thread_streams[device_] = &stream;
+const Stream* swap_current_stream(int device, const Stream* stream) {
+  check_device(device, "swap_current_stream");
+  return std::exchange(thread_streams[device], stream);
 }
+
+StreamGuard::StreamGuard(const Stream& stream)
+    : device_(stream.device()), previous_(swap_current_stream(stream.device(), &stream)) {}
 
 StreamGuard::~StreamGuard() { thread_streams[device_] = previous_; }
 

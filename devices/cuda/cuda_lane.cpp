@@ -94,11 +94,6 @@ struct CudaEvent final : Event::State {
   std::exception_ptr error_;
 };
 
-struct StreamScope final : Lane::Scope {
-  explicit StreamScope(const Stream& stream) : guard(stream) {}
-  StreamGuard guard;
-};
-
 void wait_for_host_event(void* state) {
   auto* awaited = static_cast<std::shared_ptr<Event::State>*>(state);
   (*awaited)->wait();
@@ -138,7 +133,10 @@ class CudaLane final : public Lane {
     check(err, "cudaLaunchHostFunc", index);
   }
 
-  std::unique_ptr<Scope> enter() override { return std::make_unique<StreamScope>(stream_); }
+  const void* enter() override { return swap_current_stream(device().index, &stream_); }
+  void leave(const void* entered) override {
+    swap_current_stream(device().index, static_cast<const Stream*>(entered));
+  }
 
  private:
   Stream stream_;

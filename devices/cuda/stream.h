@@ -73,6 +73,10 @@ const Stream* current_stream_object(int device = 0);
 // Stream::synchronize.
 void synchronize(int device = 0);
 
+// Makes stream (nullptr: the default stream) the calling thread's current one for device, and
+// returns the one before; what StreamGuard does, for code that cannot keep a guard object.
+const Stream* swap_current_stream(int device, const Stream* stream);
+
 // Makes a stream the calling thread's current stream for its device while in scope.
 class StreamGuard {
  public:
