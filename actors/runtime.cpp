@@ -286,8 +286,8 @@ void submit(const TaskPtr& task) {
   send_handoff(impl.workers[w], TaskRequest{task});
 }
 
-// The module's actor: each request runs the oldest queued call. It holds no reference to the
-// queue (the tasks do), so a module whose handles are gone stops its actor from ~ModuleQueue.
+// The module's actor: each nudge runs the queued calls. It holds the queue weakly (the handles and
+// the tasks hold it), so a module whose handles are gone stops its actor from ~ModuleQueue.
 std::shared_ptr<ModuleQueue> spawn_module_actor(std::string name, bool counted) {
   auto& system = Runtime::current().system();
   auto queue = std::make_shared<ModuleQueue>(name, counted);
