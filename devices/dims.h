@@ -66,7 +66,14 @@ class Dims {
   template <class It>
   void assign(It first, It last) {
     clear();
-    for (; first != last; ++first) push_back(static_cast<int64_t>(*first));
+    if constexpr (std::random_access_iterator<It>) {
+      reserve(static_cast<size_t>(last - first));
+      int64_t* out = data();
+      for (; first != last; ++first) *out++ = static_cast<int64_t>(*first);
+      size_ = static_cast<size_t>(out - data());
+    } else {
+      for (; first != last; ++first) push_back(static_cast<int64_t>(*first));
+    }
   }
   void assign(size_t n, int64_t value) {
     clear();

@@ -70,11 +70,52 @@ LargeBlockCache& cache() {
   return *c;
 }
 
+// Small blocks freed by a thread, kept for its next allocations of the same size. An aligned
+// allocation of 1 KiB and up makes glibc consolidate its fast bins first, which the small frees of
+// every op refill: without these, that cost a small op a fifth of its time.
+class SmallBlockCache {
+ public:
+  static constexpr size_t kMaxBytes = size_t{64} << 10;
+  static constexpr int kSlots = 32;
+
+  ~SmallBlockCache() {
+    for (int i = 0; i < used_; ++i) std::free(blocks_[i].ptr);
+  }
+  void* take(size_t bytes) {
+    for (int i = used_ - 1; i >= 0; --i)
+      if (blocks_[i].bytes == bytes) {
+        void* p = blocks_[i].ptr;
+        blocks_[i] = blocks_[--used_];
+        return p;
+      }
+    return nullptr;
+  }
+  bool keep(void* p, size_t bytes) {
+    if (bytes > kMaxBytes || used_ == kSlots) return false;
+    blocks_[used_++] = {bytes, p};
+    return true;
+  }
+
+ private:
+  struct Block {
+    size_t bytes;
+    void* ptr;
+  };
+  Block blocks_[kSlots];
+  int used_ = 0;
+};
+
+thread_local SmallBlockCache small_blocks;
+
+size_t small_size(size_t nbytes) { return (std::max<size_t>(nbytes, 1) + 63) / 64 * 64; }
+
 }  // namespace
 
 void* host_allocate(size_t nbytes) {
   if (nbytes < kLargeBlock) {
-    void* p = std::aligned_alloc(64, (std::max<size_t>(nbytes, 1) + 63) / 64 * 64);
+    const size_t bytes = small_size(nbytes);
+    if (void* p = small_blocks.take(bytes)) return p;
+    void* p = std::aligned_alloc(64, bytes);
     if (!p) throw std::bad_alloc();
     return p;
   }
@@ -85,7 +126,7 @@ void* host_allocate(size_t nbytes) {
 
 void host_deallocate(void* ptr, size_t nbytes) {
   if (nbytes < kLargeBlock) {
-    std::free(ptr);
+    if (!small_blocks.keep(ptr, small_size(nbytes))) std::free(ptr);
     return;
   }
   const size_t bytes = large_size(nbytes);
