@@ -81,6 +81,9 @@ class SmallBlockCache {
   ~SmallBlockCache() {
     for (int i = 0; i < used_; ++i) std::free(blocks_[i].ptr);
   }
+  // The calling thread's, or nullptr once the thread is ending (tensors freed by its last
+  // destructors, or by static ones after main's, go straight to free).
+  static SmallBlockCache* of_this_thread();
   void* take(size_t bytes) {
     for (int i = used_ - 1; i >= 0; --i)
       if (blocks_[i].bytes == bytes) {
@@ -105,7 +108,26 @@ class SmallBlockCache {
   int used_ = 0;
 };
 
-thread_local SmallBlockCache small_blocks;
+// Trivial thread-locals, readable while the thread's other thread-locals are being destroyed.
+thread_local SmallBlockCache* small_blocks = nullptr;
+thread_local bool small_blocks_gone = false;
+
+struct SmallBlocksOwner {
+  ~SmallBlocksOwner() {
+    delete small_blocks;
+    small_blocks = nullptr;
+    small_blocks_gone = true;
+  }
+};
+thread_local SmallBlocksOwner small_blocks_owner;
+
+SmallBlockCache* SmallBlockCache::of_this_thread() {
+  if (!small_blocks && !small_blocks_gone) {
+    (void)&small_blocks_owner;  // constructed now, so it frees the cache when the thread ends
+    small_blocks = new SmallBlockCache;
+  }
+  return small_blocks;
+}
 
 size_t small_size(size_t nbytes) { return (std::max<size_t>(nbytes, 1) + 63) / 64 * 64; }
 
@@ -114,7 +136,8 @@ size_t small_size(size_t nbytes) { return (std::max<size_t>(nbytes, 1) + 63) / 6
 void* host_allocate(size_t nbytes) {
   if (nbytes < kLargeBlock) {
     const size_t bytes = small_size(nbytes);
-    if (void* p = small_blocks.take(bytes)) return p;
+    SmallBlockCache* kept = SmallBlockCache::of_this_thread();
+    if (void* p = kept ? kept->take(bytes) : nullptr) return p;
     void* p = std::aligned_alloc(64, bytes);
     if (!p) throw std::bad_alloc();
     return p;
@@ -126,7 +149,8 @@ void* host_allocate(size_t nbytes) {
 
 void host_deallocate(void* ptr, size_t nbytes) {
   if (nbytes < kLargeBlock) {
-    if (!small_blocks.keep(ptr, small_size(nbytes))) std::free(ptr);
+    SmallBlockCache* kept = SmallBlockCache::of_this_thread();
+    if (!kept || !kept->keep(ptr, small_size(nbytes))) std::free(ptr);
     return;
   }
   const size_t bytes = large_size(nbytes);
