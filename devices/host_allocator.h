@@ -1,5 +1,6 @@
 #pragma once
-// Host memory for tensors. Small blocks come from malloc, 64-byte aligned for AVX-512. Blocks of
+// Host memory for tensors. Small blocks come from malloc, 64-byte aligned for AVX-512; a thread
+// keeps up to 32 it freed (of at most 64 KiB) for its next blocks of the same size. Blocks of
 // 1 MiB and more are whole 2 MiB-aligned mappings backed by transparent huge pages, and freed ones
 // are kept for reuse: a fresh large buffer costs one page fault per 4 KiB (tens of microseconds
 // each on a VM), which made per-step temporaries of the models cost more than their GEMMs.
