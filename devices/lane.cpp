@@ -3,7 +3,6 @@
 #include "devices/lane.h"
 
 #include <atomic>
-#include <map>
 #include <vector>
 
 #include "devices/backend.h"
