@@ -3,7 +3,6 @@
 #include <sched.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -12,6 +11,8 @@
 #include "devices/backend.h"
 #include "devices/cpu/gemm.h"
 #include "devices/cpu/gemm_bf16.h"
+#include "devices/cpu/gemm_packed.h"
+#include "devices/cpu/isa.h"
 #include "devices/determinism.h"
 #include "devices/registry.h"
 #include "devices/threads.h"
@@ -25,25 +26,17 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);)
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  return "unknown";
-}
-
 // The instruction sets Troupe's kernels (and oneDNN's) care about.
 Json cpu_features() {
   __builtin_cpu_init();
   return Json{{"avx2", __builtin_cpu_supports("avx2") != 0},
+              {"fma", __builtin_cpu_supports("fma") != 0},
               {"avx512f", __builtin_cpu_supports("avx512f") != 0},
               {"avx512bw", __builtin_cpu_supports("avx512bw") != 0},
               {"avx512vl", __builtin_cpu_supports("avx512vl") != 0},
               {"avx512bf16", __builtin_cpu_supports("avx512bf16") != 0},
-              {"avx512vnni", __builtin_cpu_supports("avx512vnni") != 0}};
+              {"avx512vnni", __builtin_cpu_supports("avx512vnni") != 0},
+              {"amx_bf16", __builtin_cpu_supports("amx-bf16") != 0}};
 }
 
 // The CPUs this process may run on, as ranges ("0-1", "0,2-3"): what srun, mpirun or taskset bound
@@ -111,7 +104,12 @@ Json collect() {
   return Json{
       {"version", TROUPE_VERSION},
       {"network", network},
-      {"cpu", {{"model", cpu_model()}, {"features", cpu_features()}}},
+      {"cpu", {{"model", cpu_model_name()}, {"features", cpu_features()}}},
+      {"isa",
+       {{"build", cpu_isa_build()},
+        {"detected", cpu_isa_name(cpu_isa_detected())},
+        {"kernels", cpu_isa_name(cpu_isa())},
+        {"gemm_packed", gemm_packed_kernel()}}},
       {"cores", hardware_cores()},
       {"cpu_affinity", allowed_cpus()},
       {"intra_op_threads", intra_op_threads()},
@@ -137,6 +135,10 @@ void print_text(const Json& info) {
     (present.get<bool>() ? have : lack) += " " + feature;
   row("cpu") << info["cpu"]["model"].get<std::string>() << "\n";
   row("cpu features") << (have.empty() ? " none" : have) << (lack.empty() ? "" : "  (lacks" + lack + ")") << "\n";
+  const Json& isa = info["isa"];
+  row("kernels") << isa["kernels"].get<std::string>() << " (this CPU offers " << isa["detected"].get<std::string>()
+                 << "; TROUPE_CPU_ISA caps it), packed GEMM tile " << isa["gemm_packed"].get<std::string>()
+                 << "; host code built for " << isa["build"].get<std::string>() << "\n";
   row("cores") << info["cores"] << ", intra-op threads " << info["intra_op_threads"]
                << (info["deterministic_kernels"].get<bool>() ? ", deterministic kernels" : "") << "\n";
   row("cpu affinity") << "CPUs " << info["cpu_affinity"].get<std::string>()
