@@ -53,10 +53,33 @@ TEST_CASE("packed GEMM matches the naive product for ragged sizes, strides and b
     PackedWeight packed(w.data(), cs.n, cs.k, cs.ldw);
     CHECK(packed.n() == cs.n);
     CHECK(packed.k() == cs.k);
-    CHECK(packed.panels() == (cs.n + 63) / 64);
+    CHECK(packed.panels() == (cs.n + packed.panel_width() - 1) / packed.panel_width());
     gemm_packed_f32(cs.m, a.data(), cs.lda, packed, cs.beta, c.data(), cs.ldc);
     INFO("m=" << cs.m << " n=" << cs.n << " k=" << cs.k);
     CHECK(max_abs_diff(c, expected) < 1e-5 * std::sqrt(double(cs.k)) + 1e-6);  // also: padding columns untouched
+  }
+}
+
+TEST_CASE("packed GEMM: every register tile this CPU has gives the naive product", "[gemm][packed][isa]") {
+  // The AVX2 tile on an AVX-512 machine too, in one process: a build runs the narrower kernels
+  // wherever it runs (TROUPE_CPU_ISA forces them for a whole run).
+  struct Case {
+    int64_t m, n, k;
+    float beta;
+  };
+  for (int level = 0; level <= static_cast<int>(cpu_isa_detected()); ++level) {
+    const CpuIsa isa = static_cast<CpuIsa>(level);
+    for (const Case& cs : {Case{1, 16, 1, 0.0f}, Case{6, 16, 257, 1.0f}, Case{7, 33, 300, 0.5f},
+                           Case{50, 4 * 64 + 16, 1024 + 3, 0.0f}, Case{145, 48, 520, -1.0f}}) {
+      auto a = random_values(cs.m * cs.k, 11), w = random_values(cs.n * cs.k, 12), c = random_values(cs.m * cs.n, 13);
+      const auto expected = reference(cs.m, cs.n, cs.k, a, cs.k, w, cs.k, cs.beta, c, cs.n);
+      const PackedWeight packed(w.data(), cs.n, cs.k, cs.k, isa);
+      CHECK(packed.isa() == isa);
+      CHECK(packed.panel_width() == (isa >= CpuIsa::avx512 ? 64 : 16));
+      gemm_packed_f32(cs.m, a.data(), cs.k, packed, cs.beta, c.data(), cs.n);
+      INFO(cpu_isa_name(isa) << " m=" << cs.m << " n=" << cs.n << " k=" << cs.k);
+      CHECK(max_abs_diff(c, expected) < 1e-5 * std::sqrt(double(cs.k)) + 1e-6);
+    }
   }
 }
 
@@ -97,6 +120,12 @@ TEST_CASE("packed GEMM errors name the entry point and the sizes", "[gemm][packe
   CHECK_THROWS_AS(gemm_packed_f32(-1, w.data(), 8, packed, 0.0f, c.data(), 4), ValueError);
 }
 
+// W[column, kk] as the packed form holds it.
+float packed_at(const PackedWeight& p, int64_t column, int64_t kk) {
+  const int64_t width = p.panel_width();
+  return p.panel(column / width)[kk * width + column % width];
+}
+
 TEST_CASE("packed weights are cached per weight and repacked when it changes", "[gemm][packed][cache]") {
   clear_packed_weight_cache();
   Tensor w = Tensor::from_vector(random_values(70 * 20, 6), {70, 20});
@@ -119,23 +148,23 @@ TEST_CASE("packed weights are cached per weight and repacked when it changes", "
   CHECK(sole.storage()->version() == sole_version + 1);
   auto after_write = packed_weight(sole);
   CHECK(after_write != before_write);
-  CHECK(after_write->panel(0)[1 * 64 + 0] == -5.0f);  // k index 1 of output column 0
+  CHECK(packed_at(*after_write, 0, 1) == -5.0f);  // k index 1 of output column 0
 
   // A view packs what it shows: W^T of a [20, 70] tensor, and a column slice.
   Tensor wt = Tensor::from_vector(random_values(20 * 70, 8), {20, 70});
   auto from_view = packed_weight(wt.transpose(0, 1));
   const auto values = wt.to_vector<float>();
   CHECK(from_view->n() == 70);
-  CHECK(from_view->panel(1)[3 * 64 + 5] == values[3 * 70 + 69]);  // W[69, 3] = wt[3, 69]
+  CHECK(packed_at(*from_view, 69, 3) == values[3 * 70 + 69]);  // W[69, 3] = wt[3, 69]
   auto sliced = packed_weight(wt.slice(1, 10, 20));
-  CHECK(sliced->panel(0)[2 * 64 + 1] == values[1 * 70 + 12]);  // W[1, 2] = wt[1, 12]
+  CHECK(packed_at(*sliced, 1, 2) == values[1 * 70 + 12]);  // W[1, 2] = wt[1, 12]
 
   // Entries of weights that died are dropped at the next insertion.
   const size_t with_all = packed_weight_cache_bytes();
   packed_weight(Tensor::ones({64, 64}));  // the temporary dies here, its entry stays for now
   CHECK(packed_weight_cache_bytes() == with_all + 64 * 64 * sizeof(float));
   packed_weight(Tensor::from_vector(random_values(4 * 4, 9), {4, 4}));
-  CHECK(packed_weight_cache_bytes() == with_all + 4 * 64 * sizeof(float));
+  CHECK(packed_weight_cache_bytes() == with_all + 4 * first->panel_width() * sizeof(float));
   clear_packed_weight_cache();
   CHECK(packed_weight_cache_bytes() == 0);
 
