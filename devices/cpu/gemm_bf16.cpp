@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <dnnl.hpp>
-#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
-#if defined(__AVX512BF16__)
 #include <immintrin.h>
-#endif
 
+#include "devices/cpu/activations.h"
+#include "devices/cpu/gemm_packed.h"
+#include "devices/cpu/isa.h"
 #include "devices/cpu/parallel_ranges.h"
 #include "devices/error.h"
 #include "devices/threads.h"
@@ -23,9 +23,9 @@ using Dt = memory::data_type;
 struct PackedWeightBf16::Blocks {
   memory::desc desc;  // the weights [k, n] as the matmul reads them
   void* data = nullptr;
-  // Where oneDNN has no bf16 (emulated()): the weights rounded to bf16 but kept in f32, for an f32
-  // matmul.
-  bool f32 = false;
+  // Where oneDNN has no bf16 (emulated()): the weights rounded to bf16 but kept in f32, packed for
+  // Troupe's own f32 tiles (gemm_packed.h), which beat oneDNN's f32 matmul there.
+  std::unique_ptr<PackedWeight> f32;
 };
 
 namespace {
@@ -42,10 +42,10 @@ void check_sizes(const char* op, int64_t n, int64_t k, int64_t ld, const char* l
 }
 
 // The matmul C[m, n] (row stride ldc) = epilogue(A[m, k] @ weights), the weights in `weights`, A
-// in bf16 (or, emulating, in f32 holding bf16 values).
+// in bf16.
 dnnl::matmul::primitive_desc product_desc(int64_t m, int64_t n, int64_t k, int64_t ldc, const memory::desc& weights,
-                                          const GemmBf16Epilogue& epilogue, Dt a_type = Dt::bf16) {
-  const memory::desc a({m, k}, a_type, memory::format_tag::ab);
+                                          const GemmBf16Epilogue& epilogue) {
+  const memory::desc a({m, k}, Dt::bf16, memory::format_tag::ab);
   const memory::desc c({m, n}, epilogue.bf16_out ? Dt::bf16 : Dt::f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   if (epilogue.activation != GemmActivation::none) {
@@ -62,8 +62,8 @@ dnnl::matmul::primitive_desc product_desc(int64_t m, int64_t n, int64_t k, int64
 
 // oneDNN computes in bf16 only on CPUs with AVX-512 (avx512_core; AVX512-BF16 and AMX make it
 // fast). Elsewhere (AVX2: AMD Zen 3, older Intel) the product is emulated: operands rounded to
-// bf16 values kept in f32, an f32 matmul, so the results are those of bf16 operands with f32
-// accumulation all the same, at f32's speed plus the rounding.
+// bf16 values kept in f32, the packed f32 product, so the results are those of bf16 operands
+// with f32 accumulation all the same, at f32's speed plus the rounding.
 bool emulated() {
   static const bool no_bf16 = [] {
     try {
@@ -76,18 +76,26 @@ bool emulated() {
   return no_bf16;
 }
 
-// Rounded to nearest even as BFloat16 rounds (NaN stays NaN), 16 at a time where the CPU converts.
+// One row rounded 16 at a time by the CPU's own conversion (AVX512-BF16), the same rounding.
+[[gnu::target("avx512f,avx512bf16")]] void round_row_avx512_bf16(int64_t k, const float* row, uint16_t* dst) {
+  int64_t j = 0;
+  for (; j + 16 <= k; j += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(row + j)));
+  for (; j < k; ++j) dst[j] = BFloat16(row[j]).bits;
+}
+
+// Rounded to nearest even as BFloat16 rounds (NaN stays NaN).
 void round_rows(int64_t m, int64_t k, const float* a, int64_t lda, uint16_t* out) {
+  const bool converts = cpu_isa() >= CpuIsa::avx512_bf16;
   parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 20) / k), 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = a + r * lda;
       uint16_t* dst = out + r * k;
-      int64_t j = 0;
-#if defined(__AVX512BF16__)
-      for (; j + 16 <= k; j += 16)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(row + j)));
-#endif
-      for (; j < k; ++j) dst[j] = BFloat16(row[j]).bits;
+      if (converts) {
+        round_row_avx512_bf16(k, row, dst);
+        continue;
+      }
+      for (int64_t j = 0; j < k; ++j) dst[j] = BFloat16(row[j]).bits;
     }
   });
 }
@@ -105,12 +113,15 @@ void round_in_f32(int64_t m, int64_t k, const float* a, int64_t lda, float* out)
 PackedWeightBf16::PackedWeightBf16(const float* w, int64_t n, int64_t k, int64_t ldw)
     : n_(n), k_(k), blocks_(std::make_unique<Blocks>()) {
   check_sizes("PackedWeightBf16", n, k, ldw, "ldw");
-  blocks_->f32 = emulated();
-  const Dt type = blocks_->f32 ? Dt::f32 : Dt::bf16;
+  if (emulated()) {
+    std::vector<float> rounded(static_cast<size_t>(n * k));
+    round_in_f32(n, k, w, ldw, rounded.data());
+    blocks_->f32 = std::make_unique<PackedWeight>(rounded.data(), n, k, k);
+    return;
+  }
   // The layout the matmul picks for a typical row count; it is the same for every m (checked on
   // AMX and AVX512 CPUs), and gemm_bf16 names it explicitly.
-  blocks_->desc = product_desc(256, n, k, n, memory::desc({k, n}, type, memory::format_tag::any), {}, type)
-                      .weights_desc();
+  blocks_->desc = product_desc(256, n, k, n, memory::desc({k, n}, Dt::bf16, memory::format_tag::any), {}).weights_desc();
   blocks_->data = std::aligned_alloc(64, (blocks_->desc.get_size() + 63) / 64 * 64);
   if (!blocks_->data) throw ValueError("PackedWeightBf16: out of memory for " + std::to_string(n) + "x" + std::to_string(k));
   // W^T [k, n] read in place (strides 1 and ldw), rounded and blocked by one reorder.
@@ -120,20 +131,14 @@ PackedWeightBf16::PackedWeightBf16(const float* w, int64_t n, int64_t k, int64_t
   apply_intra_op_threads();
   dnnl::reorder(source, target).execute(stream, source, target);
   stream.wait();
-  // Emulating: the f32 blocks rounded in place (element by element, so the layout does not matter).
-  if (blocks_->f32) {
-    float* blocks = static_cast<float*>(blocks_->data);
-    const auto count = static_cast<int64_t>(blocks_->desc.get_size() / sizeof(float));
-    round_in_f32(1, count, blocks, count, blocks);
-  }
 }
 
 PackedWeightBf16::~PackedWeightBf16() { std::free(blocks_->data); }
 
-size_t PackedWeightBf16::nbytes() const { return blocks_->desc.get_size(); }
+size_t PackedWeightBf16::nbytes() const { return blocks_->f32 ? blocks_->f32->nbytes() : blocks_->desc.get_size(); }
 
 const char* gemm_bf16_path() {
-  return emulated() ? "f32 matmul on bf16-rounded operands (oneDNN has no bf16 on this CPU: no AVX-512)"
+  return emulated() ? "f32 products on bf16-rounded operands, no faster than f32 (oneDNN has no bf16 on this CPU: no AVX-512)"
                     : "oneDNN bf16 matmul (AMX or AVX512-BF16 make it fast; plain AVX-512 converts)";
 }
 
@@ -146,16 +151,14 @@ void check_product(int64_t m, int64_t lda, const PackedWeightBf16& w, int64_t ld
                      " ldc=" + std::to_string(ldc));
 }
 
-// A's rows already in bf16 (or, emulating, bf16 values in f32), lda apart.
-template <class Element>
-void product(int64_t m, const Element* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
+// A's rows already in bf16, lda apart.
+void product(int64_t m, const uint16_t* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
              void* c, int64_t ldc) {
   apply_intra_op_threads();
-  const Dt type = std::is_same_v<Element, float> ? Dt::f32 : Dt::bf16;
   // oneDNN's primitive cache makes the descriptor and primitive for a seen shape cheap (~10 us).
-  const auto desc = product_desc(m, w.n(), w.k(), ldc, w.blocks().desc, epilogue, type);
+  const auto desc = product_desc(m, w.n(), w.k(), ldc, w.blocks().desc, epilogue);
   thread_local dnnl::stream stream(engine());
-  memory src(memory::desc({m, w.k()}, type, memory::dims{lda, 1}), engine(), const_cast<Element*>(a));
+  memory src(memory::desc({m, w.k()}, Dt::bf16, memory::dims{lda, 1}), engine(), const_cast<uint16_t*>(a));
   memory weights(w.blocks().desc, engine(), w.blocks().data);
   memory dst(desc.dst_desc(), engine(), c);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
@@ -165,21 +168,31 @@ void product(int64_t m, const Element* a, int64_t lda, const PackedWeightBf16& w
   stream.wait();
 }
 
-// emulated(): the product in f32 on bf16 values, its output rounded to bf16 here when asked for.
+// emulated(): the product in f32 on bf16 values by the packed f32 tiles, then the epilogue in
+// one pass over each row (bias, activation, rounded to bf16 when asked for).
 void emulated_product(int64_t m, const float* a, int64_t lda, const PackedWeightBf16& w,
                       const GemmBf16Epilogue& epilogue, void* c, int64_t ldc) {
-  if (!epilogue.bf16_out) return product(m, a, lda, w, epilogue, c, ldc);
   const int64_t n = w.n();
-  thread_local std::vector<float> out;
-  out.resize(static_cast<size_t>(m * n));
-  GemmBf16Epilogue f32_out = epilogue;
-  f32_out.bf16_out = false;
-  product(m, a, lda, w, f32_out, out.data(), n);
-  auto* dst = static_cast<BFloat16*>(c);
-  const float* src = out.data();  // this thread's buffer (the workers' thread_local ones are others)
-  parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 20) / n), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      for (int64_t j = 0; j < n; ++j) dst[r * ldc + j] = BFloat16(src[r * n + j]);
+  thread_local std::vector<float> f32_rows;
+  if (epilogue.bf16_out) f32_rows.resize(static_cast<size_t>(m * n));
+  float* out = epilogue.bf16_out ? f32_rows.data() : static_cast<float*>(c);
+  const int64_t ldo = epilogue.bf16_out ? n : ldc;
+  gemm_packed_f32(m, a, lda, *w.blocks().f32, 0.0f, out, ldo);
+  if (!epilogue.bias && epilogue.activation == GemmActivation::none && !epilogue.bf16_out) return;
+  parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 18) / n), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* row = out + r * ldo;
+      if (epilogue.bias)
+        for (int64_t j = 0; j < n; ++j) row[j] += epilogue.bias[j];
+      if (epilogue.activation == GemmActivation::relu)
+        for (int64_t j = 0; j < n; ++j) row[j] = std::max(row[j], 0.0f);
+      else if (epilogue.activation == GemmActivation::gelu)
+        gelu_f32(row, row, n);
+      if (epilogue.bf16_out) {
+        auto* dst = static_cast<BFloat16*>(c) + r * ldc;
+        for (int64_t j = 0; j < n; ++j) dst[j] = BFloat16(row[j]);
+      }
+    }
   });
 }
 

@@ -5,7 +5,8 @@
 // below that); the rows of A are rounded on each call, which costs m*k conversions against the
 // product's 2*m*n*k operations. Results differ from f32 by bf16's rounding of the operands
 // (8 bits of mantissa), not by the accumulation. On CPUs without AVX-512, where oneDNN has no
-// bf16, the same values come from an f32 matmul of the rounded operands (no faster than f32).
+// bf16, the same values come from the packed f32 product of the rounded operands (gemm_packed.h),
+// no faster than f32.
 //
 //   std::shared_ptr<const PackedWeightBf16> w16 = packed_weight_bf16(w);   // cached per weight tensor
 //   gemm_bf16(m, a, k, *w16, {.bias = b}, c, n);                             // f32 in, f32 out

@@ -5,9 +5,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(__AVX512F__)
 #include <immintrin.h>
-#endif
 
 namespace troupe::net::collectives {
 
@@ -86,7 +84,6 @@ void reduce_buffers(void* out, const void* a, const void* b, size_t n, DType dty
 
 void reduce_buffers_streaming(void* out, const void* a, const void* b, size_t n, DType dtype, ReduceOp op,
                               int divisor) {
-#if defined(__AVX512F__)
   if (reinterpret_cast<uintptr_t>(out) % 64 == 0) {
     const size_t item = itemsize(dtype);
     // Reduced a block at a time into a buffer that stays in L1, then streamed out: the result's
@@ -102,14 +99,15 @@ void reduce_buffers_streaming(void* out, const void* a, const void* b, size_t n,
       reduce_buffers(block, x + offset, y + offset, m, dtype, op);
       if (divisor != 1) divide_buffer(block, m, dtype, divisor);
       const size_t whole = bytes / 64 * 64;
-      for (size_t i = 0; i < whole; i += 64)
-        _mm512_stream_si512(reinterpret_cast<__m512i*>(to + offset + i), _mm512_load_si512(block + i));
+      // AVX2's 32-byte streaming stores (the build's baseline), two to a line.
+      for (size_t i = 0; i < whole; i += 32)
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(to + offset + i),
+                            _mm256_load_si256(reinterpret_cast<const __m256i*>(block + i)));
       std::copy(block + whole, block + bytes, to + offset + whole);
     }
     _mm_sfence();  // the streamed lines are visible before the result is handed on
     return;
   }
-#endif
   reduce_buffers(out, a, b, n, dtype, op);
   if (divisor != 1) divide_buffer(out, n, dtype, divisor);
 }
