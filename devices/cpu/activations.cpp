@@ -38,8 +38,17 @@ inline float exp_lane(float x, float lowest = -104.0f) {
   const int32_t k1 = ki >> 1, k2 = ki - k1;  // each in [-75, 64]: a normal power of two
   const float scale1 = std::bit_cast<float>((k1 + 127) << 23);
   const float scale2 = std::bit_cast<float>((k2 + 127) << 23);
-  const float y = p * scale1 * scale2;
-  return x != x ? x : y;  // NaN in, NaN out
+  // NaN in, NaN out without a test of its own: the clamp keeps it (max and min return their
+  // first operand when it is NaN) and p carries it. A select on x != x is control flow that GCC
+  // does not vectorise for AVX2, and it left every activation scalar there.
+  return p * scale1 * scale2;
+}
+
+// cond ? a : b on the bits. GCC 12 kept these ternaries as branches for AVX2 ("control flow in
+// loop"), which left tanh and gelu scalar there.
+inline float select(bool cond, float a, float b) {
+  const int32_t mask = -static_cast<int32_t>(cond);
+  return std::bit_cast<float>((std::bit_cast<int32_t>(a) & mask) | (std::bit_cast<int32_t>(b) & ~mask));
 }
 
 // Arithmetic on subnormal floats is many times slower than on normal ones. Where a tiny e^x only
@@ -60,7 +69,7 @@ inline float tanh_lane(float x) {
   p = std::fma(p, u, 1.333138198e-01f);
   p = std::fma(p, u, -3.333328068e-01f);
   const float small = std::fma(x * u, p, x);
-  return a < 0.625f ? small : large;
+  return select(a < 0.625f, small, large);
 }
 
 inline float sigmoid_lane(float x) { return 1.0f / (1.0f + exp_lane(-x, kNoSubnormal)); }
@@ -88,8 +97,8 @@ inline float gelu_lane(float x) {
   const float hi = 0.5f * (x * x);
   const float lo = 0.5f * std::fma(x, x, -(x * x));
   const float tail = t * h * exp_lane(-hi, -81.0f) * (1.0f - lo);
-  const float erfc_z = z > 9.0f ? 0.0f : tail;
-  const float phi = x >= 0.0f ? 1.0f - 0.5f * erfc_z : 0.5f * erfc_z;
+  const float erfc_z = select(z > 9.0f, 0.0f, tail);
+  const float phi = select(x >= 0.0f, 1.0f - 0.5f * erfc_z, 0.5f * erfc_z);
   return x * phi;
 }
 
