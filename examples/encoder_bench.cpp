@@ -5,17 +5,21 @@
 // their times, the speed-up over f32 and the largest difference from the f32 result. With --device
 // cuda the encoder and the batch live on the GPU (the padding mask stays on the host, where the
 // fastpaths read it) and each time runs until the device is done.
-//   encoder_bench [--layers 24] [--lengths 4,5,250] [--reps 3] [--dtype f32|bf16] [--device cpu|cuda] [--json]
+// --profile: one more nested run under the profiler, its op table on stderr.
+//   encoder_bench [--layers 24] [--lengths 4,5,250] [--reps 3] [--dtype f32|bf16] [--device cpu|cuda] [--profile] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 
+#include "actors/profiler.h"
 #include "devices/autograd/grad_mode.h"
 #include "devices/ops.h"
 #include "devices/random.h"
+#include "examples/cpu_kernels.h"
 #include "examples/device_option.h"
 #include "examples/median_time.h"
+#include "examples/page_faults.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
 #include "models/transformer/encoder.h"
@@ -26,7 +30,7 @@ using namespace troupe::models;
 int main(int argc, char** argv) {
   int layers = 24, reps = 3;
   std::vector<int64_t> lengths = {4, 5, 250};
-  bool json = false;
+  bool json = false, profile = false;
   std::string dtype = "f32", device_name = "cpu";
   CLI::App app{"Transformer encoder: general path, fastpath dense, fastpath nested"};
   app.add_option("--layers", layers, "encoder layers")->check(CLI::PositiveNumber);
@@ -34,6 +38,7 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed runs (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--dtype", dtype, "also time the fastpaths with bf16 GEMMs")->check(CLI::IsMember({"f32", "bf16"}));
   add_device_option(app, device_name);
+  app.add_flag("--profile", profile, "one more nested run profiled: its op table on stderr");
   app.add_flag("--json", json, "one JSON line of figures");
   CLI11_PARSE(app, argc, argv);
   return run_example("encoder_bench", [&] {
@@ -62,6 +67,18 @@ int main(int argc, char** argv) {
     encoder.set_nested(true);
     Tensor nested;
     const double fast_nested = median_seconds([&] { nested = encoder(x, mask); finish(device); }, reps, 2);
+    const long faults_before = minor_page_faults();
+    nested = encoder(x, mask);
+    finish(device);
+    const long nested_faults = minor_page_faults() - faults_before;
+    if (profile) {
+      Profiler& profiler = Profiler::global();
+      profiler.start();
+      encoder(x, mask);
+      finish(device);
+      profiler.stop();
+      std::fprintf(stderr, "encoder_bench: one nested run, ops by host time\n%s", profiler.table(30).c_str());
+    }
     double dense_bf16 = 0, nested_bf16 = 0, max_diff_bf16 = 0;
     if (dtype == "bf16") {
       encoder.set_fastpath_dtype(DType::bf16);
@@ -101,6 +118,7 @@ int main(int argc, char** argv) {
                                   {"slow_ms", rounded(slow * 1e3, 1)},
                                   {"fast_dense_ms", rounded(fast_dense * 1e3, 1)},
                                   {"fast_nested_ms", rounded(fast_nested * 1e3, 1)},
+                                  {"nested_page_faults", nested_faults},
                                   {"max_abs_diff", significant(max_diff, 3)},
                                   {"gflops_nested", rounded(flop / fast_nested / 1e9, 1)}};
       if (dtype == "bf16") {
@@ -109,7 +127,7 @@ int main(int argc, char** argv) {
         line["bf16_speedup_nested"] = rounded(fast_nested / nested_bf16, 2);
         line["bf16_max_abs_diff"] = significant(max_diff_bf16, 3);
       }
-      print_json_line(line);
+      print_json_line(with_cpu_kernels(line));
     } else {
       std::printf("encoder on %s: %d layers, d %lld, 16 heads, ffn %lld, batch of %lld padded to %lld (%lld real tokens)\n",
                   device.str().c_str(), layers, static_cast<long long>(d), static_cast<long long>(ffn), static_cast<long long>(B),

@@ -11,6 +11,7 @@
 
 #include "devices/ops.h"
 #include "devices/sync.h"
+#include "examples/cpu_kernels.h"
 #include "examples/device_option.h"
 #include "examples/json_line.h"
 #include "examples/median_time.h"
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
     const double copy_s = per_call([&] { block.clone(); });
     const double gbs = bytes / gather_s / 1e9, copy_gbs = bytes / copy_s / 1e9;
     if (json) {
-      print_json_line(nlohmann::ordered_json{{"device", device.str()},
+      print_json_line(with_cpu_kernels(nlohmann::ordered_json{{"device", device.str()},
                                              {"naive_ms", rounded(naive_s * 1e3, 3)},
                                              {"gather_nd_us", rounded(gather_s * 1e6, 1)},
                                              {"gbs", rounded(gbs, 2)},
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
                                              {"bytes", bytes},
                                              {"copy_us", rounded(copy_s * 1e6, 1)},
                                              {"copy_gbs", rounded(copy_gbs, 2)},
-                                             {"copy_ratio", rounded(gbs / copy_gbs, 3)}});
+                                             {"copy_ratio", rounded(gbs / copy_gbs, 3)}}));
     } else {
       std::printf("gathernd %lldx[256] rows on %s: naive=%.2fms (%llu host syncs) gather_nd=%.1fus (%llu host syncs)\n",
                   static_cast<long long>(kRows), device.str().c_str(), naive_s * 1e3,

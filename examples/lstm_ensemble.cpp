@@ -12,10 +12,12 @@
 #include "actors/profiler.h"
 #include "actors/runtime.h"
 #include "devices/sync.h"
+#include "examples/cpu_kernels.h"
 #include "examples/device_option.h"
 #include "examples/json_line.h"
 #include "examples/lstm_example.h"
 #include "examples/median_time.h"
+#include "examples/page_faults.h"
 #include "examples/run_example.h"
 #include "models/lstm.h"
 
@@ -46,8 +48,10 @@ int main(int argc, char** argv) {
     const double bidir_s = median_seconds([&] { ensemble.fork_directions(x); finish(device); }, reps);
     const double ensemble_s = median_seconds([&] { ensemble.fork_members(x); finish(device); }, reps);
     reset_sync_counts();
+    const long faults_before = minor_page_faults();
     ensemble.fork_members(x);
     const uint64_t ensemble_syncs = sync_count();
+    const long ensemble_faults = minor_page_faults() - faults_before;
     finish(device);
     if (!trace.empty()) {
       Profiler::global().start();
@@ -57,7 +61,7 @@ int main(int argc, char** argv) {
     }
     const double gflop = models * 2.0 * (2.0 * T * B * C * 4 * C * 2) / 1e9;  // input + recurrent GEMMs
     if (json) {
-      print_json_line(nlohmann::ordered_json{{"device", device.str()},
+      print_json_line(with_cpu_kernels(nlohmann::ordered_json{{"device", device.str()},
                                              {"models", models},
                                              {"T", T},
                                              {"B", B},
@@ -68,7 +72,8 @@ int main(int argc, char** argv) {
                                              {"max_abs_diff", significant(diff, 3)},
                                              {"gflop", rounded(gflop, 1)},
                                              {"best_gflops", rounded(gflop / std::min({serial_s, bidir_s, ensemble_s}), 1)},
-                                             {"fork_ensemble_syncs", ensemble_syncs}});
+                                             {"fork_ensemble_syncs", ensemble_syncs},
+                                             {"fork_ensemble_page_faults", ensemble_faults}}));
     } else {
       std::printf("LSTM ensemble: %d bidirectional models, T=%lld B=%lld C=%lld (%.0f GFLOP) on %s, %s\n", models,
                   static_cast<long long>(T), static_cast<long long>(B), static_cast<long long>(C), gflop,

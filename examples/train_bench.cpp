@@ -25,6 +25,7 @@
 #include "devices/threads.h"
 #include "models/nn/net.h"
 #include "models/nn/optimizer.h"
+#include "examples/cpu_kernels.h"
 #include "examples/device_option.h"
 #include "examples/json_line.h"
 #include "examples/median_time.h"
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
       result["forward_ratio"] = result["forward_ms"].get<double>() / peer["forward_ms"].get<double>();
     }
     if (json) {
-      print_json_line(result);
+      print_json_line(with_cpu_kernels(result));
       return 0;
     }
     std::printf("%-44s %10s %10s\n", ("one thread, Net batch 64 on " + device.str()).c_str(), "troupe", torch ? "pytorch" : "");

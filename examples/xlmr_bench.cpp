@@ -13,6 +13,7 @@
 #include "actors/profiler.h"
 #include "devices/autograd/grad_mode.h"
 #include "devices/ops.h"
+#include "examples/cpu_kernels.h"
 #include "examples/device_option.h"
 #include "examples/json_line.h"
 #include "examples/median_time.h"
@@ -89,7 +90,7 @@ int main(int argc, char** argv) {
                    profiler.table(30).c_str(), device.str().c_str(), profiler.device_table(30).c_str());
     }
     if (json) {
-      print_json_line(nlohmann::ordered_json{{"device", device.str()},
+      print_json_line(with_cpu_kernels(nlohmann::ordered_json{{"device", device.str()},
                                              {"sentences", sentences},
                                              {"tokens", real_tokens},
                                              {"padded", tokens.numel()},
@@ -98,7 +99,7 @@ int main(int argc, char** argv) {
                                              {"bf16_ms", rounded(bf16_s * 1e3, 1)},
                                              {"bf16_tokens_per_s", rounded(real_tokens / bf16_s, 0)},
                                              {"bf16_speedup", rounded(f32_s / bf16_s, 2)},
-                                             {"bf16_max_abs_logit_diff", significant(diff, 3)}});
+                                             {"bf16_max_abs_logit_diff", significant(diff, 3)}}));
       return 0;
     }
     std::printf("XLM-R base on %s, random weights: %lld sentences of 5..250 tokens (%lld real of %lld padded)\n",
