@@ -28,7 +28,7 @@ void check_blas(cublasStatus_t status, const char* call, int device) {
                       cublasGetStatusString(status) + ")");
 }
 
-// Made on first use by the stream's owner; destroyed with the stream (stream.h).
+// Made on first use on the stream; destroyed with the stream (stream.h).
 struct Stream::Blas {
   cublasHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -44,27 +44,24 @@ void Stream::destroy_blas() {
 
 cublasHandle_t blas_handle(int device) {
   if (const Stream* stream = current_stream_object(device)) {
-    Stream::Blas*& blas = stream->blas_;
-    if (!blas) {
+    // A failure leaves the flag unset: the next kernel on the stream tries again.
+    std::call_once(stream->blas_made_, [&] {
       DeviceGuard on(device);
-      auto* made = new Stream::Blas;
-      cublasStatus_t status = cublasCreate(&made->handle);
-      if (status != CUBLAS_STATUS_SUCCESS) {
-        delete made;
-        check_blas(status, "cublasCreate", device);
+      Stream::Blas made;
+      try {
+        check_blas(cublasCreate(&made.handle), "cublasCreate", device);
+        // The workspace is the stream's own: cuBLAS would otherwise share one pool between streams.
+        check(cudaMalloc(&made.workspace, kWorkspaceBytes), "cudaMalloc (cuBLAS workspace)", device);
+        check_blas(cublasSetStream(made.handle, stream->handle()), "cublasSetStream", device);
+        check_blas(cublasSetWorkspace(made.handle, made.workspace, kWorkspaceBytes), "cublasSetWorkspace", device);
+      } catch (...) {
+        if (made.handle) cublasDestroy(made.handle);
+        if (made.workspace) cudaFree(made.workspace);
+        throw;
       }
-      // The workspace is the stream's own: cuBLAS would otherwise share one pool between streams.
-      const cudaError_t err = cudaMalloc(&made->workspace, kWorkspaceBytes);
-      if (err != cudaSuccess) {
-        cublasDestroy(made->handle);
-        delete made;
-        check(err, "cudaMalloc (cuBLAS workspace)", device);
-      }
-      check_blas(cublasSetStream(made->handle, stream->handle()), "cublasSetStream", device);
-      check_blas(cublasSetWorkspace(made->handle, made->workspace, kWorkspaceBytes), "cublasSetWorkspace", device);
-      blas = made;
-    }
-    return blas->handle;
+      stream->blas_ = new Stream::Blas(made);
+    });
+    return stream->blas_->handle;
   }
   thread_local ThreadHandles handles;
   cublasHandle_t& h = handles.by_device[device];

@@ -26,7 +26,7 @@ void check_dnn(cudnnStatus_t status, const char* call, int device) {
     throw DeviceError("cuda:" + std::to_string(device) + ": " + call + ": " + cudnnGetErrorString(status));
 }
 
-// Made on first use by the stream's owner; destroyed with the stream (stream.h).
+// Made on first use on the stream; destroyed with the stream (stream.h).
 struct Stream::Dnn {
   cudnnHandle_t handle = nullptr;
   static void destroy(Dnn* dnn) {
@@ -37,7 +37,8 @@ struct Stream::Dnn {
 
 cudnnHandle_t dnn_handle(int device) {
   if (const Stream* stream = current_stream_object(device)) {
-    if (!stream->dnn_) {
+    // A failure leaves the flag unset: the next kernel on the stream tries again.
+    std::call_once(stream->dnn_made_, [&] {
       DeviceGuard on(device);
       cudnnHandle_t handle = nullptr;
       check_dnn(cudnnCreate(&handle), "cudnnCreate", device);
@@ -48,7 +49,7 @@ cudnnHandle_t dnn_handle(int device) {
       }
       stream->dnn_ = new Stream::Dnn{handle};
       stream->destroy_dnn_ = &Stream::Dnn::destroy;
-    }
+    });
     return stream->dnn_->handle;
   }
   thread_local ThreadHandles handles;

@@ -14,6 +14,7 @@
 //
 // Without a guard a thread uses the device's default stream, one per device, shared by all threads.
 #include <functional>
+#include <mutex>
 
 // The CUDA runtime's own spelling of a stream handle, so this header needs no CUDA headers.
 struct CUstream_st;
@@ -57,8 +58,11 @@ class Stream {
 
   cudaStream_t handle_ = nullptr;
   int device_ = 0;
-  mutable Blas* blas_ = nullptr;  // made on first use by a kernel on this stream
-  mutable Dnn* dnn_ = nullptr;    // likewise, for cuDNN
+  // Made on first use by a kernel on this stream, once: threads that share the stream may get there
+  // together.
+  mutable std::once_flag blas_made_, dnn_made_;
+  mutable Blas* blas_ = nullptr;
+  mutable Dnn* dnn_ = nullptr;  // likewise, for cuDNN
   // Set with dnn_ by cuda/dnn.cpp, so that a build without cuDNN has nothing to link here.
   mutable void (*destroy_dnn_)(Dnn*) = nullptr;
 };
