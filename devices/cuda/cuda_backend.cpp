@@ -44,6 +44,13 @@ DeviceGuard::~DeviceGuard() {
   if (previous_ != device_) cudaSetDevice(previous_);
 }
 
+bool stream_idle(cudaStream_t stream) {
+  const cudaError_t err = cudaStreamQuery(stream);
+  if (err == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+}
+
 int device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -117,7 +124,11 @@ class PinnedBlocks {
       std::lock_guard lock(mutex_);
       for (auto [it, end] = free_.equal_range(nbytes); it != end; ++it) {
         const Block& block = blocks_.at(it->second);
-        if (block.read && cudaEventQuery(block.read) != cudaSuccess) continue;
+        if (block.read) {
+          const cudaError_t err = cudaEventQuery(block.read);
+          if (not_ready(err)) continue;
+          check(err, "cudaEventQuery (staging block)", device);
+        }
         char* p = it->second;
         free_.erase(it);
         kept_ -= nbytes;
@@ -286,7 +297,7 @@ class CudaBackend final : public DeviceBackend {
     cudaError_t err = cudaSuccess;
     // The block goes back in its own stream's order; work this thread queued on its stream may still
     // read it, so the owner waits for that first, unless this thread's stream has nothing pending.
-    if (owner && owner != here && cudaStreamQuery(here) != cudaSuccess) {
+    if (owner && owner != here && !stream_idle(here)) {
       cudaEvent_t dropped;
       err = cudaEventCreateWithFlags(&dropped, cudaEventDisableTiming);
       if (err == cudaSuccess) err = cudaEventRecord(dropped, here);
@@ -563,7 +574,7 @@ void Stream::synchronize() const {
 
 bool Stream::done() const {
   const cudaError_t err = cudaStreamQuery(handle_);
-  if (err == cudaErrorNotReady) return false;
+  if (not_ready(err)) return false;
   check(err, "cudaStreamQuery", device_);
   return true;
 }

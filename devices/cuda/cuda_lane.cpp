@@ -59,7 +59,7 @@ struct CudaEvent final : Event::State {
 
   bool done() override {
     const cudaError_t err = cudaEventQuery(handle_);
-    if (err == cudaErrorNotReady) return false;
+    if (not_ready(err)) return false;
     settle(err);
     return true;
   }
@@ -148,7 +148,7 @@ class CudaLane final : public Lane {
 Event default_stream_mark_on(int index) {
   DeviceGuard on(index);
   const cudaStream_t stream = default_stream(index);
-  if (!event_timing() && cudaStreamQuery(stream) == cudaSuccess) return Event();
+  if (!event_timing() && stream_idle(stream)) return Event();
   auto event = std::make_shared<CudaEvent>(index, nullptr);
   check(cudaEventRecord(event->handle(), stream), "cudaEventRecord", index);
   return Event(event);

@@ -18,6 +18,16 @@ namespace troupe::cuda {
 void check(cudaError_t err, const char* call, int device);
 // The error of the last kernel launch, if any, as a DeviceError naming the kernel.
 inline void check_launch(const char* kernel, int device) { check(cudaGetLastError(), kernel, device); }
+// Whether a query (cudaEventQuery, cudaStreamQuery) answered "not yet". That answer is cleared from
+// the thread's last error, so that the next launch's check_launch does not report it as its own.
+inline bool not_ready(cudaError_t err) {
+  if (err != cudaErrorNotReady) return false;
+  cudaGetLastError();
+  return true;
+}
+// Whether stream has no work pending, without throwing (frees run from destructors): an error
+// counts as pending and is cleared, since the caller's next call on the stream reports it.
+bool stream_idle(cudaStream_t stream);
 
 // Makes `device` the calling thread's CUDA device while in scope.
 class DeviceGuard {
