@@ -111,6 +111,9 @@ cudaStream_t default_stream(int device) {
 namespace {
 
 thread_local const Stream* thread_streams[kMaxDevices] = {};
+// Whether a thread without a stream of its own has queued work on the device's default stream: until
+// then a free has no reads there to wait for.
+std::atomic<bool> default_stream_used[kMaxDevices] = {};
 
 // Pinned host blocks for staging, kept for reuse by size (cudaHostAlloc costs milliseconds); at most
 // kPinnedKeep bytes are kept, the rest freed when returned. A block that an upload still reads (a
@@ -295,14 +298,23 @@ class CudaBackend final : public DeviceBackend {
     cudaGetDevice(&previous);
     if (previous != index) cudaSetDevice(index);
     cudaError_t err = cudaSuccess;
-    // The block goes back in its own stream's order; work this thread queued on its stream may still
-    // read it, so the owner waits for that first, unless this thread's stream has nothing pending.
-    if (owner && owner != here && !stream_idle(here)) {
+    // The block goes back in its own stream's order (this thread's once that stream is gone). Work
+    // queued so far on another stream may still read it, so the freeing stream waits for that first
+    // unless the other stream has nothing pending: this thread's stream, and the device's default
+    // stream, where threads without a lane queue reads that record no use (Storage::add_use).
+    const cudaStream_t freeing = owner ? owner : here;
+    auto after_reads_on = [&](cudaStream_t reader) {
+      if (err != cudaSuccess || reader == freeing || stream_idle(reader)) return;
       cudaEvent_t dropped;
       err = cudaEventCreateWithFlags(&dropped, cudaEventDisableTiming);
-      if (err == cudaSuccess) err = cudaEventRecord(dropped, here);
-      if (err == cudaSuccess) err = cudaStreamWaitEvent(owner, dropped, 0);
+      if (err == cudaSuccess) err = cudaEventRecord(dropped, reader);
+      if (err == cudaSuccess) err = cudaStreamWaitEvent(freeing, dropped, 0);
       if (err == cudaSuccess) err = cudaEventDestroy(dropped);
+    };
+    after_reads_on(here);
+    if (default_stream_used[index].load(std::memory_order_relaxed)) {
+      const cudaStream_t shared = default_stream(index);
+      if (shared != here) after_reads_on(shared);
     }
     bool kept = false;
     const size_t size = round_up(nbytes);
@@ -315,7 +327,7 @@ class CudaBackend final : public DeviceBackend {
         kept = true;
       }
     }
-    if (err == cudaSuccess && !kept) err = cudaFreeAsync(ptr, owner ? owner : here);
+    if (err == cudaSuccess && !kept) err = cudaFreeAsync(ptr, freeing);
     if (previous != index) cudaSetDevice(previous);
     // At process exit the runtime may already be gone; the driver frees everything anyway.
     if (err != cudaSuccess && err != cudaErrorCudartUnloading)
@@ -599,6 +611,8 @@ void Stream::then(std::function<void()> fn) const {
 cudaStream_t current_stream(int device) {
   check_device(device, "current_stream");
   if (const Stream* s = thread_streams[device]) return s->handle();
+  if (!default_stream_used[device].load(std::memory_order_relaxed))
+    default_stream_used[device].store(true, std::memory_order_relaxed);
   return default_stream(device);
 }
 
