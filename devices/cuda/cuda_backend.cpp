@@ -20,6 +20,7 @@
 #include "devices/cuda/shared_staging.h"
 #include "devices/cpu/parallel_ranges.h"
 #include "devices/cuda/kernel_errors.h"
+#include "devices/cuda/out_of_memory.h"
 #include "devices/tensor.h"
 
 namespace troupe::cuda {
@@ -81,11 +82,15 @@ void check_device(int device, const char* what) {
 // freed in their stream's order are kept for that stream's next allocations of the same size:
 // reuse within one stream is ordered by the stream itself, and a small op then makes no driver
 // call for its output (cudaMallocAsync and cudaFreeAsync cost about 1.3 us a pair on the H100 VM).
+struct KeptBlocks {
+  int device = 0;
+  size_t bytes = 0;
+  std::unordered_map<size_t, std::vector<void*>> by_size;
+};
 struct Blocks {
   std::mutex mutex;
   std::unordered_map<void*, cudaStream_t> stream_of;
-  std::unordered_map<cudaStream_t, std::unordered_map<size_t, std::vector<void*>>> kept;
-  std::unordered_map<cudaStream_t, size_t> kept_bytes;
+  std::unordered_map<cudaStream_t, KeptBlocks> kept;
 };
 constexpr size_t kKeptBlockMax = size_t(1) << 20;      // bytes of the largest block kept
 constexpr size_t kPipelinedUploadMin = size_t(8) << 20;  // pageable uploads from here go through pinned pieces
@@ -210,11 +215,11 @@ size_t round_up(size_t nbytes) { return (nbytes + 255) / 256 * 256; }
 void* take_kept(cudaStream_t stream, size_t size) {
   auto s = blocks().kept.find(stream);
   if (s == blocks().kept.end()) return nullptr;
-  auto b = s->second.find(size);
-  if (b == s->second.end() || b->second.empty()) return nullptr;
+  auto b = s->second.by_size.find(size);
+  if (b == s->second.by_size.end() || b->second.empty()) return nullptr;
   void* p = b->second.back();
   b->second.pop_back();
-  blocks().kept_bytes[stream] -= size;
+  s->second.bytes -= size;
   return p;
 }
 
@@ -260,17 +265,23 @@ class CudaBackend final : public DeviceBackend {
         return kept;
       }
     }
-    void* p = nullptr;
-    const cudaError_t err = cudaMallocAsync(&p, nbytes, stream);
-    if (err == cudaErrorMemoryAllocation) {
-      cudaGetLastError();
+    auto try_allocate = [&]() -> void* {
+      void* p = nullptr;
+      const cudaError_t err = cudaMallocAsync(&p, nbytes, stream);
+      if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        return nullptr;
+      }
+      check(err, "cudaMallocAsync", index);
+      return p;
+    };
+    auto free_memory = [index] {
       size_t free = 0, total = 0;
       cudaMemGetInfo(&free, &total);
-      throw DeviceError("cuda:" + std::to_string(index) + ": out of memory allocating " + std::to_string(nbytes) +
-                        " bytes (" + std::to_string(free >> 20) + " MiB free of " + std::to_string(total >> 20) +
-                        " MiB)");
-    }
-    check(err, "cudaMallocAsync", index);
+      return std::to_string(free >> 20) + " MiB free of " + std::to_string(total >> 20) + " MiB";
+    };
+    void* p = allocate_or_release_cached(index, nbytes, try_allocate, [&] { return release_cached(index, nbytes); },
+                                         free_memory);
     std::lock_guard lock(blocks().mutex);
     blocks().stream_of[p] = stream;
     return p;
@@ -320,10 +331,11 @@ class CudaBackend final : public DeviceBackend {
     const size_t size = round_up(nbytes);
     if (err == cudaSuccess && owner && size <= kKeptBlockMax && !thread_allocation().arena) {
       std::lock_guard lock(blocks().mutex);
-      size_t& bytes = blocks().kept_bytes[owner];
-      if (bytes + size <= kKeptPerStream) {
-        blocks().kept[owner][size].push_back(ptr);
-        bytes += size;
+      KeptBlocks& keep = blocks().kept[owner];
+      if (keep.bytes + size <= kKeptPerStream) {
+        keep.device = index;
+        keep.by_size[size].push_back(ptr);
+        keep.bytes += size;
         kept = true;
       }
     }
@@ -494,6 +506,35 @@ class CudaBackend final : public DeviceBackend {
     });
   }
 
+  // The device is full: every stream's kept blocks go back to the pool, and the pool's unused memory
+  // to the driver once the device has done all work queued so far (a block freed on one stream is
+  // then free for any, and cuBLAS's or staging's own cudaMalloc gets what the pool held). Returns
+  // the bytes the pool gave back.
+  size_t release_cached(int index, size_t asked) {
+    {
+      // Freed under the lock: a stream being destroyed takes it before it frees its own kept blocks.
+      std::lock_guard lock(blocks().mutex);
+      for (auto it = blocks().kept.begin(); it != blocks().kept.end();) {
+        if (it->second.device != index) {
+          ++it;
+          continue;
+        }
+        for (auto& [size, list] : it->second.by_size)
+          for (void* p : list) cudaFreeAsync(p, it->first);
+        it = blocks().kept.erase(it);
+      }
+    }
+    note_sync(Device::cuda(index), "allocation of " + std::to_string(asked) + " bytes, after out of memory");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (out of memory)", index);
+    cudaMemPool_t pool;
+    check(cudaDeviceGetDefaultMemPool(&pool, index), "cudaDeviceGetDefaultMemPool", index);
+    uint64_t before = 0, after = 0;
+    cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &before);
+    check(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo", index);
+    cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &after);
+    return before > after ? before - after : 0;  // another thread's allocation may have grown it meanwhile
+  }
+
   int count_;
   std::once_flag pool_configured_[kMaxDevices];
 };
@@ -567,9 +608,8 @@ Stream::~Stream() {
     for (auto& [ptr, stream] : blocks().stream_of)
       if (stream == handle_) stream = nullptr;
     if (auto it = blocks().kept.find(handle_); it != blocks().kept.end()) {
-      for (auto& [size, list] : it->second) kept.insert(kept.end(), list.begin(), list.end());
+      for (auto& [size, list] : it->second.by_size) kept.insert(kept.end(), list.begin(), list.end());
       blocks().kept.erase(it);
-      blocks().kept_bytes.erase(handle_);
     }
   }
   for (void* p : kept) cudaFreeAsync(p, handle_);
