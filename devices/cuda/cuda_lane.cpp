@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "devices/cuda/cuda_util.h"
+#include "devices/cuda/host_waits.h"
 #include "devices/lane.h"
 #include "devices/sync.h"
 
@@ -94,16 +95,35 @@ struct CudaEvent final : Event::State {
   std::exception_ptr error_;
 };
 
-void wait_for_host_event(void* state) {
-  auto* awaited = static_cast<std::shared_ptr<Event::State>*>(state);
-  (*awaited)->wait();
-  delete awaited;
-}
+// The word a lane's host waits write and its stream's wait kernels read (cuda/host_waits.h).
+struct ReleasedWord {
+  uint64_t* host = nullptr;
+  const uint64_t* device = nullptr;
+
+  void make(int index) {
+    DeviceGuard on(index);
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc (host waits)",
+          index);
+    void* seen = nullptr;
+    const cudaError_t err = cudaHostGetDevicePointer(&seen, p, 0);
+    if (err != cudaSuccess) cudaFreeHost(p);
+    check(err, "cudaHostGetDevicePointer (host waits)", index);
+    host = static_cast<uint64_t*>(p);
+    *host = 0;
+    device = static_cast<const uint64_t*>(seen);
+  }
+  ~ReleasedWord() {
+    if (host) cudaFreeHost(host);
+  }
+};
 
 class CudaLane final : public Lane {
  public:
   CudaLane(int index, std::string name) : Lane(Device::cuda(index), std::move(name)), stream_(index) {}
-  ~CudaLane() override = default;  // ~Stream waits for the stream's work
+  // The host waits end first (each once its host event is done), then ~Stream waits for the stream's
+  // work, its wait kernels included, then the word they read goes.
+  ~CudaLane() override = default;
 
   void enqueue(std::function<void()> fn) override {
     LaneGuard on(*this);
@@ -126,11 +146,10 @@ class CudaLane final : public Lane {
       check(cudaStreamWaitEvent(stream_.handle(), cuda_event->handle(), 0), "cudaStreamWaitEvent", index);
       return;
     }
-    // A host lane's event: the stream's later work waits on a CUDA host thread, not on the caller.
-    auto* awaited = new std::shared_ptr<Event::State>(event.state());
-    const cudaError_t err = cudaLaunchHostFunc(stream_.handle(), wait_for_host_event, awaited);
-    if (err != cudaSuccess) delete awaited;
-    check(err, "cudaLaunchHostFunc", index);
+    // A host lane's event: the stream's later work waits on the device for this lane's host-wait
+    // thread, neither on the caller nor on CUDA's host-function thread.
+    HostWaits& waits = host_waits();
+    queue_wait_until(released_.device, waits.add(event.state()), stream_.handle(), index);
   }
 
   const void* enter() override { return swap_current_stream(device().index, &stream_); }
@@ -139,7 +158,19 @@ class CudaLane final : public Lane {
   }
 
  private:
+  // Made on the first wait for a host event: a pinned allocation costs milliseconds.
+  HostWaits& host_waits() {
+    std::call_once(host_waits_made_, [&] {
+      released_.make(device().index);
+      host_waits_ = std::make_unique<HostWaits>(released_.host);
+    });
+    return *host_waits_;
+  }
+
+  ReleasedWord released_;
   Stream stream_;
+  std::once_flag host_waits_made_;
+  std::unique_ptr<HostWaits> host_waits_;
 };
 
 // The device's default stream, not this thread's current one (a lane's own, inside its calls). An

@@ -48,6 +48,9 @@ class DeviceGuard {
 void stream_wait_event(cudaStream_t stream, const Event& event, int device);
 // An event after the work queued on stream so far (pooled; timed only while a profiler records).
 Event record_event(cudaStream_t stream, int device);
+// Later work on stream waits, on the device, until *released (mapped pinned memory, the device's
+// pointer to it) reaches value (cuda/host_waits.h).
+void queue_wait_until(const uint64_t* released, uint64_t value, cudaStream_t stream, int device);
 
 // Where this thread's device allocations go while a CUDA graph is measured or captured
 // (devices/captured_work.h): an arena the capture owns, or the pool with every byte counted.
