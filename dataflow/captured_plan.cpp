@@ -1,6 +1,5 @@
 #include "dataflow/captured_plan.h"
 
-#include "devices/backend.h"
 #include "devices/error.h"
 
 namespace troupe::detail {
@@ -15,13 +14,6 @@ std::optional<std::vector<TensorMeta>> metas_of(const std::vector<Value>& inputs
     metas.push_back({v.tensor().dtype(), v.tensor().shape(), Device::cpu()});
   }
   return metas;
-}
-
-// dst's bytes become src's (same dtype and shape), queued on the calling thread's lane.
-void copy_into(Tensor& dst, const Tensor& src) {
-  Tensor from = src.device() == dst.device() ? src.contiguous() : src.to(dst.device());
-  await_ready(from);
-  backend(dst.device().type).copy(dst.mutable_raw_data(), dst.device(), from.raw_data(), from.device(), dst.nbytes());
 }
 
 }  // namespace

@@ -34,17 +34,21 @@ class CudaCapturedWork final : public CapturedWork {
           device_);
     add_arena(&arena_);
     cudaGraph_t graph = nullptr;
+    std::vector<DeferredFree> deferred;
     try {
       check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture", device_);
       try {
-        AllocationScope from_arena({.arena = &arena_, .meter = nullptr});
+        AllocationScope from_arena({.arena = &arena_, .deferred = &deferred, .meter = nullptr});
         fn();
       } catch (...) {
         cudaStreamEndCapture(stream, &graph);  // ends the capture; the partial graph is dropped
         if (graph) cudaGraphDestroy(graph);
+        free_deferred(deferred);
         throw;
       }
-      check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture", device_);
+      const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+      free_deferred(deferred);  // on the lane's stream, after the capture
+      check(ended, "cudaStreamEndCapture", device_);
       check(cudaGraphInstantiateWithFlags(&exec_, graph, 0), "cudaGraphInstantiate", device_);
       cudaGraphDestroy(graph);
     } catch (...) {
@@ -81,7 +85,7 @@ class CudaCapturedWork final : public CapturedWork {
 
 size_t measure(int device, const std::function<void()>& fn) {
   size_t bytes = 0;
-  AllocationScope counted({.arena = nullptr, .meter = &bytes});
+  AllocationScope counted({.arena = nullptr, .deferred = nullptr, .meter = &bytes});
   fn();
   return bytes;
 }

@@ -290,6 +290,10 @@ class CudaBackend final : public DeviceBackend {
   // Runs from ~Storage, so it reports failures instead of throwing them.
   void deallocate(void* ptr, size_t nbytes, int index) override {
     if (!ptr || in_arena(ptr)) return;  // an arena's blocks go with the arena
+    if (std::vector<DeferredFree>* deferred = thread_allocation().deferred) {
+      deferred->push_back({.ptr = ptr, .nbytes = nbytes, .device = index, .readers = {}});
+      return;
+    }
     cudaStream_t owner = nullptr;
     {
       std::lock_guard lock(blocks().mutex);
@@ -329,7 +333,7 @@ class CudaBackend final : public DeviceBackend {
     }
     bool kept = false;
     const size_t size = round_up(nbytes);
-    if (err == cudaSuccess && owner && size <= kKeptBlockMax && !thread_allocation().arena) {
+    if (err == cudaSuccess && owner && size <= kKeptBlockMax) {
       std::lock_guard lock(blocks().mutex);
       KeptBlocks& keep = blocks().kept[owner];
       if (keep.bytes + size <= kKeptPerStream) {
@@ -349,6 +353,10 @@ class CudaBackend final : public DeviceBackend {
   // The block's own stream waits for each reader's event, then frees it in stream order. Runs from
   // ~Storage, so it reports failures instead of throwing them.
   void deallocate_after(void* ptr, size_t nbytes, int index, const std::vector<Event>& events) override {
+    if (std::vector<DeferredFree>* deferred = thread_allocation().deferred; deferred && !in_arena(ptr)) {
+      deferred->push_back({.ptr = ptr, .nbytes = nbytes, .device = index, .readers = events});
+      return;
+    }
     try {
       cudaStream_t owner = nullptr;
       {
@@ -561,6 +569,17 @@ const bool registered = [] {
 ThreadAllocation& thread_allocation() {
   thread_local ThreadAllocation mode;
   return mode;
+}
+
+void free_deferred(std::vector<DeferredFree>& frees) {
+  DeviceBackend& cuda = backend(DeviceType::cuda);
+  for (DeferredFree& f : frees) {
+    if (f.readers.empty())
+      cuda.deallocate(f.ptr, f.nbytes, f.device);
+    else
+      cuda.deallocate_after(f.ptr, f.nbytes, f.device, f.readers);
+  }
+  frees.clear();
 }
 
 bool in_arena(const void* p) {

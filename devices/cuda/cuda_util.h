@@ -5,6 +5,8 @@
 //   check(cudaMemsetAsync(p, 0, n, current_stream(on.index())), "cudaMemsetAsync", on.index());
 #include <cuda_runtime.h>
 
+#include <vector>
+
 #include "devices/cuda/stream.h"
 #include "devices/dtype.h"
 #include "devices/error.h"
@@ -59,11 +61,24 @@ struct AllocationArena {
   size_t size = 0;
   size_t used = 0;
 };
+// A free, asked for while this thread captures, of a block from outside the capture's arena (a
+// tensor made before the capture and dropped inside it): done once the capture has ended. Inside it,
+// the free would order streams under capture (which ends the capture in an error) or be captured
+// itself, and then run at every replay.
+struct DeferredFree {
+  void* ptr = nullptr;
+  size_t nbytes = 0;
+  int device = 0;
+  std::vector<Event> readers;
+};
 struct ThreadAllocation {
-  AllocationArena* arena = nullptr;  // set while capturing
-  size_t* meter = nullptr;           // set while measuring
+  AllocationArena* arena = nullptr;                 // set while capturing
+  std::vector<DeferredFree>* deferred = nullptr;    // likewise
+  size_t* meter = nullptr;                          // set while measuring
 };
 ThreadAllocation& thread_allocation();
+// The frees a capture deferred, done now, on the calling thread's current streams.
+void free_deferred(std::vector<DeferredFree>& frees);
 // Whether p lies in an arena still alive (its blocks are freed with the arena, not one by one).
 bool in_arena(const void* p);
 void add_arena(const AllocationArena* arena);
