@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # The GPU check: prepared here (no GPU needed), run on a lent GPU machine in one call.
 #
-#   scripts/device_check.sh pack   # here: builds build-dev/ for sm_80 and sm_90 (+ PTX), no -march=native, and packs
-#                                  # the binaries and the Debian libraries they need into .devcheck/ (< 64 MiB)
-#   scripts/device_check.sh run    # there: every GPU test, every GPU benchmark and the PyTorch peers; leaves
-#                                  # $OUT/device_check.json (one object of figures) and $OUT/device_check.log
+#   scripts/device_check.sh pack          # here: builds build-dev/ for sm_80 and sm_90 (+ PTX), no -march=native, and
+#                                         # packs the binaries, the Debian libraries they need, the source path
+#                                         # compiled into them and their cuDNN version into .devcheck/ (< 64 MiB)
+#   scripts/device_check.sh run           # there: every GPU benchmark and the PyTorch peers, then every GPU test;
+#                                         # leaves $OUT/device_check.json (one object of figures) and the log
+#   scripts/device_check.sh run --quick   # there: only the new kernels' correctness tests, under 2 minutes
 #
-# With the workplace's `run` tool: carry [".devcheck"], command `bash scripts/device_check.sh run`, timeout_s 420.
-# The steps share DEVICE_CHECK_SECONDS (330 by default, under 6 minutes); a step past it is skipped;
-# DEVICE_CHECK_STEPS=regex runs only the steps it matches. Here,
-# `run` is the dry run: GPU tests skip, benchmarks that need a GPU report their DeviceError, and the
-# figures file still comes out. dist_sgd on the GPU needs Fashion-MNIST there, which is not carried.
+# With the workplace's `run` tool: carry [".devcheck"], command `bash scripts/device_check.sh run`, timeout_s 420
+# (--quick: 180). The steps share DEVICE_CHECK_SECONDS (330 by default, under 6 minutes); a step past it is
+# skipped, so the figures come first and the long test steps last. DEVICE_CHECK_STEPS=regex runs only the
+# steps it matches. A GPU test step fails when a GPU is there and the binary skipped every case. Here, `run`
+# is the dry run: GPU tests skip, benchmarks that need a GPU report their DeviceError, and the figures file
+# still comes out; DEVICE_CHECK_BUILD=build runs it on an unpacked build of this tree instead of the pack.
+# dist_sgd on the GPU needs Fashion-MNIST there, which is not carried.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-dev
@@ -32,9 +36,23 @@ pack() {
     grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' |
     grep -Ev '/lib(cuda|cudart|cublas|cublasLt|cudnn[a-z_]*|nccl)\.so' | grep -v "/$build/" >"$pack_dir/libs.txt" || true
   xargs -a "$pack_dir/libs.txt" cp -L -t "$pack_dir/libs"
+  # The tests find their fixtures under the source path compiled into them; the binaries need a cuDNN
+  # of this major version and at least this minor one.
+  sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt" >"$pack_dir/source_dir"
+  cudnn_header_version >"$pack_dir/cudnn_version"
   tar -cJf "$pack_dir/troupe.tar.xz" "${bins[@]}" "$build"/lib/*.so* "$pack_dir/libs"
   rm -rf "$pack_dir/libs"
   du -sh "$pack_dir" | awk '{print "device_check: packed " $1 " into '"$pack_dir"'/ (carry limit 64 MiB)"}'
+}
+
+# The cuDNN version the build compiles against (9.19.0, say), from the header CMake found; empty without one.
+cudnn_header_version() {
+  local dir header
+  dir=$(sed -n 's/^TROUPE_CUDNN_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")
+  header=$dir/cudnn_version.h
+  [ -f "$header" ] || return 0
+  awk '/#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) /{v[$2]=$3} END{print v["CUDNN_MAJOR"] "." v["CUDNN_MINOR"] "." v["CUDNN_PATCHLEVEL"]}' \
+    "$header"
 }
 
 # The directory holding a CUDA library there: the toolkit's, or PyTorch's wheels'.
@@ -44,17 +62,63 @@ library_dir() {
   [ -n "$found" ] && dirname "$found"
 }
 
+# The tests read their fixtures under the source path compiled into them, which pack wrote down: a
+# link to this tree there, where nothing is. The path is checked, not trusted.
+link_source_dir() {
+  local root=$1 source_dir
+  source_dir=$(cat "$pack_dir/source_dir" 2>/dev/null || true)
+  if ! [[ "$source_dir" =~ ^(/[A-Za-z0-9._+-]+)+$ ]] || [[ "$source_dir" == *..* ]]; then
+    echo "device_check: no usable source path in $pack_dir/source_dir ('$source_dir'): the tests that read fixtures fail"
+    return
+  fi
+  [ -e "$source_dir" ] || { mkdir -p "$(dirname "$source_dir")" && ln -s "$root" "$source_dir"; }
+}
+
+# The binaries need the cuDNN they were built against, or a later one of its major version: an older
+# one fails every cuDNN call (conv2d) deep inside the tests. Stops the run before any step.
+check_cudnn() {
+  local python=$1 built=$2 dir found
+  [ -n "$built" ] || return 0  # built without cuDNN
+  if ! dir=$(library_dir libcudnn.so.9); then
+    echo "device_check: the binaries were built against cuDNN $built, and this machine has no libcudnn.so.9" >&2
+    return 1
+  fi
+  found=$("$python" -c 'import ctypes, sys; v = ctypes.CDLL(sys.argv[1]).cudnnGetVersion()
+print(f"{v // 10000}.{v % 10000 // 100}.{v % 100}")' "$dir/libcudnn.so.9") || {
+    echo "device_check: could not read the version of $dir/libcudnn.so.9" >&2
+    return 1
+  }
+  local built_major=${built%%.*} built_minor found_major=${found%%.*} found_minor
+  built_minor=$(cut -d. -f2 <<<"$built")
+  found_minor=$(cut -d. -f2 <<<"$found")
+  if [ "$found_major" != "$built_major" ] || [ "$found_minor" -lt "$built_minor" ]; then
+    echo "device_check: the binaries were built against cuDNN $built, and this machine has cuDNN $found" \
+      "($dir/libcudnn.so.9): pack against a cuDNN $found_major.x no later than $found, or carry cuDNN $built" >&2
+    return 1
+  fi
+  echo "device_check: cuDNN $found here, the binaries built against $built"
+}
+
 run() {
-  local out=${OUT:-/tmp/device_check} root=$PWD
+  local quick=0
+  case "${1:-}" in
+    --quick) quick=1 ;;
+    "") ;;
+    *) echo "device_check: run takes --quick or nothing, not '$1'" >&2; exit 2 ;;
+  esac
+  local out=${OUT:-/tmp/device_check} root=$PWD built_cudnn
   mkdir -p "$out"
   local log=$out/device_check.log figures=$out/device_check.jsonl
   : >"$log"
   : >"$figures"
-  tar -xJf "$pack_dir/troupe.tar.xz"
-  # Tests find their fixtures at the source path compiled into them.
-  local source_dir
-  source_dir=$(grep -a -o '/[^"]*/tests/fixtures' "$build/bin/test_devices" | head -1 | sed 's,/tests/fixtures$,,')
-  if [ -n "$source_dir" ] && [ ! -e "$source_dir" ]; then mkdir -p "$(dirname "$source_dir")" && ln -s "$root" "$source_dir"; fi
+  if [ -n "${DEVICE_CHECK_BUILD:-}" ]; then
+    build=$DEVICE_CHECK_BUILD  # a build of this tree: its fixtures are where it was compiled
+    built_cudnn=$(cudnn_header_version)
+  else
+    tar -xJf "$pack_dir/troupe.tar.xz"
+    link_source_dir "$root" | tee -a "$log"
+    built_cudnn=$(cat "$pack_dir/cudnn_version")
+  fi
   local dirs="$root/$pack_dir/libs:$root/$build/lib" lib d
   for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
     d=$(library_dir "$lib") && dirs="$dirs:$d"
@@ -62,10 +126,14 @@ run() {
   export LD_LIBRARY_PATH="$dirs:${LD_LIBRARY_PATH:-}" PYTHONUNBUFFERED=1
   local python=python3
   [ -x /opt/torch/.venv/bin/python3 ] && python=/opt/torch/.venv/bin/python3
+  if ! check_cudnn "$python" "$built_cudnn" 2>&1 | tee -a "$log"; then exit 3; fi
+  local has_gpu=0
+  nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && has_gpu=1
 
   # The whole run stays within DEVICE_CHECK_SECONDS (330): each step's limit is cut to what is left.
   local deadline=$(( $(date +%s) + ${DEVICE_CHECK_SECONDS:-330} ))
   # step NAME SECONDS CMD...: runs it with a limit, logs everything, keeps its last JSON line as NAME's figures.
+  # With `verdict=FN step ...`, FN OUTPUT CMD... may fail a step that exited 0.
   step() {
     local name=$1 limit=$2 started rc left
     shift 2
@@ -84,6 +152,7 @@ run() {
     timeout "$limit" "$@" 2>&1 | tee "$out/step.txt" >>"$log"
     rc=${PIPESTATUS[0]}
     set -e
+    if [ "$rc" -eq 0 ] && [ -n "${verdict:-}" ] && ! "$verdict" "$out/step.txt" "$@"; then rc=1; fi
     local line
     line=$(sed -E 's/^\[rank [0-9]+\] //' "$out/step.txt" | grep -E '^\{.*\}$' | tail -1 || true)
     # A step whose whole output is one JSON document over several lines (troupe info --json).
@@ -94,44 +163,58 @@ run() {
       "$(awk "BEGIN{print $(date +%s.%N) - $started}")" "$line" >>"$figures"
     echo "== $name: rc $rc" | tee -a "$log"
   }
+  # A verdict: on a machine with a GPU, a test binary that skipped every case it selected tested nothing
+  # (a build or a driver that cannot reach the GPU), which is a failure, not a pass.
+  ran_a_case() {
+    local output=$1 bin=$2 spec=$3 cases skipped
+    [ "$has_gpu" = 1 ] || return 0
+    cases=$("$bin" "$spec" --list-test-names-only | grep -c . || true)
+    skipped=$(grep -c 'SKIPPED:' "$output" || true)
+    if [ "$cases" -gt 0 ] && [ "$skipped" -ge "$cases" ]; then
+      echo "== all $cases cases skipped on a machine with a GPU: failed" | tee -a "$log"
+      return 1
+    fi
+  }
+  # gpu_tests NAME SECONDS BINARY SPEC: the test cases SPEC selects (Catch2's test spec).
+  gpu_tests() {
+    verdict=ran_a_case step "$1" "$2" "$3" "$4" --reporter compact --durations yes
+  }
 
   {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "no nvidia-smi"
     "$build/bin/troupe" info || true
   } >>"$log" 2>&1
   step info 20 "$build/bin/troupe" info --json
-  # Every GPU test: the [cuda] cases of each layer, then the whole device layer (op fixtures on every device).
-  local t
-  for t in test_devices test_actors test_dataflow test_models test_net; do
-    step "$t [cuda]" 120 "$build/bin/$t" "[cuda]" --reporter compact --durations yes
-  done
-  step "cuda_bench" 60 "$build/bin/cuda_bench" --reps 20 --json
-  step "lane_bench" 30 "$build/bin/lane_bench" --device cuda --json
-  step "encoder_graph_bench" 60 "$build/bin/encoder_graph_bench" --device cuda --layers 24 --reps 20 --json
-  step "device_p2p_bench" 60 "$build/bin/troupe" launch --nproc 2 -- "$build/bin/device_p2p_bench" --json
-  step "device_p2p_bench pinned host" 60 env TROUPE_STAGE_IN=host "$build/bin/troupe" launch --nproc 2 -- \
-    "$build/bin/device_p2p_bench" --json
-  step "device_p2p_bench host bytes" 60 env TROUPE_SHM=0 "$build/bin/troupe" launch --nproc 2 -- \
-    "$build/bin/device_p2p_bench" --json
-  step "gathernd_bench" 30 "$build/bin/gathernd_bench" --device cuda --json
-  step "lstm_ensemble" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --json
-  step "encoder_bench" 90 "$build/bin/encoder_bench" --device cuda --layers 24 --reps 5 --dtype bf16 --json
-  step "xlmr_bench" 60 "$build/bin/xlmr_bench" --device cuda --reps 5 --profile --json  # op tables in the log
-  step "train_bench" 60 env TROUPE_PYTHON="$python" "$build/bin/train_bench" --device cuda --torch --json
-  # The PyTorch peers on the same GPU.
-  step "lstm_ensemble_torch" 60 "$python" examples/lstm_ensemble_torch.py --device cuda --json
-  step "encoder_torch" 60 "$python" examples/encoder_torch.py --device cuda --dtype bf16 --json
-  step "xlmr_bench_torch" 60 "$python" examples/xlmr_bench_torch.py 1 64 5 --device cuda --profile --json
-  step "enqueue_torch" 20 "$python" examples/enqueue_torch.py --json
-  step "gathernd_torch" 30 "$python" examples/gathernd_torch.py --device cuda --json
-  # Where the host's time goes in a call to a GPU actor, where perf is installed there (a flat
-  # profile by symbol, in $OUT/lane_bench_perf.txt).
-  if command -v perf >/dev/null && [[ "perf lane_bench" =~ ${DEVICE_CHECK_STEPS:-.} ]]; then
-    step "perf lane_bench" 40 perf record -q -F 10000 -o "$out/lane_bench.perf" "$build/bin/lane_bench" --device cuda \
-      --calls 20000 --json
-    perf report -i "$out/lane_bench.perf" --stdio --no-children --percent-limit 0.3 2>/dev/null | head -300 \
-      >"$out/lane_bench_perf.txt" || true
-    rm -f "$out/lane_bench.perf"
+  if [ "$quick" = 1 ]; then
+    # The kernels of issue 42 (attention, bf16 GEMMs, layer norm, the LSTM) and the back end's review fixes.
+    gpu_tests "test_devices quick" 110 "$build/bin/test_devices" \
+      'cuda packed_attention*,cuda linear_bf16*,cuda layer_norm*,cuda lstm*,[cuda][cuda_safety]'
+  else
+    # Figures first: a deadline cuts the long test steps at the end, the least informative part.
+    step "cuda_bench" 60 "$build/bin/cuda_bench" --reps 20 --json
+    step "lane_bench" 30 "$build/bin/lane_bench" --device cuda --json
+    step "encoder_graph_bench" 60 "$build/bin/encoder_graph_bench" --device cuda --layers 24 --reps 20 --json
+    step "lstm_ensemble" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --json
+    step "encoder_bench" 90 "$build/bin/encoder_bench" --device cuda --layers 24 --reps 5 --dtype bf16 --json
+    step "xlmr_bench" 60 "$build/bin/xlmr_bench" --device cuda --reps 5 --profile --json  # op tables in the log
+    # The PyTorch peers on the same GPU.
+    step "lstm_ensemble_torch" 60 "$python" examples/lstm_ensemble_torch.py --device cuda --json
+    step "encoder_torch" 60 "$python" examples/encoder_torch.py --device cuda --dtype bf16 --json
+    step "xlmr_bench_torch" 60 "$python" examples/xlmr_bench_torch.py 1 64 5 --device cuda --profile --json
+    step "enqueue_torch" 20 "$python" examples/enqueue_torch.py --json
+    step "gathernd_bench" 30 "$build/bin/gathernd_bench" --device cuda --json
+    step "gathernd_torch" 30 "$python" examples/gathernd_torch.py --device cuda --json
+    step "train_bench" 60 env TROUPE_PYTHON="$python" "$build/bin/train_bench" --device cuda --torch --json
+    step "device_p2p_bench" 60 "$build/bin/troupe" launch --nproc 2 -- "$build/bin/device_p2p_bench" --json
+    step "device_p2p_bench pinned host" 60 env TROUPE_STAGE_IN=host "$build/bin/troupe" launch --nproc 2 -- \
+      "$build/bin/device_p2p_bench" --json
+    step "device_p2p_bench host bytes" 60 env TROUPE_SHM=0 "$build/bin/troupe" launch --nproc 2 -- \
+      "$build/bin/device_p2p_bench" --json
+    # Every GPU test: the [cuda] cases of each layer.
+    local t
+    for t in test_devices test_actors test_dataflow test_models test_net; do
+      gpu_tests "$t [cuda]" 120 "$build/bin/$t" "[cuda]"
+    done
   fi
   # One JSON object of every step's figures.
   "$python" - "$figures" "$out/device_check.json" <<'PY' || cp "$figures" "$out/device_check.json"
@@ -145,6 +228,6 @@ PY
 
 case "${1:-}" in
   pack) pack ;;
-  run) run ;;
-  *) sed -n '2,13p' "$0"; exit 2 ;;
+  run) run "${@:2}" ;;
+  *) sed -n '2,20p' "$0"; exit 2 ;;
 esac
