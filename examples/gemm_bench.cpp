@@ -24,6 +24,7 @@
 #include "devices/threads.h"
 #include "examples/cpu_kernels.h"
 #include "examples/json_line.h"
+#include "examples/median_time.h"
 #include "examples/run_example.h"
 
 using namespace troupe;
@@ -122,16 +123,9 @@ std::vector<Row> measure_packed(const std::vector<Product>& products, const std:
     Tensor c = Tensor::empty({p.m, p.n});
     for (int t : threads) {
       set_intra_op_threads(t);
-      auto once = [&] { gemm_packed_f32(p.m, a.data<float>(), p.k, packed, 0.0f, c.mutable_data<float>(), p.n); };
-      for (int i = 0; i < 2; ++i) once();
-      std::vector<double> seconds;
-      for (int i = 0; i < runs; ++i) {
-        const auto start = std::chrono::steady_clock::now();
-        once();
-        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      }
-      std::sort(seconds.begin(), seconds.end());
-      const double gflops = 2.0 * double(p.m) * double(p.k) * double(p.n) / seconds[seconds.size() / 2] / 1e9;
+      const double seconds = troupe::median_seconds(
+          [&] { gemm_packed_f32(p.m, a.data<float>(), p.k, packed, 0.0f, c.mutable_data<float>(), p.n); }, runs, 2);
+      const double gflops = 2.0 * double(p.m) * double(p.k) * double(p.n) / seconds / 1e9;
       rows.push_back({std::string("packed ") + gemm_packed_kernel(), p, t, gflops, gflops / (peak * t)});
     }
   }

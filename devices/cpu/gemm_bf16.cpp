@@ -168,8 +168,8 @@ void product(int64_t m, const uint16_t* a, int64_t lda, const PackedWeightBf16& 
   stream.wait();
 }
 
-// emulated(): the product in f32 on bf16 values by the packed f32 tiles, then the epilogue in
-// one pass over each row (bias, activation, rounded to bf16 when asked for).
+// emulated(): the product in f32 on bf16 values by the packed f32 tiles (which add the bias), then
+// the rest of the epilogue in one pass over each row (activation, rounded to bf16 when asked for).
 void emulated_product(int64_t m, const float* a, int64_t lda, const PackedWeightBf16& w,
                       const GemmBf16Epilogue& epilogue, void* c, int64_t ldc) {
   const int64_t n = w.n();
@@ -177,13 +177,11 @@ void emulated_product(int64_t m, const float* a, int64_t lda, const PackedWeight
   if (epilogue.bf16_out) f32_rows.resize(static_cast<size_t>(m * n));
   float* out = epilogue.bf16_out ? f32_rows.data() : static_cast<float*>(c);
   const int64_t ldo = epilogue.bf16_out ? n : ldc;
-  gemm_packed_f32(m, a, lda, *w.blocks().f32, 0.0f, out, ldo);
-  if (!epilogue.bias && epilogue.activation == GemmActivation::none && !epilogue.bf16_out) return;
+  gemm_packed_f32(m, a, lda, *w.blocks().f32, 0.0f, out, ldo, epilogue.bias);
+  if (epilogue.activation == GemmActivation::none && !epilogue.bf16_out) return;
   parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 18) / n), 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       float* row = out + r * ldo;
-      if (epilogue.bias)
-        for (int64_t j = 0; j < n; ++j) row[j] += epilogue.bias[j];
       if (epilogue.activation == GemmActivation::relu)
         for (int64_t j = 0; j < n; ++j) row[j] = std::max(row[j], 0.0f);
       else if (epilogue.activation == GemmActivation::gelu)

@@ -50,14 +50,16 @@ void pack_rows(const RowTiles& tiles, int64_t t0, int64_t t1, const float* a, in
 // of tiles (their packed A stays in L2), then panels, then the tiles of the block (the panel's
 // slice stays near the core).
 void product_block(const GemmTiles& kernel, const RowTiles& tiles, int64_t t0, int64_t t1, int64_t p0, int64_t p1,
-                   const float* packed_a, const PackedWeight& w, float beta, float* c, int64_t ldc) {
+                   const float* packed_a, const PackedWeight& w, float beta, const float* bias, float* c, int64_t ldc) {
   const int64_t k = w.k(), n = w.n(), width = kernel.width;
   const int64_t tiles_per_block = std::max<int64_t>(1, kernel.mc / kMaxRows);
   for (int64_t k0 = 0; k0 < k; k0 += kernel.kc) {
     const int64_t kn = std::min(kernel.kc, k - k0);
-    // The first block scales C by beta (beta 0: C is not read); later ones accumulate onto it.
+    // The first block scales C by beta (beta 0: C is not read) and adds the bias; later ones
+    // accumulate onto it.
     const bool load_c = k0 > 0 || beta != 0.0f;
     const float scale = k0 > 0 ? 1.0f : beta;
+    const float* block_bias = k0 > 0 ? nullptr : bias;
     for (int64_t b0 = t0; b0 < t1; b0 += tiles_per_block) {
       const int64_t b1 = std::min(t1, b0 + tiles_per_block);
       for (int64_t p = p0; p < p1; ++p) {
@@ -66,7 +68,7 @@ void product_block(const GemmTiles& kernel, const RowTiles& tiles, int64_t t0, i
         for (int64_t t = b0; t < b1; ++t) {
           const int64_t row = tiles.first_row(t), height = tiles.height(t);
           kernel.tile[height](kn, packed_a + row * k + k0 * height, b, c + row * ldc + p * width, ldc, cols, load_c,
-                              scale);
+                              scale, block_bias ? block_bias + p * width : nullptr);
         }
       }
     }
@@ -118,7 +120,7 @@ PackedWeight::PackedWeight(const float* w, int64_t n, int64_t k, int64_t ldw, Cp
 }
 
 void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight& w, float beta, float* c,
-                     int64_t ldc) {
+                     int64_t ldc, const float* bias) {
   const int64_t n = w.n(), k = w.k();
   if (m < 0) throw ValueError("gemm_packed_f32: negative m=" + std::to_string(m));
   check_sizes("gemm_packed_f32", n, k, lda, "lda");
@@ -127,7 +129,8 @@ void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight&
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+      for (int64_t j = 0; j < n; ++j)
+        c[i * ldc + j] = (beta == 0.0f ? 0.0f : beta * c[i * ldc + j]) + (bias ? bias[j] : 0.0f);
     return;
   }
   const GemmTiles& kernel = tiles_for(w.isa());
@@ -146,7 +149,7 @@ void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight&
   const int64_t chunks = std::min<int64_t>(units, 8 * threads);
   if (threads <= 1 || chunks < 2) {
     pack_rows(tiles, 0, tiles.count, a, lda, k, packed_a);
-    product_block(kernel, tiles, 0, tiles.count, 0, panels, packed_a, w, beta, c, ldc);
+    product_block(kernel, tiles, 0, tiles.count, 0, panels, packed_a, w, beta, bias, c, ldc);
     return;
   }
 #pragma omp parallel num_threads(threads)
@@ -157,9 +160,9 @@ void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight&
     for (int64_t i = 0; i < chunks; ++i) {
       const int64_t begin = units * i / chunks, end = units * (i + 1) / chunks;
       if (by_panels)
-        product_block(kernel, tiles, 0, tiles.count, begin, end, packed_a, w, beta, c, ldc);
+        product_block(kernel, tiles, 0, tiles.count, begin, end, packed_a, w, beta, bias, c, ldc);
       else
-        product_block(kernel, tiles, begin, end, 0, panels, packed_a, w, beta, c, ldc);
+        product_block(kernel, tiles, begin, end, 0, panels, packed_a, w, beta, bias, c, ldc);
     }
   }
 }

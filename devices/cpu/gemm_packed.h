@@ -41,11 +41,12 @@ class PackedWeight {
   Tensor data_;
 };
 
-// Row-major C[m, n] = A[m, k] @ W^T + beta * C (beta 0 never reads C), with the kernels the
-// weight was packed for. Uses the calling thread's intra-op thread budget. ValueError for bad
-// sizes or leading dimensions.
+// Row-major C[m, n] = A[m, k] @ W^T + beta * C (+ bias[n] when given; beta 0 never reads C),
+// with the kernels the weight was packed for: the bias is added as the tiles store, not in a pass
+// of its own. Uses the calling thread's intra-op thread budget. ValueError for bad sizes or
+// leading dimensions.
 void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight& w, float beta, float* c,
-                     int64_t ldc);
+                     int64_t ldc, const float* bias = nullptr);
 
 // "avx2 6x16" or "avx512 6x64": the register tile products use on this CPU, for `troupe info`.
 const char* gemm_packed_kernel();

@@ -2,7 +2,7 @@
 // The register tiles of the packed GEMM (gemm_packed.cpp), one set per instruction set, each in
 // its own file compiled for the baseline and marked with its target, so the driver picks one at
 // run time (isa.h). A tile computes
-//   C[rows, cols] = A[rows, kn] @ B[kn, width]  (+ scale * C when load_c)
+//   C[rows, cols] = A[rows, kn] @ B[kn, width]  (+ scale * C when load_c) (+ bias[cols] when given)
 // with A packed k-major for the tile (a[p * rows + r]), B a slice of one weight panel
 // (b[p * width + j], 32-byte aligned), C row-major (columns past cols untouched).
 #include <cstdint>
@@ -10,7 +10,7 @@
 namespace troupe {
 
 using GemmTileFn = void (*)(int64_t kn, const float* a, const float* b, float* c, int64_t ldc, int64_t cols,
-                            bool load_c, float scale);
+                            bool load_c, float scale, const float* bias);
 
 struct GemmTiles {
   static constexpr int kMaxRows = 6;

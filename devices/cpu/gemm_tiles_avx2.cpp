@@ -23,7 +23,7 @@ constexpr int64_t W = 16;
 
 template <int MR>
 TROUPE_AVX2 void tile(int64_t kn, const float* a, const float* b, float* c, int64_t ldc, int64_t cols, bool load_c,
-                      float scale) {
+                      float scale, const float* bias) {
   // C's lines are fetched while the products run: they are cold (other panels and k blocks
   // wrote them last), and a tile stalled on them at its end would idle the FMA units.
   for (int r = 0; r < MR; ++r) {
@@ -53,13 +53,18 @@ TROUPE_AVX2 void tile(int64_t kn, const float* a, const float* b, float* c, int6
         v0 = _mm256_fmadd_ps(s, _mm256_loadu_ps(out), v0);
         v1 = _mm256_fmadd_ps(s, _mm256_loadu_ps(out + 8), v1);
       }
+      if (bias) {
+        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(bias));
+        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(bias + 8));
+      }
       _mm256_storeu_ps(out, v0);
       _mm256_storeu_ps(out + 8, v1);
     } else {  // the last panel of a weight whose n is no multiple of 16
       alignas(32) float row[W];
       _mm256_store_ps(row, acc[r][0]);
       _mm256_store_ps(row + 8, acc[r][1]);
-      for (int64_t j = 0; j < cols; ++j) out[j] = load_c ? row[j] + scale * out[j] : row[j];
+      for (int64_t j = 0; j < cols; ++j)
+        out[j] = (load_c ? row[j] + scale * out[j] : row[j]) + (bias ? bias[j] : 0.0f);
     }
   }
 }

@@ -15,7 +15,7 @@ constexpr int64_t W = 64;
 
 template <int MR>
 [[gnu::target("avx512f")]] void tile(int64_t kn, const float* a, const float* b, float* c, int64_t ldc, int64_t cols,
-                                     bool load_c, float scale) {
+                                     bool load_c, float scale, const float* bias) {
   __mmask16 mask[4];
   for (int j = 0; j < 4; ++j) {
     const int64_t left = std::clamp<int64_t>(cols - 16 * j, 0, 16);
@@ -45,6 +45,7 @@ template <int MR>
       float* out = c + r * ldc + 16 * j;
       __m512 v = acc[r][j];
       if (load_c) v = _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(mask[j], out), v);
+      if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask[j], bias + 16 * j));
       _mm512_mask_storeu_ps(out, mask[j], v);
     }
 }

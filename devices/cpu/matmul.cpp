@@ -282,8 +282,8 @@ std::vector<Tensor> matmul_cpu(const OpCall& c) {
 
 std::vector<Tensor> bmm_cpu(const OpCall& c) { return {matmul_tensors(c.inputs[0], c.inputs[1], false, false, c.outputs[0])}; }
 
-// One GEMM over all leading dims of x folded into rows; the bias is broadcast into the output
-// first and the product accumulated onto it.
+// One GEMM over all leading dims of x folded into rows; on the libraries' path the bias is
+// broadcast into the output first and the product accumulated onto it.
 std::vector<Tensor> linear_cpu(const OpCall& c) {
   const TensorMeta& meta = c.outputs[0];
   const DType dtype = compute_dtype(meta.dtype);
@@ -293,6 +293,17 @@ std::vector<Tensor> linear_cpu(const OpCall& c) {
   const Tensor rows = gemm_ready(x.dim() == 2 ? x : x.reshape({numel(Shape(x.shape().begin(), x.shape().end() - 1)), in}));
   Tensor out = Tensor::empty({rows.size(0), out_features}, dtype);
   const bool has_bias = c.inputs.size() > 2;
+  // An f32 weight used again (inference) goes through its cached packed form, the bias added as
+  // the product is stored: oneDNN's sgemm re-packs the weight on every call, which costs up to
+  // half the time when there are few rows.
+  const std::optional<Layout> layout = gemm_layout(rows);
+  if (meta.dtype == DType::f32 && layout && !layout->trans)
+    if (auto packed = packed_weight(c.inputs[1], PackWhen::second_use)) {
+      const Tensor bias = has_bias ? c.inputs[2].to(dtype).contiguous() : Tensor();
+      gemm_packed_f32(rows.size(0), rows.data<float>(), layout->ld, *packed, 0.0f, out.mutable_data<float>(),
+                      out_features, has_bias ? bias.data<float>() : nullptr);
+      return {out.view(meta.shape)};
+    }
   if (has_bias) {
     const Tensor bias = c.inputs[2].to(dtype).contiguous();
     dispatch(dtype, [&](auto tag) {
@@ -302,15 +313,6 @@ std::vector<Tensor> linear_cpu(const OpCall& c) {
       for (int64_t r = 0; r < rows.size(0); ++r) std::copy(b, b + out_features, o + r * out_features);
     });
   }
-  // An f32 weight used again (inference) goes through its cached packed form: oneDNN's sgemm
-  // re-packs it on every call, which costs up to half the time when there are few rows.
-  const std::optional<Layout> layout = gemm_layout(rows);
-  if (meta.dtype == DType::f32 && layout && !layout->trans)
-    if (auto packed = packed_weight(c.inputs[1], PackWhen::second_use)) {
-      gemm_packed_f32(rows.size(0), rows.data<float>(), layout->ld, *packed, has_bias ? 1.0f : 0.0f,
-                      out.mutable_data<float>(), out_features);
-      return {out.view(meta.shape)};
-    }
   product(rows, gemm_ready(weight.transpose(0, 1)), out, has_bias);
   return {out.to(meta.dtype).view(meta.shape)};
 }

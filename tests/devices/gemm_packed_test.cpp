@@ -60,7 +60,7 @@ TEST_CASE("packed GEMM matches the naive product for ragged sizes, strides and b
   }
 }
 
-TEST_CASE("packed GEMM: every register tile this CPU has gives the naive product", "[gemm][packed][isa]") {
+TEST_CASE("packed GEMM: every register tile this CPU has gives the naive product, its bias added", "[gemm][packed][isa]") {
   // The AVX2 tile on an AVX-512 machine too, in one process: a build runs the narrower kernels
   // wherever it runs (TROUPE_CPU_ISA forces them for a whole run).
   struct Case {
@@ -72,11 +72,14 @@ TEST_CASE("packed GEMM: every register tile this CPU has gives the naive product
     for (const Case& cs : {Case{1, 16, 1, 0.0f}, Case{6, 16, 257, 1.0f}, Case{7, 33, 300, 0.5f},
                            Case{50, 4 * 64 + 16, 1024 + 3, 0.0f}, Case{145, 48, 520, -1.0f}}) {
       auto a = random_values(cs.m * cs.k, 11), w = random_values(cs.n * cs.k, 12), c = random_values(cs.m * cs.n, 13);
-      const auto expected = reference(cs.m, cs.n, cs.k, a, cs.k, w, cs.k, cs.beta, c, cs.n);
+      const auto bias = random_values(cs.n, 14);
+      auto expected = reference(cs.m, cs.n, cs.k, a, cs.k, w, cs.k, cs.beta, c, cs.n);
+      for (int64_t i = 0; i < cs.m; ++i)
+        for (int64_t j = 0; j < cs.n; ++j) expected[i * cs.n + j] += bias[j];
       const PackedWeight packed(w.data(), cs.n, cs.k, cs.k, isa);
       CHECK(packed.isa() == isa);
       CHECK(packed.panel_width() == (isa >= CpuIsa::avx512 ? 64 : 16));
-      gemm_packed_f32(cs.m, a.data(), cs.k, packed, cs.beta, c.data(), cs.n);
+      gemm_packed_f32(cs.m, a.data(), cs.k, packed, cs.beta, c.data(), cs.n, bias.data());  // + bias, as linear
       INFO(cpu_isa_name(isa) << " m=" << cs.m << " n=" << cs.n << " k=" << cs.k);
       CHECK(max_abs_diff(c, expected) < 1e-5 * std::sqrt(double(cs.k)) + 1e-6);
     }
