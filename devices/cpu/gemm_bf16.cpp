@@ -1,6 +1,7 @@
 #include "devices/cpu/gemm_bf16.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <dnnl.hpp>
 #include <unordered_map>
@@ -76,12 +77,23 @@ bool emulated() {
   return no_bf16;
 }
 
+// BFloat16's rounding (to nearest even, NaN kept a quiet NaN) inline and without branches, so the
+// loops over rows vectorise: BFloat16(float) is out of line (dtype.cpp), a call per element.
+inline uint16_t bf16_bits(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (x >> 16) | 0x40u;
+  const uint32_t is_nan = 0u - static_cast<uint32_t>((x & 0x7fffffffu) > 0x7f800000u);
+  return static_cast<uint16_t>((quiet_nan & is_nan) | (rounded & ~is_nan));
+}
+inline float bf16_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
 // One row rounded 16 at a time by the CPU's own conversion (AVX512-BF16), the same rounding.
 [[gnu::target("avx512f,avx512bf16")]] void round_row_avx512_bf16(int64_t k, const float* row, uint16_t* dst) {
   int64_t j = 0;
   for (; j + 16 <= k; j += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(row + j)));
-  for (; j < k; ++j) dst[j] = BFloat16(row[j]).bits;
+  for (; j < k; ++j) dst[j] = bf16_bits(row[j]);
 }
 
 // Rounded to nearest even as BFloat16 rounds (NaN stays NaN).
@@ -95,7 +107,7 @@ void round_rows(int64_t m, int64_t k, const float* a, int64_t lda, uint16_t* out
         round_row_avx512_bf16(k, row, dst);
         continue;
       }
-      for (int64_t j = 0; j < k; ++j) dst[j] = BFloat16(row[j]).bits;
+      for (int64_t j = 0; j < k; ++j) dst[j] = bf16_bits(row[j]);
     }
   });
 }
@@ -104,7 +116,7 @@ void round_rows(int64_t m, int64_t k, const float* a, int64_t lda, uint16_t* out
 void round_in_f32(int64_t m, int64_t k, const float* a, int64_t lda, float* out) {
   parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 20) / k), 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
-      for (int64_t j = 0; j < k; ++j) out[r * k + j] = static_cast<float>(BFloat16(a[r * lda + j]));
+      for (int64_t j = 0; j < k; ++j) out[r * k + j] = bf16_float(bf16_bits(a[r * lda + j]));
   });
 }
 
@@ -187,8 +199,8 @@ void emulated_product(int64_t m, const float* a, int64_t lda, const PackedWeight
       else if (epilogue.activation == GemmActivation::gelu)
         gelu_f32(row, row, n);
       if (epilogue.bf16_out) {
-        auto* dst = static_cast<BFloat16*>(c) + r * ldc;
-        for (int64_t j = 0; j < n; ++j) dst[j] = BFloat16(row[j]);
+        auto* dst = reinterpret_cast<uint16_t*>(static_cast<BFloat16*>(c) + r * ldc);
+        for (int64_t j = 0; j < n; ++j) dst[j] = bf16_bits(row[j]);
       }
     }
   });
@@ -220,8 +232,13 @@ void gemm_bf16(int64_t m, const BFloat16* a, int64_t lda, const PackedWeightBf16
   if (w.blocks().f32) {
     thread_local std::vector<float> values;
     values.resize(static_cast<size_t>(m * w.k()));
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t j = 0; j < w.k(); ++j) values[static_cast<size_t>(r * w.k() + j)] = static_cast<float>(a[r * lda + j]);
+    const int64_t k = w.k();
+    const auto* bits = reinterpret_cast<const uint16_t*>(a);
+    float* to = values.data();
+    parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 20) / k), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        for (int64_t j = 0; j < k; ++j) to[r * k + j] = bf16_float(bits[r * lda + j]);
+    });
     return emulated_product(m, values.data(), w.k(), w, epilogue, c, ldc);
   }
   product(m, reinterpret_cast<const uint16_t*>(a), lda, w, epilogue, c, ldc);
