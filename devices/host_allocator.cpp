@@ -12,10 +12,18 @@ namespace troupe {
 
 namespace {
 
+constexpr size_t kMidBlock = size_t{64} << 10;
 constexpr size_t kLargeBlock = size_t{1} << 20;
 constexpr size_t kHugePage = size_t{2} << 20;
 
 size_t large_size(size_t nbytes) { return (nbytes + kHugePage - 1) / kHugePage * kHugePage; }
+size_t mid_size(size_t nbytes) { return (nbytes + kMidBlock - 1) / kMidBlock * kMidBlock; }
+
+void* map_plain(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return p;
+}
 
 void* map_huge(size_t bytes) {
   // Over-map by one huge page so the block can start on a 2 MiB boundary (THP needs it).
@@ -134,7 +142,7 @@ size_t small_size(size_t nbytes) { return (std::max<size_t>(nbytes, 1) + 63) / 6
 }  // namespace
 
 void* host_allocate(size_t nbytes) {
-  if (nbytes < kLargeBlock) {
+  if (nbytes < kMidBlock) {
     const size_t bytes = small_size(nbytes);
     SmallBlockCache* kept = SmallBlockCache::of_this_thread();
     if (void* p = kept ? kept->take(bytes) : nullptr) return p;
@@ -142,18 +150,22 @@ void* host_allocate(size_t nbytes) {
     if (!p) throw std::bad_alloc();
     return p;
   }
-  const size_t bytes = large_size(nbytes);
+  // From 64 KiB, blocks are mappings of their own kept for reuse (glibc maps such blocks afresh
+  // and unmaps them on free until its threshold adapts, and trims its heap's top: each time their
+  // pages fault in again). Below 1 MiB in 64 KiB steps, without huge pages.
+  const bool large = nbytes >= kLargeBlock;
+  const size_t bytes = large ? large_size(nbytes) : mid_size(nbytes);
   if (void* p = cache().take(bytes)) return p;
-  return map_huge(bytes);
+  return large ? map_huge(bytes) : map_plain(bytes);
 }
 
 void host_deallocate(void* ptr, size_t nbytes) {
-  if (nbytes < kLargeBlock) {
+  if (nbytes < kMidBlock) {
     SmallBlockCache* kept = SmallBlockCache::of_this_thread();
     if (!kept || !kept->keep(ptr, small_size(nbytes))) std::free(ptr);
     return;
   }
-  const size_t bytes = large_size(nbytes);
+  const size_t bytes = nbytes >= kLargeBlock ? large_size(nbytes) : mid_size(nbytes);
   if (!cache().keep(ptr, bytes)) munmap(ptr, bytes);
 }
 

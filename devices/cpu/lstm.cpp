@@ -53,8 +53,10 @@ std::vector<Tensor> lstm_cpu(const OpCall& call) {
   Tensor h_n = Tensor::empty({B, H}), c_n = Tensor::empty({B, H});
   float* out = output.mutable_data<float>();
   float* c = c_n.mutable_data<float>();
-  std::vector<float> h0(static_cast<size_t>(B * H), 0.0f);
-  if (call.inputs.size() > 5) copy_elements(call.inputs[5], DType::f32, h0.data());
+  // A host tensor, not a vector: its block comes back from the host allocator's cache each call.
+  Tensor h0_buffer = Tensor::zeros({B, H});
+  float* h0 = h0_buffer.mutable_data<float>();
+  if (call.inputs.size() > 5) copy_elements(call.inputs[5], DType::f32, h0);
   if (call.inputs.size() > 6)
     copy_elements(call.inputs[6], DType::f32, c);
   else
@@ -69,7 +71,7 @@ std::vector<Tensor> lstm_cpu(const OpCall& call) {
 
   for (int64_t t = 0; t < T; ++t) {
     float* g = gates + t * B * G;
-    const float* h_prev = t == 0 ? h0.data() : out + (t - 1) * B * H;
+    const float* h_prev = t == 0 ? h0 : out + (t - 1) * B * H;
     gemm_packed_f32(B, h_prev, H, *w_hh, 1.0f, g, G);
     // i, f and o through the sigmoid, g through tanh, in place; the four blocks are contiguous per
     // row. Rows split between the threads the GEMM had (a few percent of a 2-thread direction).
@@ -88,7 +90,7 @@ std::vector<Tensor> lstm_cpu(const OpCall& call) {
       for (int64_t j = 0; j < H; ++j) hb[j] *= a[3 * H + j];
     }
   }
-  const float* last = T == 0 ? h0.data() : out + (T - 1) * B * H;
+  const float* last = T == 0 ? h0 : out + (T - 1) * B * H;
   std::memcpy(h_n.mutable_data<float>(), last, sizeof(float) * B * H);
   return {output, h_n, c_n};
 }

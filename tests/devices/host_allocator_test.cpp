@@ -22,6 +22,19 @@ TEST_CASE("host blocks are 64-byte aligned and whole, small and large", "[alloca
   }
 }
 
+TEST_CASE("a block of 64 KiB to 1 MiB is a mapping of its own, kept for the next one of its 64 KiB step",
+          "[allocator]") {
+  void* first = host_allocate(200 << 10);
+  CHECK(reinterpret_cast<uintptr_t>(first) % 64 == 0);
+  std::memset(first, 1, 200 << 10);  // every byte is there
+  const size_t cached = host_cached_bytes();
+  host_deallocate(first, 200 << 10);
+  CHECK(host_cached_bytes() == cached + (256 << 10));  // kept, rounded up to 64 KiB steps
+  void* again = host_allocate(250 << 10);              // the same step: a kept block, no new mapping
+  CHECK(host_cached_bytes() == cached);
+  host_deallocate(again, 250 << 10);
+}
+
 TEST_CASE("a small block freed by a thread serves its next allocation of that size", "[allocator]") {
   void* first = host_allocate(1024);
   host_deallocate(first, 1024);
