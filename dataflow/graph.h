@@ -212,7 +212,6 @@ class Graph {
   friend class NodeRef;
   Node& mutable_node(int id) { return nodes_.at(static_cast<size_t>(id)); }
   int add(Node node, const std::string& prefix);
-  void check_port(const Port& port, const char* what) const;
 
   std::string name_;
   uint64_t id_;

@@ -52,7 +52,6 @@ void SyncAttribution::set_thread_actor(std::string_view actor) {
   if (thread_actor != actor) thread_actor.assign(actor);
 }
 std::string_view SyncAttribution::current_op() { return thread_op; }
-std::string_view SyncAttribution::current_actor() { return thread_actor; }
 
 uint64_t sync_count() { return counts().total.load(std::memory_order_relaxed); }
 

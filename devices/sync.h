@@ -56,7 +56,6 @@ class SyncAttribution {
   };
   static void set_thread_actor(std::string_view actor);
   static std::string_view current_op();
-  static std::string_view current_actor();
 };
 
 // What a profiler does with each sync (one at a time; nullptr for none).

@@ -8,7 +8,6 @@ namespace troupe::cuda {
 
 namespace {
 
-constexpr int kMaxDevices = 64;
 // cuBLAS's own recommendation for Hopper: 32 MiB lets its split-K and stream-K kernels run.
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 

@@ -63,8 +63,6 @@ int device_count() {
 
 namespace {
 
-constexpr int kMaxDevices = 64;
-
 // Asked of the runtime once: every current_stream() checks its device, on the path of each launch.
 int known_device_count() {
   static const int count = device_count();

@@ -16,6 +16,9 @@
 
 namespace troupe::cuda {
 
+// The most CUDA devices a process uses: the size of the per-device tables (streams, handles, error words).
+constexpr int kMaxDevices = 64;
+
 // DeviceError "cuda:N: <call>: <CUDA's message>" unless err is cudaSuccess.
 void check(cudaError_t err, const char* call, int device);
 // The error of the last kernel launch, if any, as a DeviceError naming the kernel.

@@ -9,8 +9,6 @@ namespace troupe::cuda {
 
 namespace {
 
-constexpr int kMaxDevices = 64;
-
 struct ThreadHandles {
   cudnnHandle_t by_device[kMaxDevices] = {};
   ~ThreadHandles() {

@@ -12,8 +12,6 @@ namespace troupe::cuda {
 
 namespace {
 
-constexpr int kMaxDevices = 64;
-
 // Where the host reads each device's word (set once, read by any thread), and where kernels write it.
 std::atomic<KernelError*> host_words[kMaxDevices] = {};
 KernelError* device_words[kMaxDevices] = {};
