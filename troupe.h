@@ -44,10 +44,10 @@
 // actors/: the runtime, fork/wait, promises, module actors, the profiler, metrics.
 #include "actors/fork.h"
 #include "actors/future.h"
-#include "actors/metrics.h"
-#include "actors/metrics_server.h"
+#include "actors/observe/metrics.h"
+#include "actors/observe/metrics_server.h"
 #include "actors/module_actor.h"
-#include "actors/profiler.h"
+#include "actors/observe/profiler.h"
 #include "actors/promise.h"
 #include "actors/runtime.h"
 

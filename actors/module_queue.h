@@ -12,7 +12,7 @@
 #include <mutex>
 #include <string>
 
-#include "actors/metrics.h"
+#include "actors/observe/metrics.h"
 #include "actors/task.h"
 
 namespace troupe {

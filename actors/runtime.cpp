@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "actors/handoff.h"
-#include "actors/metrics.h"
-#include "actors/metrics_server.h"
+#include "actors/observe/metrics.h"
+#include "actors/observe/metrics_server.h"
 #include "actors/module_actor.h"
-#include "actors/profiler.h"
+#include "actors/observe/profiler.h"
 #include "actors/task.h"
 #include "devices/error.h"
 #include "devices/threads.h"

@@ -8,7 +8,7 @@
 
 #include "actors/kernel_budget.h"
 #include "actors/lane_call.h"
-#include "actors/profiler.h"
+#include "actors/observe/profiler.h"
 #include "actors/task.h"
 #include "dataflow/executor_core.h"
 #include "devices/error_kinds.h"

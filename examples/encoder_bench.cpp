@@ -12,7 +12,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "actors/profiler.h"
+#include "actors/observe/profiler.h"
 #include "devices/autograd/grad_mode.h"
 #include "devices/ops.h"
 #include "devices/random.h"

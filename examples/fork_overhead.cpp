@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "actors/fork.h"
-#include "actors/metrics.h"
+#include "actors/observe/metrics.h"
 #include "actors/runtime.h"
 #include "devices/ops.h"
 #include "examples/json_line.h"

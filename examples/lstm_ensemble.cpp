@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "actors/profiler.h"
+#include "actors/observe/profiler.h"
 #include "actors/runtime.h"
 #include "devices/sync.h"
 #include "examples/cpu_kernels.h"

@@ -10,7 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "actors/profiler.h"
+#include "actors/observe/profiler.h"
 #include "devices/autograd/grad_mode.h"
 #include "devices/ops.h"
 #include "examples/cpu_kernels.h"

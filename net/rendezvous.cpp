@@ -12,7 +12,7 @@
 #include <map>
 #include <thread>
 
-#include "actors/metrics_server.h"
+#include "actors/observe/metrics_server.h"
 #include "devices/error.h"
 #include "net/rendezvous_messages.h"
 

@@ -1,6 +1,6 @@
-// TROUPE_TRACE (actors/profiler.h): each rank's clock offset to rank 0, measured once connected,
+// TROUPE_TRACE (actors/observe/profiler.h): each rank's clock offset to rank 0, measured once connected,
 // so the ranks' traces line up in one job trace.
-#include "actors/profiler.h"
+#include "actors/observe/profiler.h"
 #include "devices/error.h"
 #include "net/transport_internal.h"
 

@@ -10,8 +10,8 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "actors/metrics_server.h"
-#include "actors/profiler.h"
+#include "actors/observe/metrics_server.h"
+#include "actors/observe/profiler.h"
 #include "devices/threads.h"
 #include "net/errors.h"
 #include "net/transport_internal.h"

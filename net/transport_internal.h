@@ -19,7 +19,7 @@
 #include <optional>
 #include <vector>
 
-#include "actors/metrics.h"
+#include "actors/observe/metrics.h"
 #include "net/transport.h"
 
 namespace troupe::net {

@@ -1,4 +1,4 @@
-#include "actors/metrics.h"
+#include "actors/observe/metrics.h"
 
 #include <unistd.h>
 
@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -279,10 +280,6 @@ Gauge& gauge(const std::string& name, const std::string& help, const Labels& lab
 Histogram& histogram(const std::string& name, const std::string& help, const Labels& labels,
                      const std::vector<double>& bounds) {
   return registry().get<Histogram>(name, help, "histogram", labels, bounds);
-}
-
-void gauge_fn(const std::string& name, const std::string& help, const Labels& labels, std::function<double()> fn) {
-  registry().add(name, help, "gauge", labels, std::move(fn));
 }
 
 ActorMetrics::ActorMetrics(const std::string& actor)

@@ -16,7 +16,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -95,9 +94,6 @@ Counter& counter(const std::string& name, const std::string& help, const Labels&
 Gauge& gauge(const std::string& name, const std::string& help, const Labels& labels = {});
 Histogram& histogram(const std::string& name, const std::string& help, const Labels& labels = {},
                      const std::vector<double>& bounds = latency_buckets());
-// A gauge computed when scraped (resident memory, a cache's size); replaces an earlier one of the
-// same name and labels. The function runs on the server's thread.
-void gauge_fn(const std::string& name, const std::string& help, const Labels& labels, std::function<double()> fn);
 
 // An actor's series, labelled actor="<name>" (module actors, hosted remote actors): calls run,
 // calls that threw, calls queued and not yet running, and the time calls ran.

@@ -1,4 +1,4 @@
-#include "actors/metrics_server.h"
+#include "actors/observe/metrics_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/metrics.h"
+#include "actors/observe/metrics.h"
 #include "devices/error.h"
 #include "devices/threads.h"
 

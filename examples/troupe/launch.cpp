@@ -63,7 +63,7 @@ Command add_launch_command(CLI::App& parent) {
             }
             if (colon != std::string::npos && o->rdzv_endpoint.empty())
               throw ValueError("launch: --nnodes MIN:MAX is an elastic job: give --rdzv-endpoint HOST:PORT");
-            // Each rank adds its RANK to the port (actors/metrics_server.h), as under mpirun or srun.
+            // Each rank adds its RANK to the port (actors/observe/metrics_server.h), as under mpirun or srun.
             if (*metrics_port > 0) o->env.emplace_back("TROUPE_METRICS_PORT", std::to_string(*metrics_port));
             if (!trace_dir->empty()) o->env.emplace_back("TROUPE_TRACE", std::filesystem::absolute(*trace_dir).string());
             return net::launch(*o).exit_code;

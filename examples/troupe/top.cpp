@@ -1,8 +1,8 @@
 // `troupe top`: every rank's actors and links in a running job, refreshed every second, from each
-// rank's /metrics (actors/metrics_server.h): per actor its rank, mailbox, calls/s, p50/p99 of the
+// rank's /metrics (actors/observe/metrics_server.h): per actor its rank, mailbox, calls/s, p50/p99 of the
 // time its calls ran, errors; per link the bytes/s each way. Keys: c calls/s, m mailbox, e errors,
 // p p99 (sort, largest first), q quits. The ranks: --job HOST:PORT, rank 0's metrics endpoint,
-// which lists every rank's (GET /ranks: what the rendezvous told it, actors/metrics_server.h), or
+// which lists every rank's (GET /ranks: what the rendezvous told it, actors/observe/metrics_server.h), or
 // --endpoints host:port,... (rank = position), or --port P --ranks N as `troupe launch
 // --metrics-port P` serves them on this host (rank r on P + r).
 //
@@ -76,7 +76,7 @@ std::string fetch(const std::string& endpoint, const std::string& path, std::str
   return error.empty() ? reply.substr(body + 4) : "";
 }
 
-// One sample: name, labels, value. The exposition is ours (metrics.cpp): one sample per line,
+// One sample: name, labels, value. The exposition is ours (actors/observe/metrics.cpp): one sample per line,
 // labels without commas in their values but for escapes we do not need to undo here.
 struct Sample {
   std::string name;

@@ -2,7 +2,7 @@
 // launch --trace DIR` wrote DIR/rank-N.json) as one Chrome/Perfetto trace: a process per rank,
 // each rank's thread lanes as they were and its device lanes (a GPU stream, a host lane) as
 // tracks of the same process, timestamps moved onto one clock by the offsets each rank measured
-// at connect (actors/profiler.h), remote calls as arrows from the caller's span to the callee's,
+// at connect (actors/observe/profiler.h), remote calls as arrows from the caller's span to the callee's,
 // collectives as spans with their bytes and algorithm on every rank. It prints the bound on the
 // clock error: the largest of the ranks' (half their best ping-pong round trip).
 //

@@ -11,8 +11,8 @@
 #include <mutex>
 #include <optional>
 
-#include "actors/metrics.h"
-#include "actors/profiler.h"
+#include "actors/observe/metrics.h"
+#include "actors/observe/profiler.h"
 #include "devices/error.h"
 #include "devices/host_staging.h"
 #include "net/collectives/algorithms.h"

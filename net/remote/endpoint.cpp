@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "actors/module_actor.h"
-#include "actors/profiler.h"
+#include "actors/observe/profiler.h"
 #include "actors/promise.h"
 
 namespace troupe::net {

@@ -5,7 +5,7 @@
 
 #include "actors/lane_call.h"
 #include "actors/module_actor.h"
-#include "actors/profiler.h"
+#include "actors/observe/profiler.h"
 
 namespace troupe::net {
 

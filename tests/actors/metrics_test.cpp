@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "actors/fork.h"
-#include "actors/metrics.h"
-#include "actors/metrics_server.h"
+#include "actors/observe/metrics.h"
+#include "actors/observe/metrics_server.h"
 #include "actors/module_actor.h"
 #include "support/two_workers.h"
 

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "actors/fork.h"
-#include "actors/profiler.h"
+#include "actors/observe/profiler.h"
 #include "actors/runtime.h"
 #include "support/two_workers.h"
 #include "devices/backend.h"

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "actors/module_actor.h"
-#include "actors/profiler.h"
+#include "actors/observe/profiler.h"
 #include "actors/runtime.h"
 #include "dataflow/executor.h"
 #include "devices/backend.h"

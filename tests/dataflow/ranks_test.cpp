@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "actors/metrics.h"
+#include "actors/observe/metrics.h"
 #include "dataflow/executor.h"
 #include "dataflow/rank_link.h"
 #include "devices/ops.h"
