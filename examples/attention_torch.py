@@ -6,6 +6,8 @@
 #   flash_varlen      aten._flash_attention_forward with cu_seqlens (FlashAttention-2 varlen; bf16 only)
 #   efficient_varlen  aten._efficient_attention_forward with cu_seqlens (memory-efficient kernel; f32 and bf16)
 #   sdpa_nested       F.scaled_dot_product_attention on nested (jagged) tensors, the public route
+#   sdpa_nested_copy  the same on q, k and v copied out of the projection (the copies timed too), where
+#                     nested tensors refuse the strided views
 # Medians of batches of 10 calls timed by CUDA events; one JSON line.
 #   /usr/bin/python3 examples/attention_torch.py [--model base|large] [--sentences 64] [--reps 20] [--device cuda] [--json]
 import argparse, itertools, json, time
@@ -55,8 +57,9 @@ def efficient_varlen(qkv):
                                                        scale=SCALE)[0]
 
 
-def sdpa_nested(qkv):
-    q, k, v = (torch.nested.nested_tensor_from_jagged(t, offsets=offsets).transpose(1, 2) for t in split(qkv))
+def sdpa_nested(qkv, copy=False):
+    q, k, v = (torch.nested.nested_tensor_from_jagged(t.contiguous() if copy else t, offsets=offsets).transpose(1, 2)
+               for t in split(qkv))
     return F.scaled_dot_product_attention(q, k, v, scale=SCALE)
 
 
@@ -83,7 +86,8 @@ def median_us(fn, batch=10):
 with torch.inference_mode():
     methods, best = {}, {}
     for dtype, qkv in (("f32", qkv32), ("bf16", qkv32.to(torch.bfloat16))):
-        for name, fn in (("flash_varlen", flash_varlen), ("efficient_varlen", efficient_varlen), ("sdpa_nested", sdpa_nested)):
+        for name, fn in (("flash_varlen", flash_varlen), ("efficient_varlen", efficient_varlen), ("sdpa_nested", sdpa_nested),
+                         ("sdpa_nested_copy", lambda qkv: sdpa_nested(qkv, copy=True))):
             if name == "flash_varlen" and dtype == "f32": continue  # FlashAttention takes 16-bit floats only
             try:
                 us = median_us(lambda: fn(qkv))
