@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 build=build-dev
 pack_dir=.devcheck
 binaries=(test_devices test_actors test_dataflow test_models test_net troupe cuda_bench lane_bench gathernd_bench
-          lstm_ensemble encoder_bench encoder_graph_bench xlmr_bench train_bench dist_sgd device_p2p_bench)
+          attention_bench lstm_ensemble encoder_bench encoder_graph_bench xlmr_bench train_bench dist_sgd device_p2p_bench)
 
 pack() {
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
@@ -186,12 +186,19 @@ run() {
   } >>"$log" 2>&1
   step info 20 "$build/bin/troupe" info --json
   if [ "$quick" = 1 ]; then
-    # The kernels of issue 42 (attention, bf16 GEMMs, layer norm, the LSTM) and the back end's review fixes.
+    # The kernels of issue 42 (attention: its three cases at XLM-R shapes and other widths, bf16 GEMMs,
+    # layer norm, the LSTM) and the back end's review fixes.
     gpu_tests "test_devices quick" 110 "$build/bin/test_devices" \
       'cuda packed_attention*,cuda linear_bf16*,cuda layer_norm*,cuda lstm*,[cuda][cuda_safety]'
   else
     # Figures first: a deadline cuts the long test steps at the end, the least informative part.
     step "cuda_bench" 60 "$build/bin/cuda_bench" --reps 20 --json
+    # Attention alone on the serving batch's lengths, beside PyTorch's FlashAttention varlen (bf16) and
+    # memory-efficient kernel (f32).
+    step "attention_bench" 30 "$build/bin/attention_bench" --device cuda --json
+    step "attention_torch" 60 "$python" examples/attention_torch.py --device cuda --json
+    step "attention_bench large" 30 "$build/bin/attention_bench" --device cuda --model large --json
+    step "attention_torch large" 60 "$python" examples/attention_torch.py --device cuda --model large --json
     step "lane_bench" 30 "$build/bin/lane_bench" --device cuda --json
     step "encoder_graph_bench" 60 "$build/bin/encoder_graph_bench" --device cuda --layers 24 --reps 20 --json
     step "lstm_ensemble" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --json

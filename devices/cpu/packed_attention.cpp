@@ -10,6 +10,10 @@
 // straight into the output, so no padded position, permuted copy or concatenation is made. A
 // task's arithmetic does not depend on the thread count. Rows whose key_lengths is 0 attend to
 // nothing: NaN, as a softmax over keys all masked gives.
+//
+// qkv may be bf16 (the bf16 encoder's projection): the context is then bf16 too, computed here in
+// f32 from the widened qkv and rounded once at the end, the contract the cuda kernel keeps with f32
+// accumulation on tensor cores.
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
@@ -32,8 +36,8 @@ std::vector<TensorMeta> infer_packed_attention(const OpInfer& c) {
   const TensorMeta& offsets = c.inputs[1];
   const int64_t heads = c.attrs.get<int64_t>("heads");
   const std::string operands = " (qkv " + qkv.str() + ", offsets " + offsets.str() + ")";
-  if (qkv.dtype != DType::f32 || qkv.shape.size() != 2)
-    throw ShapeError("packed_attention: qkv must be f32[rows, 3d]" + operands);
+  if ((qkv.dtype != DType::f32 && qkv.dtype != DType::bf16) || qkv.shape.size() != 2)
+    throw ShapeError("packed_attention: qkv must be f32[rows, 3d] or bf16[rows, 3d]" + operands);
   if (heads < 1) throw ValueError("packed_attention: heads must be >= 1, got " + std::to_string(heads));
   if (qkv.shape[1] % (3 * heads) != 0)
     throw ShapeError("packed_attention: qkv's " + std::to_string(qkv.shape[1]) + " columns are not 3 x " +
@@ -46,7 +50,7 @@ std::vector<TensorMeta> infer_packed_attention(const OpInfer& c) {
       throw ShapeError("packed_attention: key_lengths must be i64[" + std::to_string(offsets.shape[0] - 1) +
                        "], got " + keys.str() + operands);
   }
-  return {TensorMeta{DType::f32, {qkv.shape[0], qkv.shape[1] / 3}, qkv.device}};
+  return {TensorMeta{qkv.dtype, {qkv.shape[0], qkv.shape[1] / 3}, qkv.device}};
 }
 
 // oneDNN's sgemm splits a product over omp_get_max_threads() when it is not inside a parallel
@@ -66,7 +70,8 @@ void sgemm(char trans_b, int64_t m, int64_t n, int64_t k, float alpha, const flo
 }
 
 std::vector<Tensor> packed_attention_cpu(const OpCall& c) {
-  const Tensor qkv = c.inputs[0].contiguous();
+  const DType dtype = c.inputs[0].dtype();
+  const Tensor qkv = c.inputs[0].to(DType::f32).contiguous();
   const std::vector<int64_t> offsets = c.inputs[1].to_vector<int64_t>();
   const int64_t rows = qkv.size(0), d = qkv.size(1) / 3, heads = c.attrs.get<int64_t>("heads"), hd = d / heads;
   const int64_t B = static_cast<int64_t>(offsets.size()) - 1;
@@ -126,7 +131,7 @@ std::vector<Tensor> packed_attention_cpu(const OpCall& c) {
     OneThreadOutsideRegions one_thread;
     std::vector<float> scores;
     for (int64_t t = 0; t < count; ++t) run_task(t, scores);
-    return {out};
+    return {out.to(dtype)};
   }
   apply_intra_op_threads();
 #pragma omp parallel num_threads(threads)
@@ -135,13 +140,13 @@ std::vector<Tensor> packed_attention_cpu(const OpCall& c) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < count; ++t) run_task(t, scores);
   }
-  return {out};
+  return {out.to(dtype)};
 }
 
 const OpRegistrar packed_attention_op{OpDef{
     .name = "packed_attention",
-    .doc = "self-attention of the transformer fastpath over packed sequences: qkv [rows, 3d], offsets i64 [B+1], "
-           "key_lengths i64 [B] (optional) -> context [rows, d], per sequence and head softmax(q k^T / sqrt(hd)) v",
+    .doc = "self-attention of the transformer fastpath over packed sequences: qkv f32|bf16 [rows, 3d], offsets i64 [B+1], "
+           "key_lengths i64 [B] (optional) -> context [rows, d] of qkv's dtype, per sequence and head softmax(q k^T / sqrt(hd)) v",
     .min_inputs = 2,
     .max_inputs = 3,
     .attrs = {{"heads", AttrType::integer, int64_t{1}, "attention heads (d / heads columns each)"}},

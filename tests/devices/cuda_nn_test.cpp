@@ -310,6 +310,61 @@ TEST_CASE("cuda packed_attention matches the CPU kernel", "[cuda]") {
   }
 }
 
+// XLM-R base (12 heads, d 768) and large (16 heads, d 1024): heads of 64 columns, the tensor-core
+// kernel in bf16 and the tiled FMA kernel in f32, lengths 1 to 512 in one batch with an empty
+// sequence, tiles that straddle sequences, with and without key_lengths (one of them 0: NaN rows).
+// f32 keeps the CPU's results to 1e-4. bf16 is held to the CPU's bf16 contract (attend in f32 from
+// the same bf16 values, round once): |got - want| <= 1e-2 + 1e-2 |want|, since the kernel rounds the
+// softmax weights to bf16 before their product with v (FlashAttention-2's way: 2^-9 of each weight,
+// so at most 2^-9 of max |v| = 2 in all) and the two results may round to neighbouring bf16 values
+// (2^-7 relative apart at most).
+TEST_CASE("cuda packed_attention matches the CPU kernel at XLM-R shapes, f32 and bf16", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(67);
+  const std::vector<int64_t> lengths{1, 7, 64, 65, 250, 512, 0, 33, 130};
+  const std::vector<int64_t> keys{1, 3, 64, 65, 0, 512, 0, 20, 129};
+  std::vector<int64_t> offsets{0};
+  for (int64_t l : lengths) offsets.push_back(offsets.back() + l);
+  const Tensor starts = Tensor::from_vector<int64_t>(offsets, {int64_t(offsets.size())});
+  const Tensor key_lengths = Tensor::from_vector<int64_t>(keys, {int64_t(keys.size())});
+  for (const auto& [d, heads] : {std::pair<int64_t, int64_t>{768, 12}, {1024, 16}}) {
+    const Tensor qkv = uniform({offsets.back(), 3 * d}, 2.0);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      for (const bool with_keys : {false, true}) {
+        INFO("d " << d << " heads " << heads << " " << name(dtype) << (with_keys ? " with key_lengths" : ""));
+        std::vector<Tensor> in{qkv.to(dtype), starts};
+        if (with_keys) in.push_back(key_lengths);
+        const Attrs attrs{{"heads", heads}};
+        const Tensor want = call_op("packed_attention", in, attrs)[0];
+        const Tensor got = call_op("packed_attention", on_gpu(in), attrs)[0];
+        CHECK(got.device() == gpu);
+        REQUIRE(got.dtype() == dtype);
+        if (dtype == DType::f32)
+          check_close(got.to(Device::cpu()), want, {.rtol = 1e-4, .atol = 1e-5});
+        else
+          check_close(got.to(Device::cpu()).to(DType::f32), want.to(DType::f32), {.rtol = 1e-2, .atol = 1e-2});
+      }
+    }
+  }
+}
+
+// bf16 heads the tensor cores do not take (32 and 80 columns) go to the tiled kernel, which reads and
+// writes bf16 and computes in f32: the CPU's bf16 result to one rounding apart.
+TEST_CASE("cuda packed_attention in bf16 for other head widths", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(73);
+  const std::vector<int64_t> offsets{0, 5, 5, 90, 91};
+  const Tensor starts = Tensor::from_vector<int64_t>(offsets, {int64_t(offsets.size())});
+  for (const auto& [d, heads] : {std::pair<int64_t, int64_t>{64, 2}, {240, 3}, {256, 1}}) {
+    INFO("d " << d << " heads " << heads);
+    const std::vector<Tensor> in{uniform({offsets.back(), 3 * d}, 2.0).to(DType::bf16), starts};
+    const Tensor want = call_op("packed_attention", in, {{"heads", heads}})[0];
+    const Tensor got = call_op("packed_attention", on_gpu(in), {{"heads", heads}})[0];
+    REQUIRE(got.dtype() == DType::bf16);
+    check_close(got.to(Device::cpu()).to(DType::f32), want.to(DType::f32), {.rtol = 1e-2, .atol = 1e-2});
+  }
+}
+
 TEST_CASE("cuda sgd_update and adam_update match the CPU kernels", "[cuda]") {
   SKIP_WITHOUT_CUDA();
   manual_seed(71);
