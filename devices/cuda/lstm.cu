@@ -1,10 +1,18 @@
 // lstm on cuda (the CPU op's contract: devices/cpu/lstm.cpp; one layer, one direction, gate order
 // i, f, g, o). The input projection of all T steps is one GEMM; each step is one recurrent GEMM
 // accumulating into its slice of that projection and one fused kernel for bias, gates, cell and
-// hidden state. Like the CPU kernel it saves nothing: lstm_backward recomputes the gates.
+// hidden state. On a stream of the caller's own the T steps go as one CUDA graph
+// (devices/lstm_step_loop.h). Like the CPU kernel it saves nothing: lstm_backward recomputes the
+// gates.
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
 #include "devices/cuda/gemm_f32.h"
 #include "devices/cuda/kernel_util.cuh"
 #include "devices/cuda/lstm_steps.h"
+#include "devices/lstm_step_loop.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -46,6 +54,88 @@ Tensor device_zeros(const Shape& shape, Device device) {
   return t;
 }
 
+// The step loops that ran as graphs: per stream and (T, B, H), the executable graph of the last
+// call. Each call records its steps afresh (a capture only records: nothing runs, nothing is
+// allocated) and cudaGraphExecUpdate points the kept graph at this call's buffers, so no buffer
+// is pinned to the graph and the results are those of the launches, bit for bit. An update
+// affects later launches only; one in flight finishes as it was.
+class StepLoopGraphs {
+ public:
+  static StepLoopGraphs& global() {
+    static StepLoopGraphs* graphs = new StepLoopGraphs;  // never destroyed: no CUDA call at exit
+    return *graphs;
+  }
+
+  // Runs the steps on the calling thread's current stream, as a graph where the setting and the
+  // stream allow.
+  void run(int device, LstmSize size, float* gates, const float* w_hh, const float* b_ih, const float* b_hh,
+           const float* h0, float* h, float* c) {
+    const cudaStream_t stream = current_stream(device);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing", device);
+    std::shared_ptr<Entry> entry;
+    const bool own_stream = current_stream_object(device) != nullptr;
+    const bool capturing = capture != cudaStreamCaptureStatusNone;
+    if (own_stream && !capturing) entry = find_or_add({stream, size.steps, size.batch, size.hidden});
+    std::unique_lock<std::mutex> hold = entry ? std::unique_lock<std::mutex>(entry->mutex) : std::unique_lock<std::mutex>();
+    const LstmStepLoop loop = choose_lstm_step_loop(
+        lstm_step_loop(), {.steps = size.steps, .own_stream = own_stream, .capturing = capturing,
+                           .shape_seen = entry && entry->seen});
+    count_lstm_step_loop(loop);
+    if (loop == LstmStepLoop::launches) {
+      lstm_steps(device, size, gates, w_hh, b_ih, b_hh, h0, h, c, c, 0, false);
+      if (entry) entry->seen = true;
+      return;
+    }
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture", device);
+    try {
+      lstm_steps(device, size, gates, w_hh, b_ih, b_hh, h0, h, c, c, 0, false);
+    } catch (...) {
+      cudaStreamEndCapture(stream, &graph);  // ends the capture; the partial graph is dropped
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture", device);
+    std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> recorded(graph, cudaGraphDestroy);
+    if (entry->exec) {
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(entry->exec, graph, &info) != cudaSuccess) {
+        (void)cudaGetLastError();  // an update refused (another cuBLAS algorithm): instantiate afresh
+        cudaGraphExecDestroy(entry->exec);
+        entry->exec = nullptr;
+      }
+    }
+    if (!entry->exec) check(cudaGraphInstantiateWithFlags(&entry->exec, graph, 0), "cudaGraphInstantiate", device);
+    check(cudaGraphLaunch(entry->exec, stream), "cudaGraphLaunch", device);
+  }
+
+ private:
+  using Key = std::tuple<cudaStream_t, int64_t, int64_t, int64_t>;
+  struct Entry {
+    ~Entry() {
+      if (exec) cudaGraphExecDestroy(exec);  // one in flight is freed when it completes
+    }
+    std::mutex mutex;
+    bool seen = false;
+    cudaGraphExec_t exec = nullptr;
+  };
+  // A bound on what lanes that are gone leave behind (an entry holds a graph, no buffers).
+  static constexpr size_t kMaxEntries = 256;
+
+  // Shared: an entry dropped from the map lives on with the call that is using it.
+  std::shared_ptr<Entry> find_or_add(const Key& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) return it->second;
+    if (entries_.size() >= kMaxEntries) entries_.clear();
+    return entries_.emplace(key, std::make_shared<Entry>()).first->second;
+  }
+
+  std::mutex mutex_;
+  std::map<Key, std::shared_ptr<Entry>> entries_;
+};
+
 std::vector<Tensor> lstm_cuda(const OpCall& call) {
   const Tensor x = call.inputs[0].contiguous(), w_ih = call.inputs[1].contiguous(), w_hh = call.inputs[2].contiguous();
   const Tensor b_ih = call.inputs[3].contiguous(), b_hh = call.inputs[4].contiguous();
@@ -64,8 +154,8 @@ std::vector<Tensor> lstm_cuda(const OpCall& call) {
   gemm_f32(device, false, true, T * B, G, C, 1.0f, device_read<float>(x), C, device_read<float>(w_ih), C, 0.0f, pg, G);
   float* out = device_write<float>(output);
   float* c = device_write<float>(c_n);
-  lstm_steps(device, {T, B, H}, pg, device_read<float>(w_hh), device_read<float>(b_ih), device_read<float>(b_hh), device_read<float>(h0), out,
-             c, c, 0, false);
+  StepLoopGraphs::global().run(device, {T, B, H}, pg, device_read<float>(w_hh), device_read<float>(b_ih),
+                                device_read<float>(b_hh), device_read<float>(h0), out, c);
   const float* last = T == 0 ? device_read<float>(h0) : out + (T - 1) * B * H;
   check(cudaMemcpyAsync(device_write<float>(h_n), last, sizeof(float) * B * H, cudaMemcpyDeviceToDevice, stream),
         "cudaMemcpyAsync", device);

@@ -10,6 +10,8 @@
 
 #include "devices/backend.h"
 #include "devices/determinism.h"
+#include "devices/lane.h"
+#include "devices/lstm_step_loop.h"
 #include "devices/random.h"
 #include "devices/registry.h"
 #include "support/close.h"
@@ -96,6 +98,46 @@ TEST_CASE("cuda lstm matches the CPU kernel", "[cuda]") {
   std::vector<Tensor> in = lstm_inputs(4, 2, 3, 5, true);
   in.pop_back();
   check_against_cpu("lstm", in);
+}
+
+TEST_CASE("cuda lstm on a lane: its step loop as a CUDA graph gives the launches' results and the CPU's", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(12);
+  auto lane = Lane::make(gpu, "lstm graph test");
+  LaneGuard on(*lane);  // a stream of its own: the graph may be taken
+  struct Case {
+    int64_t T, B, C, H;
+    bool state;
+  };
+  // The ensemble's shape, then odd ones: one step (never a graph), one row, sizes off multiples of 32.
+  for (const Case& c : {Case{50, 50, 1024, 1024, false}, Case{1, 3, 37, 45, true}, Case{7, 1, 37, 45, true},
+                        Case{9, 5, 33, 31, false}}) {
+    INFO("T=" << c.T << " B=" << c.B << " C=" << c.C << " H=" << c.H);
+    const std::vector<Tensor> in = lstm_inputs(c.T, c.B, c.C, c.H, c.state);
+    const std::vector<Tensor> want = call_op("lstm", in);
+    const std::vector<Tensor> device_in = on_gpu(in);
+    reset_lstm_step_loop_counts();
+    const std::vector<Tensor> launched = call_op("lstm", device_in);  // the first of its shape on the lane
+    const std::vector<Tensor> graphed = call_op("lstm", device_in);
+    const std::vector<Tensor> again = call_op("lstm", device_in);  // the kept graph, updated
+    const LstmStepLoopCounts counts = lstm_step_loop_counts();
+    CHECK(counts.graph == (c.T >= 2 ? 2u : 0u));
+    CHECK(counts.launches == (c.T >= 2 ? 1u : 3u));
+    for (size_t i = 0; i < want.size(); ++i) {
+      INFO("output " << i);
+      check_close(graphed[i].to(Device::cpu()), launched[i].to(Device::cpu()));  // the same kernels: bit for bit
+      check_close(again[i].to(Device::cpu()), launched[i].to(Device::cpu()));
+      CHECK(relative_error(graphed[i].to(Device::cpu()), want[i]) <= 1e-4);
+    }
+  }
+  // Set to launches: no graph, the same values.
+  set_lstm_step_loop(LstmStepLoop::launches);
+  const std::vector<Tensor> in = lstm_inputs(6, 2, 5, 7, true);
+  reset_lstm_step_loop_counts();
+  const Tensor got = call_op("lstm", on_gpu(in))[0];
+  set_lstm_step_loop(LstmStepLoop::graph);
+  CHECK(lstm_step_loop_counts().graph == 0);
+  CHECK(relative_error(got.to(Device::cpu()), call_op("lstm", in)[0]) <= 1e-4);
 }
 
 TEST_CASE("cuda lstm runs both directions as the bidirectional model does", "[cuda]") {
@@ -328,4 +370,24 @@ TEST_CASE("cuda sgd_update and adam_update match the CPU kernels", "[cuda]") {
                       1e-6);
   }
   CHECK_THROWS_AS(call_op("sgd_update", {Tensor::zeros({2}).to(gpu), Tensor::zeros({2})}, {{"lr", 0.1}}), DeviceError);
+}
+
+TEST_CASE("lstm step loop: a CUDA graph only on a stream of the caller's own, uncaptured, seen, two steps or more") {
+  const LstmStepSite site{.steps = 50, .own_stream = true, .capturing = false, .shape_seen = true};
+  CHECK(choose_lstm_step_loop(LstmStepLoop::graph, site) == LstmStepLoop::graph);
+  CHECK(choose_lstm_step_loop(LstmStepLoop::launches, site) == LstmStepLoop::launches);
+  auto with = [&](auto change) {
+    LstmStepSite s = site;
+    change(s);
+    return choose_lstm_step_loop(LstmStepLoop::graph, s);
+  };
+  CHECK(with([](LstmStepSite& s) { s.steps = 1; }) == LstmStepLoop::launches);
+  CHECK(with([](LstmStepSite& s) { s.steps = 2; }) == LstmStepLoop::graph);
+  CHECK(with([](LstmStepSite& s) { s.own_stream = false; }) == LstmStepLoop::launches);  // the shared default stream
+  CHECK(with([](LstmStepSite& s) { s.capturing = true; }) == LstmStepLoop::launches);    // inside a CapturedWork
+  CHECK(with([](LstmStepSite& s) { s.shape_seen = false; }) == LstmStepLoop::launches);  // the warm-up run
+  CHECK(parse_lstm_step_loop("graph") == LstmStepLoop::graph);
+  CHECK(parse_lstm_step_loop("launches") == LstmStepLoop::launches);
+  CHECK(std::string(name(LstmStepLoop::launches)) == "launches");
+  CHECK_THROWS_WITH(parse_lstm_step_loop("fused"), Catch::Contains("expected graph or launches, got 'fused'"));
 }

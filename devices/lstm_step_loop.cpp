@@ -1,0 +1,54 @@
+#include "devices/lstm_step_loop.h"
+
+#include <atomic>
+#include <cstdlib>
+
+#include "devices/error.h"
+
+namespace troupe {
+
+namespace {
+
+std::atomic<LstmStepLoop>& setting() {
+  static std::atomic<LstmStepLoop> loop{[] {
+    const char* env = std::getenv("TROUPE_LSTM_STEP_LOOP");
+    return env && *env ? parse_lstm_step_loop(env) : LstmStepLoop::graph;
+  }()};
+  return loop;
+}
+
+std::atomic<uint64_t> launched{0}, graphed{0};
+
+}  // namespace
+
+const char* name(LstmStepLoop loop) { return loop == LstmStepLoop::graph ? "graph" : "launches"; }
+
+LstmStepLoop parse_lstm_step_loop(const std::string& text) {
+  if (text == "graph") return LstmStepLoop::graph;
+  if (text == "launches") return LstmStepLoop::launches;
+  throw ValueError("lstm step loop (TROUPE_LSTM_STEP_LOOP, --step-loop): expected graph or launches, got '" + text + "'");
+}
+
+LstmStepLoop lstm_step_loop() { return setting().load(std::memory_order_relaxed); }
+
+void set_lstm_step_loop(LstmStepLoop loop) { setting().store(loop, std::memory_order_relaxed); }
+
+LstmStepLoop choose_lstm_step_loop(LstmStepLoop loop, const LstmStepSite& site) {
+  const bool capturable = site.steps >= 2 && site.own_stream && !site.capturing && site.shape_seen;
+  return loop == LstmStepLoop::graph && capturable ? LstmStepLoop::graph : LstmStepLoop::launches;
+}
+
+LstmStepLoopCounts lstm_step_loop_counts() {
+  return {launched.load(std::memory_order_relaxed), graphed.load(std::memory_order_relaxed)};
+}
+
+void reset_lstm_step_loop_counts() {
+  launched.store(0, std::memory_order_relaxed);
+  graphed.store(0, std::memory_order_relaxed);
+}
+
+void count_lstm_step_loop(LstmStepLoop loop) {
+  (loop == LstmStepLoop::graph ? graphed : launched).fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace troupe
