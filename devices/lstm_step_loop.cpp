@@ -17,9 +17,29 @@ std::atomic<LstmStepLoop>& setting() {
   return loop;
 }
 
+std::atomic<LstmStepKernel>& kernel_setting() {
+  static std::atomic<LstmStepKernel> kernel{[] {
+    const char* env = std::getenv("TROUPE_LSTM_STEP_KERNEL");
+    return env && *env ? parse_lstm_step_kernel(env) : LstmStepKernel::gemm;
+  }()};
+  return kernel;
+}
+
 std::atomic<uint64_t> launched{0}, graphed{0};
 
 }  // namespace
+
+const char* name(LstmStepKernel kernel) { return kernel == LstmStepKernel::fused ? "fused" : "gemm"; }
+
+LstmStepKernel parse_lstm_step_kernel(const std::string& text) {
+  if (text == "gemm") return LstmStepKernel::gemm;
+  if (text == "fused") return LstmStepKernel::fused;
+  throw ValueError("lstm step kernel (TROUPE_LSTM_STEP_KERNEL, --step-kernel): expected gemm or fused, got '" + text + "'");
+}
+
+LstmStepKernel lstm_step_kernel() { return kernel_setting().load(std::memory_order_relaxed); }
+
+void set_lstm_step_kernel(LstmStepKernel kernel) { kernel_setting().store(kernel, std::memory_order_relaxed); }
 
 const char* name(LstmStepLoop loop) { return loop == LstmStepLoop::graph ? "graph" : "launches"; }
 

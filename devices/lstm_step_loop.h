@@ -1,13 +1,16 @@
 #pragma once
-// How the CUDA lstm op runs its T recurrent steps (each a GEMM and a fused gate kernel): launched
-// one by one, or recorded into a CUDA graph and launched as one, which takes the host's launch
-// cost and the GPU's gaps between 2T small kernels out of every step. The graph is taken only
+// How the CUDA lstm op runs its T recurrent steps. Each step is a cuBLAS GEMM and a kernel for
+// the gates and the cell (LstmStepKernel::gemm), or one kernel that does both (fused: the gates
+// stay in registers, a block per 16 hidden units and 64 batch rows). The steps are launched one
+// by one, or recorded into a CUDA graph and launched as one, which takes the host's launch cost
+// and the GPU's gaps between small kernels out of every step. The graph is taken only
 // where it can be: on a stream of the caller's own (a GPU actor's lane; the default stream is
 // shared with other threads, whose work a capture would take in), not inside another capture
 // (a CapturedWork already records the steps), for two steps or more, and once the shape
 // (T, B, H) has run on that stream one time without it (the first run makes the cuBLAS handle's
 // choices and loads the kernels, which a capture cannot do).
 //
+//   set_lstm_step_kernel(LstmStepKernel::fused);   // or TROUPE_LSTM_STEP_KERNEL=fused
 //   set_lstm_step_loop(LstmStepLoop::launches);   // or TROUPE_LSTM_STEP_LOOP=launches
 //   reset_lstm_step_loop_counts();
 //   ensemble.fork_members(x);                      // 4 members x 2 directions
@@ -16,6 +19,15 @@
 #include <string>
 
 namespace troupe {
+
+enum class LstmStepKernel { gemm, fused };
+
+const char* name(LstmStepKernel kernel);
+// "gemm" or "fused"; ValueError naming the option for anything else.
+LstmStepKernel parse_lstm_step_kernel(const std::string& text);
+// The setting (default: TROUPE_LSTM_STEP_KERNEL from the environment, else gemm).
+LstmStepKernel lstm_step_kernel();
+void set_lstm_step_kernel(LstmStepKernel kernel);
 
 enum class LstmStepLoop { launches, graph };
 

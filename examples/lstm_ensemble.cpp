@@ -4,11 +4,12 @@
 // With --device cuda the weights live on the GPU and each member is a GPU actor with its own
 // stream, so (c)'s members overlap on the device; times run until the device is done, and the
 // host syncs counted during one (c) call are printed beside (0 expected: results stay there).
-// --step-loop: how the CUDA lstm runs its recurrent steps (devices/lstm_step_loop.h): as one CUDA
-// graph where it can (default; the members' lanes) or launched one by one; the JSON line names the
-// setting and how many of (c)'s step loops ran each way.
+// --step-kernel and --step-loop: how the CUDA lstm runs its recurrent steps
+// (devices/lstm_step_loop.h): a cuBLAS GEMM and a gate kernel each (default) or one fused kernel,
+// as one CUDA graph where it can (default; the members' lanes) or launched one by one; the JSON
+// line names both and counts how many of (c)'s step loops ran each way.
 //   lstm_ensemble [--models 4] [--T 50 --B 50 --C 1024] [--reps 3] [--device cpu|cuda]
-//                 [--step-loop graph|launches] [--trace out.json] [--json]
+//                 [--step-kernel gemm|fused] [--step-loop graph|launches] [--trace out.json] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -33,8 +34,10 @@ int main(int argc, char** argv) {
   LstmOptions o{.C = 1024};
   int workers = 0;
   std::string trace;
-  std::string device_name = "cpu", step_loop = name(lstm_step_loop());
+  std::string device_name = "cpu", step_kernel = name(lstm_step_kernel()), step_loop = name(lstm_step_loop());
   add_lstm_options(app, o);
+  app.add_option("--step-kernel", step_kernel, "the CUDA lstm's step: gemm (cuBLAS and a gate kernel) or fused")
+      ->check(CLI::IsMember({"gemm", "fused"}));
   app.add_option("--step-loop", step_loop, "the CUDA lstm's recurrent steps: graph or launches")
       ->check(CLI::IsMember({"graph", "launches"}));
   app.add_option("--workers", workers, "worker actors (0: the cores)")->check(CLI::NonNegativeNumber);
@@ -45,6 +48,7 @@ int main(int argc, char** argv) {
 
   return run_example("lstm_ensemble", [&] {
     const Device device = example_device(device_name);
+    set_lstm_step_kernel(parse_lstm_step_kernel(step_kernel));
     set_lstm_step_loop(parse_lstm_step_loop(step_loop));
     Runtime runtime({.workers = workers});
     models::LSTMEnsemble ensemble(models, C, C, /*seed=*/0, device);
@@ -84,6 +88,7 @@ int main(int argc, char** argv) {
                                              {"best_gflops", rounded(gflop / std::min({serial_s, bidir_s, ensemble_s}), 1)},
                                              {"fork_ensemble_syncs", ensemble_syncs},
                                              {"fork_ensemble_page_faults", ensemble_faults},
+                                             {"step_kernel", step_kernel},
                                              {"step_loop", step_loop},
                                              {"fork_ensemble_graph_step_loops", ensemble_loops.graph},
                                              {"fork_ensemble_launched_step_loops", ensemble_loops.launches}}));
@@ -97,8 +102,8 @@ int main(int argc, char** argv) {
                   gflop / ensemble_s, diff);
       if (!device.is_cpu()) {
         std::printf("  host syncs in one fork ensemble call: %llu\n", static_cast<unsigned long long>(ensemble_syncs));
-        std::printf("  its step loops (--step-loop %s): %llu as CUDA graphs, %llu launched step by step\n",
-                    step_loop.c_str(), static_cast<unsigned long long>(ensemble_loops.graph),
+        std::printf("  its step loops (--step-kernel %s --step-loop %s): %llu as CUDA graphs, %llu launched step by step\n",
+                    step_kernel.c_str(), step_loop.c_str(), static_cast<unsigned long long>(ensemble_loops.graph),
                     static_cast<unsigned long long>(ensemble_loops.launches));
       }
       if (!trace.empty()) std::printf("  trace: %s\n", trace.c_str());

@@ -197,6 +197,7 @@ run() {
     step "encoder_graph_bench" 60 "$build/bin/encoder_graph_bench" --device cuda --layers 24 --reps 20 --json
     step "lstm_ensemble" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --json
     step "lstm_ensemble launched steps" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --step-loop launches --json
+    step "lstm_ensemble fused steps" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --step-kernel fused --json
     step "encoder_bench" 90 "$build/bin/encoder_bench" --device cuda --layers 24 --reps 5 --dtype bf16 --json
     step "xlmr_bench" 60 "$build/bin/xlmr_bench" --device cuda --reps 5 --graph --profile --json  # op tables in the log
     # The PyTorch peers on the same GPU.
