@@ -189,7 +189,7 @@ run() {
     # The kernels of issue 42 (attention, bf16 GEMMs, layer norm, the LSTM) and the back end's review fixes.
     gpu_tests "test_devices quick" 110 "$build/bin/test_devices" \
       'cuda packed_attention*,cuda linear_bf16*,cuda layer_norm*,cuda lstm*,[cuda][cuda_safety]'
-    gpu_tests "test_models quick" 50 "$build/bin/test_models" '[cuda][serving_graph]'
+    gpu_tests "test_models quick" 50 "$build/bin/test_models" '[cuda][serving_graph],[cuda][lstm_gpu]'
   else
     # Figures first: a deadline cuts the long test steps at the end, the least informative part.
     step "cuda_bench" 60 "$build/bin/cuda_bench" --reps 20 --json
