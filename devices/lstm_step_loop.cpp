@@ -54,7 +54,7 @@ LstmStepLoop lstm_step_loop() { return setting().load(std::memory_order_relaxed)
 void set_lstm_step_loop(LstmStepLoop loop) { setting().store(loop, std::memory_order_relaxed); }
 
 LstmStepLoop choose_lstm_step_loop(LstmStepLoop loop, const LstmStepSite& site) {
-  const bool capturable = site.steps >= 2 && site.own_stream && !site.capturing && site.shape_seen;
+  const bool capturable = site.steps >= 2 && site.own_stream && !site.capturing && site.shape_seen && !site.capture_failed;
   return loop == LstmStepLoop::graph && capturable ? LstmStepLoop::graph : LstmStepLoop::launches;
 }
 

@@ -8,7 +8,8 @@
 // shared with other threads, whose work a capture would take in), not inside another capture
 // (a CapturedWork already records the steps), for two steps or more, and once the shape
 // (T, B, H) has run on that stream one time without it (the first run makes the cuBLAS handle's
-// choices and loads the kernels, which a capture cannot do).
+// choices and loads the kernels, which a capture cannot do). Where a capture fails, the steps are
+// launched instead, and from then on for that shape and stream (the counts below tell).
 //
 //   set_lstm_step_kernel(LstmStepKernel::fused);   // or TROUPE_LSTM_STEP_KERNEL=fused
 //   set_lstm_step_loop(LstmStepLoop::launches);   // or TROUPE_LSTM_STEP_LOOP=launches
@@ -45,6 +46,7 @@ struct LstmStepSite {
   bool own_stream;      // the caller's current stream is a lane's or a StreamGuard's, not the default
   bool capturing;       // that stream is being captured already
   bool shape_seen;      // this (T, B, H) ran on that stream before
+  bool capture_failed;  // and a capture of it failed there
 };
 LstmStepLoop choose_lstm_step_loop(LstmStepLoop setting, const LstmStepSite& site);
 

@@ -178,44 +178,60 @@ class StepLoopGraphs {
     std::unique_lock<std::mutex> hold = entry ? std::unique_lock<std::mutex>(entry->mutex) : std::unique_lock<std::mutex>();
     const LstmStepLoop loop = choose_lstm_step_loop(
         lstm_step_loop(), {.steps = size.steps, .own_stream = own_stream, .capturing = capturing,
-                           .shape_seen = entry && entry->seen});
-    count_lstm_step_loop(loop);
-    if (loop == LstmStepLoop::launches) {
-      steps();
-      if (entry) entry->seen = true;
+                           .shape_seen = entry && entry->seen, .capture_failed = entry && entry->capture_failed});
+    if (loop == LstmStepLoop::graph && launch_as_graph(*entry, stream, device, steps)) {
+      count_lstm_step_loop(LstmStepLoop::graph);
       return;
     }
-    cudaGraph_t graph = nullptr;
-    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture", device);
-    try {
-      steps();
-    } catch (...) {
-      cudaStreamEndCapture(stream, &graph);  // ends the capture; the partial graph is dropped
-      if (graph) cudaGraphDestroy(graph);
-      throw;
-    }
-    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture", device);
-    std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> recorded(graph, cudaGraphDestroy);
-    if (entry->exec) {
-      cudaGraphExecUpdateResultInfo info{};
-      if (cudaGraphExecUpdate(entry->exec, graph, &info) != cudaSuccess) {
-        (void)cudaGetLastError();  // an update refused (another cuBLAS algorithm): instantiate afresh
-        cudaGraphExecDestroy(entry->exec);
-        entry->exec = nullptr;
-      }
-    }
-    if (!entry->exec) check(cudaGraphInstantiateWithFlags(&entry->exec, graph, 0), "cudaGraphInstantiate", device);
-    check(cudaGraphLaunch(entry->exec, stream), "cudaGraphLaunch", device);
+    steps();  // what a failed capture met, if it was no capture's problem, is thrown here
+    count_lstm_step_loop(LstmStepLoop::launches);
+    if (entry) entry->seen = true;
   }
 
  private:
+  struct Entry;
+
+  // Records the steps and launches them as the entry's graph; false (the entry marked, nothing
+  // queued) when the capture or the graph fails, so the caller launches them instead.
+  template <class Steps>
+  static bool launch_as_graph(Entry& entry, cudaStream_t stream, int device, const Steps& steps) {
+    cudaGraph_t graph = nullptr;
+    try {
+      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture", device);
+      try {
+        steps();
+      } catch (...) {
+        cudaStreamEndCapture(stream, &graph);  // ends the capture; the partial graph is dropped
+        throw;
+      }
+      check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture", device);
+      if (entry.exec) {
+        cudaGraphExecUpdateResultInfo info{};
+        if (cudaGraphExecUpdate(entry.exec, graph, &info) != cudaSuccess) {
+          (void)cudaGetLastError();  // an update refused (another cuBLAS algorithm): instantiate afresh
+          cudaGraphExecDestroy(entry.exec);
+          entry.exec = nullptr;
+        }
+      }
+      if (!entry.exec) check(cudaGraphInstantiateWithFlags(&entry.exec, graph, 0), "cudaGraphInstantiate", device);
+      check(cudaGraphLaunch(entry.exec, stream), "cudaGraphLaunch", device);
+    } catch (const std::exception&) {
+      if (graph) cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      entry.capture_failed = true;
+      return false;
+    }
+    cudaGraphDestroy(graph);
+    return true;
+  }
+
   using Key = std::tuple<cudaStream_t, int64_t, int64_t, int64_t, bool>;  // stream, T, B, H, fused
   struct Entry {
     ~Entry() {
       if (exec) cudaGraphExecDestroy(exec);  // one in flight is freed when it completes
     }
     std::mutex mutex;
-    bool seen = false;
+    bool seen = false, capture_failed = false;
     cudaGraphExec_t exec = nullptr;
   };
   // A bound on what lanes that are gone leave behind (an entry holds a graph, no buffers).

@@ -387,8 +387,9 @@ TEST_CASE("cuda sgd_update and adam_update match the CPU kernels", "[cuda]") {
   CHECK_THROWS_AS(call_op("sgd_update", {Tensor::zeros({2}).to(gpu), Tensor::zeros({2})}, {{"lr", 0.1}}), DeviceError);
 }
 
-TEST_CASE("lstm step loop: a CUDA graph only on a stream of the caller's own, uncaptured, seen, two steps or more") {
-  const LstmStepSite site{.steps = 50, .own_stream = true, .capturing = false, .shape_seen = true};
+TEST_CASE("lstm step loop: a CUDA graph only on a stream of the caller's own, uncaptured, seen, two steps or more, "
+          "not after a failed capture") {
+  const LstmStepSite site{.steps = 50, .own_stream = true, .capturing = false, .shape_seen = true, .capture_failed = false};
   CHECK(choose_lstm_step_loop(LstmStepLoop::graph, site) == LstmStepLoop::graph);
   CHECK(choose_lstm_step_loop(LstmStepLoop::launches, site) == LstmStepLoop::launches);
   auto with = [&](auto change) {
@@ -401,6 +402,7 @@ TEST_CASE("lstm step loop: a CUDA graph only on a stream of the caller's own, un
   CHECK(with([](LstmStepSite& s) { s.own_stream = false; }) == LstmStepLoop::launches);  // the shared default stream
   CHECK(with([](LstmStepSite& s) { s.capturing = true; }) == LstmStepLoop::launches);    // inside a CapturedWork
   CHECK(with([](LstmStepSite& s) { s.shape_seen = false; }) == LstmStepLoop::launches);  // the warm-up run
+  CHECK(with([](LstmStepSite& s) { s.capture_failed = true; }) == LstmStepLoop::launches);
   CHECK(parse_lstm_step_kernel("fused") == LstmStepKernel::fused);
   CHECK(std::string(name(LstmStepKernel::gemm)) == "gemm");
   CHECK_THROWS_WITH(parse_lstm_step_kernel("cudnn"), Catch::Contains("expected gemm or fused, got 'cudnn'"));
