@@ -6,6 +6,7 @@
 #include "devices/autograd/grad_mode.h"
 #include "devices/backend.h"
 #include "devices/error.h"
+#include "devices/ops.h"
 #include "devices/random.h"
 #include "models/transformer/encoder.h"
 #include "models/transformer/serving_graph.h"
@@ -65,6 +66,26 @@ TEST_CASE("serving buckets: the batch's starts, padding sequences of at most 64 
   CHECK_THROWS_AS(bucket_offsets({}, {64, 8}), ValueError);
   CHECK_THROWS_WITH(bucket_offsets({0, 100}, {64, 8}), Catch::Contains("do not fit a bucket of 8 sequences and 64 rows"));
   CHECK_THROWS_AS(bucket_offsets({0, 1, 2, 3, 4, 5, 6, 7, 8}, {64, 8}), ValueError);  // 8 sequences + padding: 9 slots
+}
+
+TEST_CASE("a batch padded to its bucket: the encoder's real rows are the unpadded batch's (on the host)", "[serving_graph]") {
+  const EncoderLayerOptions o{.d_model = 16, .nhead = 2, .dim_feedforward = 32, .activation = "gelu", .batch_first = true};
+  manual_seed(8);
+  TransformerEncoder encoder(o, 2, /*final_norm=*/true);
+  encoder.eval();
+  NoGradGuard no_grad;
+  for (const std::vector<int64_t>& lengths : std::vector<std::vector<int64_t>>{{3, 5, 8}, {500, 1, 529}}) {
+    const std::vector<int64_t> offsets = offsets_of(lengths);
+    const int64_t rows = offsets.back();
+    const ServingBucket bucket = serving_bucket(rows, static_cast<int64_t>(lengths.size()));
+    INFO(rows << " rows in a bucket of " << bucket.rows);  // 16 -> 64; 1030 -> 1280 (4 padding sequences)
+    const Tensor x = rand_uniform({rows, 16}, -1, 1);
+    const Tensor filler = rand_uniform({bucket.rows - rows, 16}, -100, 100);  // whatever a batch before left there
+    const std::vector<int64_t> padded = bucket_offsets(offsets, bucket);
+    const Tensor starts = Tensor::from_vector(padded, {bucket.sequences + 1});
+    const Tensor got = encoder.forward_packed(cat({x, filler}, 0), PackedSequences(starts)).slice(0, 0, rows);
+    CHECK(relative_error(got, encoder(NestedTensor(x, offsets)).tokens()) < 1e-5);
+  }
 }
 
 TEST_CASE("a serving graph serves CUDA batches only: host tokens are a DeviceError", "[serving_graph]") {
