@@ -137,6 +137,7 @@ NestedTensor ServingGraph::operator()(const NestedTensor& batch) {
   Tensor real_rows = e.rows.slice(0, 0, rows);
   copy_into(real_rows, tokens);
   copy_into(e.starts, Tensor::from_vector(offsets, {bucket.sequences + 1}));
+  tokens.storage()->add_use(lane_->record());  // the caller's bytes are not reused before the lane has read them
   Tensor result;
   if (made) {
     try {
