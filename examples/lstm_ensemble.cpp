@@ -4,13 +4,19 @@
 // With --device cuda the weights live on the GPU and each member is a GPU actor with its own
 // stream, so (c)'s members overlap on the device; times run until the device is done, and the
 // host syncs counted during one (c) call are printed beside (0 expected: results stay there).
-//   lstm_ensemble [--models 4] [--T 50 --B 50 --C 1024] [--reps 3] [--device cpu|cuda] [--trace out.json] [--json]
+// --step-kernel and --step-loop: how the CUDA lstm runs its recurrent steps
+// (devices/lstm_step_loop.h): a cuBLAS GEMM and a gate kernel each (default) or one fused kernel,
+// as one CUDA graph where it can (default; the members' lanes) or launched one by one; the JSON
+// line names both and counts how many of (c)'s step loops ran each way.
+//   lstm_ensemble [--models 4] [--T 50 --B 50 --C 1024] [--reps 3] [--device cpu|cuda]
+//                 [--step-kernel gemm|fused] [--step-loop graph|launches] [--trace out.json] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 
 #include "actors/observe/profiler.h"
 #include "actors/runtime.h"
+#include "devices/lstm_step_loop.h"
 #include "devices/sync.h"
 #include "examples/cpu_kernels.h"
 #include "examples/device_option.h"
@@ -28,8 +34,12 @@ int main(int argc, char** argv) {
   LstmOptions o{.C = 1024};
   int workers = 0;
   std::string trace;
-  std::string device_name = "cpu";
+  std::string device_name = "cpu", step_kernel = name(lstm_step_kernel()), step_loop = name(lstm_step_loop());
   add_lstm_options(app, o);
+  app.add_option("--step-kernel", step_kernel, "the CUDA lstm's step: gemm (cuBLAS and a gate kernel) or fused")
+      ->check(CLI::IsMember({"gemm", "fused"}));
+  app.add_option("--step-loop", step_loop, "the CUDA lstm's recurrent steps: graph or launches")
+      ->check(CLI::IsMember({"graph", "launches"}));
   app.add_option("--workers", workers, "worker actors (0: the cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--trace", trace, "write a Chrome trace of one fork_ensemble run");
   add_device_option(app, device_name);
@@ -38,6 +48,8 @@ int main(int argc, char** argv) {
 
   return run_example("lstm_ensemble", [&] {
     const Device device = example_device(device_name);
+    set_lstm_step_kernel(parse_lstm_step_kernel(step_kernel));
+    set_lstm_step_loop(parse_lstm_step_loop(step_loop));
     Runtime runtime({.workers = workers});
     models::LSTMEnsemble ensemble(models, C, C, /*seed=*/0, device);
     const Tensor x = lstm_input(o, 1).to(device);
@@ -48,10 +60,12 @@ int main(int argc, char** argv) {
     const double bidir_s = median_seconds([&] { ensemble.fork_directions(x); finish(device); }, reps);
     const double ensemble_s = median_seconds([&] { ensemble.fork_members(x); finish(device); }, reps);
     reset_sync_counts();
+    reset_lstm_step_loop_counts();
     const long faults_before = minor_page_faults();
     ensemble.fork_members(x);
     const uint64_t ensemble_syncs = sync_count();
     const long ensemble_faults = minor_page_faults() - faults_before;
+    const LstmStepLoopCounts ensemble_loops = lstm_step_loop_counts();
     finish(device);
     if (!trace.empty()) {
       Profiler::global().start();
@@ -73,7 +87,11 @@ int main(int argc, char** argv) {
                                              {"gflop", rounded(gflop, 1)},
                                              {"best_gflops", rounded(gflop / std::min({serial_s, bidir_s, ensemble_s}), 1)},
                                              {"fork_ensemble_syncs", ensemble_syncs},
-                                             {"fork_ensemble_page_faults", ensemble_faults}}));
+                                             {"fork_ensemble_page_faults", ensemble_faults},
+                                             {"step_kernel", step_kernel},
+                                             {"step_loop", step_loop},
+                                             {"fork_ensemble_graph_step_loops", ensemble_loops.graph},
+                                             {"fork_ensemble_launched_step_loops", ensemble_loops.launches}}));
     } else {
       std::printf("LSTM ensemble: %d bidirectional models, T=%lld B=%lld C=%lld (%.0f GFLOP) on %s, %s\n", models,
                   static_cast<long long>(T), static_cast<long long>(B), static_cast<long long>(C), gflop,
@@ -82,7 +100,12 @@ int main(int argc, char** argv) {
                   "  fork ensemble   %.3f s  (%.0f%% faster, %.0f GFLOP/s)\n  max |diff| %.3g\n",
                   serial_s, bidir_s, (1 - bidir_s / serial_s) * 100, ensemble_s, (1 - ensemble_s / serial_s) * 100,
                   gflop / ensemble_s, diff);
-      if (!device.is_cpu()) std::printf("  host syncs in one fork ensemble call: %llu\n", static_cast<unsigned long long>(ensemble_syncs));
+      if (!device.is_cpu()) {
+        std::printf("  host syncs in one fork ensemble call: %llu\n", static_cast<unsigned long long>(ensemble_syncs));
+        std::printf("  its step loops (--step-kernel %s --step-loop %s): %llu as CUDA graphs, %llu launched step by step\n",
+                    step_kernel.c_str(), step_loop.c_str(), static_cast<unsigned long long>(ensemble_loops.graph),
+                    static_cast<unsigned long long>(ensemble_loops.launches));
+      }
       if (!trace.empty()) std::printf("  trace: %s\n", trace.c_str());
     }
     return diff < 1e-3 ? 0 : 1;

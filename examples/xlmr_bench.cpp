@@ -6,7 +6,10 @@
 // and uploads the rest); each time runs until the device is done.
 // --profile: one more bf16 run under the profiler, its host and lane tables on stderr (where the
 // time goes: each op's host time, and its time on the GPU's stream).
-//   xlmr_bench [--sentences 64] [--reps 3] [--device cpu|cuda] [--profile] [--json]
+// --graph (with --device cuda): f32 and bf16 again with the encoder replayed from a CUDA graph of
+// the batch's bucket of packed rows (XLMR::set_serving_graph), its logits' distance from the
+// launched run's beside.
+//   xlmr_bench [--sentences 64] [--reps 3] [--device cpu|cuda] [--graph] [--profile] [--json]
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -55,7 +58,7 @@ Tensor serving_batch(int64_t sentences, int64_t vocab, std::vector<int64_t>& len
 int main(int argc, char** argv) {
   int64_t sentences = 64;
   int reps = 3;
-  bool json = false, profile = false;
+  bool json = false, profile = false, graph = false;
   std::string device_name = "cpu";
   CLI::App app{"XLM-R base classification of a serving batch: f32 and bf16 GEMMs"};
   app.add_option("--sentences", sentences, "sentences in the batch")->check(CLI::PositiveNumber);
@@ -63,9 +66,11 @@ int main(int argc, char** argv) {
   add_device_option(app, device_name);
   app.add_flag("--json", json, "one JSON line of figures");
   app.add_flag("--profile", profile, "one more bf16 run profiled: its op tables on stderr");
+  app.add_flag("--graph", graph, "f32 and bf16 again from CUDA graphs of the encoder (--device cuda)");
   CLI11_PARSE(app, argc, argv);
   return run_example("xlmr_bench", [&] {
     const Device device = example_device(device_name);
+    if (graph && !device.is_cuda()) throw ValueError("--graph replays CUDA graphs: it needs --device cuda");
     const XLMRConfig config = XLMRConfig::base(2);
     std::vector<int64_t> lengths;
     const Tensor tokens = serving_batch(sentences, config.vocab_size, lengths);
@@ -80,6 +85,20 @@ int main(int argc, char** argv) {
     model.encoder.set_fastpath_dtype(DType::bf16);
     const double bf16_s = median_seconds([&] { bf16_logits = model(tokens); finish(device); }, reps, 1);
     const double diff = max(abs(sub(bf16_logits, f32_logits))).item<double>();
+    double graph_f32_s = 0, graph_bf16_s = 0, graph_diff = 0;
+    int64_t bucket_rows = 0;
+    if (graph) {
+      model.set_serving_graph(true);
+      model.encoder.set_fastpath_dtype(DType::f32);
+      Tensor graph_f32, graph_bf16;
+      graph_f32_s = median_seconds([&] { graph_f32 = model(tokens); finish(device); }, reps, 1);  // the first captures
+      model.encoder.set_fastpath_dtype(DType::bf16);
+      graph_bf16_s = median_seconds([&] { graph_bf16 = model(tokens); finish(device); }, reps, 1);
+      graph_diff = std::max(max(abs(sub(graph_f32, f32_logits))).item<double>(),
+                            max(abs(sub(graph_bf16, bf16_logits))).item<double>());
+      bucket_rows = model.serving_graph()->buckets().at(0).rows;
+      model.set_serving_graph(false);
+    }
     if (profile) {
       Profiler& profiler = Profiler::global();
       profiler.start();
@@ -90,7 +109,7 @@ int main(int argc, char** argv) {
                    profiler.table(30).c_str(), device.str().c_str(), profiler.device_table(30).c_str());
     }
     if (json) {
-      print_json_line(with_cpu_kernels(nlohmann::ordered_json{{"device", device.str()},
+      nlohmann::ordered_json line = with_cpu_kernels(nlohmann::ordered_json{{"device", device.str()},
                                              {"sentences", sentences},
                                              {"tokens", real_tokens},
                                              {"padded", tokens.numel()},
@@ -99,7 +118,16 @@ int main(int argc, char** argv) {
                                              {"bf16_ms", rounded(bf16_s * 1e3, 1)},
                                              {"bf16_tokens_per_s", rounded(real_tokens / bf16_s, 0)},
                                              {"bf16_speedup", rounded(f32_s / bf16_s, 2)},
-                                             {"bf16_max_abs_logit_diff", significant(diff, 3)}}));
+                                             {"bf16_max_abs_logit_diff", significant(diff, 3)}});
+      if (graph) {
+        line["graph_bucket_rows"] = bucket_rows;
+        line["graph_f32_ms"] = rounded(graph_f32_s * 1e3, 2);
+        line["graph_f32_tokens_per_s"] = rounded(real_tokens / graph_f32_s, 0);
+        line["graph_bf16_ms"] = rounded(graph_bf16_s * 1e3, 2);
+        line["graph_bf16_tokens_per_s"] = rounded(real_tokens / graph_bf16_s, 0);
+        line["graph_max_abs_logit_diff"] = significant(graph_diff, 3);
+      }
+      print_json_line(line);
       return 0;
     }
     std::printf("XLM-R base on %s, random weights: %lld sentences of 5..250 tokens (%lld real of %lld padded)\n",
@@ -108,6 +136,12 @@ int main(int argc, char** argv) {
     std::printf("  f32 fastpath          %9.1f ms  %8.0f tokens/s\n", f32_s * 1e3, real_tokens / f32_s);
     std::printf("  bf16 GEMMs            %9.1f ms  %8.0f tokens/s  (%.2fx; logits at most %.3g from f32's)\n",
                 bf16_s * 1e3, real_tokens / bf16_s, f32_s / bf16_s, diff);
+    if (graph) {
+      std::printf("  CUDA graphs (%lld rows)  f32 %9.2f ms  %8.0f tokens/s\n", static_cast<long long>(bucket_rows),
+                  graph_f32_s * 1e3, real_tokens / graph_f32_s);
+      std::printf("                          bf16 %8.2f ms  %8.0f tokens/s  (logits at most %.3g from launched)\n",
+                  graph_bf16_s * 1e3, real_tokens / graph_bf16_s, graph_diff);
+    }
     return 0;
   });
 }

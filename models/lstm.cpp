@@ -47,9 +47,33 @@ BidirectionalLSTM::BidirectionalLSTM(int64_t input_size, int64_t hidden_size, ui
 }
 
 Tensor BidirectionalLSTM::operator()(const Tensor& x) const {
+  if (Lane* caller = x.device().is_cuda() ? Lane::current(x.device()) : nullptr) {
+    Tensor out_b = backward_on_side_lane(x, *caller);  // queued first: it runs while the forward one is queued
+    Tensor out_f = (*forward_)(x);
+    Tensor out = cat({out_f, out_b}, 2);  // waits for the side lane on the device
+    out_b.storage()->add_use(caller->record());  // its bytes are not reused before the cat has read them
+    return out;
+  }
   Tensor out_f = (*forward_)(x);
   Tensor out_b = (*backward_)(flip(x, {0}));
   return cat({out_f, flip(out_b, {0})}, 2);
+}
+
+// flip(backward(flip(x))) on the side lane, after the caller's work so far (x's producers).
+Tensor BidirectionalLSTM::backward_on_side_lane(const Tensor& x, Lane& caller) const {
+  std::lock_guard<std::mutex> lock(side_mutex_);
+  if (!side_lane_ || side_lane_->device() != x.device())
+    side_lane_ = Lane::make(x.device(), "BidirectionalLSTM backward direction");
+  side_lane_->wait(caller.record());
+  Tensor out_b;
+  {
+    LaneGuard on(*side_lane_);
+    out_b = flip((*backward_)(flip(x, {0})), {0});
+  }
+  const Event done = side_lane_->record();
+  out_b.storage()->set_ready(done);  // the caller's lane waits for it before reading
+  x.storage()->add_use(done);        // x's bytes are not reused before the side lane has read them
+  return out_b;
 }
 
 Tensor BidirectionalLSTM::forked(const Tensor& x) const {

@@ -18,9 +18,11 @@
 //   Tensor d = gpu.fork_members(x.to(Device::cuda(0)));   // members overlap, each on its own stream
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "actors/module_actor.h"
+#include "devices/lane.h"
 #include "devices/tensor.h"
 #include "models/nn/module.h"
 
@@ -56,11 +58,18 @@ class BidirectionalLSTM : public Module {
  public:
   BidirectionalLSTM(int64_t input_size, int64_t hidden_size, uint64_t seed = 0);
 
-  Tensor operator()(const Tensor& x) const;  // both directions on this thread
+  // Both directions from this thread. Called on a CUDA lane (a GPU actor's call), the backward
+  // direction goes on a second lane of this model's own, so the two directions' steps overlap on
+  // the device; the result is ready on the calling lane as usual.
+  Tensor operator()(const Tensor& x) const;
   Tensor forked(const Tensor& x) const;      // the forward direction forked, as the TorchScript fork/wait tutorial's BiFork
 
  private:
+  Tensor backward_on_side_lane(const Tensor& x, Lane& caller) const;
+
   std::shared_ptr<LSTM> forward_, backward_;  // shared with a forked call, which may outlive this
+  mutable std::mutex side_mutex_;
+  mutable std::unique_ptr<Lane> side_lane_;  // made on first use, for the device of that call
 };
 
 // N bidirectional LSTMs over the same input, outputs summed (the tutorial's stack(...).sum(0)).

@@ -190,6 +190,7 @@ run() {
     # layer norm, the LSTM) and the back end's review fixes.
     gpu_tests "test_devices quick" 110 "$build/bin/test_devices" \
       'cuda packed_attention*,cuda linear_bf16*,cuda layer_norm*,cuda lstm*,[cuda][cuda_safety]'
+    gpu_tests "test_models quick" 50 "$build/bin/test_models" '[cuda][serving_graph],[cuda][lstm_gpu]'
   else
     # Figures first: a deadline cuts the long test steps at the end, the least informative part.
     step "cuda_bench" 60 "$build/bin/cuda_bench" --reps 20 --json
@@ -202,8 +203,10 @@ run() {
     step "lane_bench" 30 "$build/bin/lane_bench" --device cuda --json
     step "encoder_graph_bench" 60 "$build/bin/encoder_graph_bench" --device cuda --layers 24 --reps 20 --json
     step "lstm_ensemble" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --json
+    step "lstm_ensemble launched steps" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --step-loop launches --json
+    step "lstm_ensemble fused steps" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --step-kernel fused --json
     step "encoder_bench" 90 "$build/bin/encoder_bench" --device cuda --layers 24 --reps 5 --dtype bf16 --json
-    step "xlmr_bench" 60 "$build/bin/xlmr_bench" --device cuda --reps 5 --profile --json  # op tables in the log
+    step "xlmr_bench" 60 "$build/bin/xlmr_bench" --device cuda --reps 5 --graph --profile --json  # op tables in the log
     # The PyTorch peers on the same GPU.
     step "lstm_ensemble_torch" 60 "$python" examples/lstm_ensemble_torch.py --device cuda --json
     step "encoder_torch" 60 "$python" examples/encoder_torch.py --device cuda --dtype bf16 --json

@@ -1,10 +1,19 @@
 // lstm on cuda (the CPU op's contract: devices/cpu/lstm.cpp; one layer, one direction, gate order
 // i, f, g, o). The input projection of all T steps is one GEMM; each step is one recurrent GEMM
 // accumulating into its slice of that projection and one fused kernel for bias, gates, cell and
-// hidden state. Like the CPU kernel it saves nothing: lstm_backward recomputes the gates.
+// hidden state, or one fused kernel for both; on a stream of the caller's own the T steps go as one
+// CUDA graph (devices/lstm_step_loop.h). Like the CPU kernel it saves nothing: lstm_backward recomputes the
+// gates.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
 #include "devices/cuda/gemm_f32.h"
 #include "devices/cuda/kernel_util.cuh"
 #include "devices/cuda/lstm_steps.h"
+#include "devices/lstm_step_loop.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -37,6 +46,95 @@ __global__ void lstm_cell(float* gates, const float* b_ih, const float* b_hh, co
   }
 }
 
+// One step in one kernel: the recurrent product, the gates and the cell (LstmStepKernel::fused).
+// A block owns kUnits hidden units (their four gate rows of w_hh) and kRows batch rows; thread
+// (u, r) accumulates the four gates of unit u for rows r, r + 16, r + 32, r + 48, so the cell
+// update needs nothing from another thread and the gates never go through memory. K is walked in
+// chunks held in shared memory; each thread reads four k at a time (a float4 of each operand):
+// 64 FMAs for 8 shared loads, the gate rows a broadcast within a half warp.
+namespace fused {
+constexpr int kUnits = 16, kRowLanes = 16, kRowsPerThread = 4, kRows = kRowLanes * kRowsPerThread, kChunk = 32;
+constexpr int kThreads = kUnits * kRowLanes;
+constexpr int kStride = kChunk + 4;  // float4-aligned rows; 8 consecutive rows land on distinct banks
+}  // namespace fused
+
+__global__ void __launch_bounds__(fused::kThreads) lstm_fused_step(
+    const float* __restrict__ gates_x, const float* __restrict__ w_hh, const float* __restrict__ b_ih,
+    const float* __restrict__ b_hh, const float* __restrict__ h_prev, const float* c_prev, float* c_next,
+    float* __restrict__ h_next, int batch, int hidden) {
+  using namespace fused;
+  __shared__ __align__(16) float ws[4 * kUnits][kStride];  // row g * kUnits + u: w_hh row g * H + unit
+  __shared__ __align__(16) float hs[kRows][kStride];
+  const int tid = threadIdx.x, u = tid / kRowLanes, lane_row = tid % kRowLanes;
+  const int unit0 = blockIdx.x * kUnits, row0 = blockIdx.y * kRows;
+  float acc[4][kRowsPerThread] = {};
+  for (int k0 = 0; k0 < hidden; k0 += kChunk) {
+    // Both tiles, kChunk columns each, zeros past the edges; consecutive threads read consecutive k.
+    for (int e = tid; e < 4 * kUnits * kChunk; e += kThreads) {
+      const int r = e / kChunk, k = e % kChunk, unit = unit0 + r % kUnits, g = r / kUnits;
+      ws[r][k] = unit < hidden && k0 + k < hidden ? w_hh[(int64_t(g) * hidden + unit) * hidden + k0 + k] : 0.0f;
+    }
+    for (int e = tid; e < kRows * kChunk; e += kThreads) {
+      const int r = e / kChunk, k = e % kChunk, row = row0 + r;
+      hs[r][k] = row < batch && k0 + k < hidden ? h_prev[int64_t(row) * hidden + k0 + k] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kChunk; k += 4) {
+      float4 w[4], h[kRowsPerThread];
+#pragma unroll
+      for (int g = 0; g < 4; ++g) w[g] = *reinterpret_cast<const float4*>(&ws[g * kUnits + u][k]);
+#pragma unroll
+      for (int m = 0; m < kRowsPerThread; ++m) h[m] = *reinterpret_cast<const float4*>(&hs[lane_row + kRowLanes * m][k]);
+#pragma unroll
+      for (int g = 0; g < 4; ++g)
+#pragma unroll
+        for (int m = 0; m < kRowsPerThread; ++m) {  // one FMA per product: no rounding of partial sums
+          acc[g][m] = fmaf(w[g].x, h[m].x, acc[g][m]);
+          acc[g][m] = fmaf(w[g].y, h[m].y, acc[g][m]);
+          acc[g][m] = fmaf(w[g].z, h[m].z, acc[g][m]);
+          acc[g][m] = fmaf(w[g].w, h[m].w, acc[g][m]);
+        }
+    }
+    __syncthreads();
+  }
+  const int unit = unit0 + u;
+  if (unit >= hidden) return;
+  float bias[4];
+#pragma unroll
+  for (int g = 0; g < 4; ++g) bias[g] = b_ih[g * hidden + unit] + b_hh[g * hidden + unit];  // summed first, as the CPU
+#pragma unroll
+  for (int m = 0; m < kRowsPerThread; ++m) {
+    const int row = row0 + lane_row + kRowLanes * m;
+    if (row >= batch) break;
+    const float* a = gates_x + int64_t(row) * 4 * hidden + unit;
+    const float i = sigmoid((a[0] + acc[0][m]) + bias[0]);
+    const float f = sigmoid((a[hidden] + acc[1][m]) + bias[1]);
+    const float g = tanhf((a[2 * hidden] + acc[2][m]) + bias[2]);
+    const float o = sigmoid((a[3 * hidden] + acc[3][m]) + bias[3]);
+    const int64_t k = int64_t(row) * hidden + unit;
+    const float c = f * c_prev[k] + i * g;
+    c_next[k] = c;
+    h_next[k] = tanhf(c) * o;
+  }
+}
+
+// The forward's steps with one fused kernel each; c updated in place.
+void lstm_fused_steps(int device, LstmSize size, const float* gates, const float* w_hh, const float* b_ih,
+                      const float* b_hh, const float* h0, float* h, float* c) {
+  const int64_t B = size.batch, H = size.hidden, n = B * H;
+  if (n == 0) return;
+  const cudaStream_t stream = current_stream(device);
+  const dim3 grid(static_cast<unsigned>((H + fused::kUnits - 1) / fused::kUnits),
+                  static_cast<unsigned>((B + fused::kRows - 1) / fused::kRows));
+  for (int64_t t = 0; t < size.steps; ++t) {
+    const float* h_prev = t == 0 ? h0 : h + (t - 1) * n;
+    lstm_fused_step<<<grid, fused::kThreads, 0, stream>>>(gates + t * B * 4 * H, w_hh, b_ih, b_hh, h_prev, c, c,
+                                                          h + t * n, static_cast<int>(B), static_cast<int>(H));
+    check_launch("lstm (fused step)", device);
+  }
+}
+
 // Zeros without a trip through the host (Tensor::zeros fills on the host, then copies).
 Tensor device_zeros(const Shape& shape, Device device) {
   Tensor t = Tensor::empty(shape, DType::f32, device);
@@ -45,6 +143,112 @@ Tensor device_zeros(const Shape& shape, Device device) {
           device.index);
   return t;
 }
+
+// The step loops that ran as graphs: per stream, (T, B, H) and step kernel, the executable graph of the last
+// call. Each call records its steps afresh (a capture only records: nothing runs, nothing is
+// allocated) and cudaGraphExecUpdate points the kept graph at this call's buffers, so no buffer
+// is pinned to the graph and the results are those of the launches, bit for bit. An update
+// affects later launches only; one in flight finishes as it was.
+class StepLoopGraphs {
+ public:
+  static StepLoopGraphs& global() {
+    static StepLoopGraphs* graphs = new StepLoopGraphs;  // never destroyed: no CUDA call at exit
+    return *graphs;
+  }
+
+  // Runs the steps on the calling thread's current stream, as a graph where the setting and the
+  // stream allow.
+  void run(int device, LstmSize size, float* gates, const float* w_hh, const float* b_ih, const float* b_hh,
+           const float* h0, float* h, float* c) {
+    const cudaStream_t stream = current_stream(device);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing", device);
+    std::shared_ptr<Entry> entry;
+    const bool own_stream = current_stream_object(device) != nullptr;
+    const bool capturing = capture != cudaStreamCaptureStatusNone;
+    // The fused kernel indexes rows and units in 32 bits.
+    const bool fused = lstm_step_kernel() == LstmStepKernel::fused && size.batch <= INT32_MAX && size.hidden <= INT32_MAX;
+    auto steps = [&] {
+      if (fused)
+        lstm_fused_steps(device, size, gates, w_hh, b_ih, b_hh, h0, h, c);
+      else
+        lstm_steps(device, size, gates, w_hh, b_ih, b_hh, h0, h, c, c, 0, false);
+    };
+    if (own_stream && !capturing) entry = find_or_add({stream, size.steps, size.batch, size.hidden, fused});
+    std::unique_lock<std::mutex> hold = entry ? std::unique_lock<std::mutex>(entry->mutex) : std::unique_lock<std::mutex>();
+    const LstmStepLoop loop = choose_lstm_step_loop(
+        lstm_step_loop(), {.steps = size.steps, .own_stream = own_stream, .capturing = capturing,
+                           .shape_seen = entry && entry->seen, .capture_failed = entry && entry->capture_failed});
+    if (loop == LstmStepLoop::graph && launch_as_graph(*entry, stream, device, steps)) {
+      count_lstm_step_loop(LstmStepLoop::graph);
+      return;
+    }
+    steps();  // what a failed capture met, if it was no capture's problem, is thrown here
+    count_lstm_step_loop(LstmStepLoop::launches);
+    if (entry) entry->seen = true;
+  }
+
+ private:
+  struct Entry;
+
+  // Records the steps and launches them as the entry's graph; false (the entry marked, nothing
+  // queued) when the capture or the graph fails, so the caller launches them instead.
+  template <class Steps>
+  static bool launch_as_graph(Entry& entry, cudaStream_t stream, int device, const Steps& steps) {
+    cudaGraph_t graph = nullptr;
+    try {
+      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture", device);
+      try {
+        steps();
+      } catch (...) {
+        cudaStreamEndCapture(stream, &graph);  // ends the capture; the partial graph is dropped
+        throw;
+      }
+      check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture", device);
+      if (entry.exec) {
+        cudaGraphExecUpdateResultInfo info{};
+        if (cudaGraphExecUpdate(entry.exec, graph, &info) != cudaSuccess) {
+          (void)cudaGetLastError();  // an update refused (another cuBLAS algorithm): instantiate afresh
+          cudaGraphExecDestroy(entry.exec);
+          entry.exec = nullptr;
+        }
+      }
+      if (!entry.exec) check(cudaGraphInstantiateWithFlags(&entry.exec, graph, 0), "cudaGraphInstantiate", device);
+      check(cudaGraphLaunch(entry.exec, stream), "cudaGraphLaunch", device);
+    } catch (const std::exception&) {
+      if (graph) cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      entry.capture_failed = true;
+      return false;
+    }
+    cudaGraphDestroy(graph);
+    return true;
+  }
+
+  using Key = std::tuple<cudaStream_t, int64_t, int64_t, int64_t, bool>;  // stream, T, B, H, fused
+  struct Entry {
+    ~Entry() {
+      if (exec) cudaGraphExecDestroy(exec);  // one in flight is freed when it completes
+    }
+    std::mutex mutex;
+    bool seen = false, capture_failed = false;
+    cudaGraphExec_t exec = nullptr;
+  };
+  // A bound on what lanes that are gone leave behind (an entry holds a graph, no buffers).
+  static constexpr size_t kMaxEntries = 256;
+
+  // Shared: an entry dropped from the map lives on with the call that is using it.
+  std::shared_ptr<Entry> find_or_add(const Key& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) return it->second;
+    if (entries_.size() >= kMaxEntries) entries_.clear();
+    return entries_.emplace(key, std::make_shared<Entry>()).first->second;
+  }
+
+  std::mutex mutex_;
+  std::map<Key, std::shared_ptr<Entry>> entries_;
+};
 
 std::vector<Tensor> lstm_cuda(const OpCall& call) {
   const Tensor x = call.inputs[0].contiguous(), w_ih = call.inputs[1].contiguous(), w_hh = call.inputs[2].contiguous();
@@ -64,8 +268,8 @@ std::vector<Tensor> lstm_cuda(const OpCall& call) {
   gemm_f32(device, false, true, T * B, G, C, 1.0f, device_read<float>(x), C, device_read<float>(w_ih), C, 0.0f, pg, G);
   float* out = device_write<float>(output);
   float* c = device_write<float>(c_n);
-  lstm_steps(device, {T, B, H}, pg, device_read<float>(w_hh), device_read<float>(b_ih), device_read<float>(b_hh), device_read<float>(h0), out,
-             c, c, 0, false);
+  StepLoopGraphs::global().run(device, {T, B, H}, pg, device_read<float>(w_hh), device_read<float>(b_ih),
+                                device_read<float>(b_hh), device_read<float>(h0), out, c);
   const float* last = T == 0 ? device_read<float>(h0) : out + (T - 1) * B * H;
   check(cudaMemcpyAsync(device_write<float>(h_n), last, sizeof(float) * B * H, cudaMemcpyDeviceToDevice, stream),
         "cudaMemcpyAsync", device);

@@ -204,12 +204,16 @@ NestedTensor TransformerEncoder::forward(const NestedTensor& src) const {
   if (src.tokens().shape()[1] != options.d_model || src.tokens().dtype() != DType::f32)
     throw ShapeError("TransformerEncoder: expected nested tokens f32[rows," + std::to_string(options.d_model) + "], got " +
                      src.tokens().meta().str());
+  const Tensor x = src.tokens().contiguous();
+  return src.with_tokens(forward_packed(x, PackedSequences(src.offsets(), {}, x.device())));
+}
+
+Tensor TransformerEncoder::forward_packed(const Tensor& rows, const PackedSequences& packing) const {
   NoGradGuard no_grad;  // the fastpath is inference only
-  Tensor x = src.tokens().contiguous();
-  const PackedSequences packing(src.offsets(), {}, x.device());
+  Tensor x = rows;
   for (const auto& layer : layers) x = layer->forward_packed(x, packing, fastpath_dtype_);
   if (norm) x = norm->forward(x);
-  return src.with_tokens(x);
+  return x;
 }
 
 }  // namespace troupe::models

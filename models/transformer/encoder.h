@@ -50,6 +50,9 @@ struct EncoderLayerOptions {
 // per forward on the tokens' device, not once per layer: on a GPU each is a host-to-device copy.
 struct PackedSequences {
   PackedSequences(const std::vector<int64_t>& offsets, const std::vector<int64_t>& key_lengths, Device device);
+  // Already on the device (a CUDA graph's inputs, serving_graph.h).
+  explicit PackedSequences(Tensor starts, Tensor key_lengths = {})
+      : starts(std::move(starts)), key_lengths(std::move(key_lengths)) {}
   Tensor starts, key_lengths;
 };
 
@@ -111,6 +114,9 @@ class TransformerEncoder : public Module {
   Tensor operator()(const Tensor& src, const Tensor& key_padding_mask = {}) const { return forward(src, key_padding_mask); }
   NestedTensor forward(const NestedTensor& src) const;  // the fastpath on packed tokens
   NestedTensor operator()(const NestedTensor& src) const { return forward(src); }
+  // The same over packed rows [rows, d] and their packing on the rows' device: what a CUDA graph of
+  // the fastpath records (serving_graph.h).
+  Tensor forward_packed(const Tensor& rows, const PackedSequences& packing) const;
 
   void set_fastpath(bool enabled) { fastpath_enabled_ = enabled; }
   // With a padding mask, the fastpath packs real tokens only (default) or, like PyTorch's

@@ -65,12 +65,32 @@ Tensor XLMR::features(const Tensor& tokens_in) const {
   const Tensor tokens = tokens_in.device().is_cpu() ? tokens_in : tokens_in.to(Device::cpu());
   Tensor x = embeddings(tokens);  // checks the tokens' rank, dtype and range; on the model's device
   const Tensor pad_id = Tensor::full({}, static_cast<double>(config.padding_idx), tokens.dtype());
-  x = encoder(x, eq(tokens, pad_id));
+  const Tensor mask = eq(tokens, pad_id);
+  if (serving_graph_ && encoder.takes_fastpath() && x.device().is_cuda()) {
+    if (encoder.fastpath_dtype() != serving_graph_dtype_) {
+      serving_graph_->clear();
+      serving_graph_dtype_ = encoder.fastpath_dtype();
+    }
+    return (*serving_graph_)(NestedTensor::from_padded(x, mask)).to_padded(mask);
+  }
+  x = encoder(x, mask);
   if (encoder.takes_fastpath()) return x;  // the nested fastpath leaves zeros at padding
   return mul(x, ne(tokens, pad_id).to(DType::f32).to(x.device()).unsqueeze(2));
 }
 
+void XLMR::set_serving_graph(bool enabled) {
+  if (!enabled) {
+    serving_graph_.reset();
+    return;
+  }
+  serving_graph_ = std::make_unique<ServingGraph>([this](const Tensor& rows, const Tensor& starts) {
+    return encoder.forward_packed(rows, PackedSequences(starts));
+  });
+  serving_graph_dtype_ = encoder.fastpath_dtype();
+}
+
 void XLMR::load(const std::map<std::string, Tensor>& checkpoint) {
+  if (serving_graph_) serving_graph_->clear();  // the weights may move
   auto state = xlmr_torchtext_state(checkpoint, config);
   if (!state.count("head.dense.weight"))  // a bare encoder: the head keeps its weights
     for (auto& [name, value] : head.state_dict()) state.emplace("head." + name, value);

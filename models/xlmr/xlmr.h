@@ -15,10 +15,12 @@
 // so padding costs nothing; otherwise it runs PyTorch's general path, which autograd records.
 // The embeddings are frozen (the fine-tuned parts are the encoder and the head).
 #include <map>
+#include <memory>
 #include <string>
 
 #include "models/nn/layers.h"
 #include "models/transformer/encoder.h"
+#include "models/transformer/serving_graph.h"
 #include "models/xlmr/embeddings.h"
 #include "models/xlmr/xlmr_config.h"
 
@@ -59,6 +61,14 @@ class XLMR : public Module {
   void load(const std::map<std::string, Tensor>& checkpoint) override;
   using Module::load;  // load(safetensors_path)
 
+  // Serving on a GPU: where features() takes the encoder's nested fastpath on a CUDA device, the
+  // encoder's forward over the packed tokens is replayed from a CUDA graph, one per bucket of
+  // packed row counts (serving_graph.h: the rows padded to the bucket, the padding kept apart);
+  // the embeddings and the head run as before. Enable it after to(): the graphs read the weights
+  // where they are then. load() and a change of the fastpath dtype drop the graphs.
+  void set_serving_graph(bool enabled);
+  const ServingGraph* serving_graph() const { return serving_graph_.get(); }  // nullptr when off
+
   XLMRConfig config;
   XLMRobertaEmbeddings embeddings;
   TransformerEncoder encoder;
@@ -66,6 +76,9 @@ class XLMR : public Module {
 
  private:
   XLMR(const XLMRConfig& config, uint64_t seed, Generator&& layers_generator);
+
+  std::unique_ptr<ServingGraph> serving_graph_;
+  mutable DType serving_graph_dtype_ = DType::f32;  // the fastpath dtype its graphs recorded
 };
 
 }  // namespace troupe::models

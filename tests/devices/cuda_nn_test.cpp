@@ -4,12 +4,15 @@
 // is skipped; the CPU-only cases at the end run everywhere.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "devices/backend.h"
 #include "devices/determinism.h"
+#include "devices/lane.h"
+#include "devices/lstm_step_loop.h"
 #include "devices/random.h"
 #include "devices/registry.h"
 #include "support/close.h"
@@ -96,6 +99,60 @@ TEST_CASE("cuda lstm matches the CPU kernel", "[cuda]") {
   std::vector<Tensor> in = lstm_inputs(4, 2, 3, 5, true);
   in.pop_back();
   check_against_cpu("lstm", in);
+}
+
+TEST_CASE("cuda lstm on a lane: both step kernels, launched or as a CUDA graph, give the CPU's results", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(12);
+  auto lane = Lane::make(gpu, "lstm graph test");
+  LaneGuard on(*lane);  // a stream of its own: the graph may be taken
+  struct Case {
+    int64_t T, B, C, H;
+    bool state;
+  };
+  for (LstmStepKernel kernel : {LstmStepKernel::gemm, LstmStepKernel::fused}) {
+    set_lstm_step_kernel(kernel);
+    // The ensemble's shape, then odd ones: one step (never a graph), one row, sizes off multiples of
+    // 32 and 16, more rows than a fused block holds (64).
+    for (const Case& c : {Case{50, 50, 1024, 1024, false}, Case{1, 3, 37, 45, true}, Case{7, 1, 37, 45, true},
+                          Case{9, 5, 33, 31, false}, Case{4, 70, 20, 17, true}}) {
+      INFO(name(kernel) << " T=" << c.T << " B=" << c.B << " C=" << c.C << " H=" << c.H);
+      const std::vector<Tensor> in = lstm_inputs(c.T, c.B, c.C, c.H, c.state);
+      const std::vector<Tensor> want = call_op("lstm", in);
+      const std::vector<Tensor> device_in = on_gpu(in);
+      reset_lstm_step_loop_counts();
+      const std::vector<Tensor> launched = call_op("lstm", device_in);  // the first of its shape on the lane
+      const std::vector<Tensor> graphed = call_op("lstm", device_in);
+      const std::vector<Tensor> again = call_op("lstm", device_in);  // the kept graph, updated
+      const LstmStepLoopCounts counts = lstm_step_loop_counts();
+      CHECK(counts.graph == (c.T >= 2 ? 2u : 0u));
+      CHECK(counts.launches == (c.T >= 2 ? 1u : 3u));
+      for (size_t i = 0; i < want.size(); ++i) {
+        INFO("output " << i);
+        check_close(graphed[i].to(Device::cpu()), launched[i].to(Device::cpu()));  // the same kernels: bit for bit
+        check_close(again[i].to(Device::cpu()), launched[i].to(Device::cpu()));
+        CHECK(relative_error(graphed[i].to(Device::cpu()), want[i]) <= 1e-4);
+      }
+    }
+  }
+  set_lstm_step_kernel(LstmStepKernel::gemm);
+  // Set to launches: no graph, the same values.
+  set_lstm_step_loop(LstmStepLoop::launches);
+  const std::vector<Tensor> in = lstm_inputs(6, 2, 5, 7, true);
+  reset_lstm_step_loop_counts();
+  const Tensor got = call_op("lstm", on_gpu(in))[0];
+  set_lstm_step_loop(LstmStepLoop::graph);
+  CHECK(lstm_step_loop_counts().graph == 0);
+  CHECK(relative_error(got.to(Device::cpu()), call_op("lstm", in)[0]) <= 1e-4);
+}
+
+TEST_CASE("cuda lstm with the fused step kernel matches the CPU kernel on the default stream", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(13);
+  set_lstm_step_kernel(LstmStepKernel::fused);
+  for (const auto& [T, B, C, H] : std::vector<std::array<int64_t, 4>>{{5, 3, 7, 8}, {3, 1, 1, 1}, {0, 2, 3, 4}, {12, 130, 32, 100}})
+    check_against_cpu("lstm", lstm_inputs(T, B, C, H, true));
+  set_lstm_step_kernel(LstmStepKernel::gemm);
 }
 
 TEST_CASE("cuda lstm runs both directions as the bidirectional model does", "[cuda]") {
@@ -383,4 +440,29 @@ TEST_CASE("cuda sgd_update and adam_update match the CPU kernels", "[cuda]") {
                       1e-6);
   }
   CHECK_THROWS_AS(call_op("sgd_update", {Tensor::zeros({2}).to(gpu), Tensor::zeros({2})}, {{"lr", 0.1}}), DeviceError);
+}
+
+TEST_CASE("lstm step loop: a CUDA graph only on a stream of the caller's own, uncaptured, seen, two steps or more, "
+          "not after a failed capture") {
+  const LstmStepSite site{.steps = 50, .own_stream = true, .capturing = false, .shape_seen = true, .capture_failed = false};
+  CHECK(choose_lstm_step_loop(LstmStepLoop::graph, site) == LstmStepLoop::graph);
+  CHECK(choose_lstm_step_loop(LstmStepLoop::launches, site) == LstmStepLoop::launches);
+  auto with = [&](auto change) {
+    LstmStepSite s = site;
+    change(s);
+    return choose_lstm_step_loop(LstmStepLoop::graph, s);
+  };
+  CHECK(with([](LstmStepSite& s) { s.steps = 1; }) == LstmStepLoop::launches);
+  CHECK(with([](LstmStepSite& s) { s.steps = 2; }) == LstmStepLoop::graph);
+  CHECK(with([](LstmStepSite& s) { s.own_stream = false; }) == LstmStepLoop::launches);  // the shared default stream
+  CHECK(with([](LstmStepSite& s) { s.capturing = true; }) == LstmStepLoop::launches);    // inside a CapturedWork
+  CHECK(with([](LstmStepSite& s) { s.shape_seen = false; }) == LstmStepLoop::launches);  // the warm-up run
+  CHECK(with([](LstmStepSite& s) { s.capture_failed = true; }) == LstmStepLoop::launches);
+  CHECK(parse_lstm_step_kernel("fused") == LstmStepKernel::fused);
+  CHECK(std::string(name(LstmStepKernel::gemm)) == "gemm");
+  CHECK_THROWS_WITH(parse_lstm_step_kernel("cudnn"), Catch::Contains("expected gemm or fused, got 'cudnn'"));
+  CHECK(parse_lstm_step_loop("graph") == LstmStepLoop::graph);
+  CHECK(parse_lstm_step_loop("launches") == LstmStepLoop::launches);
+  CHECK(std::string(name(LstmStepLoop::launches)) == "launches");
+  CHECK_THROWS_WITH(parse_lstm_step_loop("fused"), Catch::Contains("expected graph or launches, got 'fused'"));
 }

@@ -8,6 +8,7 @@
 #include "devices/autograd/grad_mode.h"
 #include "devices/backend.h"
 #include "devices/error.h"
+#include "devices/lstm_step_loop.h"
 #include "devices/ops.h"
 #include "devices/random.h"
 #include "devices/sync.h"
@@ -74,6 +75,28 @@ TEST_CASE("LSTM ensemble: members as GPU actors on their own lanes match the CPU
   CHECK(got.device() == gpu);
   CHECK(relative_error(on_host(got), want) < 1e-4);
   CHECK(relative_error(on_host(cuda.serial(x_gpu)), want) < 1e-4);
+}
+
+TEST_CASE("LSTM ensemble at the example's shape on GPU actors: directions on two lanes, both step kernels, the CPU's sum", "[cuda][lstm_gpu]") {
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
+  LSTMEnsemble cpu(2, 1024, 1024, /*seed=*/6);
+  LSTMEnsemble cuda(2, 1024, 1024, /*seed=*/6, gpu);
+  const Tensor x = rand_uniform({50, 50, 1024}, 0, 1);
+  const Tensor want = cpu.serial(x);
+  const Tensor x_gpu = x.to(gpu);
+  for (LstmStepKernel kernel : {LstmStepKernel::gemm, LstmStepKernel::fused}) {
+    INFO(name(kernel));
+    set_lstm_step_kernel(kernel);
+    CHECK(relative_error(on_host(cuda.fork_members(x_gpu)), want) < 1e-4);  // the first: launched, then graphs
+    reset_sync_counts();
+    reset_lstm_step_loop_counts();
+    const Tensor got = cuda.fork_members(x_gpu);
+    CHECK(sync_count() == 0);
+    CHECK(lstm_step_loop_counts().graph == 4);  // 2 members x 2 directions, each on a lane of its own
+    CHECK(relative_error(on_host(got), want) < 1e-4);
+    CHECK(relative_error(on_host(cuda.serial(x_gpu)), want) < 1e-4);  // the default stream: launched
+  }
+  set_lstm_step_kernel(LstmStepKernel::gemm);
 }
 
 TEST_CASE("a GPU actor's result handed to another GPU actor: no host sync", "[cuda]") {
