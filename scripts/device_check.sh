@@ -186,9 +186,11 @@ run() {
   } >>"$log" 2>&1
   step info 20 "$build/bin/troupe" info --json
   if [ "$quick" = 1 ]; then
-    # The kernels of issue 42 (attention, bf16 GEMMs, layer norm, the LSTM) and the back end's review fixes.
+    # The kernels of issue 42 (attention, bf16 GEMMs, layer norm, add + layer norm, the vectorised
+    # elementwise kernels, the LSTM) and the back end's review fixes; then the bf16 models.
     gpu_tests "test_devices quick" 110 "$build/bin/test_devices" \
-      'cuda packed_attention*,cuda linear_bf16*,cuda layer_norm*,cuda lstm*,[cuda][cuda_safety]'
+      'cuda packed_attention*,cuda linear_bf16*,cuda layer_norm*,cuda add_layer_norm*,cuda elementwise*,cuda lstm*,[cuda][cuda_safety]'
+    gpu_tests "test_models quick" 40 "$build/bin/test_models" '[cuda][bf16]'
   else
     # Figures first: a deadline cuts the long test steps at the end, the least informative part.
     step "cuda_bench" 60 "$build/bin/cuda_bench" --reps 20 --json
