@@ -161,9 +161,16 @@ class LtPlan {
   bool found_ = false;
 };
 
-// The calling thread's plan for key, made on first use.
+// A serving batch's row count m varies from call to call, so a long-running process meets many
+// shapes: past this many plans a thread starts its cache afresh (a plan costs one heuristic query
+// to make again, tens of microseconds) rather than growing without bound.
+constexpr size_t kMaxPlansPerThread = 4096;
+
+// The calling thread's plan for key, made on first use. The reference lives until the thread's
+// next call (which may start the cache afresh).
 LtPlan& plan_for(const PlanKey& key, const void* bias) {
   thread_local std::unordered_map<PlanKey, std::unique_ptr<LtPlan>, PlanKeyHash> plans;
+  if (plans.size() >= kMaxPlansPerThread && !plans.count(key)) plans.clear();
   std::unique_ptr<LtPlan>& plan = plans[key];
   if (!plan) plan = std::make_unique<LtPlan>(key, bias);
   return *plan;
