@@ -1,5 +1,6 @@
 #include "devices/ops.h"
 
+#include "devices/autograd/grad_mode.h"
 #include "devices/registry.h"
 
 namespace troupe {
@@ -121,6 +122,37 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   if (bias.defined()) return run({x, weight, bias}, attrs)[0];
   if (weight.defined()) return run({x, weight}, attrs)[0];
   return run({x}, attrs)[0];
+}
+
+namespace {
+
+std::vector<Tensor> run_add_layer_norm(const OpDef& def, const Tensor& x, const Tensor& residual,
+                                       const Tensor& weight, const Tensor& bias, double eps, bool return_sum) {
+  if (bias.defined() && !weight.defined())
+    throw ValueError("add_layer_norm: a bias without a weight is not supported (pass ones as the weight)");
+  std::vector<Tensor> inputs{x, residual};
+  if (weight.defined()) inputs.push_back(weight);
+  if (bias.defined()) inputs.push_back(bias);
+  if (grad_enabled())
+    for (const Tensor& t : inputs)
+      if (t.requires_grad())
+        throw ValueError("add_layer_norm: inference only, but " + t.meta().str() +
+                         " requires grad; use add and layer_norm to train, or turn grad mode off (NoGradGuard)");
+  return OpRegistry::global().call(def, inputs, {{"eps", eps}, {"return_sum", return_sum}});
+}
+
+}  // namespace
+
+Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps) {
+  static const OpDef& def = OpRegistry::global().get("add_layer_norm");
+  return run_add_layer_norm(def, x, residual, weight, bias, eps, false)[0];
+}
+
+std::pair<Tensor, Tensor> add_layer_norm_with_sum(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                                  const Tensor& bias, double eps) {
+  static const OpDef& def = OpRegistry::global().get("add_layer_norm");
+  std::vector<Tensor> out = run_add_layer_norm(def, x, residual, weight, bias, eps, true);
+  return {out[0], out[1]};
 }
 
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {

@@ -45,10 +45,10 @@ Tensor gelu(const Tensor& x, bool tanh_approximation = false);
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 Tensor bmm(const Tensor& a, const Tensor& b);                             // [B,M,K] @ [B,K,N]
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});  // x @ weight^T + bias
-// linear for inference in bf16: x (f32, or bf16 already) and the f32 weight rounded to bf16 (the
-// weight once, cached while it is unchanged), products accumulated in f32, then + bias and the
-// activation ("none", "relu", "gelu") fused; out in f32, or in bf16 for a next linear_bf16.
-// Not differentiable.
+// linear for inference in bf16: x (f32, or bf16 already) and the weight (f32, rounded to bf16
+// once and cached while it is unchanged, or bf16 already: used as it is), products accumulated in
+// f32, then + bias (f32 or bf16) and the activation ("none", "relu", "gelu") fused; out in f32, or
+// in bf16 for a next linear_bf16. Not differentiable.
 Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const std::string& activation = "none",
                    DType out_dtype = DType::f32);
 
@@ -64,6 +64,15 @@ Tensor log_softmax(const Tensor& x, int64_t dim = -1);
 // Normalises over the trailing dims named by normalized_shape; weight and bias optional.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
+// layer_norm(add(x, residual), {d}, weight, bias, eps) over the last dim d in one pass, the sum
+// normalised in f32 before any rounding (bf16 rows read and written as bf16; weight and bias [d]
+// in any floating dtype). Inference only: ValueError for inputs that require grad while grad mode
+// is on (train with add and layer_norm).
+Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight = {}, const Tensor& bias = {},
+                      double eps = 1e-5);
+// The same, also returning the sum x + residual (in x's dtype): {normed, sum}, for pre-norm layers.
+std::pair<Tensor, Tensor> add_layer_norm_with_sum(const Tensor& x, const Tensor& residual, const Tensor& weight = {},
+                                                  const Tensor& bias = {}, double eps = 1e-5);
 
 // Joining, splitting, reordering, indexing.
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim = 0);

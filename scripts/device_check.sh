@@ -186,11 +186,12 @@ run() {
   } >>"$log" 2>&1
   step info 20 "$build/bin/troupe" info --json
   if [ "$quick" = 1 ]; then
-    # The kernels of issue 42 (attention: its three cases at XLM-R shapes and other widths, bf16 GEMMs,
-    # layer norm, the LSTM) and the back end's review fixes.
+    # The kernels of issue 42 (attention: its cases at XLM-R shapes and other widths, bf16 GEMMs, layer
+    # norm, add + layer norm, the vectorised elementwise kernels, the LSTM) and the back end's review
+    # fixes; then the bf16 models, the serving graph and the LSTM ensemble on the GPU.
     gpu_tests "test_devices quick" 110 "$build/bin/test_devices" \
-      'cuda packed_attention*,cuda linear_bf16*,cuda layer_norm*,cuda lstm*,[cuda][cuda_safety]'
-    gpu_tests "test_models quick" 50 "$build/bin/test_models" '[cuda][serving_graph],[cuda][lstm_gpu]'
+      'cuda packed_attention*,cuda linear_bf16*,cuda layer_norm*,cuda add_layer_norm*,cuda elementwise*,cuda lstm*,[cuda][cuda_safety]'
+    gpu_tests "test_models quick" 60 "$build/bin/test_models" '[cuda][bf16],[cuda][serving_graph],[cuda][lstm_gpu]'
   else
     # Figures first: a deadline cuts the long test steps at the end, the least informative part.
     step "cuda_bench" 60 "$build/bin/cuda_bench" --reps 20 --json

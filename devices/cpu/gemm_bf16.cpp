@@ -255,12 +255,15 @@ WeightCache<PackedWeightBf16>& cache() {
 
 std::shared_ptr<const PackedWeightBf16> packed_weight_bf16(const Tensor& w) {
   if (!w.defined()) throw ValueError("packed_weight_bf16: the weight is undefined");
-  if (w.dtype() != DType::f32) throw DTypeError("packed_weight_bf16: expects an f32 weight, got " + w.meta().str());
+  if (w.dtype() != DType::f32 && w.dtype() != DType::bf16)
+    throw DTypeError("packed_weight_bf16: expects an f32 or bf16 weight, got " + w.meta().str());
   if (w.dim() != 2) throw ShapeError("packed_weight_bf16: expects a 2-d weight [n, k], got " + w.meta().str());
   if (!w.device().is_cpu()) throw DeviceError("packed_weight_bf16: expects a host weight, got " + w.meta().str());
   const int64_t n = w.size(0), k = w.size(1);
   return cache().get(w, PackWhen::first_use, static_cast<size_t>(n * k) * 2, [&] {
-    const Tensor rows = w.strides()[1] == 1 && (n <= 1 || w.strides()[0] >= k) ? w : w.contiguous();
+    // A bf16 weight widens exactly to f32, and the packing rounds it back to the same bits.
+    const Tensor wide = w.to(DType::f32);
+    const Tensor rows = wide.strides()[1] == 1 && (n <= 1 || wide.strides()[0] >= k) ? wide : wide.contiguous();
     return std::make_shared<const PackedWeightBf16>(rows.data<float>(), n, k, n <= 1 ? k : rows.strides()[0]);
   });
 }

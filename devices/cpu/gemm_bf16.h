@@ -56,7 +56,7 @@ void gemm_bf16(int64_t m, const float* a, int64_t lda, const PackedWeightBf16& w
 void gemm_bf16(int64_t m, const BFloat16* a, int64_t lda, const PackedWeightBf16& w, const GemmBf16Epilogue& epilogue,
                void* c, int64_t ldc);
 
-// The bf16 form of a 2-d f32 weight [n, k] (any strides), made on first use and kept while the
+// The bf16 form of a 2-d f32 or bf16 weight [n, k] (any strides), made on first use and kept while the
 // weight's bytes live and are unchanged (weight_cache.h). DTypeError/ShapeError for other weights.
 std::shared_ptr<const PackedWeightBf16> packed_weight_bf16(const Tensor& w);
 size_t packed_weight_bf16_cache_bytes();

@@ -95,8 +95,8 @@ std::vector<TensorMeta> infer_linear(const OpInfer& c) {
   return {TensorMeta{x.dtype, out, x.device}};
 }
 
-// linear_bf16 takes what linear takes, x in f32 or bf16 (already rounded), the weight and bias in
-// f32; the output is f32 or, by out_dtype, bf16.
+// linear_bf16 takes what linear takes, x, the weight and the bias each in f32 or bf16 (already
+// rounded); the output is f32 or, by out_dtype, bf16.
 GemmActivation gemm_activation(const std::string& name) {
   if (name == "none") return GemmActivation::none;
   if (name == "relu") return GemmActivation::relu;
@@ -106,13 +106,14 @@ GemmActivation gemm_activation(const std::string& name) {
 
 std::vector<TensorMeta> infer_linear_bf16(const OpInfer& c) {
   for (size_t i = 0; i < c.inputs.size(); ++i)
-    if (c.inputs[i].dtype != DType::f32 && !(i == 0 && c.inputs[i].dtype == DType::bf16))
-      throw DTypeError("linear_bf16: expects x in f32 or bf16 and an f32 weight and bias (it rounds them to bf16 "
-                       "itself), got " + c.inputs[i].str());
+    if (c.inputs[i].dtype != DType::f32 && c.inputs[i].dtype != DType::bf16)
+      throw DTypeError("linear_bf16: expects x, the weight and the bias in f32 or bf16 (f32 is rounded to bf16), "
+                       "got " + c.inputs[i].str());
   gemm_activation(c.attrs.get<std::string>("activation"));
   const std::string& out = c.attrs.get<std::string>("out_dtype");
   if (out != "f32" && out != "bf16") throw ValueError("linear_bf16: out_dtype must be f32 or bf16, got '" + out + "'");
-  const std::vector<TensorMeta> as_f32{TensorMeta{DType::f32, c.inputs[0].shape, c.inputs[0].device}, c.inputs[1]};
+  const std::vector<TensorMeta> as_f32{TensorMeta{DType::f32, c.inputs[0].shape, c.inputs[0].device},
+                                       TensorMeta{DType::f32, c.inputs[1].shape, c.inputs[1].device}};
   std::vector<TensorMeta> metas = infer_linear(OpInfer{c.op, as_f32, c.attrs});
   if (c.inputs.size() > 2 && c.inputs[2].shape != Shape{c.inputs[1].shape[0]})
     throw ShapeError("linear_bf16: the bias must be [" + std::to_string(c.inputs[1].shape[0]) + "] for weight " +
@@ -318,7 +319,7 @@ std::vector<Tensor> linear_cpu(const OpCall& c) {
 }
 
 // The rows rounded to bf16 on each call (unless they come in bf16), the weight once (its cached
-// bf16 blocks), products accumulated in f32 with bias and activation applied by the same primitive.
+// bf16 blocks, packed from an f32 or a bf16 weight), products accumulated in f32 with bias and activation applied by the same primitive.
 std::vector<Tensor> linear_bf16_cpu(const OpCall& c) {
   const TensorMeta& meta = c.outputs[0];
   const Tensor& x = c.inputs[0];
@@ -329,7 +330,7 @@ std::vector<Tensor> linear_bf16_cpu(const OpCall& c) {
     rows = rows.contiguous();
     layout = Layout{false, std::max<int64_t>(1, in)};
   }
-  const Tensor bias = c.inputs.size() > 2 ? c.inputs[2].contiguous() : Tensor();
+  const Tensor bias = c.inputs.size() > 2 ? c.inputs[2].to(DType::f32).contiguous() : Tensor();
   Tensor out = Tensor::empty({rows.size(0), out_features}, meta.dtype);
   const GemmBf16Epilogue epilogue{.bias = bias.defined() ? bias.data<float>() : nullptr,
                                   .activation = gemm_activation(c.attrs.get<std::string>("activation")),
@@ -371,8 +372,8 @@ const OpRegistrar linear_op{OpDef{.name = "linear",
 
 const OpRegistrar linear_bf16_op{OpDef{
     .name = "linear_bf16",
-    .doc = "linear in bf16 for inference: x (f32, or bf16 already) and weight rounded to bf16 (the weight once, "
-           "cached), products accumulated in f32, then + bias and the activation in the same pass; f32 or bf16 out; "
+    .doc = "linear in bf16 for inference: x (f32, or bf16 already) and weight (f32, or bf16 already) rounded to "
+           "bf16 (the weight once, cached), products accumulated in f32, then + bias and the activation in the same pass; f32 or bf16 out; "
            "AMX or AVX512-BF16 where the CPU has them",
     .min_inputs = 2,
     .max_inputs = 3,

@@ -26,12 +26,11 @@ Tensor padding_bias(const Tensor& key_padding_mask) {
 
 Tensor activate(const std::string& activation, const Tensor& x) { return activation == "gelu" ? gelu(x) : relu(x); }
 
-// The fastpath's projections: f32 GEMMs, or bf16 ones accumulated in f32 (set_fastpath_dtype).
-Tensor project(const Tensor& x, const Tensor& weight, const Tensor& bias, DType dtype) {
-  return dtype == DType::bf16 ? linear_bf16(x, weight, bias) : linear(x, weight, bias);
-}
-
 }  // namespace
+
+DType fastpath_activation_dtype(DType fastpath_dtype, Device device) {
+  return fastpath_dtype == DType::bf16 && device.is_cuda() ? DType::bf16 : DType::f32;
+}
 
 PackedSequences::PackedSequences(const std::vector<int64_t>& offsets, const std::vector<int64_t>& lengths, Device device)
     : starts(Tensor::from_vector(offsets, {static_cast<int64_t>(offsets.size())}).to(device)) {
@@ -77,9 +76,23 @@ Tensor MultiheadAttention::forward_packed(const Tensor& tokens, const std::vecto
 }
 
 Tensor MultiheadAttention::forward_packed(const Tensor& tokens, const PackedSequences& packing, DType matmul_dtype) const {
-  const Tensor qkv = project(tokens, in_proj_weight, in_proj_bias, matmul_dtype);  // one GEMM over real tokens: [rows, 3d]
+  if (matmul_dtype != DType::bf16) {
+    const Tensor qkv = linear(tokens, in_proj_weight, in_proj_bias);  // one GEMM over real tokens: [rows, 3d]
+    return out_proj(packed_attention(qkv, packing.starts, num_heads, packing.key_lengths));
+  }
+  const DType activations = fastpath_activation_dtype(matmul_dtype, tokens.device());
+  const Tensor qkv = linear_bf16(tokens, in_proj_weight_bf16_.of(in_proj_weight), in_proj_bias_bf16_.of(in_proj_bias),
+                                 "none", activations);
   const Tensor context = packed_attention(qkv, packing.starts, num_heads, packing.key_lengths);
-  return project(context, out_proj.weight, out_proj.bias, matmul_dtype);
+  return linear_bf16(context, out_proj_weight_bf16_.of(out_proj.weight), out_proj_bias_bf16_.of(out_proj.bias), "none",
+                     activations);
+}
+
+void MultiheadAttention::prepare_bf16() const {
+  in_proj_weight_bf16_.of(in_proj_weight);
+  in_proj_bias_bf16_.of(in_proj_bias);
+  out_proj_weight_bf16_.of(out_proj.weight);
+  out_proj_bias_bf16_.of(out_proj.bias);
 }
 
 TransformerEncoderLayer::TransformerEncoderLayer(const EncoderLayerOptions& o, Generator& generator)
@@ -122,20 +135,47 @@ Tensor TransformerEncoderLayer::forward_packed(const Tensor& x, const std::vecto
   return forward_packed(x, PackedSequences(offsets, key_lengths, x.device()), matmul_dtype);
 }
 
-Tensor TransformerEncoderLayer::forward_packed(const Tensor& x, const PackedSequences& packing, DType matmul_dtype) const {
+// The hidden layer's output is bf16 on every device (the next GEMM reads bf16 anyway), the
+// activation fused into the first product.
+Tensor TransformerEncoderLayer::feed_forward_bf16(const Tensor& x, DType out_dtype) const {
+  const Tensor hidden = linear_bf16(x, linear1_weight_bf16_.of(linear1.weight), linear1_bias_bf16_.of(linear1.bias),
+                                    options.activation, DType::bf16);
+  return linear_bf16(hidden, linear2_weight_bf16_.of(linear2.weight), linear2_bias_bf16_.of(linear2.bias), "none",
+                     out_dtype);
+}
+
+Tensor TransformerEncoderLayer::forward_packed(const Tensor& tokens, const PackedSequences& packing,
+                                               DType matmul_dtype) const {
+  const DType activations = fastpath_activation_dtype(matmul_dtype, tokens.device());
+  const Tensor x = tokens.to(activations);
   auto ff = [&](const Tensor& t) {
-    if (matmul_dtype == DType::bf16) {  // the activation fused into the first product, its output kept in bf16
-      const Tensor hidden = linear_bf16(t, linear1.weight, linear1.bias, options.activation, DType::bf16);
-      return linear_bf16(hidden, linear2.weight, linear2.bias);
-    }
-    return linear2(activate(options.activation, linear1(t)));
+    return matmul_dtype == DType::bf16 ? feed_forward_bf16(t, activations)
+                                       : linear2(activate(options.activation, linear1(t)));
   };
+  const double eps = options.layer_norm_eps;
   if (options.norm_first) {
-    Tensor h = add(x, self_attn.forward_packed(norm1(x), packing, matmul_dtype));
-    return add(h, ff(norm2(h)));
+    // norm1 reads the residual stream in its dtype: bf16 copies of its parameters on a GPU.
+    const bool bf16 = activations == DType::bf16;
+    const Tensor normed = layer_norm(x, {options.d_model}, bf16 ? norm1_weight_bf16_.of(norm1.weight) : norm1.weight,
+                                     bf16 ? norm1_bias_bf16_.of(norm1.bias) : norm1.bias, eps);
+    const auto [h_normed, h] =
+        add_layer_norm_with_sum(x, self_attn.forward_packed(normed, packing, matmul_dtype), norm2.weight, norm2.bias, eps);
+    return add(h, ff(h_normed));
   }
-  Tensor h = norm1(add(x, self_attn.forward_packed(x, packing, matmul_dtype)));
-  return norm2(add(h, ff(h)));
+  const Tensor h = add_layer_norm(x, self_attn.forward_packed(x, packing, matmul_dtype), norm1.weight, norm1.bias, eps);
+  return add_layer_norm(h, ff(h), norm2.weight, norm2.bias, eps);
+}
+
+void TransformerEncoderLayer::prepare_bf16() const {
+  self_attn.prepare_bf16();
+  linear1_weight_bf16_.of(linear1.weight);
+  linear1_bias_bf16_.of(linear1.bias);
+  linear2_weight_bf16_.of(linear2.weight);
+  linear2_bias_bf16_.of(linear2.bias);
+  if (options.norm_first) {
+    norm1_weight_bf16_.of(norm1.weight);
+    norm1_bias_bf16_.of(norm1.bias);
+  }
 }
 
 TransformerEncoder::TransformerEncoder(const EncoderLayerOptions& o, int num_layers, bool final_norm,
@@ -156,6 +196,8 @@ void TransformerEncoder::set_fastpath_dtype(DType dtype) {
   if (dtype != DType::f32 && dtype != DType::bf16)
     throw DTypeError(std::string("TransformerEncoder::set_fastpath_dtype: expected f32 or bf16, got ") + name(dtype));
   fastpath_dtype_ = dtype;
+  if (dtype == DType::bf16)
+    for (const auto& layer : layers) layer->prepare_bf16();
 }
 
 bool TransformerEncoder::takes_fastpath() const { return fastpath_enabled_ && !is_training() && !grad_enabled(); }
@@ -188,7 +230,9 @@ Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask) const 
     NoGradGuard no_grad;
     Tensor t = x.reshape({B * S, options.d_model}).contiguous();
     const PackedSequences packing(offsets, key_lengths, t.device());
+    t = t.to(fastpath_activation_dtype(fastpath_dtype_, t.device()));
     for (const auto& layer : layers) t = layer->forward_packed(t, packing, fastpath_dtype_);
+    t = t.to(DType::f32);  // bf16 activations on a GPU: the caller gets f32, the final norm computes in it
     if (norm) t = norm->forward(t);
     x = t.reshape({B, S, options.d_model});
   } else {
@@ -210,8 +254,9 @@ NestedTensor TransformerEncoder::forward(const NestedTensor& src) const {
 
 Tensor TransformerEncoder::forward_packed(const Tensor& rows, const PackedSequences& packing) const {
   NoGradGuard no_grad;  // the fastpath is inference only
-  Tensor x = rows;
+  Tensor x = rows.to(fastpath_activation_dtype(fastpath_dtype_, rows.device()));
   for (const auto& layer : layers) x = layer->forward_packed(x, packing, fastpath_dtype_);
+  x = x.to(DType::f32);  // bf16 activations on a GPU: the caller gets f32, the final norm computes in it
   if (norm) x = norm->forward(x);
   return x;
 }

@@ -20,7 +20,8 @@
 // its dense output are zeros (as PyTorch's nested fastpath returns). With set_nested(false) the
 // fastpath computes every padded position like a token, attending only to real keys (PyTorch's
 // dense fastpath): those rows hold whatever that computes, not zeros. set_fastpath(false) forces
-// the general path (benchmarks); set_fastpath_dtype(DType::bf16) runs the fastpath's GEMMs in bf16.
+// the general path (benchmarks); set_fastpath_dtype(DType::bf16) runs the fastpath in bf16 (below).
+// The fastpath's residual connections and norms are one op each (add_layer_norm).
 //
 // On a GPU (encoder.to(Device::cuda()), src there too) every path runs there. The key padding mask
 // may stay on the host: the fastpaths read it there to pack the tokens (a mask on the device costs
@@ -29,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "models/nn/bf16_copy.h"
 #include "models/nn/layers.h"
 #include "models/transformer/nested_tensor.h"
 
@@ -74,25 +76,35 @@ class MultiheadAttention : public Module {
   // The fastpath: packed tokens [rows, d] with sequence offsets, attention within each sequence;
   // key_lengths (optional, one per sequence): only a sequence's first keys are attended (the dense
   // fastpath over padded sequences).
-  // matmul_dtype bf16: the projections round their operands to bf16 (linear_bf16).
+  // matmul_dtype bf16: the projections in bf16 (linear_bf16); the result is in the fastpath's
+  // activation dtype (fastpath_activation_dtype: bf16 on a GPU, f32 on the host).
   Tensor forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
                         const std::vector<int64_t>& key_lengths = {}, DType matmul_dtype = DType::f32) const;
   Tensor forward_packed(const Tensor& tokens, const PackedSequences& packing, DType matmul_dtype) const;
+  // Makes the bf16 copies of the weights now (on a GPU; nothing on the host), not at the next forward.
+  void prepare_bf16() const;
 
   int64_t embed_dim, num_heads;
   double dropout;
   Tensor in_proj_weight, in_proj_bias;  // [3d, d], [3d]
   Linear out_proj;
+
+ private:
+  Bf16Copy in_proj_weight_bf16_, in_proj_bias_bf16_, out_proj_weight_bf16_, out_proj_bias_bf16_;
 };
 
 class TransformerEncoderLayer : public Module {
  public:
   explicit TransformerEncoderLayer(const EncoderLayerOptions& options, Generator& generator = thread_generator());
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask = {}) const;       // batch first, general
+  // The fastpath; the result is in the activation dtype (fastpath_activation_dtype), tokens in
+  // another dtype are converted first.
   Tensor forward_packed(const Tensor& tokens, const std::vector<int64_t>& offsets,
                         const std::vector<int64_t>& key_lengths = {},
-                        DType matmul_dtype = DType::f32) const;  // fastpath
+                        DType matmul_dtype = DType::f32) const;
   Tensor forward_packed(const Tensor& tokens, const PackedSequences& packing, DType matmul_dtype) const;
+  // Makes the bf16 copies of the weights now (on a GPU; nothing on the host), not at the next forward.
+  void prepare_bf16() const;
 
   EncoderLayerOptions options;
   MultiheadAttention self_attn;
@@ -102,7 +114,16 @@ class TransformerEncoderLayer : public Module {
 
  private:
   Tensor feed_forward(const Tensor& x) const;
+  Tensor feed_forward_bf16(const Tensor& x, DType out_dtype) const;
+  Bf16Copy linear1_weight_bf16_, linear1_bias_bf16_, linear2_weight_bf16_, linear2_bias_bf16_;
+  Bf16Copy norm1_weight_bf16_, norm1_bias_bf16_;  // pre-norm: norm1 reads the bf16 residual stream
 };
+
+// The dtype of the fastpath's activations between ops: bf16 for the bf16 fastpath on a GPU
+// (GEMM outputs, attention, residual adds and norms all bf16, norms computing in f32 inside);
+// f32 otherwise (on the host the bf16 GEMMs read and write f32 rows: the CPU's other kernels
+// compute in f32 anyway, and an f32 residual stream keeps the CPU's results as they were).
+DType fastpath_activation_dtype(DType fastpath_dtype, Device device);
 
 class TransformerEncoder : public Module {
  public:
@@ -123,10 +144,14 @@ class TransformerEncoder : public Module {
   // enable_nested_tensor=false, runs every padded position and masks keys in attention.
   void set_nested(bool enabled) { nested_enabled_ = enabled; }
   bool takes_fastpath() const;  // eval mode, grad mode off, fastpath enabled
-  // The fastpath's GEMMs in f32 (default) or bf16: operands rounded to bf16, weights once (packed
-  // and cached while unchanged), products accumulated in f32; attention, layer norms and
-  // activations stay f32. Fast on CPUs with AMX-BF16 or AVX512-BF16 (troupe info). DTypeError
-  // for other dtypes. The general path (training) is unaffected.
+  // The fastpath in f32 (default) or bf16: GEMM operands in bf16, products accumulated in f32.
+  // Weights are converted once: on a GPU into bf16 copies the layers keep (made here, and again
+  // at the first forward after to(), load() or a change to a weight), on the host into the CPU
+  // GEMM's packed bf16 blocks (cached while unchanged). On a GPU the activations between ops are
+  // bf16 too (attention, residual adds and layer norms read and write bf16, computing in f32
+  // inside) and the fastpath's output is converted to f32 for the caller; on the host attention,
+  // norms and the residual stream stay f32. Fast on GPUs and on CPUs with AMX-BF16 or
+  // AVX512-BF16 (troupe info). DTypeError for other dtypes. The general path is unaffected.
   void set_fastpath_dtype(DType dtype);
   DType fastpath_dtype() const { return fastpath_dtype_; }
 

@@ -466,3 +466,90 @@ TEST_CASE("lstm step loop: a CUDA graph only on a stream of the caller's own, un
   CHECK(std::string(name(LstmStepLoop::launches)) == "launches");
   CHECK_THROWS_WITH(parse_lstm_step_loop("fused"), Catch::Contains("expected graph or launches, got 'fused'"));
 }
+
+TEST_CASE("cuda add_layer_norm matches the CPU kernel", "[cuda][add_layer_norm]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(61);
+  // 1024: whole 16-byte packs; 37: the scalar path; 20000: a row too long to keep in shared memory.
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    for (const Shape& shape : {Shape{5, 1024}, Shape{2, 3, 37}, Shape{2, 20000}}) {
+      INFO(name(dtype) << " " << to_string(shape));
+      const int64_t d = shape.back();
+      const std::vector<Tensor> inputs{uniform(shape, 2.0, dtype), uniform(shape, 1.0, dtype), uniform({d}),
+                                       uniform({d})};
+      // Both compute in f32 and round once: f32 agrees to 1e-5 of the largest value, bf16 to a
+      // bf16 step (2^-8) where the f32 values differ by a hair across a rounding boundary.
+      const double rtol = dtype == DType::bf16 ? 1e-2 : 1e-5;
+      check_against_cpu("add_layer_norm", inputs, {{"eps", 1e-5}}, rtol);
+      check_against_cpu("add_layer_norm", inputs, {{"eps", 1e-5}, {"return_sum", true}}, rtol);
+      check_against_cpu("add_layer_norm", {inputs[0], inputs[1]}, {{"eps", 1e-5}}, rtol);
+    }
+  }
+}
+
+// The encoder converts its weights to bf16 once and passes them in bf16; the product must be f32
+// linear's to within bf16's rounding of the operands: each of x and w carries a relative error of
+// at most 2^-9, so each product term is off by ~2^-8 of its size and the k terms' errors partly
+// cancel; 1.5e-2 of the output's largest magnitude bounds that with room for k = 1024.
+TEST_CASE("cuda linear_bf16 with pre-converted bf16 weights against f32 linear", "[cuda][bf16]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(62);
+  const Tensor x = uniform({77, 1024}), w = uniform({512, 1024}, 1.0 / 32), b = uniform({512});
+  const Tensor w16 = w.to(gpu).to(DType::bf16), b16 = b.to(gpu).to(DType::bf16);
+  const Tensor x_gpu = x.to(gpu);
+  struct Case {
+    std::string activation;
+    DType out;
+  };
+  for (const Case& c : {Case{"none", DType::f32}, Case{"relu", DType::f32}, Case{"gelu", DType::f32},
+                        Case{"none", DType::bf16}, Case{"relu", DType::bf16}, Case{"gelu", DType::bf16}}) {
+    INFO(c.activation << " -> " << name(c.out));
+    Tensor want = call_op("linear", {x, w, b})[0];
+    if (c.activation == "relu") want = call_op("relu", {want})[0];
+    if (c.activation == "gelu") want = call_op("gelu", {want}, {{"approximate", std::string("none")}})[0];
+    const Attrs attrs{{"activation", c.activation}, {"out_dtype", std::string(name(c.out))}};
+    const Tensor got = call_op("linear_bf16", {x_gpu, w16, b16}, attrs)[0];
+    CHECK(got.dtype() == c.out);
+    CHECK(relative_error(got.to(Device::cpu()).to(DType::f32), want) < 1.5e-2);
+    // bf16 rows in, the same as f32 rows that round to them; against the CPU kernel on the same
+    // bf16 operands the only difference left is the order of the f32 sums (and the bf16 output's rounding).
+    const Tensor same = call_op("linear_bf16", {x_gpu.to(DType::bf16), w16, b16}, attrs)[0];
+    CHECK(relative_error(same.to(Device::cpu()).to(DType::f32), got.to(Device::cpu()).to(DType::f32)) < 1e-2);
+    const Tensor cpu = call_op("linear_bf16", {x, w16.to(Device::cpu()), b16.to(Device::cpu())}, attrs)[0];
+    CHECK(relative_error(got.to(Device::cpu()).to(DType::f32), cpu.to(DType::f32)) < (c.out == DType::bf16 ? 1e-2 : 1e-4));
+  }
+}
+
+// elementwise.cu picks a kernel per call: 128-bit packs for aligned contiguous operands, 32-bit
+// strided indexing for views and broadcasts that fit, 64-bit otherwise. Each agrees with the CPU.
+TEST_CASE("cuda elementwise: packed, 32-bit strided and broadcast paths match the CPU", "[cuda][elementwise]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(63);
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    INFO(name(dtype));
+    const Tensor a = uniform({129, 37}, 2.0, dtype), b = uniform({129, 37}, 2.0, dtype);
+    const Tensor a_gpu = a.to(gpu), b_gpu = b.to(gpu);
+    auto same = [&](const Tensor& got, const Tensor& want) {
+      CHECK(got.device() == gpu);
+      check_close(got.to(Device::cpu()), want);  // one rounding of the same f32 value on both
+    };
+    same(call_op("add", {a_gpu, b_gpu})[0], call_op("add", {a, b})[0]);  // packs and a tail of 4773 % 8
+    same(call_op("mul", {a_gpu, b_gpu})[0], call_op("mul", {a, b})[0]);
+    same(call_op("gt", {a_gpu, b_gpu})[0], call_op("gt", {a, b})[0]);  // bool out: strided 32-bit
+    // A view one element in: not 16-byte aligned, so the scalar paths.
+    const Tensor a_view = a.reshape({129 * 37}).slice(0, 1, 4001), b_view = b.reshape({129 * 37}).slice(0, 1, 4001);
+    same(call_op("sub", {a_gpu.reshape({129 * 37}).slice(0, 1, 4001), b_gpu.reshape({129 * 37}).slice(0, 1, 4001)})[0],
+         call_op("sub", {a_view, b_view})[0]);
+    same(call_op("relu", {a_gpu.reshape({129 * 37}).slice(0, 1, 4001)})[0], call_op("relu", {a_view})[0]);
+    same(call_op("neg", {a_gpu})[0], call_op("neg", {a})[0]);
+    // Broadcasts and a transpose: strided with 32-bit offsets.
+    const Tensor row = uniform({1, 37}, 1.0, dtype), column = uniform({129, 1}, 1.0, dtype);
+    same(call_op("add", {a_gpu, row.to(gpu)})[0], call_op("add", {a, row})[0]);
+    same(call_op("mul", {column.to(gpu), row.to(gpu)})[0], call_op("mul", {column, row})[0]);
+    same(call_op("add", {a_gpu.transpose(0, 1), b_gpu.transpose(0, 1)})[0],
+         call_op("add", {a.transpose(0, 1), b.transpose(0, 1)})[0]);
+    // Transcendentals: the GPU's and the host's libm may differ in the last f32 bit.
+    CHECK(relative_error(call_op("exp", {a_gpu})[0].to(Device::cpu()).to(DType::f32),
+                         call_op("exp", {a})[0].to(DType::f32)) < (dtype == DType::bf16 ? 1e-2 : 1e-5));
+  }
+}

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "devices/cpu/gemm_bf16.h"
+#include "devices/cuda/gemm_epilogue.h"
 #include "devices/error.h"
 #include "devices/ops.h"
 #include "devices/random.h"
@@ -70,7 +71,43 @@ TEST_CASE("linear_bf16 fuses relu or gelu after the bias, reads bf16 rows and wr
   check_close(linear_bf16(h, w2), linear(h.to(DType::f32), rounded(w2)), {.rtol = 1e-5, .atol = 2e-5});
   CHECK_THROWS_WITH(linear_bf16(x, w, b, "tanh"), Catch::Contains("linear_bf16: activation must be none, relu or gelu"));
   CHECK_THROWS_AS(linear_bf16(x, w, b, "none", DType::f16), ValueError);
-  CHECK_THROWS_AS(linear_bf16(x, w.to(DType::bf16)), DTypeError);
+  CHECK_THROWS_AS(linear_bf16(x, w.to(DType::f16)), DTypeError);
+}
+
+// A model converts its weights to bf16 once (TransformerEncoder on a GPU); the op reads them as
+// they are, and a bf16 bias too: the same values as from the f32 weight they were rounded from.
+TEST_CASE("linear_bf16 reads a weight and bias already in bf16", "[gemm][bf16]") {
+  const Tensor x = uniform({23, 64}, 21), w = uniform({48, 64}, 22), b = uniform({48}, 23);
+  const Tensor w16 = w.to(DType::bf16), b16 = b.to(DType::bf16);
+  check_close(linear_bf16(x, w16), linear_bf16(x, w), {.rtol = 1e-6, .atol = 1e-6});
+  check_close(linear_bf16(x, w16, b16, "relu"), relu(linear(rounded(x), rounded(w), rounded(b))),
+              {.rtol = 1e-5, .atol = 2e-5});
+  const Tensor h = linear_bf16(x.to(DType::bf16), w16, b16, "gelu", DType::bf16);
+  REQUIRE(h.dtype() == DType::bf16);
+  check_close(h.to(DType::f32), gelu(linear(rounded(x), rounded(w), rounded(b))), {.rtol = 8e-3, .atol = 1e-4});
+  // Against exact f32 linear: within bf16's rounding of the operands, relative to the output's scale.
+  const Tensor exact = linear(x, w, b);
+  CHECK(max_abs_diff(linear_bf16(x, w16, b16), exact) <= 2e-2 * max(abs(exact)).item<float>());
+}
+
+TEST_CASE("cuda linear_bf16's epilogue: bias and relu fused into cuBLASLt, gelu (erf) in a pass",
+          "[gemm][bf16]") {
+  using cuda::Activation;
+  using cuda::LtEpilogue;
+  CHECK(cuda::split_epilogue(true, Activation::none) == cuda::EpilogueSplit{LtEpilogue::bias, false, Activation::none});
+  CHECK(cuda::split_epilogue(false, Activation::none) == cuda::EpilogueSplit{LtEpilogue::none, false, Activation::none});
+  CHECK(cuda::split_epilogue(true, Activation::relu) == cuda::EpilogueSplit{LtEpilogue::relu_bias, false, Activation::none});
+  CHECK(cuda::split_epilogue(false, Activation::relu) == cuda::EpilogueSplit{LtEpilogue::relu, false, Activation::none});
+  // cuBLASLt's GELU is the tanh form: the bias is fused, the erf form runs after it.
+  CHECK(cuda::split_epilogue(true, Activation::gelu) == cuda::EpilogueSplit{LtEpilogue::bias, false, Activation::gelu});
+  CHECK(cuda::split_epilogue(false, Activation::gelu) == cuda::EpilogueSplit{LtEpilogue::none, false, Activation::gelu});
+  CHECK_FALSE(cuda::split_epilogue(true, Activation::relu).needs_pass());
+  CHECK(cuda::split_epilogue(true, Activation::gelu).needs_pass());
+  // Where cuBLASLt has no fused algorithm, the pass does all of it.
+  CHECK(cuda::unfused(true, Activation::relu) == cuda::EpilogueSplit{LtEpilogue::none, true, Activation::relu});
+  CHECK_FALSE(cuda::unfused(false, Activation::none).needs_pass());
+  CHECK(cuda::activation_named("gelu") == Activation::gelu);
+  CHECK(cuda::activation_named("none") == Activation::none);
 }
 
 TEST_CASE("linear_bf16 packs a weight once and again after it changes", "[gemm][bf16]") {
@@ -88,7 +125,7 @@ TEST_CASE("linear_bf16 packs a weight once and again after it changes", "[gemm][
 TEST_CASE("linear_bf16 rejects what linear rejects, naming itself", "[gemm][bf16][errors]") {
   const Tensor x = uniform({4, 16}, 11), w = uniform({8, 16}, 12);
   REQUIRE_THROWS_AS(linear_bf16(x.to(DType::f64), w.to(DType::f64)), DTypeError);
-  REQUIRE_THROWS_WITH(linear_bf16(x.to(DType::f64), w.to(DType::f64)), Catch::Contains("linear_bf16: expects x in f32 or bf16") && Catch::Contains("f64[4,16]"));
+  REQUIRE_THROWS_WITH(linear_bf16(x.to(DType::f64), w.to(DType::f64)), Catch::Contains("linear_bf16: expects x, the weight and the bias in f32 or bf16") && Catch::Contains("f64[4,16]"));
   REQUIRE_THROWS_AS(linear_bf16(x, uniform({8, 15}, 13)), ShapeError);
   REQUIRE_THROWS_WITH(linear_bf16(x, uniform({8, 15}, 13)), Catch::Contains("linear_bf16: input f32[4,16]"));
   REQUIRE_THROWS_WITH(linear_bf16(x, w, uniform({7}, 14)), Catch::Contains("linear_bf16: the bias must be [8]"));

@@ -33,6 +33,7 @@ const std::map<std::string, std::string> kNoOpFixture = {
     {"bmm", "matmul_test.cpp, against a triple loop in double"},
     {"packed_attention", "packed_attention_test.cpp, against matmul and softmax per head; transformer_test.cpp"},
     {"linear_bf16", "gemm_bf16_test.cpp, against linear on operands rounded to bf16"},
+    {"add_layer_norm", "add_layer_norm_test.cpp, against add then layer_norm (its definition)"},
     {"chunk", "split with computed sizes (split has cases); join_split_test.cpp"},
     {"cast", "a Tensor method as an op: tensor_test.cpp, join_split_test.cpp"},
     {"contiguous", "a Tensor method as an op: tensor_test.cpp, join_split_test.cpp"},

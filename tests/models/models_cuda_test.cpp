@@ -160,6 +160,71 @@ TEST_CASE("XLM-R classification on cuda: the same logits from host tokens", "[cu
   CHECK(relative_error(on_host(cuda(tokens.to(gpu))), want) < 1e-4);  // device tokens: the same, one sync
 }
 
+// bf16 on the GPU runs the whole layer in bf16: weights (converted once), GEMM outputs, attention's
+// input and output, the residual stream and the norms' outputs (norms compute in f32 inside). Each
+// rounding to bf16 is off by at most 2^-9 of the value; a layer rounds the stream about six times
+// and its GEMMs add errors of ~2^-8 of their terms that partly cancel, and the post-norm keeps the
+// outputs at unit scale, so two layers stay within ~1-2% of the output's largest magnitude: 4e-2
+// leaves room for that and fails for any real fault (a wrong bias or weight is off by O(1)).
+constexpr double kBf16EncoderTolerance = 4e-2;
+
+TEST_CASE("encoder on cuda in bf16: nested and dense fastpaths within bf16 rounding of the f32 CPU result",
+          "[cuda][bf16]") {
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
+  for (const bool norm_first : {false, true}) {
+    INFO((norm_first ? "pre-norm" : "post-norm"));
+    const EncoderLayerOptions o{.d_model = 64, .nhead = 4, .dim_feedforward = 256, .activation = "gelu",
+                                .batch_first = true, .norm_first = norm_first};
+    manual_seed(5);
+    TransformerEncoder cpu(o, 2);
+    manual_seed(5);
+    TransformerEncoder cuda(o, 2);
+    cuda.to(gpu);
+    cuda.set_fastpath_dtype(DType::bf16);  // the weights' bf16 copies are made here
+    cpu.eval();
+    cuda.eval();
+    const Tensor x = rand_uniform({3, 8, 64}, -1, 1), mask = padding_mask();
+    const Tensor x_gpu = x.to(gpu);
+    NoGradGuard no_grad;
+    const Tensor want = cpu(x, mask);  // f32 on the host
+    const Tensor got = cuda(x_gpu, mask);
+    CHECK(got.device() == gpu);
+    CHECK(got.dtype() == DType::f32);  // bf16 inside, f32 to the caller
+    CHECK(relative_error(on_host(got), want) < kBf16EncoderTolerance);  // zeros at padding on both
+    const NestedTensor nested = cuda(NestedTensor::from_padded(x_gpu, mask));
+    CHECK(nested.tokens().dtype() == DType::f32);
+    CHECK(relative_error(on_host(nested.to_padded(mask)), want) < kBf16EncoderTolerance);
+    cpu.set_nested(false);
+    cuda.set_nested(false);
+    CHECK(relative_error(on_host(cuda(x_gpu, mask)), cpu(x, mask)) < kBf16EncoderTolerance);
+    // Weights loaded afterwards reach the bf16 copies (made again at the next forward).
+    manual_seed(6);
+    TransformerEncoder other(o, 2);
+    other.eval();
+    cuda.load(other.state_dict());
+    CHECK(relative_error(on_host(cuda(x_gpu, mask)), other(x, mask)) < kBf16EncoderTolerance);
+  }
+}
+
+// XLM-R's features are the encoder's (tolerance as above); the head (f32 on the GPU) maps them
+// to logits whose scale is set by random weights: measured against their own largest magnitude,
+// the features' error carries through a dense layer, tanh and a projection, 6e-2 bounds it.
+TEST_CASE("XLM-R on cuda in bf16: features and logits within bf16 rounding of the f32 CPU result", "[cuda][bf16]") {
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
+  const XLMRConfig config = XLMRConfig::tiny(50, 3);
+  XLMR cpu(config, 9), cuda(config, 9);
+  cuda.to(gpu);
+  cuda.encoder.set_fastpath_dtype(DType::bf16);
+  cpu.eval();
+  cuda.eval();
+  const Tensor tokens = Tensor::from_vector<int64_t>({0, 7, 8, 9, 2, 0, 11, 2, 1, 1}, {2, 5});
+  NoGradGuard no_grad;
+  CHECK(relative_error(on_host(cuda.features(tokens)), cpu.features(tokens)) < kBf16EncoderTolerance);
+  const Tensor got = cuda(tokens);
+  CHECK(got.device() == gpu);
+  CHECK(relative_error(on_host(got), cpu(tokens)) < 6e-2);
+}
+
 TEST_CASE("gather_nd on cuda: the CPU's rows, no host sync", "[cuda]") {
   if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
   const Tensor data = rand_uniform({6, 7, 16}, 0, 1);

@@ -29,16 +29,19 @@ void check_close(const Tensor& got, const Tensor& want, const Tolerance& toleran
   CHECK(bad == 0);
 }
 
+// The scale is want's own largest magnitude: flooring it at 1 (as this did) let an output whose
+// values are all small differ by its whole size and still pass.
 double relative_error(const Tensor& got, const Tensor& want) {
   REQUIRE(got.shape() == want.shape());
   const auto g = got.to_vector<double>(), w = want.to_vector<double>();
-  double diff = 0, scale = 1;
+  double diff = 0, scale = 0;
   for (size_t i = 0; i < g.size(); ++i) {
     if (std::isnan(g[i]) || std::isnan(w[i])) return std::numeric_limits<double>::infinity();
     diff = std::max(diff, std::abs(g[i] - w[i]));
     scale = std::max(scale, std::abs(w[i]));
   }
-  return diff / scale;
+  if (diff == 0) return 0;
+  return diff / std::max(scale, std::numeric_limits<double>::min());
 }
 
 double max_abs_diff(const std::vector<float>& got, const std::vector<float>& want) {

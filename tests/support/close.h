@@ -4,10 +4,11 @@
 //   check_close(got, want);                               // equal: dtype, shape, device, values
 //   check_close(got, want, {.rtol = 1e-4, .atol = 1e-6});  // |got - want| <= atol + rtol * |want|
 //   check_close(got, want, {.rtol = 1e-5, .scale = s});    // |got - want| <= rtol * s, s per element
-//   CHECK(relative_error(out, reference) < 1e-4);          // max |got - want| / max(1, max |want|)
+//   CHECK(relative_error(out, reference) < 1e-4);          // max |got - want| / max |want|
 //   CHECK(max_abs_diff(got, want) < 1e-5);                 // of host vectors
 //
-// A NaN on either side makes relative_error and max_abs_diff infinite.
+// A NaN on either side makes relative_error and max_abs_diff infinite; relative_error is 0 for equal
+// tensors and huge when want is all zeros and got is not (there is no scale to be within).
 //
 // check_close is numpy.allclose element by element on values read as double, reporting how many
 // elements differ and the first of them; integer and bool dtypes compare exactly and NaN matches
