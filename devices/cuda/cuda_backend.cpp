@@ -362,6 +362,9 @@ class CudaBackend final : public DeviceBackend {
     if (previous < 0 && cudaGetDevice(&previous) == cudaSuccess) thread_device = previous;
     if (previous != index) set_thread_device(index);
     cudaError_t err = cudaSuccess;
+    // Looked up before the owner's lock: making the default stream takes the lock of all streams.
+    const cudaStream_t shared =
+        default_stream_used[index].load(std::memory_order_relaxed) ? default_stream(index) : nullptr;
     {
       // Held while the owner's stream is used: the stream is not destroyed meanwhile (~Stream).
       std::lock_guard lock(owner->mutex);
@@ -386,10 +389,7 @@ class CudaBackend final : public DeviceBackend {
         if (err == cudaSuccess) err = cudaEventDestroy(dropped);
       };
       after_reads_on(here);
-      if (default_stream_used[index].load(std::memory_order_relaxed)) {
-        const cudaStream_t shared = default_stream(index);
-        if (shared != here) after_reads_on(shared);
-      }
+      if (shared && shared != here) after_reads_on(shared);
       bool kept = false;
       const size_t size = round_up(nbytes);
       if (err == cudaSuccess && owner->stream && size <= kKeptBlockMax && owner->kept_bytes + size <= kKeptPerStream) {
