@@ -4,18 +4,19 @@
 
 namespace troupe::detail {
 
-bool await_arguments(Lane& lane, const std::vector<Event>& producers, bool default_stream_producer) {
-  for (const Event& e : producers) lane.wait(e);
-  if (!default_stream_producer) return false;
+bool await_default_stream(Lane& lane) {
   Event mark = default_stream_mark(lane.device());
   if (!mark.valid()) return true;
   lane.wait(mark);
   return false;
 }
 
-Event finish_call(Lane& lane) {
-  Event done = lane.record();
-  if (TaskBase* task = TaskBase::running_on_this_thread()) task->set_event(done);
+Event finish_call(Lane& lane, Event* done_out) {
+  Event done = lane.mark();
+  if (done_out)
+    *done_out = done;
+  else if (TaskBase* task = TaskBase::running_on_this_thread())
+    task->set_event(done);
   return done;
 }
 

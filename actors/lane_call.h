@@ -1,7 +1,8 @@
 #pragma once
 // Internal to fork(): how a call runs as a lane's work (devices/lane.h). Before the call, the lane
 // waits, on the device, for the work that wrote each tensor argument on another lane; after it, the
-// lane records one event that marks the results' bytes ready and completes the call's Future. The
+// lane's mark (Lane::mark: a CUDA event recorded only once another lane, a host wait or a free on
+// another stream asks for it) marks the results' bytes ready and completes the call's Future. The
 // calling thread never waits for the device.
 #include <optional>
 #include <tuple>
@@ -45,30 +46,30 @@ void for_each_tensor(const std::tuple<T...>& values, F&& f) {
   std::apply([&](const auto&... v) { (for_each_tensor(v, f), ...); }, values);
 }
 
-// Orders the lane after its arguments' producers: a tensor of the lane's device written on another
-// lane is waited for by its event; one written by no lane was written on the device's default
-// stream (or the host), which the lane then waits for once. True when that stream had nothing
-// left to wait for.
-bool await_arguments(Lane& lane, const std::vector<Event>& producers, bool default_stream_producer);
-// The event after the call's work: marks each result's bytes and the running task.
-Event finish_call(Lane& lane);
+// Orders the lane after the device's default stream, where arguments written by no lane were
+// written (or on the host): an argument written on another lane is waited for by its event. True
+// when that stream had nothing left to wait for.
+bool await_default_stream(Lane& lane);
+// The event after the call's work: marks each result's bytes, and goes to *done, or else to the
+// task running on this thread.
+Event finish_call(Lane& lane, Event* done);
 
+// done: where the event after the call goes (a call run inline); nullptr: to the running task.
 template <class R, class Call, class Args>
-R run_on_lane(Lane* lane, Call&& call, const Args& args) {
+R run_on_lane(Lane* lane, Call&& call, const Args& args, Event* done_out = nullptr) {
   if (!lane) return call();
   LaneGuard on(*lane);
-  std::vector<Event> producers;
   // Arguments written on the default stream and not yet seen complete, with their versions then.
   std::vector<std::pair<Storage*, uint64_t>> unsettled;
   for_each_tensor(args, [&](const Tensor& t) {
     if (!(t.device() == lane->device())) return;
     Event ready = t.storage()->ready();
     if (ready.valid())
-      producers.push_back(std::move(ready));
+      lane->wait(ready);  // their ops' inputs find it awaited (CudaLane::wait)
     else if (!lane->device().is_cpu() && !t.storage()->settled())
       unsettled.emplace_back(t.storage().get(), t.storage()->version());
   });
-  if (await_arguments(*lane, producers, !unsettled.empty()))
+  if (!unsettled.empty() && await_default_stream(*lane))
     for (auto [storage, version] : unsettled) storage->mark_settled(version);
   // The arguments' bytes are not freed for reuse before this lane has read them.
   auto note_uses = [&](const Event& done) {
@@ -78,10 +79,10 @@ R run_on_lane(Lane* lane, Call&& call, const Args& args) {
   };
   if constexpr (std::is_void_v<R>) {
     call();
-    note_uses(finish_call(*lane));
+    note_uses(finish_call(*lane, done_out));
   } else {
     R result = call();
-    Event done = finish_call(*lane);
+    Event done = finish_call(*lane, done_out);
     note_uses(done);
     for_each_tensor(result, [&](const Tensor& t) { t.storage()->set_ready(done); });
     return result;

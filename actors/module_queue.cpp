@@ -34,6 +34,7 @@ void ModuleQueue::submit(const detail::TaskPtr& task) {
   {
     std::lock_guard lock(queue_mutex_);
     queue_.push_back(task);
+    queued_.fetch_add(1, std::memory_order_release);
     if (metrics_) metrics_->mailbox.add(1);  // under the lock, so the depth never reads below 0
   }
   nudge();
@@ -50,6 +51,7 @@ detail::TaskPtr ModuleQueue::pop() {
   if (queue_.empty()) return nullptr;
   auto task = std::move(queue_.front());
   queue_.pop_front();
+  queued_.fetch_sub(1, std::memory_order_release);
   if (metrics_) metrics_->mailbox.add(-1);
   return task;
 }
@@ -94,13 +96,41 @@ void ModuleQueue::run_until(detail::TaskBase* task) {
       run_call(next);
     }
   }
+  nudge_if_missed();
+}
+
+// The calls a nudge left while this thread held the run lock.
+void ModuleQueue::nudge_if_missed() {
   if (!missed_.exchange(false)) return;
-  bool queued;
-  {
-    std::lock_guard lock(queue_mutex_);
-    queued = !queue_.empty();
+  if (queued_.load(std::memory_order_acquire) > 0) nudge();
+}
+
+bool ModuleQueue::begin_inline() {
+  // Calls this thread queued earlier are still ahead; a call of this module forking it again runs
+  // after the one running (try_lock on a mutex this thread holds is undefined).
+  if (queued_.load(std::memory_order_acquire) > 0) return false;
+  if (std::find(held_by_this_thread.begin(), held_by_this_thread.end(), this) != held_by_this_thread.end())
+    return false;
+  if (!run_mutex_.try_lock()) return false;
+  // Queued between the look above and the lock: those run first, through the actor.
+  if (queued_.load(std::memory_order_acquire) > 0) {
+    run_mutex_.unlock();
+    nudge_if_missed();
+    return false;
   }
-  if (queued) nudge();  // the calls a nudge left while this thread ran the queue
+  held_by_this_thread.push_back(this);
+  return true;
+}
+
+void ModuleQueue::end_inline(std::chrono::steady_clock::time_point start, bool failed) {
+  held_by_this_thread.pop_back();
+  run_mutex_.unlock();
+  if (start != std::chrono::steady_clock::time_point{}) {
+    metrics_->seconds.observe(metrics::seconds_since(start));
+    metrics_->calls.add();
+    if (failed) metrics_->errors.add();
+  }
+  nudge_if_missed();
 }
 
 }  // namespace troupe

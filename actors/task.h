@@ -126,6 +126,20 @@ class Task final : public TaskResult<T> {
   Fn fn_;
 };
 
+// A call that ran on the forking thread itself (a lane actor's call, run inline while the actor
+// was idle: fork.h): its value or error and its event, held by the Future, with no task behind it.
+template <class T>
+struct Outcome {
+  std::optional<T> value;
+  std::exception_ptr error;
+  Event event;
+};
+template <>
+struct Outcome<void> {
+  std::exception_ptr error;
+  Event event;
+};
+
 // Sends the task as a request to a worker actor (or its module's actor) and remembers it
 // for threads that wait and may help.
 void submit(const TaskPtr& task);

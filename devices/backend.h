@@ -3,7 +3,8 @@
 // cpu is always there; cuda registers itself when Troupe was built with nvcc and a GPU is present.
 //
 //   DeviceBackend& cuda = backend(DeviceType::cuda);   // DeviceError saying why when unavailable
-//   void* p = cuda.allocate(bytes, 0);
+//   void* owner = nullptr;
+//   void* p = cuda.allocate(bytes, 0, &owner);        // and later cuda.deallocate(p, bytes, 0, owner)
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -23,14 +24,16 @@ class Tensor;
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
-  virtual void* allocate(size_t nbytes, int index) = 0;
-  virtual void deallocate(void* ptr, size_t nbytes, int index) = 0;
+  // *owner: what the backend needs back to free the block without looking it up (a CUDA block: its
+  // stream's share of the pool), kept by the Storage; nullptr when it needs nothing.
+  virtual void* allocate(size_t nbytes, int index, void** owner) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes, int index, void* owner) = 0;
   // Frees once the work before each event is done (the lanes that read the block). A device orders
   // the free after them on its own; here the host holds the bytes until the readers are done.
-  virtual void deallocate_after(void* ptr, size_t nbytes, int index, const std::vector<Event>& events) {
+  virtual void deallocate_after(void* ptr, size_t nbytes, int index, void* owner, const std::vector<Event>& events) {
     for (const Event& e : events)
       if (e.valid()) e.state()->wait();
-    deallocate(ptr, nbytes, index);
+    deallocate(ptr, nbytes, index, owner);
   }
   // Copies nbytes between any two devices this backend can reach (one side may be the host).
   // Ordered after all work queued on the current stream; returns once the host side is safe.

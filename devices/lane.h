@@ -12,8 +12,8 @@
 //
 // The protocol, on both back ends:
 // - work runs in the order it was enqueued; enqueue() never waits for earlier work;
-// - record() marks all work enqueued so far; wait(e) orders later work after e without blocking
-//   the caller;
+// - record() marks all work enqueued so far (mark() too, recorded on the device only once needed);
+//   wait(e) orders later work after e without blocking the caller;
 // - host-lane work that throws fails its lane: later work is skipped, and every later event of the
 //   lane, and of lanes that wait on one of them, carries the exception; Event::synchronize and
 //   Lane::synchronize rethrow it with its type, and the lane's synchronize clears it;
@@ -45,6 +45,11 @@ class Lane {
 
   virtual void enqueue(std::function<void()> fn) = 0;
   virtual Event record() = 0;
+  // An event after the work enqueued so far, as record(), but cheap where the device's own is not:
+  // a CUDA lane counts the mark and records a CUDA event only once another lane waits for it, the
+  // host asks whether it is done or waits, or a free on another stream orders after it; that event
+  // then marks the lane's work up to then (at least this far). A call to a GPU actor ends with one.
+  virtual Event mark() { return record(); }
   virtual void wait(const Event& event) = 0;  // no-op for events of this lane
   // The host waits for all work so far (a counted sync naming `call`) and rethrows its error.
   virtual void synchronize(std::string_view call = "Lane::synchronize");

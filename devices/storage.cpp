@@ -1,5 +1,6 @@
 #include "devices/storage.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -16,8 +17,8 @@ namespace {
 
 class CpuBackend final : public DeviceBackend {
  public:
-  void* allocate(size_t nbytes, int) override { return host_allocate(nbytes); }
-  void deallocate(void* ptr, size_t nbytes, int) override { host_deallocate(ptr, nbytes); }
+  void* allocate(size_t nbytes, int, void**) override { return host_allocate(nbytes); }
+  void deallocate(void* ptr, size_t nbytes, int, void*) override { host_deallocate(ptr, nbytes); }
   void copy(void* dst, Device, const void* src, Device, size_t nbytes) override {
     if (nbytes) std::memcpy(dst, src, nbytes);
   }
@@ -25,9 +26,10 @@ class CpuBackend final : public DeviceBackend {
   std::string describe() override { return "host memory: 64-byte aligned, huge pages and a reuse cache for blocks >= 1 MiB"; }
 };
 
+// Read on every allocation and free without the lock: set once each, as the libraries load.
 struct Backends {
   std::mutex mutex;
-  DeviceBackend* by_type[2] = {nullptr, nullptr};
+  std::atomic<DeviceBackend*> by_type[2] = {nullptr, nullptr};
   std::string cuda_reason = "Troupe was built without CUDA (nvcc was not found at configure time)";
 };
 
@@ -58,19 +60,18 @@ void register_backend(DeviceType type, DeviceBackend* backend) {
 }
 
 bool has_backend(DeviceType type) {
-  std::lock_guard lock(backends().mutex);
-  return backends().by_type[static_cast<int>(type)] != nullptr;
+  return backends().by_type[static_cast<int>(type)].load(std::memory_order_acquire) != nullptr;
 }
 
 DeviceBackend& backend(DeviceType type) {
+  if (auto* b = backends().by_type[static_cast<int>(type)].load(std::memory_order_acquire)) return *b;
   std::lock_guard lock(backends().mutex);
-  if (auto* b = backends().by_type[static_cast<int>(type)]) return *b;
   throw DeviceError(std::string("no ") + name(type) + " backend: " + backends().cuda_reason);
 }
 
 std::string cuda_unavailable_reason() {
   std::lock_guard lock(backends().mutex);
-  return backends().by_type[1] ? "" : backends().cuda_reason;
+  return backends().by_type[1].load() ? "" : backends().cuda_reason;
 }
 
 void set_cuda_unavailable_reason(std::string reason) {
@@ -83,7 +84,7 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   if (device.index < 0 || device.index >= b.device_count())
     throw DeviceError("no device " + device.str() + " (this machine has " + std::to_string(b.device_count()) +
                       " " + name(device.type) + " device(s))");
-  data_ = b.allocate(nbytes, device.index);
+  data_ = b.allocate(nbytes, device.index, &owner_);
 }
 
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
@@ -95,9 +96,9 @@ Storage::~Storage() {
   } else if (data_) {
     DeviceBackend& b = backend(device_.type);
     if (uses_.empty())
-      b.deallocate(data_, nbytes_, device_.index);
+      b.deallocate(data_, nbytes_, device_.index, owner_);
     else
-      b.deallocate_after(data_, nbytes_, device_.index, uses_);
+      b.deallocate_after(data_, nbytes_, device_.index, owner_, uses_);
   }
 }
 

@@ -38,12 +38,14 @@ class Storage {
   // The event after the work that last wrote these bytes on a lane (devices/lane.h): a consumer on
   // another lane waits for it on the device before reading. Done (empty) for bytes no lane wrote.
   Event ready() const {
+    if (!has_ready_.load(std::memory_order_acquire)) return Event();  // most bytes: no lock
     std::lock_guard lock(ready_mutex_);
     return ready_;
   }
   void set_ready(Event event) {
     std::lock_guard lock(ready_mutex_);
     ready_ = std::move(event);
+    has_ready_.store(ready_.valid(), std::memory_order_release);
   }
   // Whether these bytes, which no lane wrote, were found complete on the device (the default
   // stream idle after version `v`) and not written since: a lane then skips its look at the
@@ -59,9 +61,11 @@ class Storage {
   size_t nbytes_ = 0;
   Device device_;
   std::function<void(void*)> deleter_;  // empty: the backend allocated it
+  void* owner_ = nullptr;               // the backend's, for the free (DeviceBackend::allocate)
   std::atomic<uint64_t> version_{0};
   std::atomic<uint64_t> settled_version_{UINT64_MAX};
   mutable std::mutex ready_mutex_;
+  std::atomic<bool> has_ready_{false};  // ready_ is set: read without the lock
   Event ready_;
   std::vector<Event> uses_;
 };

@@ -13,9 +13,20 @@
 // flight at once (bounded by the device's own time per call once its queue is full).
 // handoff_syncs: host waits counted (devices/sync.h) while a tensor goes from one lane actor to
 // another and that one's call is queued: 0 means the consumer waited on the device, not the host.
+// per_call: what one call (fork + wait, back to back) makes: heap allocations (operator new), and,
+// with the CUDA runtime stub preloaded (tests/support/cuda_stub: the host part of a GPU call on a
+// machine without a GPU), mutex locks, CUDA events recorded, cudaGetDevice calls, stream waits.
+//
+//   LD_PRELOAD=build/lib/libtroupe_cuda_stub.so lane_bench --device cuda --json
+#include <dlfcn.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <new>
 #include <vector>
 
 #include "actors/fork.h"
@@ -26,6 +37,31 @@
 #include "examples/device_option.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
+#include "tests/support/cuda_stub/cuda_stub.h"
+
+// Every heap allocation of the process (the libraries' too) passes here, so a call's can be counted.
+namespace {
+std::atomic<uint64_t> heap_allocations{0};
+void* counted_allocation(std::size_t n, std::size_t alignment) {
+  heap_allocations.fetch_add(1, std::memory_order_relaxed);
+  void* p = alignment <= alignof(std::max_align_t) ? std::malloc(n ? n : 1)
+                                                   : std::aligned_alloc(alignment, (n + alignment - 1) / alignment * alignment);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+void* operator new(std::size_t n) { return counted_allocation(n, 0); }
+void* operator new[](std::size_t n) { return counted_allocation(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) { return counted_allocation(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return counted_allocation(n, static_cast<std::size_t>(a)); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace troupe;
 
@@ -52,6 +88,37 @@ struct Scale {
 };
 
 double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+// The preloaded CUDA runtime stub's counters, or nullptr under the real runtime.
+const CudaStubCounts* stub_counts() {
+  auto* counts = reinterpret_cast<const CudaStubCounts* (*)()>(dlsym(RTLD_DEFAULT, "troupe_cuda_stub_counts"));
+  return counts ? counts() : nullptr;
+}
+
+// What `calls` calls made, per call: allocations always, the rest only with the stub preloaded.
+nlohmann::ordered_json per_call_counts(int calls, const std::function<void()>& call) {
+  const CudaStubCounts* stub = stub_counts();
+  const CudaStubCounts zero;
+  const CudaStubCounts& c = stub ? *stub : zero;
+  const uint64_t allocations = heap_allocations.load(), mutexes = c.mutex_locks.load(), rwlocks = c.rwlock_locks.load(),
+                 events = c.events_recorded.load(), get_device = c.get_device.load(), set_device = c.set_device.load(),
+                 waits = c.stream_waits.load(), queries = c.queries.load(), cuda_calls = c.calls.load(),
+                 launches = c.launches.load();
+  for (int i = 0; i < calls; ++i) call();
+  auto per = [&](uint64_t now, uint64_t before) { return rounded(double(now - before) / calls, 2); };
+  nlohmann::ordered_json out{{"heap_allocations", per(heap_allocations.load(), allocations)}};
+  if (!stub) return out;
+  out["mutex_locks"] = per(c.mutex_locks.load(), mutexes);
+  out["rwlock_locks"] = per(c.rwlock_locks.load(), rwlocks);
+  out["cuda_calls"] = per(c.calls.load(), cuda_calls);
+  out["kernel_launches"] = per(c.launches.load(), launches);
+  out["events_recorded"] = per(c.events_recorded.load(), events);
+  out["stream_waits"] = per(c.stream_waits.load(), waits);
+  out["queries"] = per(c.queries.load(), queries);
+  out["cuda_get_device"] = per(c.get_device.load(), get_device);
+  out["cuda_set_device"] = per(c.set_device.load(), set_device);
+  return out;
+}
 
 double median(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
@@ -96,6 +163,10 @@ int main(int argc, char** argv) {
     }
     first.lane()->synchronize();
     const double enqueue_us = median(us);
+    const bool stubbed = stub_counts() != nullptr;
+    // Counted after the timing, back to back: the same calls, without a synchronize between them.
+    const nlohmann::ordered_json per_call = per_call_counts(calls, [&] { Tensor y = wait(fork(first, x)); });
+    first.lane()->synchronize();
 
     // The op alone on this thread's stream: what the call adds to it is the actor's and the lane's.
     const Tensor factor = Tensor::full({1}, 2.0f).to(device);
@@ -139,7 +210,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < handoffs; ++i) z = wait(fork(second, wait(fork(first, x))));
     const uint64_t syncs = sync_count();
     for (float value : z.to_vector<float>())  // the one wait, after the count
-      if (value != 1.0f) throw ValueError("lane_bench: the hand-off computed " + std::to_string(value) + ", not 1");
+      if (value != 1.0f && !stubbed)  // a stubbed runtime runs no kernels
+        throw ValueError("lane_bench: the hand-off computed " + std::to_string(value) + ", not 1");
 
     if (json) {
       print_json_line(nlohmann::ordered_json{{"device", device.str()},
@@ -153,13 +225,16 @@ int main(int argc, char** argv) {
                                              {"lane_call_us", rounded(lane_call_us, 2)},
                                              {"pipelined_us", rounded(pipelined_us, 2)},
                                              {"handoffs", handoffs},
-                                             {"handoff_syncs", syncs}});
+                                             {"handoff_syncs", syncs},
+                                             {"cuda_runtime", stubbed ? "stub (host part only)" : "real"},
+                                             {"per_call", per_call}});
     } else {
       std::printf("%s lanes: a call and its wait cost the caller %.2f us (median of %d: %.2f us to the module, %.2f in "
                   "its op, %.2f back; the op alone %.2f us, as a lane's call on this thread %.2f us); fork alone %.2f "
-                  "us; %d calls in flight %.2f us each; %d hand-offs made %llu host syncs\n",
+                  "us; %d calls in flight %.2f us each; %d hand-offs made %llu host syncs; per call%s: %s\n",
                   device.str().c_str(), enqueue_us, calls, median(to_module_us), median(in_module_us), median(back_us),
-                  bare_op_us, lane_call_us, fork_us, calls, pipelined_us, handoffs, static_cast<unsigned long long>(syncs));
+                  bare_op_us, lane_call_us, fork_us, calls, pipelined_us, handoffs, static_cast<unsigned long long>(syncs),
+                  stubbed ? " (CUDA runtime stubbed: the host part only)" : "", per_call.dump().c_str());
     }
     return 0;
   });

@@ -36,13 +36,30 @@ void check_kernel_dtype(const Tensor& t, DType expected) {
     throw DTypeError(std::string("cuda kernel: expected a ") + name(expected) + " tensor, got " + t.meta().str());
 }
 
-DeviceGuard::DeviceGuard(int device) : device_(device) {
-  check(cudaGetDevice(&previous_), "cudaGetDevice", device);
-  if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice", device);
+namespace {
+// The calling thread's CUDA device as Troupe last set it (-1: not asked yet), so that a guard costs
+// no driver call once known. Troupe sets devices only through set_thread_device; code that calls
+// cudaSetDevice itself must restore the device before Troupe's next call on that thread.
+thread_local int thread_device = -1;
+
+int thread_current_device(int asking) {
+  if (thread_device < 0) check(cudaGetDevice(&thread_device), "cudaGetDevice", asking);
+  return thread_device;
+}
+
+cudaError_t set_thread_device(int device) {
+  const cudaError_t err = cudaSetDevice(device);
+  thread_device = err == cudaSuccess ? device : -1;  // unknown after a failure: asked again next time
+  return err;
+}
+}  // namespace
+
+DeviceGuard::DeviceGuard(int device) : device_(device), previous_(thread_current_device(device)) {
+  if (previous_ != device) check(set_thread_device(device), "cudaSetDevice", device);
 }
 
 DeviceGuard::~DeviceGuard() {
-  if (previous_ != device_) cudaSetDevice(previous_);
+  if (previous_ != device_) set_thread_device(previous_);
 }
 
 bool stream_idle(cudaStream_t stream) {
@@ -76,40 +93,60 @@ void check_device(int device, const char* what) {
                       std::to_string(count) + " CUDA device(s))");
 }
 
-// Which stream each live block was allocated on; nullptr once that stream is gone. Small blocks
-// freed in their stream's order are kept for that stream's next allocations of the same size:
-// reuse within one stream is ordered by the stream itself, and a small op then makes no driver
-// call for its output (cudaMallocAsync and cudaFreeAsync cost about 1.3 us a pair on the H100 VM).
-struct KeptBlocks {
-  int device = 0;
-  size_t bytes = 0;
-  std::unordered_map<size_t, std::vector<void*>> by_size;
-};
-struct Blocks {
-  std::mutex mutex;
-  std::unordered_map<void*, cudaStream_t> stream_of;
-  std::unordered_map<cudaStream_t, KeptBlocks> kept;
-};
 constexpr size_t kKeptBlockMax = size_t(1) << 20;      // bytes of the largest block kept
 constexpr size_t kPipelinedUploadMin = size_t(8) << 20;  // pageable uploads from here go through pinned pieces
 constexpr size_t kUploadPiece = size_t(4) << 20;
 constexpr size_t kKeptPerStream = size_t(64) << 20;    // bytes kept per stream at most
 
-Blocks& blocks() {
-  static Blocks* b = new Blocks;  // never destroyed: storages may be freed during static teardown
-  return *b;
-}
-
 }  // namespace
 
+// A stream's share of the pool: each block allocated on a stream carries its stream's StreamBlocks
+// (the Storage keeps it: DeviceBackend::allocate's owner), so a free finds its stream without a
+// global map, under this stream's lock only. Small blocks freed in their stream's order are kept for
+// that stream's next allocations of the same size: reuse within one stream is ordered by the stream
+// itself, and a small op then makes no driver call for its output (cudaMallocAsync and
+// cudaFreeAsync cost about 1.3 us a pair on the H100 VM). It outlives its stream while its blocks
+// do; once the stream is gone they are free of pending work, and whoever drops them frees them.
+struct StreamBlocks {
+  StreamBlocks(int device, cudaStream_t stream) : device(device), stream(stream) {}
+  void add_block() { refs.fetch_add(1, std::memory_order_relaxed); }
+  void release() {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  const int device;
+  std::mutex mutex;     // this stream's allocations and frees
+  cudaStream_t stream;  // nullptr once the stream is gone
+  size_t kept_bytes = 0;
+  std::unordered_map<size_t, std::vector<void*>> kept;  // by size
+  std::atomic<size_t> refs{1};                          // its blocks alive, and the stream while alive
+};
+
+namespace {
+
+// Every stream's share, for a device that ran out of memory (release_cached): touched as streams
+// come and go, never per allocation.
+struct AllStreamBlocks {
+  std::mutex mutex;
+  std::vector<StreamBlocks*> live;
+};
+AllStreamBlocks& all_stream_blocks() {
+  static auto* all = new AllStreamBlocks;  // never destroyed: streams may go during static teardown
+  return *all;
+}
+
 // One default stream per device, made on first use and never destroyed.
-cudaStream_t default_stream(int device) {
+const Stream& default_stream_object(int device) {
   static std::once_flag made[kMaxDevices];
   static Stream* streams[kMaxDevices] = {};
   check_device(device, "default_stream");
   std::call_once(made[device], [&] { streams[device] = new Stream(device); });
-  return streams[device]->handle();
+  return *streams[device];
 }
+
+}  // namespace
+
+cudaStream_t default_stream(int device) { return default_stream_object(device).handle(); }
 
 namespace {
 
@@ -117,6 +154,10 @@ thread_local const Stream* thread_streams[kMaxDevices] = {};
 // Whether a thread without a stream of its own has queued work on the device's default stream: until
 // then a free has no reads there to wait for.
 std::atomic<bool> default_stream_used[kMaxDevices] = {};
+void note_default_stream_use(int device) {
+  if (!default_stream_used[device].load(std::memory_order_relaxed))
+    default_stream_used[device].store(true, std::memory_order_relaxed);
+}
 
 // Pinned host blocks for staging, kept for reuse by size (cudaHostAlloc costs milliseconds); at most
 // kPinnedKeep bytes are kept, the rest freed when returned. A block that an upload still reads (a
@@ -209,15 +250,13 @@ PinnedBlocks& pinned_blocks() {
 // Arena blocks keep the pool's 256-byte alignment; kept blocks are sized by it too.
 size_t round_up(size_t nbytes) { return (nbytes + 255) / 256 * 256; }
 
-// A kept block of `size` bytes for stream, or nullptr. With blocks().mutex held.
-void* take_kept(cudaStream_t stream, size_t size) {
-  auto s = blocks().kept.find(stream);
-  if (s == blocks().kept.end()) return nullptr;
-  auto b = s->second.by_size.find(size);
-  if (b == s->second.by_size.end() || b->second.empty()) return nullptr;
+// A kept block of `size` bytes of the stream's, or nullptr. With its mutex held.
+void* take_kept(StreamBlocks& blocks, size_t size) {
+  auto b = blocks.kept.find(size);
+  if (b == blocks.kept.end() || b->second.empty()) return nullptr;
   void* p = b->second.back();
   b->second.pop_back();
-  s->second.bytes -= size;
+  blocks.kept_bytes -= size;
   return p;
 }
 
@@ -247,25 +286,30 @@ class CudaBackend final : public DeviceBackend {
  public:
   explicit CudaBackend(int count) : count_(count) {}
 
-  void* allocate(size_t nbytes, int index) override {
+  void* allocate(size_t nbytes, int index, void** owner) override {
+    *owner = nullptr;  // an arena's block: freed with the arena
     if (nbytes == 0) return nullptr;
     ThreadAllocation& mode = thread_allocation();
     if (mode.arena) return from_arena(*mode.arena, nbytes, index);
     if (mode.meter) *mode.meter += round_up(nbytes);
     DeviceGuard on(index);
     keep_pool_memory(index);
-    const cudaStream_t stream = current_stream(index);
+    const Stream* lane_stream = current_stream_object(index);
+    const Stream& stream = lane_stream ? *lane_stream : default_stream_object(index);
+    if (!lane_stream) note_default_stream_use(index);
+    StreamBlocks& blocks = *stream.blocks();
     if (round_up(nbytes) <= kKeptBlockMax) {
       nbytes = round_up(nbytes);
-      std::lock_guard lock(blocks().mutex);
-      if (void* kept = take_kept(stream, nbytes)) {
-        blocks().stream_of[kept] = stream;
+      std::lock_guard lock(blocks.mutex);
+      if (void* kept = take_kept(blocks, nbytes)) {
+        blocks.add_block();
+        *owner = &blocks;
         return kept;
       }
     }
     auto try_allocate = [&]() -> void* {
       void* p = nullptr;
-      const cudaError_t err = cudaMallocAsync(&p, nbytes, stream);
+      const cudaError_t err = cudaMallocAsync(&p, nbytes, stream.handle());
       if (err == cudaErrorMemoryAllocation) {
         cudaGetLastError();
         return nullptr;
@@ -280,93 +324,84 @@ class CudaBackend final : public DeviceBackend {
     };
     void* p = allocate_or_release_cached(index, nbytes, try_allocate, [&] { return release_cached(index, nbytes); },
                                          free_memory);
-    std::lock_guard lock(blocks().mutex);
-    blocks().stream_of[p] = stream;
+    blocks.add_block();
+    *owner = &blocks;
     return p;
   }
 
   // Runs from ~Storage, so it reports failures instead of throwing them.
-  void deallocate(void* ptr, size_t nbytes, int index) override {
-    if (!ptr || in_arena(ptr)) return;  // an arena's blocks go with the arena
+  void deallocate(void* ptr, size_t nbytes, int index, void* owner) override {
+    free_block(ptr, nbytes, index, static_cast<StreamBlocks*>(owner), nullptr);
+  }
+
+  // The block's own stream waits for each reader's event (on another stream: a lane's mark is
+  // recorded then), then frees it in stream order.
+  void deallocate_after(void* ptr, size_t nbytes, int index, void* owner, const std::vector<Event>& events) override {
+    free_block(ptr, nbytes, index, static_cast<StreamBlocks*>(owner), &events);
+  }
+
+  // Runs from ~Storage, so it reports failures instead of throwing them. owner: null for an arena's
+  // block (freed with its arena; an arena already gone freed it then).
+  void free_block(void* ptr, size_t nbytes, int index, StreamBlocks* owner, const std::vector<Event>* readers) {
+    if (!ptr || !owner) return;
     if (std::vector<DeferredFree>* deferred = thread_allocation().deferred) {
-      deferred->push_back({.ptr = ptr, .nbytes = nbytes, .device = index, .readers = {}});
+      deferred->push_back(
+          {.ptr = ptr, .nbytes = nbytes, .device = index, .readers = readers ? *readers : std::vector<Event>{}, .owner = owner});
       return;
-    }
-    cudaStream_t owner = nullptr;
-    {
-      std::lock_guard lock(blocks().mutex);
-      auto it = blocks().stream_of.find(ptr);
-      // Not the pool's: a block of an arena already freed (its tensor outlived the captured graph).
-      if (it == blocks().stream_of.end()) return;
-      owner = it->second;
-      blocks().stream_of.erase(it);
     }
     cudaStream_t here = nullptr;
     try {
       here = current_stream(index);
     } catch (const DeviceError&) {
+      owner->release();
       return;  // the runtime is already gone (process exit): the driver frees everything
     }
-    int previous = -1;
-    cudaGetDevice(&previous);
-    if (previous != index) cudaSetDevice(index);
+    int previous = thread_device;
+    if (previous < 0 && cudaGetDevice(&previous) == cudaSuccess) thread_device = previous;
+    if (previous != index) set_thread_device(index);
     cudaError_t err = cudaSuccess;
-    // The block goes back in its own stream's order (this thread's once that stream is gone). Work
-    // queued so far on another stream may still read it, so the freeing stream waits for that first
-    // unless the other stream has nothing pending: this thread's stream, and the device's default
-    // stream, where threads without a lane queue reads that record no use (Storage::add_use).
-    const cudaStream_t freeing = owner ? owner : here;
-    auto after_reads_on = [&](cudaStream_t reader) {
-      if (err != cudaSuccess || reader == freeing || stream_idle(reader)) return;
-      cudaEvent_t dropped;
-      err = cudaEventCreateWithFlags(&dropped, cudaEventDisableTiming);
-      if (err == cudaSuccess) err = cudaEventRecord(dropped, reader);
-      if (err == cudaSuccess) err = cudaStreamWaitEvent(freeing, dropped, 0);
-      if (err == cudaSuccess) err = cudaEventDestroy(dropped);
-    };
-    after_reads_on(here);
-    if (default_stream_used[index].load(std::memory_order_relaxed)) {
-      const cudaStream_t shared = default_stream(index);
-      if (shared != here) after_reads_on(shared);
-    }
-    bool kept = false;
-    const size_t size = round_up(nbytes);
-    if (err == cudaSuccess && owner && size <= kKeptBlockMax) {
-      std::lock_guard lock(blocks().mutex);
-      KeptBlocks& keep = blocks().kept[owner];
-      if (keep.bytes + size <= kKeptPerStream) {
-        keep.device = index;
-        keep.by_size[size].push_back(ptr);
-        keep.bytes += size;
+    // Looked up before the owner's lock: making the default stream takes the lock of all streams.
+    const cudaStream_t shared =
+        default_stream_used[index].load(std::memory_order_relaxed) ? default_stream(index) : nullptr;
+    {
+      // Held while the owner's stream is used: the stream is not destroyed meanwhile (~Stream).
+      std::lock_guard lock(owner->mutex);
+      // The block goes back in its own stream's order (this thread's once that stream is gone).
+      const cudaStream_t freeing = owner->stream ? owner->stream : here;
+      if (readers) {
+        try {
+          for (const Event& e : *readers) stream_wait_event(freeing, e, index);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "troupe: cuda:%d: ordering the free of %p after its readers: %s\n", index, ptr, e.what());
+        }
+      }
+      // Work queued so far on another stream may still read it, so the freeing stream waits for that
+      // first unless the other stream has nothing pending: this thread's stream, and the device's
+      // default stream, where threads without a lane queue reads that record no use (Storage::add_use).
+      auto after_reads_on = [&](cudaStream_t reader) {
+        if (err != cudaSuccess || reader == freeing || stream_idle(reader)) return;
+        cudaEvent_t dropped;
+        err = cudaEventCreateWithFlags(&dropped, cudaEventDisableTiming);
+        if (err == cudaSuccess) err = cudaEventRecord(dropped, reader);
+        if (err == cudaSuccess) err = cudaStreamWaitEvent(freeing, dropped, 0);
+        if (err == cudaSuccess) err = cudaEventDestroy(dropped);
+      };
+      after_reads_on(here);
+      if (shared && shared != here) after_reads_on(shared);
+      bool kept = false;
+      const size_t size = round_up(nbytes);
+      if (err == cudaSuccess && owner->stream && size <= kKeptBlockMax && owner->kept_bytes + size <= kKeptPerStream) {
+        owner->kept[size].push_back(ptr);
+        owner->kept_bytes += size;
         kept = true;
       }
+      if (err == cudaSuccess && !kept) err = cudaFreeAsync(ptr, freeing);
     }
-    if (err == cudaSuccess && !kept) err = cudaFreeAsync(ptr, freeing);
-    if (previous != index) cudaSetDevice(previous);
+    owner->release();
+    if (previous != index && previous >= 0) set_thread_device(previous);
     // At process exit the runtime may already be gone; the driver frees everything anyway.
     if (err != cudaSuccess && err != cudaErrorCudartUnloading)
       std::fprintf(stderr, "troupe: cuda:%d: freeing %p: %s\n", index, ptr, cudaGetErrorString(err));
-  }
-
-  // The block's own stream waits for each reader's event, then frees it in stream order. Runs from
-  // ~Storage, so it reports failures instead of throwing them.
-  void deallocate_after(void* ptr, size_t nbytes, int index, const std::vector<Event>& events) override {
-    if (std::vector<DeferredFree>* deferred = thread_allocation().deferred; deferred && !in_arena(ptr)) {
-      deferred->push_back({.ptr = ptr, .nbytes = nbytes, .device = index, .readers = events});
-      return;
-    }
-    try {
-      cudaStream_t owner = nullptr;
-      {
-        std::lock_guard lock(blocks().mutex);
-        auto it = blocks().stream_of.find(ptr);
-        if (it != blocks().stream_of.end()) owner = it->second;
-      }
-      for (const Event& e : events) stream_wait_event(owner ? owner : current_stream(index), e, index);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "troupe: cuda:%d: ordering the free of %p after its readers: %s\n", index, ptr, e.what());
-    }
-    deallocate(ptr, nbytes, index);
   }
 
   void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) override {
@@ -518,16 +553,16 @@ class CudaBackend final : public DeviceBackend {
   // the bytes the pool gave back.
   size_t release_cached(int index, size_t asked) {
     {
-      // Freed under the lock: a stream being destroyed takes it before it frees its own kept blocks.
-      std::lock_guard lock(blocks().mutex);
-      for (auto it = blocks().kept.begin(); it != blocks().kept.end();) {
-        if (it->second.device != index) {
-          ++it;
-          continue;
-        }
-        for (auto& [size, list] : it->second.by_size)
-          for (void* p : list) cudaFreeAsync(p, it->first);
-        it = blocks().kept.erase(it);
+      // Freed under the stream's lock: a stream being destroyed takes it before it goes.
+      std::lock_guard all(all_stream_blocks().mutex);
+      for (StreamBlocks* blocks : all_stream_blocks().live) {
+        if (blocks->device != index) continue;
+        std::lock_guard lock(blocks->mutex);
+        if (!blocks->stream) continue;
+        for (auto& [size, list] : blocks->kept)
+          for (void* p : list) cudaFreeAsync(p, blocks->stream);
+        blocks->kept.clear();
+        blocks->kept_bytes = 0;
       }
     }
     note_sync(Device::cuda(index), "allocation of " + std::to_string(asked) + " bytes, after out of memory");
@@ -573,9 +608,9 @@ void free_deferred(std::vector<DeferredFree>& frees) {
   DeviceBackend& cuda = backend(DeviceType::cuda);
   for (DeferredFree& f : frees) {
     if (f.readers.empty())
-      cuda.deallocate(f.ptr, f.nbytes, f.device);
+      cuda.deallocate(f.ptr, f.nbytes, f.device, f.owner);
     else
-      cuda.deallocate_after(f.ptr, f.nbytes, f.device, f.readers);
+      cuda.deallocate_after(f.ptr, f.nbytes, f.device, f.owner, f.readers);
   }
   frees.clear();
 }
@@ -614,21 +649,26 @@ Stream::Stream(int device) : device_(device) {
   check_device(device, "Stream");
   DeviceGuard on(device);
   check(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", device);
+  blocks_ = new StreamBlocks(device, handle_);
+  std::lock_guard all(all_stream_blocks().mutex);
+  all_stream_blocks().live.push_back(blocks_);
 }
 
 Stream::~Stream() {
   cudaStreamSynchronize(handle_);
+  {
+    std::lock_guard all(all_stream_blocks().mutex);
+    std::erase(all_stream_blocks().live, blocks_);
+  }
   std::vector<void*> kept;
   {
     // Blocks allocated here are now free of pending work: whoever drops them frees them.
-    std::lock_guard lock(blocks().mutex);
-    for (auto& [ptr, stream] : blocks().stream_of)
-      if (stream == handle_) stream = nullptr;
-    if (auto it = blocks().kept.find(handle_); it != blocks().kept.end()) {
-      for (auto& [size, list] : it->second.by_size) kept.insert(kept.end(), list.begin(), list.end());
-      blocks().kept.erase(it);
-    }
+    std::lock_guard lock(blocks_->mutex);
+    blocks_->stream = nullptr;
+    for (auto& [size, list] : blocks_->kept) kept.insert(kept.end(), list.begin(), list.end());
+    blocks_->kept.clear();
   }
+  blocks_->release();
   for (void* p : kept) cudaFreeAsync(p, handle_);
   destroy_blas();
   if (dnn_) destroy_dnn_(dnn_);
@@ -668,8 +708,7 @@ void Stream::then(std::function<void()> fn) const {
 cudaStream_t current_stream(int device) {
   check_device(device, "current_stream");
   if (const Stream* s = thread_streams[device]) return s->handle();
-  if (!default_stream_used[device].load(std::memory_order_relaxed))
-    default_stream_used[device].store(true, std::memory_order_relaxed);
+  note_default_stream_use(device);
   return default_stream(device);
 }
 

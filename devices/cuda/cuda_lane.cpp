@@ -1,6 +1,8 @@
 // The CUDA lane: a GPU actor's own stream (with its cuBLAS handle and workspace, cuda/blas.h) and
 // CUDA events. enqueue runs the work at once with the stream current, so the work only queues
-// kernels; waits between lanes are cudaStreamWaitEvent, on the device.
+// kernels; waits between lanes are cudaStreamWaitEvent, on the device. A call's mark (Lane::mark)
+// is a number until someone needs its CUDA event: most calls' results are read on the same stream,
+// where the stream's order is enough.
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,8 +53,17 @@ EventPool& event_pool() {
   return *pool;
 }
 
+struct CudaEvent;
+// The recorded event behind a device event: the event itself, or a lane mark's once recorded
+// (nullptr: the mark's lane is gone, and with it its work).
+CudaEvent* device_event(Event::State& state);
+// The stream a device event was recorded on, or will be (a mark): a wait on the same stream is
+// ordered by the stream itself. nullptr for host events and marks of lanes gone.
+cudaStream_t recorded_on(Event::State& state);
+
 struct CudaEvent final : Event::State {
-  CudaEvent(int index, const void* owner) : owner_(owner), timed_(event_timing()) {
+  CudaEvent(int index, const void* owner, cudaStream_t stream)
+      : owner_(owner), stream_(stream), timed_(event_timing()) {
     device = Device::cuda(index);
     handle_ = event_pool().take(index, timed_);
   }
@@ -67,7 +78,7 @@ struct CudaEvent final : Event::State {
   void wait() override { settle(cudaEventSynchronize(handle_)); }
   std::exception_ptr error() override { return error_; }
   double elapsed_ms(Event::State& later) override {
-    auto* other = dynamic_cast<CudaEvent*>(&later);
+    auto* other = device_event(later);
     if (!other) throw DeviceError("Event::elapsed_ms: a device event and a host event have no common clock");
     if (!timed_ || !other->timed_)
       throw DeviceError("Event::elapsed_ms: events recorded while no profiler recorded carry no timestamps");
@@ -77,6 +88,7 @@ struct CudaEvent final : Event::State {
   }
   const void* lane() const override { return owner_; }
   cudaEvent_t handle() const { return handle_; }
+  cudaStream_t stream() const { return stream_; }
 
  private:
   // A failure the device reports while the event is awaited becomes the event's DeviceError.
@@ -90,10 +102,92 @@ struct CudaEvent final : Event::State {
   }
 
   const void* owner_;
+  cudaStream_t stream_;
   bool timed_;
   cudaEvent_t handle_ = nullptr;
   std::exception_ptr error_;
 };
+
+// What a CUDA lane's marks share with it: the marks counted so far and the latest event recorded
+// for one. Outlives the lane while marks do; a lane that goes first has done its work.
+struct Timeline {
+  Timeline(int index, const void* lane, cudaStream_t stream) : index(index), lane(lane), stream(stream) {}
+
+  // The event after the work up to mark `number` at least: the last one recorded when it covers
+  // that mark, else one recorded now on the lane's stream (from any thread: CUDA allows it).
+  std::shared_ptr<CudaEvent> event_covering(uint64_t number) {
+    std::lock_guard lock(mutex);
+    if (!stream) return nullptr;
+    if (recorded && recorded_marks >= number) return recorded;
+    auto event = std::make_shared<CudaEvent>(index, lane, stream);
+    DeviceGuard on(index);
+    check(cudaEventRecord(event->handle(), stream), "cudaEventRecord", index);
+    recorded = std::move(event);
+    recorded_marks = marks.load(std::memory_order_acquire);
+    return recorded;
+  }
+
+  const int index;
+  const void* const lane;
+  std::atomic<uint64_t> marks{0};  // made so far; written by the lane's calls
+  std::mutex mutex;                // recording one: rare
+  cudaStream_t stream;             // nullptr once the lane is gone
+  std::shared_ptr<CudaEvent> recorded;
+  uint64_t recorded_marks = 0;
+};
+
+// A lane's mark: mark number `number` of its timeline, recorded on first need.
+struct LaneMark final : Event::State {
+  LaneMark(std::shared_ptr<Timeline> timeline, uint64_t number) : timeline_(std::move(timeline)), number_(number) {
+    device = Device::cuda(timeline_->index);
+  }
+
+  bool done() override {
+    CudaEvent* e = recorded();
+    return !e || e->done();
+  }
+  void wait() override {
+    if (CudaEvent* e = recorded()) e->wait();
+  }
+  std::exception_ptr error() override {
+    CudaEvent* e = recorded();
+    return e ? e->error() : nullptr;
+  }
+  double elapsed_ms(Event::State&) override {
+    throw DeviceError("Event::elapsed_ms: a lane's mark carries no timestamp (marks are timed events only while a "
+                      "profiler records)");
+  }
+  const void* lane() const override { return timeline_->lane; }
+
+  CudaEvent* recorded() {
+    std::call_once(recorded_once_, [&] { event_ = timeline_->event_covering(number_); });
+    return event_.get();
+  }
+  const Timeline& timeline() const { return *timeline_; }
+  const std::shared_ptr<Timeline>& shared_timeline() const { return timeline_; }
+  uint64_t number() const { return number_; }
+
+ private:
+  std::shared_ptr<Timeline> timeline_;
+  uint64_t number_;
+  std::once_flag recorded_once_;
+  std::shared_ptr<CudaEvent> event_;
+};
+
+CudaEvent* device_event(Event::State& state) {
+  if (auto* mark = dynamic_cast<LaneMark*>(&state)) return mark->recorded();
+  return dynamic_cast<CudaEvent*>(&state);
+}
+
+cudaStream_t recorded_on(Event::State& state) {
+  if (auto* mark = dynamic_cast<LaneMark*>(&state)) {
+    Timeline& timeline = *mark->shared_timeline();
+    std::lock_guard lock(timeline.mutex);
+    return timeline.stream;
+  }
+  if (auto* event = dynamic_cast<CudaEvent*>(&state)) return event->stream();
+  return nullptr;
+}
 
 // The word a lane's host waits write and its stream's wait kernels read (cuda/host_waits.h).
 struct ReleasedWord {
@@ -120,10 +214,18 @@ struct ReleasedWord {
 
 class CudaLane final : public Lane {
  public:
-  CudaLane(int index, std::string name) : Lane(Device::cuda(index), std::move(name)), stream_(index) {}
-  // The host waits end first (each once its host event is done), then ~Stream waits for the stream's
-  // work, its wait kernels included, then the word they read goes.
-  ~CudaLane() override = default;
+  CudaLane(int index, std::string name)
+      : Lane(Device::cuda(index), std::move(name)),
+        stream_(index),
+        timeline_(std::make_shared<Timeline>(index, this, stream_.handle())) {}
+  // Marks still held find the lane gone, its work done. Then the host waits end (each once its host
+  // event is done), ~Stream waits for the stream's work, its wait kernels included, and the word
+  // they read goes.
+  ~CudaLane() override {
+    cudaStreamSynchronize(stream_.handle());
+    std::lock_guard lock(timeline_->mutex);
+    timeline_->stream = nullptr;
+  }
 
   void enqueue(std::function<void()> fn) override {
     LaneGuard on(*this);
@@ -132,17 +234,26 @@ class CudaLane final : public Lane {
 
   Event record() override {
     const int index = device().index;
-    auto event = std::make_shared<CudaEvent>(index, this);
+    auto event = std::make_shared<CudaEvent>(index, this, stream_.handle());
     DeviceGuard on(index);
     check(cudaEventRecord(event->handle(), stream_.handle()), "cudaEventRecord", index);
     return Event(event);
   }
 
+  // A number, no driver call; timed events (a profiler records) at once, for their timestamps.
+  Event mark() override {
+    if (event_timing()) return record();
+    return Event(std::make_shared<LaneMark>(timeline_, timeline_->marks.fetch_add(1, std::memory_order_acq_rel) + 1));
+  }
+
   void wait(const Event& event) override {
-    if (!event.valid() || event.state()->lane() == this || event.done()) return;
+    if (!event.valid() || event.state()->lane() == this) return;
+    auto* mark = dynamic_cast<LaneMark*>(event.state().get());
+    if (mark && waited_for(*mark)) return;  // awaited already (a call's argument, then its op's input)
+    if (event.done()) return;
     const int index = device().index;
     DeviceGuard on(index);
-    if (auto* cuda_event = dynamic_cast<CudaEvent*>(event.state().get())) {
+    if (CudaEvent* cuda_event = device_event(*event.state())) {
       check(cudaStreamWaitEvent(stream_.handle(), cuda_event->handle(), 0), "cudaStreamWaitEvent", index);
       return;
     }
@@ -167,8 +278,28 @@ class CudaLane final : public Lane {
     return *host_waits_;
   }
 
+  // Whether this lane's stream waits already for a mark at least as late on the same timeline;
+  // notes this one otherwise (the caller then waits for it). A few timelines: the last ones seen.
+  bool waited_for(const LaneMark& mark) {
+    std::lock_guard lock(waited_mutex_);
+    for (auto& [timeline, number] : waited_)
+      if (timeline.get() == &mark.timeline()) {
+        if (number >= mark.number()) return true;
+        number = mark.number();
+        return false;
+      }
+    if (waited_.size() == kWaitedTimelines) waited_.erase(waited_.begin());
+    // The mark's timeline stays alive while listed: its address cannot name another lane's.
+    waited_.emplace_back(mark.shared_timeline(), mark.number());
+    return false;
+  }
+
+  static constexpr size_t kWaitedTimelines = 8;
   ReleasedWord released_;
   Stream stream_;
+  std::shared_ptr<Timeline> timeline_;
+  std::mutex waited_mutex_;  // this lane's own: calls forked onto one lane may run on two threads
+  std::vector<std::pair<std::shared_ptr<Timeline>, uint64_t>> waited_;
   std::once_flag host_waits_made_;
   std::unique_ptr<HostWaits> host_waits_;
 };
@@ -180,7 +311,7 @@ Event default_stream_mark_on(int index) {
   DeviceGuard on(index);
   const cudaStream_t stream = default_stream(index);
   if (!event_timing() && stream_idle(stream)) return Event();
-  auto event = std::make_shared<CudaEvent>(index, nullptr);
+  auto event = std::make_shared<CudaEvent>(index, nullptr, stream);
   check(cudaEventRecord(event->handle(), stream), "cudaEventRecord", index);
   return Event(event);
 }
@@ -201,14 +332,16 @@ const bool registered = [] {
 }  // namespace
 
 Event record_event(cudaStream_t stream, int device) {
-  auto event = std::make_shared<CudaEvent>(device, nullptr);
+  auto event = std::make_shared<CudaEvent>(device, nullptr, stream);
   check(cudaEventRecord(event->handle(), stream), "cudaEventRecord", device);
   return Event(event);
 }
 
+// A lane's mark on the same stream needs no event: the stream's order is enough (a block freed on
+// the stream of the lane that read it last).
 void stream_wait_event(cudaStream_t stream, const Event& event, int device) {
-  if (!event.valid() || event.done()) return;
-  auto* cuda_event = dynamic_cast<CudaEvent*>(event.state().get());
+  if (!event.valid() || recorded_on(*event.state()) == stream || event.done()) return;
+  CudaEvent* cuda_event = device_event(*event.state());
   if (!cuda_event) return event.synchronize("a device stream waits for a host event");
   DeviceGuard on(device);
   check(cudaStreamWaitEvent(stream, cuda_event->handle(), 0), "cudaStreamWaitEvent", device);

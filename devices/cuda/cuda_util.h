@@ -73,6 +73,7 @@ struct DeferredFree {
   size_t nbytes = 0;
   int device = 0;
   std::vector<Event> readers;
+  void* owner = nullptr;  // DeviceBackend::allocate's
 };
 struct ThreadAllocation {
   AllocationArena* arena = nullptr;                 // set while capturing

@@ -26,6 +26,8 @@ typedef struct cudnnContext* cudnnHandle_t;
 
 namespace troupe::cuda {
 
+struct StreamBlocks;
+
 // Usable CUDA devices (0 when there is no GPU or driver).
 int device_count();
 
@@ -48,6 +50,8 @@ class Stream {
   // Runs fn on a CUDA-owned host thread once all work queued so far is done. fn must not call
   // CUDA; further work on this stream waits for fn to return.
   void then(std::function<void()> fn) const;
+  // The stream's share of the device's memory pool (cuda_backend.cpp): its kept blocks, its lock.
+  StreamBlocks* blocks() const { return blocks_; }
 
  private:
   friend cublasHandle_t blas_handle(int device);  // the stream's own cuBLAS handle (cuda/blas.h)
@@ -58,6 +62,7 @@ class Stream {
 
   cudaStream_t handle_ = nullptr;
   int device_ = 0;
+  StreamBlocks* blocks_ = nullptr;  // outlives the stream while blocks allocated on it live
   // Made on first use by a kernel on this stream, once: threads that share the stream may get there
   // together.
   mutable std::once_flag blas_made_, dnn_made_;
