@@ -1,7 +1,5 @@
 // The transport's peer liveness (transport.h): hello and goodbye, heartbeats every
 // heartbeat_interval, ZeroMQ's disconnect events, and what a lost peer breaks.
-#include <zmq.h>
-
 #include <cstring>
 
 #include "net/errors.h"
@@ -23,17 +21,16 @@ void Transport::check_peer(int r) {
 
 bool Transport::is_gone(int r) const { return r != rank() && (peers_[r]->lost || peers_[r]->departed); }
 
-void Transport::send_control_locked(Peer& peer, FrameKind kind) {
+void Transport::send_control_locked(int r, FrameKind kind) {
+  Peer& peer = *peers_[r];
   FrameHeader h;
   h.kind = kind;
   h.source = rank();
   h.dtype = DType::u8;
   h.shape = {0};
   h.seq = peer.next_seq++;
-  if (kind == FrameKind::hello) h.tag = peer.linked.load() ? 1 : 0;  // 1: a direct link was dialed to it
-  uint8_t buffer[128];
-  encode_header_into(h, buffer);
-  zmq_send(peer.dealer, buffer, header_size(1), ZMQ_DONTWAIT);
+  if (kind == FrameKind::hello) h.tag = direct_ && direct_->linked(r) ? 1 : 0;  // 1: a direct link was dialed to it
+  zmq_->send_header(r, h);
 }
 
 void Transport::break_transport(std::exception_ptr error) {
@@ -110,32 +107,13 @@ void Transport::peer_departed(int r) {
   tell_actor_handler(r, error);
 }
 
-void Transport::suspect_peer(int r) {
+void Transport::suspect(int r) {
   Peer& peer = *peers_[r];
   std::lock_guard lock(mutex_);
   if (peer.hello && !peer.departed && !peer.suspect) {
     peer.suspect = true;
     peer.suspect_since = Clock::now();
   }
-}
-
-void Transport::handle_monitor(int r) {
-  zmq_msg_t event, endpoint;
-  zmq_msg_init(&event);
-  zmq_msg_init(&endpoint);
-  if (zmq_msg_recv(&event, peers_[r]->monitor, ZMQ_DONTWAIT) >= 0) {
-    if (zmq_msg_more(&event)) zmq_msg_recv(&endpoint, peers_[r]->monitor, 0);
-    uint16_t id = 0;
-    if (zmq_msg_size(&event) >= 2) std::memcpy(&id, zmq_msg_data(&event), 2);
-    Peer& peer = *peers_[r];
-    std::lock_guard lock(mutex_);
-    if (id == ZMQ_EVENT_DISCONNECTED && peer.hello && !peer.departed && !peer.suspect) {
-      peer.suspect = true;
-      peer.suspect_since = Clock::now();
-    }
-  }
-  zmq_msg_close(&event);
-  zmq_msg_close(&endpoint);
 }
 
 void Transport::tick(Clock::time_point now) {
@@ -145,14 +123,14 @@ void Transport::tick(Clock::time_point now) {
     if (r == rank() || peer.departed) continue;
     {
       std::lock_guard lock(peer.send_mutex);
-      send_control_locked(peer, FrameKind::heartbeat);
+      send_control_locked(r, FrameKind::heartbeat);
     }
     bool hello, suspect;
     Clock::time_point suspect_since;
     {
       std::lock_guard lock(mutex_);
       if (peer.lost) continue;
-      if (peer.direct_broken && peer.hello && !peer.suspect) {  // like a closed connection
+      if (direct_ && (direct_->broken(r) || stripes_->broken(r)) && peer.hello && !peer.suspect) {  // like a closed connection
         peer.suspect = true;
         peer.suspect_since = now;
       }

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "devices/backend.h"
-#include "net/host_identity.h"
+#include "net/bootstrap/host_identity.h"
 #include "support/ranks.h"
 #include "support/skip.h"
 
