@@ -72,7 +72,7 @@ void Transport::refuse(int peer, const std::exception& why) {
 
 void Transport::take_frame(int r, Message frame) {
   Peer& peer = *peers_[r];
-  peer.last_seen = Clock::now().time_since_epoch().count();
+  live_.heard(r);
   if (direct_) direct_->heard_from(r);
   const uint64_t seq = frame.header.seq;
   if (seq != peer.expected_seq) {
@@ -94,15 +94,13 @@ void Transport::take_frame(int r, Message frame) {
 }
 
 void Transport::handle_frame(int r, Message frame) {
-  Peer& peer = *peers_[r];
   switch (frame.header.kind) {
     case FrameKind::heartbeat:
       return;
     case FrameKind::hello: {
       std::lock_guard lock(mutex_);
       if (direct_) direct_->set_dialed(r, frame.header.tag == 1);
-      peer.hello = true;
-      peer.suspect = false;
+      live_.hello(r);
       hello_cv_.notify_all();
       return;
     }
@@ -110,7 +108,7 @@ void Transport::handle_frame(int r, Message frame) {
       peer_departed(r);
       return;
     case FrameKind::actor: {
-      if (peer.lost) return;
+      if (live_.lost(r)) return;
       std::shared_ptr<ActorHandler> handler;
       {
         std::lock_guard lock(mutex_);

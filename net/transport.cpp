@@ -48,7 +48,9 @@ std::chrono::microseconds small_collective_poll_for(int ranks_on_host, int cpus)
 }
 
 Transport::Transport(TransportOptions options)
-    : options_(std::move(options)), staged_(options_.rank, options_.world_size) {
+    : options_(std::move(options)),
+      live_(options_.rank, options_.world_size, options_.peer_timeout),
+      staged_(options_.rank, options_.world_size) {
   // ZeroMQ mallocs every received message. glibc would serve big ones with fresh mmaps and trim
   // freed heap back to the kernel, so every 1 MiB chunk of a collective would page-fault in anew
   // (slow here: freed pages go back to the hypervisor). Keep them in the heap instead.
@@ -117,12 +119,12 @@ Transport::~Transport() {
       for (int r = 0; r < world_size(); ++r) {
         Peer& peer = *peers_[r];
         std::lock_guard lock(peer.send_mutex);
-        if (r != rank() && !peer.lost && !peer.departed) direct_->flush_until(r, linger);
+        if (r != rank() && !live_.gone(r)) direct_->flush_until(r, linger);
       }
     if (stripes_) stripes_->flush_until(linger);
     for (int r = 0; r < world_size(); ++r) {
       Peer& peer = *peers_[r];
-      if (r == rank() || peer.departed) continue;
+      if (r == rank() || live_.departed(r)) continue;
       std::lock_guard lock(peer.send_mutex);
       send_control_locked(r, FrameKind::goodbye);
     }
@@ -130,7 +132,7 @@ Transport::~Transport() {
     std::unique_lock lock(mutex_);
     hello_cv_.wait_for(lock, kGoodbyeWait, [&] {
       for (int r = 0; r < world_size(); ++r)
-        if (r != rank() && !peers_[r]->departed && !peers_[r]->lost) return false;
+        if (r != rank() && !live_.gone(r)) return false;
       return true;
     });
   }
@@ -140,10 +142,9 @@ Transport::~Transport() {
   stripes_.reset();
   direct_.reset();
   for (int r = 0; r < world_size(); ++r) {
-    const Peer& peer = *peers_[r];
     // Flush what we sent to live peers, also after another rank was lost (remote actors on the
     // survivors still talk); drop what is queued for the gone and the never heard from.
-    zmq_->close_dealer(r, peer.lost || peer.departed || !peer.hello ? 0 : kLingerMs);
+    zmq_->close_dealer(r, live_.gone(r) || !live_.said_hello(r) ? 0 : kLingerMs);
   }
   zmq_.reset();
   zmq_close(wake_tx_);
@@ -231,17 +232,10 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
   wake();  // the I/O thread starts polling the monitors and sending heartbeats
 
   std::unique_lock lock(mutex_);
-  auto all_heard = [&] {
-    for (int r = 0; r < world_size(); ++r)
-      if (r != rank() && !peers_[r]->hello) return false;
-    return true;
-  };
-  hello_cv_.wait_until(lock, deadline, [&] { return broken_ || all_heard(); });
+  hello_cv_.wait_until(lock, deadline, [&] { return broken_ || live_.all_said_hello(); });
   if (broken_) std::rethrow_exception(broken_);
-  if (!all_heard()) {
-    std::string missing;
-    for (int r = 0; r < world_size(); ++r)
-      if (r != rank() && !peers_[r]->hello) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  if (!live_.all_said_hello()) {
+    const std::string missing = live_.not_heard();
     throw TimeoutError("init_process_group: rank " + std::to_string(rank()) + " heard no hello from rank(s) " +
                        missing + " (not started, unreachable, or holding a different CURVE key)");
   }
@@ -320,10 +314,9 @@ void Transport::send_actor_frame(int dst, std::vector<uint8_t> call_frame, const
   if (tensors.size() > kMaxActorParts)
     throw ValueError("send: " + std::to_string(tensors.size()) + " tensors in one actor call, at most " +
                      std::to_string(kMaxActorParts));
-  Peer& peer = *peers_[dst];
-  if (peer.lost) {
+  if (live_.lost(dst)) {
     std::lock_guard lock(mutex_);
-    std::rethrow_exception(peer.lost_error);
+    std::rethrow_exception(live_.lost_error(dst));
   }
   check_peer(dst);
   FrameHeader h;
@@ -490,7 +483,7 @@ void Transport::io_loop() {
     if (!monitoring && connected_) {
       monitoring = true;
       const auto now = Clock::now();
-      for (auto& peer : peers_) peer->last_seen = now.time_since_epoch().count();
+      live_.start(now);
       rebuild();
     }
     // Direct links: new connections, the inbound ones (read here only when nobody leads: they are

@@ -62,6 +62,7 @@
 #include "devices/tensor.h"
 #include "net/curve.h"
 #include "net/link.h"
+#include "net/peer_liveness.h"
 #include "net/links/direct_link.h"
 #include "net/links/staged_link.h"
 #include "net/links/stripe_link.h"
@@ -295,6 +296,7 @@ class Transport : private FrameSink {
   void* wake_tx_ = nullptr;  // everyone else's end, under wake_mutex_
   std::mutex wake_mutex_;
   std::vector<std::unique_ptr<Peer>> peers_;
+  PeerLiveness live_;  // hello, suspect and departed under mutex_
   std::unique_ptr<ZmqLink> zmq_;
   std::unique_ptr<DirectLink> direct_;    // null: no direct links (no tcp, CURVE, or direct_max 0)
   std::unique_ptr<StripeLink> stripes_;   // with the direct links (their listener takes its connections)

@@ -6,7 +6,7 @@
 //   transport_receive.cpp    posted receives: matching, waiting, leading the ROUTER
 //   frame_accept.cpp         every received frame: decoded, checked, adopted, put in sequence order
 //   links/*.cpp              each path's state, send and receive (link.h)
-//   transport_liveness.cpp   hello, heartbeats, goodbye, lost peers
+//   transport_liveness.cpp   hello, heartbeats, goodbye, lost peers (state: peer_liveness.h)
 //   trace_clock.cpp          TROUPE_TRACE's clock offset to rank 0
 #include <array>
 #include <atomic>
@@ -23,7 +23,6 @@
 namespace troupe::net {
 
 inline constexpr int kLingerMs = 2000;
-inline constexpr auto kDisconnectGrace = std::chrono::milliseconds(500);
 inline constexpr auto kGoodbyeWait = std::chrono::milliseconds(200);
 inline constexpr auto kLeadSlice = std::chrono::milliseconds(2);  // then the I/O thread gets a turn
 inline constexpr auto kLinkWait = std::chrono::seconds(2);  // for a dialed link after its hello; else ZeroMQ
@@ -46,19 +45,12 @@ std::array<LinkCounters, kPaths> link_counters(int peer);
 // This thread's innermost open SendBatch (transport.h), of whichever transport.
 extern thread_local Transport::SendBatch* open_send_batch;
 
-// What the transport keeps per peer besides its links' state: the send lock and sequence numbers
-// that order its frames over every link, and its liveness.
+// What the transport keeps per peer besides its links' state and its liveness (peer_liveness.h):
+// the send lock and sequence numbers that order its frames over every link.
 struct Transport::Peer {
   std::mutex send_mutex;       // a frame's sequence number and its link's send, together
   uint64_t next_seq = 0;       // under send_mutex
   uint64_t expected_seq = 0;   // under router_mutex_
-  std::atomic<Clock::rep> last_seen{0};  // when a frame last came (time_since_epoch ticks)
-  bool suspect = false;        // under mutex_: its connection closed, no goodbye yet
-  Clock::time_point suspect_since;
-  bool hello = false;          // under mutex_
-  std::atomic<bool> departed{false};
-  std::atomic<bool> lost{false};  // crashed, cut off, or sent a bad frame
-  std::exception_ptr lost_error;  // under mutex_
   bool local = false;          // set once by connect(): same host, ipc:// allowed
   // Frames that came before their turn (by sequence number), under router_mutex_.
   std::map<uint64_t, Message> held;

@@ -1,5 +1,6 @@
-// The transport's peer liveness (transport.h): hello and goodbye, heartbeats every
-// heartbeat_interval, ZeroMQ's disconnect events, and what a lost peer breaks.
+// What the transport does about its peers' liveness (peer_liveness.h keeps the state and the
+// rules): hello, goodbye and heartbeats every heartbeat_interval sent, and what a lost or departed
+// peer breaks (posted receives, pending sends, the remote actors' supervision).
 #include <cstring>
 
 #include "net/errors.h"
@@ -15,11 +16,11 @@ void Transport::check_healthy() {
 }
 
 void Transport::check_peer(int r) {
-  if (r != rank() && peers_[r]->departed)
+  if (r != rank() && live_.departed(r))
     throw PeerLostError("rank " + std::to_string(r) + " has shut down (it said goodbye)");
 }
 
-bool Transport::is_gone(int r) const { return r != rank() && (peers_[r]->lost || peers_[r]->departed); }
+bool Transport::is_gone(int r) const { return live_.gone(r); }
 
 void Transport::send_control_locked(int r, FrameKind kind) {
   Peer& peer = *peers_[r];
@@ -54,12 +55,9 @@ void Transport::break_transport(std::exception_ptr error) {
 }
 
 void Transport::lose_peer(int r, std::exception_ptr error) {
-  Peer& peer = *peers_[r];
   {
     std::lock_guard lock(mutex_);
-    if (peer.lost) return;
-    peer.lost_error = error;
-    peer.lost = true;
+    if (!live_.lose(r, error)) return;
   }
   break_transport(error);
   tell_actor_handler(r, error);
@@ -87,7 +85,7 @@ void Transport::tell_actor_handler(int r, std::exception_ptr error) {
 }
 
 void Transport::peer_departed(int r) {
-  peers_[r]->departed = true;
+  live_.depart(r);
   auto error = std::make_exception_ptr(
       PeerLostError("rank " + std::to_string(r) + " has shut down (it said goodbye)"));
   {
@@ -108,46 +106,25 @@ void Transport::peer_departed(int r) {
 }
 
 void Transport::suspect(int r) {
-  Peer& peer = *peers_[r];
   std::lock_guard lock(mutex_);
-  if (peer.hello && !peer.departed && !peer.suspect) {
-    peer.suspect = true;
-    peer.suspect_since = Clock::now();
-  }
+  live_.suspect(r, Clock::now());
 }
 
 void Transport::tick(Clock::time_point now) {
   if (!connected_) return;
   for (int r = 0; r < world_size(); ++r) {
-    Peer& peer = *peers_[r];
-    if (r == rank() || peer.departed) continue;
+    if (r == rank() || live_.departed(r)) continue;
     {
-      std::lock_guard lock(peer.send_mutex);
+      std::lock_guard lock(peers_[r]->send_mutex);
       send_control_locked(r, FrameKind::heartbeat);
     }
-    bool hello, suspect;
-    Clock::time_point suspect_since;
+    std::exception_ptr lost;
     {
       std::lock_guard lock(mutex_);
-      if (peer.lost) continue;
-      if (direct_ && (direct_->broken(r) || stripes_->broken(r)) && peer.hello && !peer.suspect) {  // like a closed connection
-        peer.suspect = true;
-        peer.suspect_since = now;
-      }
-      hello = peer.hello;
-      suspect = peer.suspect;
-      suspect_since = peer.suspect_since;
+      if (live_.lost(r)) continue;
+      lost = live_.check(r, now, direct_ && (direct_->broken(r) || stripes_->broken(r)));
     }
-    if (!hello) continue;
-    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(
-        now - Clock::time_point(Clock::duration(peer.last_seen.load())));
-    if (silent > options_.peer_timeout)
-      lose_peer(r, std::make_exception_ptr(PeerLostError(
-          "rank " + std::to_string(r) + " was lost: no message or heartbeat for " + std::to_string(silent.count()) +
-          " ms")));
-    else if (suspect && now - suspect_since > kDisconnectGrace)
-      lose_peer(r, std::make_exception_ptr(
-          PeerLostError("rank " + std::to_string(r) + " was lost: its connection closed (process died or network broke)")));
+    if (lost) lose_peer(r, lost);
   }
 }
 

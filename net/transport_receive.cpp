@@ -41,7 +41,7 @@ std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Inbox inbox, in
   if (broken_) {
     slot->error = broken_;
     slot->finish();
-  } else if (source >= 0 && source != rank() && peers_[source]->departed) {
+  } else if (source >= 0 && source != rank() && live_.departed(source)) {
     slot->error = std::make_exception_ptr(
         PeerLostError("recv: rank " + std::to_string(source) + " has shut down (it said goodbye)"));
     slot->finish();
