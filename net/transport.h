@@ -18,6 +18,11 @@
 // when nobody waits, the transport's I/O thread. Followers sleep on their inbox with a deadline.
 //
 // Design choices:
+// - Each path is a Link (link.h; net/links/: ZeroMQ, direct, stripes, and the staged device
+//   descriptors) owning its sockets, threads, per-peer state, send and receive. The transport
+//   numbers each peer's frames, gives each frame to the first link that takes it, puts what the
+//   links received back in sequence order (frame_accept.cpp) and matches it to posted receives;
+//   peer_liveness.h keeps who is alive.
 // - Sends go straight from the caller's thread onto the peer's DEALER under a per-peer mutex
 //   (ZeroMQ sockets may change threads behind a full memory barrier): no hand-off, lower latency.
 // - Receives are matched in posting order, MPI style: an arriving frame completes the oldest
@@ -229,7 +234,7 @@ class Transport : private FrameSink {
   struct Peer;
   using Key = std::tuple<uint64_t, Inbox, int64_t>;
 
-  // transport.cpp: the I/O thread, and one frame of contiguous host parts (the payload, or an
+  // transport_io.cpp: the I/O thread. transport.cpp: one frame of contiguous host parts (the payload, or an
   // actor frame's call frame and tensors) to another rank by the first link that takes it (direct,
   // stripes, ZeroMQ); h.seq is set here. `owned` makes the parts as tensors that own their bytes
   // only for the links that write later (stripes, ZeroMQ), so a small frame allocates nothing here.

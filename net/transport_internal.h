@@ -2,7 +2,8 @@
 // The transport's insides, shared by the files it is split into (transport.h says how it works):
 // what it keeps per peer and per posted receive, and the limits they share. Internal to net/.
 //
-//   transport.cpp            lifecycle, sends (choosing the path), the I/O thread
+//   transport.cpp            lifecycle, sends (choosing the link)
+//   transport_io.cpp         the I/O thread
 //   transport_receive.cpp    posted receives: matching, waiting, leading the ROUTER
 //   frame_accept.cpp         every received frame: decoded, checked, adopted, put in sequence order
 //   links/*.cpp              each path's state, send and receive (link.h)
