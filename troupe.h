@@ -60,7 +60,7 @@
 #include "net/collectives.h"
 #include "net/curve.h"
 #include "net/errors.h"
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 #include "net/process_group.h"
 #include "net/remote/remote_actor.h"
 #include "net/seed_ring_all_reduce.h"

@@ -1,7 +1,7 @@
 // A 64 MB device tensor between two ranks sharing a GPU, beside the GPU's pinned-copy bandwidth.
 // Rank 1 asks (a 4-byte token) and times until the tensor is on its device; rank 0 answers by
 // sending it. On one host the bytes go through pinned shared memory in chunks, device-to-host on
-// rank 0's stream while host-to-device runs on rank 1's (net/transport_staged.cpp); TROUPE_SHM=0
+// rank 0's stream while host-to-device runs on rank 1's (net/links/staged_link.h); TROUPE_SHM=0
 // sends them as host bytes over the transport instead. host_tensor_ms: the same bytes sent from
 // and received into host memory by the same path (what the network alone costs).
 //

@@ -31,7 +31,7 @@ Channel::Incoming Channel::recv(int src, const OpDescriptor& expected, Deadline 
                      std::to_string(size()));
   Transport& transport = group_->transport();
   const int64_t tag = static_cast<int64_t>(expected.collective_seq);
-  auto slot = transport.post(group_id(), Lane::collective, tag, group_->global_rank(src));
+  auto slot = transport.post(group_id(), Inbox::collective, tag, group_->global_rank(src));
   std::optional<Message> m = transport.wait(slot, deadline, poll);
   const auto where = [&] {  // only for an error: every small collective passes here
     return std::string(name(expected.op)) + ": collective #" + std::to_string(expected.collective_seq) + " of group " +

@@ -61,10 +61,4 @@ void write_curve_key_file(const std::string& path, const CurveKeys& keys) {
   if (!ok) throw CommError("curve: cannot write key file " + path + ": " + std::strerror(errno));
 }
 
-std::optional<CurveKeys> curve_keys_from_env() {
-  const char* path = std::getenv("TROUPE_CURVE_SECRET_FILE");
-  if (!path || !*path) return std::nullopt;
-  return load_curve_key_file(path);
-}
-
 }  // namespace troupe::net

@@ -5,12 +5,11 @@
 //
 //   CurveKeys keys = generate_curve_keys();
 //   write_curve_key_file("/run/job/troupe.key", keys);   // mode 0600; copy it to every node
-//   std::optional<CurveKeys> k = curve_keys_from_env();   // TROUPE_CURVE_SECRET_FILE, if set
+//   CurveKeys k = load_curve_key_file("/run/job/troupe.key");  // on each rank
 //
 // The key file holds the 40-character Z85 secret key on one line (the public key is derived).
 // `troupe launch --curve` writes one for a single-node job and points the ranks at it;
 // `--curve-key FILE` uses (or creates) FILE, for jobs spanning nodes.
-#include <optional>
 #include <string>
 
 namespace troupe::net {
@@ -25,7 +24,5 @@ CurveKeys generate_curve_keys();
 CurveKeys load_curve_key_file(const std::string& path);
 // Creates path with mode 0600 (CommError if it cannot).
 void write_curve_key_file(const std::string& path, const CurveKeys& keys);
-// Keys from TROUPE_CURVE_SECRET_FILE when set, else none.
-std::optional<CurveKeys> curve_keys_from_env();
 
 }  // namespace troupe::net

@@ -104,7 +104,7 @@ int DirectListener::accept() {
   }
 }
 
-int dial_direct(const std::string& endpoint, int self, int lane, Deadline deadline) {
+int dial_direct(const std::string& endpoint, int self, int stripe, Deadline deadline) {
   addrinfo* found = resolve(endpoint, false);
   int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
@@ -137,7 +137,7 @@ int dial_direct(const std::string& endpoint, int self, int lane, Deadline deadli
   wire::put<uint32_t>(intro, 0, kIntroMagic);
   wire::put<uint32_t>(intro, 4, kIntroVersion);
   wire::put<uint32_t>(intro, 8, static_cast<uint32_t>(self));
-  wire::put<uint32_t>(intro, 12, static_cast<uint32_t>(lane));
+  wire::put<uint32_t>(intro, 12, static_cast<uint32_t>(stripe));
   // A fresh connection's send buffer takes these few bytes at once.
   if (::send(fd, intro, kIntroBytes, MSG_NOSIGNAL) != static_cast<ssize_t>(kIntroBytes)) give_up("introduction not sent");
   return fd;
@@ -256,7 +256,7 @@ bool DirectReceiver::read(const std::function<void(const DirectRecord&)>& on_rec
     if (n < 0 && errno == EINTR) continue;
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
-  if (lane_ > 0) return true;
+  if (stripe_ > 0) return true;
   while (true) {
     if (buffer_.size() - end_ < kReadChunk / 4 && begin_ > 0) {  // make room: unread bytes to the front
       std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
@@ -297,15 +297,15 @@ bool DirectReceiver::parse(const std::function<void(const DirectRecord&)>& on_re
     if (wire::get<uint32_t>(in, 0) != kIntroMagic || wire::get<uint32_t>(in, 4) != kIntroVersion)
       throw CommError("direct link: a connection that is not a Troupe direct link (or another version)");
     const auto rank = static_cast<int32_t>(wire::get<uint32_t>(in, 8));
-    const auto lane = static_cast<int32_t>(wire::get<uint32_t>(in, 12));
+    const auto stripe = static_cast<int32_t>(wire::get<uint32_t>(in, 12));
     if (rank < 0 || rank >= world_size_ || rank == self_)
       throw CommError("direct link: a connection introduced as rank " + std::to_string(rank) + " (world of " +
                       std::to_string(world_size_) + ", this is rank " + std::to_string(self_) + ")");
     peer_ = rank;  // from here on, what is wrong is that rank's doing
-    if (lane < 0 || lane > kMaxStripes)
-      throw CommError("direct link: rank " + std::to_string(rank) + " introduced lane " + std::to_string(lane) +
+    if (stripe < 0 || stripe > kMaxStripes)
+      throw CommError("direct link: rank " + std::to_string(rank) + " introduced lane " + std::to_string(stripe) +
                       ", at most " + std::to_string(kMaxStripes));
-    lane_ = lane;
+    stripe_ = stripe;
     begin_ = end_ = 0;
     return false;
   }

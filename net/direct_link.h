@@ -16,7 +16,7 @@
 //   in.read([](const DirectRecord& r) { ... });      // the introduction, then records
 //   DirectSender back(in.shared_fd());               // answers on the same connection
 //
-// Wire: the connecting side first introduces itself (magic, version, its rank, its lane: 0 for the
+// Wire: the connecting side first introduces itself (magic, version, its rank, its stripe: 0 for the
 // link of small frames, 1.. for a stripe of large ones, stripes.h, which the transport hands on);
 // then records, each
 // `u32 header bytes, u32 part count, u64 bytes of each part, the header, the parts`, little-endian.
@@ -47,10 +47,10 @@ inline constexpr int kMaxStripes = 8;
 using SharedFd = std::shared_ptr<int>;
 SharedFd share_fd(int fd);  // takes ownership of fd
 
-// Connects to a peer's endpoint ("host:port") and introduces this end as rank `self`, lane `lane`.
+// Connects to a peer's endpoint ("host:port") and introduces this end as rank `self`, stripe `stripe`.
 // Returns the connected non-blocking descriptor (the caller owns it). CommError when the peer
 // cannot be reached by the deadline.
-int dial_direct(const std::string& endpoint, int self, int lane, Deadline deadline);
+int dial_direct(const std::string& endpoint, int self, int stripe, Deadline deadline);
 
 // Listens on host:<any port> for peers' direct links.
 class DirectListener {
@@ -127,7 +127,7 @@ class DirectReceiver {
 
   int fd() const { return fd_; }
   int peer() const { return peer_; }  // the sender's rank, -1 until its introduction came
-  int lane() const { return lane_; }  // 0: small frames; 1..: a stripe, for release() to hand on
+  int stripe() const { return stripe_; }  // 0: small frames; 1..: a stripe, for release() to hand on
   int release();                      // gives up the descriptor (nothing past the introduction read)
   const SharedFd& shared_fd() const { return owner_; }  // for a sender on the same connection
   // Reads what the socket holds without blocking and hands each complete record to on_record.
@@ -143,7 +143,7 @@ class DirectReceiver {
   int fd_ = -1;
   const int self_, world_size_;
   int peer_ = -1;
-  int lane_ = 0;
+  int stripe_ = 0;
   std::vector<uint8_t> buffer_;
   size_t begin_ = 0, end_ = 0;  // unread bytes in buffer_
 };

@@ -1,22 +1,13 @@
-#include "net/frame_accept.h"
-
+// Every frame a link received (link.h: FrameSink): decoded and checked once, adopted as tensors,
+// counted by path, put back in its sender's order, and handed on: to the posted receives, the actor
+// handler, or the liveness bookkeeping.
 #include <cstring>
 
 #include "net/errors.h"
 #include "net/transport_internal.h"
+#include "net/wire_bytes.h"
 
 namespace troupe::net {
-
-Tensor view_bytes_as(const Tensor& bytes, DType dtype, const Shape& shape) {
-  if (bytes.nbytes() == 0) return Tensor::empty(shape, dtype);
-  const size_t size = itemsize(dtype);
-  const size_t offset = static_cast<size_t>(bytes.offset()) * itemsize(bytes.dtype());
-  if (reinterpret_cast<uintptr_t>(bytes.raw_data()) % size == 0 && offset % size == 0)
-    return Tensor(bytes.storage(), dtype, shape, contiguous_strides(shape), static_cast<int64_t>(offset / size));
-  Tensor copy = Tensor::empty(shape, dtype);
-  std::memcpy(copy.mutable_raw_data(), bytes.raw_data(), bytes.nbytes());
-  return copy;
-}
 
 FrameHeader Transport::check_frame(int peer, std::span<const uint8_t> header, size_t payload_size, size_t parts) {
   // The payload, then (actor frames only) one part per tensor.
@@ -29,8 +20,8 @@ FrameHeader Transport::check_frame(int peer, std::span<const uint8_t> header, si
   return h;
 }
 
-bool Transport::accept_frame(int peer, Path path, std::span<const uint8_t> header,
-                             std::span<const std::span<const uint8_t>> parts) {
+bool Transport::accept(int peer, Path path, std::span<const uint8_t> header,
+                       std::span<const std::span<const uint8_t>> parts) {
   try {
     FrameHeader h = check_frame(peer, header, parts.empty() ? 0 : parts.front().size(), parts.size());
     size_t frame_bytes = header.size();
@@ -46,12 +37,12 @@ bool Transport::accept_frame(int peer, Path path, std::span<const uint8_t> heade
     admit_frame(peer, path, frame_bytes, std::move(frame));
     return true;
   } catch (const CommError& e) {
-    refuse_frame(peer, e);
+    refuse(peer, e);
     return false;
   }
 }
 
-bool Transport::accept_frame(int peer, Path path, std::span<const uint8_t> header, std::vector<Tensor> parts) {
+bool Transport::accept(int peer, Path path, std::span<const uint8_t> header, std::vector<Tensor> parts) {
   try {
     FrameHeader h = check_frame(peer, header, parts.empty() ? 0 : parts.front().nbytes(), parts.size());
     size_t frame_bytes = header.size();
@@ -62,7 +53,7 @@ bool Transport::accept_frame(int peer, Path path, std::span<const uint8_t> heade
     admit_frame(peer, path, frame_bytes, std::move(frame));
     return true;
   } catch (const CommError& e) {
-    refuse_frame(peer, e);
+    refuse(peer, e);
     return false;
   }
 }
@@ -74,15 +65,15 @@ void Transport::admit_frame(int peer, Path path, size_t frame_bytes, Message fra
   take_frame(peer, std::move(frame));
 }
 
-void Transport::refuse_frame(int peer, const std::exception& why) {
+void Transport::refuse(int peer, const std::exception& why) {
   lose_peer(peer, std::make_exception_ptr(
                       CommError("transport: rank " + std::to_string(peer) + " sent a bad frame: " + why.what())));
 }
 
 void Transport::take_frame(int r, Message frame) {
   Peer& peer = *peers_[r];
-  peer.last_seen = Clock::now().time_since_epoch().count();
-  peer.sent_unanswered.store(0, std::memory_order_relaxed);
+  live_.heard(r);
+  if (direct_) direct_->heard_from(r);
   const uint64_t seq = frame.header.seq;
   if (seq != peer.expected_seq) {
     // Came ahead of a frame sent before it on another path: held until that one is here.
@@ -103,15 +94,13 @@ void Transport::take_frame(int r, Message frame) {
 }
 
 void Transport::handle_frame(int r, Message frame) {
-  Peer& peer = *peers_[r];
   switch (frame.header.kind) {
     case FrameKind::heartbeat:
       return;
     case FrameKind::hello: {
       std::lock_guard lock(mutex_);
-      peer.dialed_link = frame.header.tag == 1;
-      peer.hello = true;
-      peer.suspect = false;
+      if (direct_) direct_->set_dialed(r, frame.header.tag == 1);
+      live_.hello(r);
       hello_cv_.notify_all();
       return;
     }
@@ -119,7 +108,7 @@ void Transport::handle_frame(int r, Message frame) {
       peer_departed(r);
       return;
     case FrameKind::actor: {
-      if (peer.lost) return;
+      if (live_.lost(r)) return;
       std::shared_ptr<ActorHandler> handler;
       {
         std::lock_guard lock(mutex_);

@@ -5,9 +5,9 @@
 #include <set>
 
 #include "devices/error.h"
-#include "net/engine_env.h"
-#include "net/rendezvous.h"
-#include "net/resolve.h"
+#include "net/bootstrap/engine_env.h"
+#include "net/bootstrap/rendezvous.h"
+#include "net/bootstrap/resolve.h"
 #include "net/transport.h"
 
 namespace troupe::net {
@@ -120,7 +120,7 @@ class RecvWork final : public Work::Impl {
     if (!m) throw TimeoutError(what() + ": nothing arrived within the timeout");
     // A device tensor from this host came through shared memory: it lands on the device asked for.
     if (m->header.kind == FrameKind::staged)
-      m->payload = Transport::unstaged(*m, expected_ ? expected_->device : Device::cpu());
+      m->payload = StagedLink::unstage(*m, expected_ ? expected_->device : Device::cpu());
     const int from = group_->group_rank(m->source);
     if (expected_) {
       const TensorMeta got = m->payload.meta();
@@ -291,7 +291,7 @@ void ProcessGroup::send(const Tensor& tensor, int dst, int64_t tag, std::optiona
 
 Work ProcessGroup::irecv(Tensor& tensor, int src, int64_t tag) {
   check_peer_rank("recv", src, true);
-  auto slot = transport_->post(id_, Lane::p2p, tag, src == kAnySource ? -1 : global_rank(src));
+  auto slot = transport_->post(id_, Inbox::p2p, tag, src == kAnySource ? -1 : global_rank(src));
   auto work = std::make_shared<RecvWork>(shared_from_this(), std::move(slot), &tensor, src, tag);
   work->default_timeout = timeout();
   return Work(std::move(work));

@@ -44,9 +44,9 @@ class Transport;
 struct InitOptions {
   // env:// (MASTER_ADDR, MASTER_PORT and RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE or
   // SLURM_PROCID/NTASKS; under mpirun or srun without MASTER_*, the address is derived from the
-  // job: net/engine_env.h), tcp://HOST:PORT (rank 0 serves there) or file:///PATH. A HOST that does
+  // job: net/bootstrap/engine_env.h), tcp://HOST:PORT (rank 0 serves there) or file:///PATH. A HOST that does
   // not resolve is retried for TROUPE_RESOLVE_TIMEOUT seconds (30), then a CommError naming the
-  // variable and the name (net/resolve.h); rank 0 needs no record of its own name.
+  // variable and the name (net/bootstrap/resolve.h); rank 0 needs no record of its own name.
   std::string init_method = "env://";
   int rank = -1;        // -1: from the environment
   int world_size = -1;  // -1: from the environment
@@ -95,7 +95,6 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
   // For the layers built on the group (net/channel.h, net/collectives/).
   Transport& transport() { return *transport_; }
-  const std::shared_ptr<Transport>& shared_transport() const { return transport_; }
   int global_rank(int group_rank) const;
   int group_rank(int global_rank) const;  // -1 when not a member
   // The group of `ranks` (group ranks, this one among them) whose id every rank derives from this

@@ -48,9 +48,9 @@ uint64_t lay_out(std::span<const uint64_t> sizes, std::vector<uint64_t>& offsets
   return end;
 }
 
-// Lane k's range of a frame of `total` bytes split over `lanes` lanes.
-std::pair<uint64_t, uint64_t> lane_range(uint64_t total, int lanes, int k) {
-  auto edge = [&](int i) { return i == lanes ? total : std::min(total, align_up(total / lanes * i, 4096)); };
+// Stripe k's range of a frame of `total` bytes split over `stripes` stripes.
+std::pair<uint64_t, uint64_t> stripe_range(uint64_t total, int stripes, int k) {
+  auto edge = [&](int i) { return i == stripes ? total : std::min(total, align_up(total / stripes * i, 4096)); };
   return {edge(k), edge(k + 1)};
 }
 
@@ -136,7 +136,7 @@ ReadResult read_all(int fd, void* out, size_t bytes) {
 
 struct StripeSenders::State {
   struct Progress {
-    std::atomic<int> lanes_left;
+    std::atomic<int> stripes_left;
     std::atomic<bool> failed{false};
     std::mutex error_mutex;
     std::exception_ptr error;  // the device's, when a gate failed
@@ -156,7 +156,7 @@ struct StripeSenders::State {
     std::shared_ptr<const void> keep;
     std::shared_ptr<Progress> progress;
   };
-  struct Lane {
+  struct Stripe {
     std::thread thread;
     std::deque<Chunk> queue;
     bool busy = false;
@@ -165,8 +165,8 @@ struct StripeSenders::State {
   std::function<void(int)> on_broken;
   std::mutex mutex;
   std::condition_variable changed;
-  std::vector<Lane> lanes;
-  std::map<int, std::vector<int>> fds;  // peer -> one connection per lane
+  std::vector<Stripe> stripes;
+  std::map<int, std::vector<int>> fds;  // peer -> one connection per stripe
   std::map<int, bool> broken;
   bool stopping = false;
 
@@ -175,13 +175,13 @@ struct StripeSenders::State {
   void finish(Chunk& chunk, bool ok);
 };
 
-StripeSenders::StripeSenders(int lanes, std::function<void(int peer)> on_broken)
+StripeSenders::StripeSenders(int stripes, std::function<void(int peer)> on_broken)
     : state_(std::make_shared<State>()) {
-  if (lanes < 1 || lanes > kMaxStripes)
-    throw ValueError("transport: " + std::to_string(lanes) + " stripes, expected 1.." + std::to_string(kMaxStripes));
+  if (stripes < 1 || stripes > kMaxStripes)
+    throw ValueError("transport: " + std::to_string(stripes) + " stripes, expected 1.." + std::to_string(kMaxStripes));
   state_->on_broken = std::move(on_broken);
-  state_->lanes.resize(static_cast<size_t>(lanes));
-  for (int k = 0; k < lanes; ++k) state_->lanes[k].thread = std::thread([s = state_.get(), k] { s->run(k); });
+  state_->stripes.resize(static_cast<size_t>(stripes));
+  for (int k = 0; k < stripes; ++k) state_->stripes[k].thread = std::thread([s = state_.get(), k] { s->run(k); });
 }
 
 StripeSenders::~StripeSenders() {
@@ -189,20 +189,20 @@ StripeSenders::~StripeSenders() {
     std::lock_guard lock(state_->mutex);
     state_->stopping = true;
     for (auto& [peer, fds] : state_->fds)
-      for (int fd : fds) ::shutdown(fd, SHUT_RDWR);  // a lane blocked in a write returns now
+      for (int fd : fds) ::shutdown(fd, SHUT_RDWR);  // a stripe blocked in a write returns now
   }
   state_->changed.notify_all();
-  for (auto& lane : state_->lanes) lane.thread.join();
+  for (auto& stripe : state_->stripes) stripe.thread.join();
   for (auto& [peer, fds] : state_->fds)
     for (int fd : fds) ::close(fd);
 }
 
-int StripeSenders::lanes() const { return static_cast<int>(state_->lanes.size()); }
+int StripeSenders::stripes() const { return static_cast<int>(state_->stripes.size()); }
 
 bool StripeSenders::connect(int peer, const std::string& endpoint, int self, Deadline deadline) {
   std::vector<int> fds;
   try {
-    for (int k = 0; k < lanes(); ++k) {
+    for (int k = 0; k < stripes(); ++k) {
       fds.push_back(dial_direct(endpoint, self, k + 1, deadline));
       set_blocking(fds.back(), std::chrono::seconds(10));
     }
@@ -233,14 +233,14 @@ void StripeSenders::send(int peer, uint64_t seq, std::span<const uint8_t> header
   std::vector<State::Gate> frame_gates;
   for (size_t i = 0; i < gates.size() && i < parts.size(); ++i)
     for (const auto& [end, event] : gates[i]) frame_gates.push_back({offsets[i] + end, event});
-  const int n = lanes();
+  const int n = stripes();
   auto progress = std::make_shared<State::Progress>();
-  progress->lanes_left = n;
+  progress->stripes_left = n;
   progress->done = std::move(done);
 
   std::vector<State::Chunk> chunks;
   for (int k = 0; k < n; ++k) {
-    const auto [lo, hi] = lane_range(total, n, k);
+    const auto [lo, hi] = stripe_range(total, n, k);
     State::Chunk chunk{peer, {}, {}, lo, {}, keep, progress};
     for (const State::Gate& g : frame_gates)
       if (g.end > lo) {
@@ -278,7 +278,7 @@ void StripeSenders::send(int peer, uint64_t seq, std::span<const uint8_t> header
   }
   {
     std::lock_guard lock(state_->mutex);
-    for (int k = 0; k < n; ++k) state_->lanes[k].queue.push_back(std::move(chunks[k]));
+    for (int k = 0; k < n; ++k) state_->stripes[k].queue.push_back(std::move(chunks[k]));
   }
   state_->changed.notify_all();
 }
@@ -286,8 +286,8 @@ void StripeSenders::send(int peer, uint64_t seq, std::span<const uint8_t> header
 void StripeSenders::flush_until(Deadline deadline) {
   std::unique_lock lock(state_->mutex);
   state_->changed.wait_until(lock, deadline, [&] {
-    for (const auto& lane : state_->lanes)
-      if (!lane.queue.empty() || lane.busy) return false;
+    for (const auto& stripe : state_->stripes)
+      if (!stripe.queue.empty() || stripe.busy) return false;
     return true;
   });
 }
@@ -296,13 +296,13 @@ void StripeSenders::State::run(int k) {
   name_this_thread(("troupe-send" + std::to_string(k)).c_str());
   std::unique_lock lock(mutex);
   while (true) {
-    changed.wait(lock, [&] { return stopping || !lanes[k].queue.empty(); });
+    changed.wait(lock, [&] { return stopping || !stripes[k].queue.empty(); });
     if (stopping) return;
-    Chunk chunk = std::move(lanes[k].queue.front());
-    lanes[k].queue.pop_front();
+    Chunk chunk = std::move(stripes[k].queue.front());
+    stripes[k].queue.pop_front();
     const bool skip = broken[chunk.peer];
     const int fd = fds[chunk.peer][k];
-    lanes[k].busy = true;
+    stripes[k].busy = true;
     lock.unlock();
     const bool ok = !skip && write_chunk(fd, chunk);
     if (!ok && !skip) {
@@ -312,7 +312,7 @@ void StripeSenders::State::run(int k) {
     finish(chunk, ok);
     lock.lock();
     if (!ok) broken[chunk.peer] = true;
-    lanes[k].busy = false;
+    stripes[k].busy = false;
     changed.notify_all();
   }
 }
@@ -355,7 +355,7 @@ bool StripeSenders::State::write_chunk(int fd, Chunk& chunk) {
 void StripeSenders::State::finish(Chunk& chunk, bool ok) {
   Progress& p = *chunk.progress;
   if (!ok) p.failed = true;
-  if (p.lanes_left.fetch_sub(1) == 1 && p.done) {
+  if (p.stripes_left.fetch_sub(1) == 1 && p.done) {
     std::exception_ptr error;
     if (p.failed) {
       std::lock_guard lock(p.error_mutex);
@@ -382,11 +382,11 @@ struct StripeReceivers::State {
   struct Connection {
     int fd, peer;
   };
-  struct Lane {
+  struct Stripe {
     std::thread thread;
     int wake = -1;                       // eventfd: new connections, or stop
-    std::vector<Connection> connections;  // the lane's thread's own
-    std::vector<Connection> adopted;      // under mutex, for the lane's thread to take
+    std::vector<Connection> connections;  // the stripe's thread's own
+    std::vector<Connection> adopted;      // under mutex, for the stripe's thread to take
   };
 
   int self, world_size;
@@ -396,10 +396,10 @@ struct StripeReceivers::State {
   std::map<std::pair<int, uint64_t>, Transfer> transfers;
   std::vector<size_t> open;  // transfers partly received, by peer
   std::vector<StripedFrame> ready;
-  Lane lanes[kMaxStripes];
+  Stripe stripes[kMaxStripes];
   std::atomic<bool> stopping{false};
 
-  void run(Lane& lane);
+  void run(Stripe& stripe);
   // Reads one chunk; closed: the peer closed the connection between chunks.
   ReadResult read_chunk(const Connection& c);
 };
@@ -415,31 +415,31 @@ StripeReceivers::StripeReceivers(int self, int world_size, Events events, std::c
 
 StripeReceivers::~StripeReceivers() {
   state_->stopping = true;
-  for (auto& lane : state_->lanes) {
-    if (!lane.thread.joinable()) continue;
+  for (auto& stripe : state_->stripes) {
+    if (!stripe.thread.joinable()) continue;
     {
       std::lock_guard lock(state_->mutex);
-      for (auto& c : lane.connections) ::shutdown(c.fd, SHUT_RDWR);  // a read in progress returns now
+      for (auto& c : stripe.connections) ::shutdown(c.fd, SHUT_RDWR);  // a read in progress returns now
     }
     const uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(lane.wake, &one, sizeof one);
-    lane.thread.join();
+    [[maybe_unused]] ssize_t n = ::write(stripe.wake, &one, sizeof one);
+    stripe.thread.join();
   }
-  for (auto& lane : state_->lanes) {
-    for (auto& c : lane.connections) ::close(c.fd);
-    for (auto& c : lane.adopted) ::close(c.fd);
-    if (lane.wake >= 0) ::close(lane.wake);
+  for (auto& stripe : state_->stripes) {
+    for (auto& c : stripe.connections) ::close(c.fd);
+    for (auto& c : stripe.adopted) ::close(c.fd);
+    if (stripe.wake >= 0) ::close(stripe.wake);
   }
 }
 
-void StripeReceivers::adopt(int fd, int peer, int lane) {
-  if (lane < 1 || lane > kMaxStripes) {
+void StripeReceivers::adopt(int fd, int peer, int stripe) {
+  if (stripe < 1 || stripe > kMaxStripes) {
     ::close(fd);
-    throw CommError("stripes: rank " + std::to_string(peer) + " opened lane " + std::to_string(lane) + ", at most " +
+    throw CommError("stripes: rank " + std::to_string(peer) + " opened stripe " + std::to_string(stripe) + ", at most " +
                     std::to_string(kMaxStripes));
   }
   set_blocking(fd, state_->stall_timeout);
-  State::Lane& l = state_->lanes[lane - 1];
+  State::Stripe& l = state_->stripes[stripe - 1];
   std::lock_guard lock(state_->mutex);
   l.adopted.push_back({fd, peer});
   if (!l.thread.joinable()) {
@@ -455,25 +455,25 @@ std::vector<StripedFrame> StripeReceivers::take_ready() {
   return std::exchange(state_->ready, {});
 }
 
-void StripeReceivers::State::run(Lane& lane) {
+void StripeReceivers::State::run(Stripe& stripe) {
   name_this_thread("troupe-recv");
   std::vector<pollfd> fds;
   while (!stopping) {
     {
       std::lock_guard lock(mutex);
-      lane.connections.insert(lane.connections.end(), lane.adopted.begin(), lane.adopted.end());
-      lane.adopted.clear();
+      stripe.connections.insert(stripe.connections.end(), stripe.adopted.begin(), stripe.adopted.end());
+      stripe.adopted.clear();
     }
-    fds.assign(1, pollfd{lane.wake, POLLIN, 0});
-    for (const auto& c : lane.connections) fds.push_back(pollfd{c.fd, POLLIN, 0});
+    fds.assign(1, pollfd{stripe.wake, POLLIN, 0});
+    for (const auto& c : stripe.connections) fds.push_back(pollfd{c.fd, POLLIN, 0});
     if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
     if (fds[0].revents & POLLIN) {
       uint64_t count;
-      [[maybe_unused]] ssize_t n = ::read(lane.wake, &count, sizeof count);
+      [[maybe_unused]] ssize_t n = ::read(stripe.wake, &count, sizeof count);
     }
     for (size_t i = 1; i < fds.size() && !stopping; ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      const Connection c = lane.connections[i - 1];
+      const Connection c = stripe.connections[i - 1];
       ReadResult result;
       try {
         result = read_chunk(c);
@@ -484,7 +484,7 @@ void StripeReceivers::State::run(Lane& lane) {
       if (result == ReadResult::ok) continue;
       if (result == ReadResult::closed) events.on_closed(c.peer);
       std::lock_guard lock(mutex);
-      std::erase_if(lane.connections, [&](const Connection& x) { return x.fd == c.fd; });
+      std::erase_if(stripe.connections, [&](const Connection& x) { return x.fd == c.fd; });
       ::close(c.fd);
     }
   }
@@ -503,7 +503,7 @@ ReadResult StripeReceivers::State::read_chunk(const Connection& c) {
   if (offset > total || length > total - offset)
     throw CommError(from + "bytes " + std::to_string(offset) + "+" + std::to_string(length) + " of a frame of " +
                     std::to_string(total));
-  // Lane 0's chunk describes the frame (it starts at 0; another lane's may too when lane 0's is empty).
+  // Stripe 0's chunk describes the frame (it starts at 0; another stripe's may too when stripe 0's is empty).
   const bool described = header_bytes > 0;
   if (described != (part_count > 0) || (described && offset != 0) || header_bytes > kHeaderMax ||
       part_count > kDirectPartsMax)
@@ -554,7 +554,7 @@ ReadResult StripeReceivers::State::read_chunk(const Connection& c) {
     }
     block = t.block;
   }
-  // Lanes write disjoint ranges of the block; only the bookkeeping is shared.
+  // Stripes write disjoint ranges of the block; only the bookkeeping is shared.
   if (length > 0 && read_all(c.fd, static_cast<uint8_t*>(block->data()) + offset, length) != ReadResult::ok)
     throw CommError(from + "cut short");
   bool whole = false;

@@ -5,19 +5,19 @@
 // TransportOptions::stripe_min bytes up take this path; their bytes land straight in the memory the
 // received tensors will use.
 //
-//   StripeSenders out(/*lanes=*/2, on_broken);             // its threads start here
+//   StripeSenders out(/*stripes=*/2, on_broken);             // its threads start here
 //   out.connect(/*peer=*/1, peer_direct_endpoint, /*self=*/0, deadline);
 //   out.send(1, seq, header_bytes, {payload_bytes}, {}, keep_alive, done);  // never blocks
 //   // on the peer, for each connection its DirectListener accepted and introduced as a stripe:
 //   StripeReceivers in(/*self=*/1, /*world_size=*/2, events);
-//   in.adopt(fd, /*peer=*/0, /*lane=*/1);
+//   in.adopt(fd, /*peer=*/0, /*stripe=*/1);
 //   for (StripedFrame& f : in.take_ready()) ...;           // after events.on_ready()
 //
-// Wire, after the introduction (direct_link.h, lane 1..): chunks, each
+// Wire, after the introduction (direct_link.h, stripe 1..): chunks, each
 // `u64 seq, u64 total, u64 offset, u64 length, u32 header bytes, u32 part count, u64 bytes of each
 // part, the header, then length bytes`, little-endian. A frame's parts are laid out one after the
 // other, each starting at a multiple of 64 bytes (padding travels as zeros), `total` bytes in all;
-// lane k carries the k-th of `lanes` nearly equal ranges of that layout, and the chunk at offset 0
+// stripe k carries the k-th of `stripes` nearly equal ranges of that layout, and the chunk at offset 0
 // also carries the frame header and the part sizes. So a receiver places every chunk at its offset
 // in one block without waiting for the others, and the frame is whole when `total` bytes came.
 // The per-peer sequence number orders striped frames among the peer's other frames (transport.h).
@@ -44,10 +44,10 @@ inline constexpr uint64_t kStripedFrameMax = uint64_t(1) << 36;
 
 // A part whose bytes come ready over time (a device tensor's copy to host under way,
 // devices/host_staging.h): bytes [0, end) of the part are there once the event is done, in order.
-// A lane waits for the event covering the bytes it is about to write, and no longer.
+// A stripe waits for the event covering the bytes it is about to write, and no longer.
 using PartGates = std::vector<std::pair<uint64_t, Event>>;
 
-// The sending side: one thread per lane, each writing its lane's chunks to every peer in order.
+// The sending side: one thread per stripe, each writing its stripe's chunks to every peer in order.
 // SO_SNDBUF and SO_RCVBUF for a stripe connection: half this CPU's L2 cache (the kernel doubles
 // it) where both ends have one address (the two ranks share a host), so what one rank's copy puts
 // in the socket is still in cache when the other's copy takes it out; 0 (the kernel's autotuning)
@@ -59,22 +59,22 @@ bool same_address_both_ends(int fd);  // a connected socket's two ends: the same
 
 class StripeSenders {
  public:
-  // on_broken(peer) runs on a lane's thread when a connection to the peer failed (the peer is then
+  // on_broken(peer) runs on a stripe's thread when a connection to the peer failed (the peer is then
   // suspect; its later frames take the other paths).
-  StripeSenders(int lanes, std::function<void(int peer)> on_broken);
+  StripeSenders(int stripes, std::function<void(int peer)> on_broken);
   ~StripeSenders();  // drops what is still queued (flush_until first to send it)
   StripeSenders(const StripeSenders&) = delete;
   StripeSenders& operator=(const StripeSenders&) = delete;
 
-  int lanes() const;
-  // Opens the lanes' connections to a peer's direct-link endpoint; false when any cannot be made
+  int stripes() const;
+  // Opens the stripes' connections to a peer's direct-link endpoint; false when any cannot be made
   // by the deadline (the peer then gets no stripes).
   bool connect(int peer, const std::string& endpoint, int self, Deadline deadline);
   bool usable(int peer) const;  // connected and not broken
   // Queues a frame: its header and parts (bytes that `keep` holds alive until written), and the
   // gates of parts still being copied (one per part, or none). done, if given, finishes when every
-  // lane wrote its range (with CommError when a connection failed, or the error of the device work
-  // before a gate: that lane's connection is then closed, so the peer never takes the bytes).
+  // stripe wrote its range (with CommError when a connection failed, or the error of the device work
+  // before a gate: that stripe's connection is then closed, so the peer never takes the bytes).
   void send(int peer, uint64_t seq, std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts,
             std::span<const PartGates> gates, std::shared_ptr<const void> keep,
             std::shared_ptr<detail::Completion> done);
@@ -95,12 +95,12 @@ struct StripedFrame {
   std::vector<std::pair<uint64_t, uint64_t>> parts;  // offset and bytes of each part in the block
 };
 
-// The receiving side: one thread per lane, reading every peer's connection of that lane.
+// The receiving side: one thread per stripe, reading every peer's connection of that stripe.
 class StripeReceivers {
  public:
   struct Events {
     std::function<void()> on_ready;                                    // take_ready() has frames
-    std::function<void(int peer)> on_closed;                           // a peer closed a lane
+    std::function<void(int peer)> on_closed;                           // a peer closed a stripe
     std::function<void(int peer, std::exception_ptr error)> on_error;  // a malformed chunk (CommError)
   };
   StripeReceivers(int self, int world_size, Events events, std::chrono::milliseconds stall_timeout);
@@ -108,9 +108,9 @@ class StripeReceivers {
   StripeReceivers(const StripeReceivers&) = delete;
   StripeReceivers& operator=(const StripeReceivers&) = delete;
 
-  // Takes a connection introduced as lane `lane` (1..kMaxStripes) of `peer`; its lane's thread
-  // starts with the lane's first connection.
-  void adopt(int fd, int peer, int lane);
+  // Takes a connection introduced as stripe `stripe` (1..kMaxStripes) of `peer`; its stripe's thread
+  // starts with the stripe's first connection.
+  void adopt(int fd, int peer, int stripe);
   std::vector<StripedFrame> take_ready();
 
   struct State;

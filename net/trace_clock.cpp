@@ -1,12 +1,13 @@
-// TROUPE_TRACE (actors/observe/profiler.h): each rank's clock offset to rank 0, measured once connected,
-// so the ranks' traces line up in one job trace.
+#include "net/trace_clock.h"
+
 #include "actors/observe/profiler.h"
 #include "devices/error.h"
-#include "net/transport_internal.h"
+#include "net/transport.h"
 
 namespace troupe::net {
 
-void Transport::sync_trace_clock(Deadline deadline) {
+void sync_trace_clock(Transport& transport, Deadline deadline) {
+  const int rank = transport.rank();
   // Each rank in turn pings rank 0; rank 0 answers with its clock. The round trip that took
   // least bounds the offset's error by half of it: the answer was stamped somewhere inside it.
   constexpr uint64_t kClockGroup = 0x7472616365636c6bULL;  // "traceclk": no process group's id
@@ -18,14 +19,14 @@ void Transport::sync_trace_clock(Deadline deadline) {
   auto now = [] { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); };
   FrameHeader h;
   h.group = kClockGroup;
-  if (rank() == 0) {
-    for (int r = 1; r < world_size(); ++r)
+  if (rank == 0) {
+    for (int r = 1; r < transport.world_size(); ++r)
       for (int k = 0;; ++k) {
-        std::optional<Message> ping = wait(post(kClockGroup, Lane::p2p, k, r), deadline);
+        std::optional<Message> ping = transport.wait(transport.post(kClockGroup, Inbox::p2p, k, r), deadline);
         if (!ping) throw TimeoutError("TROUPE_TRACE: no clock ping from rank " + std::to_string(r));
         if (ping->payload.numel() == 0) break;  // rank r has its bound
         h.tag = k;
-        send(r, h, Tensor::from_vector<int64_t>({now()}, {1}));
+        transport.send(r, h, Tensor::from_vector<int64_t>({now()}, {1}));
       }
     Profiler::set_job_clock(0, 0, 0);
     return;
@@ -34,14 +35,14 @@ void Transport::sync_trace_clock(Deadline deadline) {
   for (int k = 0;; ++k) {
     if (k >= kMaxRounds || (k >= kRounds && best_rtt <= 2 * kWantedBoundNs)) {
       h.tag = k;
-      send(0, h, Tensor());  // no more pings
+      transport.send(0, h, Tensor());  // no more pings
       break;
     }
-    auto slot = post(kClockGroup, Lane::p2p, k, 0);
+    auto slot = transport.post(kClockGroup, Inbox::p2p, k, 0);
     h.tag = k;
     const int64_t sent = now();
-    send(0, h, Tensor::from_vector<int64_t>({1}, {1}));
-    std::optional<Message> m = wait(slot, deadline);
+    transport.send(0, h, Tensor::from_vector<int64_t>({1}, {1}));
+    std::optional<Message> m = transport.wait(slot, deadline);
     const int64_t back = now();
     if (!m) throw TimeoutError("TROUPE_TRACE: no clock answer from rank 0");
     const int64_t rtt = back - sent;
@@ -50,7 +51,7 @@ void Transport::sync_trace_clock(Deadline deadline) {
       offset = m->payload.to_vector<int64_t>()[0] - (sent + back) / 2;
     }
   }
-  Profiler::set_job_clock(rank(), offset, (best_rtt + 1) / 2);
+  Profiler::set_job_clock(rank, offset, (best_rtt + 1) / 2);
 }
 
 }  // namespace troupe::net

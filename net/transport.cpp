@@ -2,12 +2,10 @@
 
 #include <malloc.h>
 #include <sched.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 
 #include "actors/observe/metrics_server.h"
@@ -15,15 +13,15 @@
 #include "devices/threads.h"
 #include "net/errors.h"
 #include "net/transport_internal.h"
-#include "net/zap_handler.h"
+#include "net/trace_clock.h"
 #include "net/zmq_socket.h"
 
 namespace troupe::net {
 
-std::array<LinkCounters, 3> link_counters(int peer) {
-  std::array<LinkCounters, 3> out;
+std::array<LinkCounters, kPaths> link_counters(int peer) {
+  std::array<LinkCounters, kPaths> out;
   const char* names[] = {"zmq", "direct", "stripes"};
-  for (int p = 0; p < 3; ++p) {
+  for (int p = 0; p < kPaths; ++p) {
     const metrics::Labels labels{{"peer", std::to_string(peer)}, {"path", names[p]}};
     out[p] = {&metrics::counter("troupe_transport_sent_bytes_total", "Bytes sent to a peer, headers included", labels),
               &metrics::counter("troupe_transport_sent_frames_total", "Frames sent to a peer", labels),
@@ -47,7 +45,10 @@ std::chrono::microseconds small_collective_poll_for(int ranks_on_host, int cpus)
   return ranks_on_host > cpus ? std::chrono::microseconds(0) : std::chrono::microseconds(10000);
 }
 
-Transport::Transport(TransportOptions options) : options_(std::move(options)) {
+Transport::Transport(TransportOptions options)
+    : options_(std::move(options)),
+      live_(options_.rank, options_.world_size, options_.peer_timeout),
+      staged_(options_.rank, options_.world_size) {
   // ZeroMQ mallocs every received message. glibc would serve big ones with fresh mmaps and trim
   // freed heap back to the kernel, so every 1 MiB chunk of a collective would page-fault in anew
   // (slow here: freed pages go back to the hypervisor). Keep them in the heap instead.
@@ -70,34 +71,24 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
   context_ = zmq_ctx_new();
   if (!context_) zmq_fail("zmq_ctx_new");
   zmq_ctx_set(context_, ZMQ_BLOCKY, 0);
+  FrameSink& sink = *this;
   try {
-    // The ZAP handler must exist before the ROUTER binds, or CURVE admits every client.
-    if (options_.curve) zap_ = bind_zap_handler(context_);
-    router_ = zmq_socket(context_, ZMQ_ROUTER);
-    set_int(router_, ZMQ_RCVHWM, 0);
-    set_int(router_, ZMQ_LINGER, 0);
-    set_int(router_, ZMQ_ROUTER_HANDOVER, 1);
-    if (options_.curve) {
-      set_int(router_, ZMQ_CURVE_SERVER, 1);
-      set_string(router_, ZMQ_CURVE_SECRETKEY, options_.curve->secret_key);
-      set_string(router_, ZMQ_ZAP_DOMAIN, "troupe");
-    }
-    if (!options_.tcp_host.empty()) {
-      const std::string endpoint = "tcp://" + options_.tcp_host + ":*";
-      if (zmq_bind(router_, endpoint.c_str()) != 0) zmq_fail("bind " + endpoint);
-      address_.tcp = last_endpoint(router_);
-    }
-    if (options_.ipc) {
-      const std::string path = ipc_path(options_.rank);
-      ::unlink(path.c_str());
-      if (zmq_bind(router_, ("ipc://" + path).c_str()) != 0) zmq_fail("bind ipc://" + path);
-      address_.ipc = "ipc://" + path;
-    }
+    zmq_ = std::make_unique<ZmqLink>(context_, options_, address_, sink);
     if (address_.tcp.empty() && address_.ipc.empty()) throw ValueError("transport: neither tcp nor ipc enabled");
-    size_t fd_size = sizeof router_fd_;
-    if (zmq_getsockopt(router_, ZMQ_FD, &router_fd_, &fd_size) != 0) zmq_fail("ZMQ_FD");
     address_.host_id = host_id();
-    if (!options_.tcp_host.empty() && options_.direct_max > 0 && !options_.curve) open_direct_links();
+    if (!options_.tcp_host.empty() && options_.direct_max > 0 && !options_.curve) {
+      DirectLink::Hooks hooks;
+      hooks.send_mutex = [this](int r) -> std::mutex& { return peers_[r]->send_mutex; };
+      hooks.wake = [this] { wake(); };
+      hooks.turns_soon = [this] {
+        return io_turns_soon_.load(std::memory_order_relaxed) &&
+               Clock::now() - Clock::time_point(Clock::duration(last_lead_.load(std::memory_order_relaxed))) <
+                   kLeadSlice;
+      };
+      hooks.on_stripe = [this](int fd, int peer, int stripe) { stripes_->adopt(fd, peer, stripe); };
+      direct_ = std::make_unique<DirectLink>(options_, address_, sink, std::move(hooks));
+      stripes_ = std::make_unique<StripeLink>(options_, sink);
+    }
 
     const std::string wake_endpoint = "inproc://troupe-wake";
     wake_rx_ = zmq_socket(context_, ZMQ_PAIR);
@@ -107,7 +98,10 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
     set_int(wake_tx_, ZMQ_LINGER, 0);
     if (zmq_connect(wake_tx_, wake_endpoint.c_str()) != 0) zmq_fail("connect wake socket");
   } catch (...) {
-    for (void* s : {zap_, router_, wake_rx_, wake_tx_})
+    stripes_.reset();
+    direct_.reset();
+    zmq_.reset();
+    for (void* s : {wake_rx_, wake_tx_})
       if (s) zmq_close(s);
     zmq_ctx_term(context_);
     throw;
@@ -119,41 +113,40 @@ Transport::~Transport() {
   if (connected_) {
     // What the direct links still keep goes out first (ZeroMQ lingers on its own below).
     const Deadline linger = Clock::now() + std::chrono::milliseconds(kLingerMs);
-    for (auto& peer : peers_) {
-      std::lock_guard lock(peer->send_mutex);
-      if (peer->direct && !peer->lost && !peer->departed) peer->direct->flush_until(linger);
-    }
-    if (stripes_out_) stripes_out_->flush_until(linger);
+    if (direct_)
+      for (int r = 0; r < world_size(); ++r) {
+        Peer& peer = *peers_[r];
+        std::lock_guard lock(peer.send_mutex);
+        if (r != rank() && !live_.gone(r)) direct_->flush_until(r, linger);
+      }
+    if (stripes_) stripes_->flush_until(linger);
     for (int r = 0; r < world_size(); ++r) {
       Peer& peer = *peers_[r];
-      if (r == rank() || peer.departed) continue;
+      if (r == rank() || live_.departed(r)) continue;
       std::lock_guard lock(peer.send_mutex);
-      send_control_locked(peer, FrameKind::goodbye);
+      send_control_locked(r, FrameKind::goodbye);
     }
     // Peers ending at the same time say goodbye too; who did need not be waited for on close.
     std::unique_lock lock(mutex_);
     hello_cv_.wait_for(lock, kGoodbyeWait, [&] {
       for (int r = 0; r < world_size(); ++r)
-        if (r != rank() && !peers_[r]->departed && !peers_[r]->lost) return false;
+        if (r != rank() && !live_.gone(r)) return false;
       return true;
     });
   }
   stopping_ = true;
   wake();
   io_thread_.join();
-  stripes_out_.reset();
-  stripes_in_.reset();
-  if (striped_ready_fd_ >= 0) ::close(striped_ready_fd_);
-  for (auto& peer : peers_) {
-    if (!peer->dealer) continue;
+  stripes_.reset();
+  direct_.reset();
+  for (int r = 0; r < world_size(); ++r) {
     // Flush what we sent to live peers, also after another rank was lost (remote actors on the
     // survivors still talk); drop what is queued for the gone and the never heard from.
-    set_int(peer->dealer, ZMQ_LINGER, peer->lost || peer->departed || !peer->hello ? 0 : kLingerMs);
-    zmq_close(peer->dealer);
+    zmq_->close_dealer(r, live_.gone(r) || !live_.said_hello(r) ? 0 : kLingerMs);
   }
+  zmq_.reset();
   zmq_close(wake_tx_);
   zmq_ctx_term(context_);
-  if (!address_.ipc.empty()) ::unlink(address_.ipc.substr(6).c_str());
 }
 
 void Transport::wake() {
@@ -205,7 +198,7 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
     const PeerAddress& a = table[r];
     const bool same_host = a.host_id == address_.host_id && !a.ipc.empty();
     peers_[r]->local = same_host && options_.prefer != "tcp";
-    peers_[r]->staging = same_host && options_.shared_memory && !same_process(a, address_);
+    if (same_host && options_.shared_memory && !same_process(a, address_)) staged_.enable(r);
     std::string endpoint;
     if (options_.prefer == "ipc") endpoint = a.ipc;
     else if (options_.prefer == "tcp") endpoint = a.tcp;
@@ -213,11 +206,14 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
     if (endpoint.empty())
       throw CommError("transport: rank " + std::to_string(r) + " has no " + options_.prefer +
                       " endpoint (it advertised '" + a.serialize() + "')");
-    connect_dealer(r, endpoint);
+    zmq_->connect(r, endpoint);
     Peer& peer = *peers_[r];
     std::lock_guard lock(peer.send_mutex);
-    if (listener_ && !a.direct.empty()) connect_direct_locked(r, a, deadline);
-    send_control_locked(peer, FrameKind::hello);
+    if (direct_ && !a.direct.empty()) {
+      direct_->connect(r, a.direct, deadline);
+      stripes_->connect(r, a.direct, deadline);
+    }
+    send_control_locked(r, FrameKind::hello);
   }
   const int on_this_host = static_cast<int>(std::count(host_ids_.begin(), host_ids_.end(), address_.host_id));
   if (!options_.busy_poll) busy_poll_us_ = busy_poll_for(on_this_host, hardware_cores()).count();
@@ -234,17 +230,10 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
   wake();  // the I/O thread starts polling the monitors and sending heartbeats
 
   std::unique_lock lock(mutex_);
-  auto all_heard = [&] {
-    for (int r = 0; r < world_size(); ++r)
-      if (r != rank() && !peers_[r]->hello) return false;
-    return true;
-  };
-  hello_cv_.wait_until(lock, deadline, [&] { return broken_ || all_heard(); });
+  hello_cv_.wait_until(lock, deadline, [&] { return broken_ || live_.all_said_hello(); });
   if (broken_) std::rethrow_exception(broken_);
-  if (!all_heard()) {
-    std::string missing;
-    for (int r = 0; r < world_size(); ++r)
-      if (r != rank() && !peers_[r]->hello) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  if (!live_.all_said_hello()) {
+    const std::string missing = live_.not_heard();
     throw TimeoutError("init_process_group: rank " + std::to_string(rank()) + " heard no hello from rank(s) " +
                        missing + " (not started, unreachable, or holding a different CURVE key)");
   }
@@ -252,12 +241,12 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
   // The links lower ranks dialed came before their hellos: answer on them from the first frame.
   const auto linked = [&] {
     for (int r = 0; r < rank(); ++r)
-      if (peers_[r]->dialed_link.load() && !peers_[r]->linked.load()) return false;
+      if (direct_ && direct_->awaits_link(r)) return false;
     return true;
   };
   drive(linked, std::min(deadline, Clock::now() + kLinkWait));
   const char* trace = std::getenv("TROUPE_TRACE");
-  if (trace && *trace) sync_trace_clock(deadline);
+  if (trace && *trace) sync_trace_clock(*this, deadline);
 }
 
 void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::shared_ptr<detail::Completion>& done) {
@@ -303,6 +292,18 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
              [&] { return h.payload_bytes > 0 ? std::vector<Tensor>{host} : std::vector<Tensor>{}; }, done);
 }
 
+bool Transport::send_staged(int dst, FrameHeader h, const Tensor& payload,
+                            const std::shared_ptr<detail::Completion>& done) {
+  if (dst < 0 || dst >= world_size() || dst == rank() || !staged_.applies(dst, payload)) return false;
+  check_healthy();
+  check_peer(dst);
+  std::optional<Tensor> descriptor = staged_.describe(dst, payload);
+  if (!descriptor) return false;
+  h.kind = FrameKind::staged;
+  send(dst, h, *descriptor, done);
+  return true;
+}
+
 void Transport::send_actor_frame(int dst, std::vector<uint8_t> call_frame, const std::vector<Tensor>& tensors,
                                  bool awaits_answer) {
   if (dst < 0 || dst >= world_size() || dst == rank())
@@ -311,10 +312,9 @@ void Transport::send_actor_frame(int dst, std::vector<uint8_t> call_frame, const
   if (tensors.size() > kMaxActorParts)
     throw ValueError("send: " + std::to_string(tensors.size()) + " tensors in one actor call, at most " +
                      std::to_string(kMaxActorParts));
-  Peer& peer = *peers_[dst];
-  if (peer.lost) {
+  if (live_.lost(dst)) {
     std::lock_guard lock(mutex_);
-    std::rethrow_exception(peer.lost_error);
+    std::rethrow_exception(live_.lost_error(dst));
   }
   check_peer(dst);
   FrameHeader h;
@@ -353,11 +353,11 @@ void Transport::send_frame(int dst, FrameHeader& h, std::span<const std::span<co
                            const std::function<std::vector<Tensor>()>& owned,
                            const std::shared_ptr<detail::Completion>& done, bool awaits_answer) {
   Peer& peer = *peers_[dst];
-  if (!peer.dealer) throw CommError("send: the transport is not connected yet");
+  if (!zmq_->connected(dst)) throw CommError("send: the transport is not connected yet");
   size_t frame_bytes = header_size(h.shape.size());
   for (const auto& s : spans) frame_bytes += s.size();
   // Only the stripes' threads wait for the pieces of a staged device tensor as they write them, so
-  // such a frame takes the stripes whatever its size; the other paths write at once, so without
+  // such a frame takes the stripes whatever its size; the other links write at once, so without
   // stripes this thread waits for the copies first (a counted sync).
   bool copies_pending = false;
   for (const HostStaging* s : staged) copies_pending |= s && !s->pieces.empty();
@@ -367,34 +367,24 @@ void Transport::send_frame(int dst, FrameHeader& h, std::span<const std::span<co
       if (s) s->synchronize("send: a device tensor's bytes to the network");
     copies_pending = false;
   };
-  if (copies_pending && !takes_stripes(dst, spans, true)) wait_copies();
+  if (copies_pending && !(stripes_ && stripes_->takes(dst, spans, true))) wait_copies();
+  bool batched = false;
+  for (SendBatch* b = open_send_batch; b && !batched; b = b->outer_) batched = &b->transport_ == this;
+  OutgoingFrame frame{dst, &h, spans, staged, &owned, done, awaits_answer, batched};
   std::lock_guard lock(peer.send_mutex);
   h.seq = peer.next_seq++;
-  const bool striped = takes_stripes(dst, spans, copies_pending);
+  const bool striped = stripes_ && stripes_->takes(dst, spans, copies_pending);
   if (!striped) wait_copies();  // the stripes broke meanwhile
-  if (send_direct_locked(peer, h, spans, awaits_answer)) {
-    peer.count_sent(direct_path, frame_bytes);
-    if (done) done->finish();
-    touch();
-    return;
-  }
-  // Frames the direct link holds come before this one: out with them now.
-  if (peer.direct && peer.direct->backlogged() && flush_direct_locked(peer)) wake();
-  if (striped) {
-    peer.count_sent(stripes_path, frame_bytes);
-    // Each part's pieces: the byte counts, within the part, that its events make ready.
-    std::vector<PartGates> gates(spans.size());
-    for (size_t i = 0; i < staged.size(); ++i)
-      if (staged[i]) gates[i] = staged[i]->pieces;
-    auto parts = std::make_shared<std::vector<Tensor>>(owned());
-    // The same bytes as the spans (owned() only moved them into tensors): the stripes keep parts alive.
-    std::vector<std::span<const uint8_t>> kept;
-    for (const Tensor& p : *parts) kept.emplace_back(static_cast<const uint8_t*>(p.raw_data()), p.nbytes());
-    send_striped_locked(dst, h, kept, std::move(gates), std::move(parts), done);
+  Link* link = nullptr;
+  if (direct_ && direct_->send(frame)) {
+    link = direct_.get();
   } else {
-    send_zmq_locked(dst, h, owned(), done);
-    peer.count_sent(zmq_path, frame_bytes);
+    // Frames the direct link holds come before this one: out with them now.
+    if (direct_ && direct_->flush_before_other(dst)) wake();
+    link = striped ? static_cast<Link*>(stripes_.get()) : zmq_.get();
+    link->send(frame);
   }
+  peer.count_sent(link->path(), frame_bytes);
   touch();
 }
 
@@ -425,123 +415,43 @@ void Transport::set_actor_handler(std::shared_ptr<ActorHandler> handler) {
     try {
       handler->on_frame(std::move(m));
     } catch (const CommError& e) {
-      refuse_frame(source, e);
+      refuse(source, e);
     }
   }
 }
 
-int Transport::direct_links() const {
-  int links = 0;
-  for (const auto& peer : peers_) links += peer->linked.load();
-  return links;
+int Transport::direct_links() const { return direct_ ? direct_->links() : 0; }
+
+int Transport::receive_links() {
+  int frames = zmq_->receive();
+  if (stripes_) frames += stripes_->receive();
+  if (direct_) frames += direct_->receive();
+  return frames;
+}
+
+thread_local Transport::SendBatch* open_send_batch = nullptr;
+
+Transport::SendBatch::SendBatch(Transport& transport) : transport_(transport), outer_(open_send_batch) {
+  open_send_batch = this;
+}
+
+Transport::SendBatch::~SendBatch() {
+  open_send_batch = outer_;
+  transport_.write_held();
+}
+
+void Transport::write_held() {
+  if (!direct_ || !direct_->holding()) return;
+  for (int r = 0; r < world_size(); ++r) {
+    std::lock_guard lock(peers_[r]->send_mutex);
+    if (direct_->holds(r) && direct_->flush(r)) wake();  // the socket is full: the I/O thread writes the rest
+  }
 }
 
 bool Transport::is_local(int r) const { return r == rank() || peers_[r]->local; }
 
 const std::string& Transport::host_id_of(int r) const {
   return r == rank() ? address_.host_id : host_ids_.at(static_cast<size_t>(r));
-}
-
-void Transport::io_loop() {
-  name_this_thread("troupe-io");
-  std::vector<zmq_pollitem_t> items;
-  std::vector<int> monitor_peer;  // items[first_monitor + i] watches peer monitor_peer[i]
-  const size_t first_monitor = zap_ ? 3 : 2;
-  bool monitoring = false;
-  auto rebuild = [&] {
-    items = {{nullptr, router_fd_, ZMQ_POLLIN, 0}, {wake_rx_, 0, ZMQ_POLLIN, 0}};
-    if (zap_) items.push_back({zap_, 0, ZMQ_POLLIN, 0});
-    monitor_peer.clear();
-    for (int r = 0; r < world_size(); ++r)
-      if (monitoring && peers_[r]->monitor) {
-        items.push_back({peers_[r]->monitor, 0, ZMQ_POLLIN, 0});
-        monitor_peer.push_back(r);
-      }
-  };
-  rebuild();
-  const size_t fixed_items = items.size();
-  bool router_led = false;
-  std::vector<int> inbound_fds;  // as of the last turn that held the ROUTER
-  std::vector<int> backlogged;   // peers whose direct link keeps bytes, items after the inbound ones
-  auto next_tick = Clock::now() + options_.heartbeat_interval;
-  while (true) {
-    if (!monitoring && connected_) {
-      monitoring = true;
-      const auto now = Clock::now();
-      for (auto& peer : peers_) peer->last_seen = now.time_since_epoch().count();
-      rebuild();
-    }
-    // Direct links: new connections, the inbound ones (read here only when nobody leads: they are
-    // level-triggered), and the outbound ones that keep bytes the socket did not take yet.
-    items.resize(fixed_items);
-    if (listener_) items.push_back({nullptr, listener_->fd(), ZMQ_POLLIN, 0});
-    if (!router_led)
-      for (int fd : inbound_fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
-    backlogged.clear();
-    for (int r = 0; r < world_size(); ++r)
-      if (peers_[r]->direct_backlogged.load()) {
-        backlogged.push_back(r);
-        items.push_back({nullptr, peers_[r]->direct->fd(), ZMQ_POLLOUT, 0});
-      }
-    // While a waiting thread leads (holds the ROUTER, or held it a moment ago and will again: a
-    // waiter leads in slices), leave the ROUTER to it and look back soon. Racing it for a frame
-    // would cost the waiter a wake-up.
-    items[0].events = router_led ? 0 : ZMQ_POLLIN;
-    auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - Clock::now()).count();
-    if (router_led) wait_ms = std::min<long>(wait_ms, 1);
-    io_turns_soon_.store(wait_ms <= 1, std::memory_order_relaxed);
-    const int rc = zmq_poll(items.data(), static_cast<int>(items.size()), std::max<long>(0, wait_ms));
-    if (rc < 0 && zmq_errno() != EINTR) break;
-    if (listener_ && (items[fixed_items].revents & ZMQ_POLLIN)) {
-      std::lock_guard lock(accepted_mutex_);
-      for (int fd = listener_->accept(); fd >= 0; fd = listener_->accept()) accepted_.push_back(fd);
-    }
-    for (size_t i = 0; i < backlogged.size(); ++i) {
-      Peer& peer = *peers_[backlogged[i]];
-      std::lock_guard lock(peer.send_mutex);
-      flush_direct_locked(peer);
-    }
-    // The ROUTER's descriptor is edge-like: drain on every turn, not only when it fired.
-    if (Clock::now() - Clock::time_point(Clock::duration(last_lead_.load())) >= kLeadSlice) {
-      io_thread_reads_.store(true, std::memory_order_relaxed);  // from before the lock to after it
-      {
-        std::unique_lock router(router_mutex_, std::try_to_lock);
-        router_led = !router.owns_lock();
-        if (router.owns_lock()) {
-          if (handle_router() + handle_direct() > 0) write_held();
-          inbound_fds.clear();
-          for (const auto& in : inbound_) inbound_fds.push_back(in->fd());
-          if (striped_ready_fd_ >= 0) inbound_fds.push_back(striped_ready_fd_);
-        }
-      }
-      io_thread_reads_.store(false, std::memory_order_relaxed);
-    } else {
-      router_led = true;
-    }
-    if (rc > 0) {
-      if (items[1].revents & ZMQ_POLLIN) {
-        char byte;
-        while (zmq_recv(wake_rx_, &byte, 1, ZMQ_DONTWAIT) >= 0) {
-        }
-      }
-      if (zap_ && (items[2].revents & ZMQ_POLLIN)) answer_zap_requests(zap_, *options_.curve);
-      for (size_t i = 0; i < monitor_peer.size(); ++i)
-        if (items[first_monitor + i].revents & ZMQ_POLLIN) handle_monitor(monitor_peer[i]);
-    }
-    if (stopping_) break;
-    const auto now = Clock::now();
-    if (now >= next_tick) {
-      tick(now);
-      next_tick = now + options_.heartbeat_interval;
-    }
-  }
-  zmq_close(router_);
-  for (auto& peer : peers_)
-    if (peer->monitor) zmq_close(peer->monitor);
-  inbound_.clear();
-  for (int fd : accepted_) ::close(fd);
-  if (zap_) zmq_close(zap_);
-  zmq_close(wake_rx_);
 }
 
 }  // namespace troupe::net

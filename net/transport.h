@@ -1,13 +1,13 @@
 #pragma once
 // Transport: one rank's ZeroMQ endpoint. Frames to a rank go out on a DEALER connected to that
 // rank; every frame to this rank arrives on one ROUTER (bound to tcp:// and ipc://), whose I/O
-// thread files it into per-(group, lane, tag) inboxes that receivers wait on.
+// thread files it into per-(group, inbox, tag) queues that receivers wait on.
 //
 //   Transport t({.rank = 0, .world_size = 2});
 //   std::vector<PeerAddress> table = /* everyone's t.address(), from a rendezvous */;
 //   t.connect(table, deadline_after(10s));
 //   t.send(1, header, tensor);                                   // never blocks; zero-copy
-//   auto slot = t.post(/*group=*/0, Lane::p2p, /*tag=*/0, /*source=*/1);
+//   auto slot = t.post(/*group=*/0, Inbox::p2p, /*tag=*/0, /*source=*/1);
 //   std::optional<Message> m = t.wait(slot, deadline_after(1s));  // nullopt: timed out
 //
 // Why a thread and not a CAF actor per rank: the rank *is* an actor in the model's sense (one
@@ -18,6 +18,11 @@
 // when nobody waits, the transport's I/O thread. Followers sleep on their inbox with a deadline.
 //
 // Design choices:
+// - Each path is a Link (link.h; net/links/: ZeroMQ, direct, stripes, and the staged device
+//   descriptors) owning its sockets, threads, per-peer state, send and receive. The transport
+//   numbers each peer's frames, gives each frame to the first link that takes it, puts what the
+//   links received back in sequence order (frame_accept.cpp) and matches it to posted receives;
+//   peer_liveness.h keeps who is alive.
 // - Sends go straight from the caller's thread onto the peer's DEALER under a per-peer mutex
 //   (ZeroMQ sockets may change threads behind a full memory barrier): no hand-off, lower latency.
 // - Receives are matched in posting order, MPI style: an arriving frame completes the oldest
@@ -61,17 +66,21 @@
 #include "devices/host_staging.h"
 #include "devices/tensor.h"
 #include "net/curve.h"
-#include "net/direct_link.h"
+#include "net/link.h"
+#include "net/peer_liveness.h"
+#include "net/links/direct_link.h"
+#include "net/links/staged_link.h"
+#include "net/links/stripe_link.h"
+#include "net/links/zmq_link.h"
 #include "net/frame.h"
-#include "net/host_identity.h"
-#include "net/stripes.h"
+#include "net/bootstrap/host_identity.h"
 #include "net/work.h"
 
 namespace troupe::net {
 
 // Inboxes by who reads them: users' p2p tags and collectives (by sequence number), so neither can
 // take the other's frames.
-enum class Lane : uint8_t { p2p, collective };
+enum class Inbox : uint8_t { p2p, collective };
 
 // A received frame: the sender's global rank, its validated header and the adopted payload.
 struct Message {
@@ -128,7 +137,7 @@ std::chrono::microseconds busy_poll_for(int ranks_on_host, int cpus);
 // ranks end up taking turns to wake each other (a wake-up costs 50 us to milliseconds in a VM).
 std::chrono::microseconds small_collective_poll_for(int ranks_on_host, int cpus);
 
-class Transport {
+class Transport : private FrameSink {
  public:
   explicit Transport(TransportOptions options);  // binds and starts the I/O thread
   ~Transport();                                  // goodbye to peers, flushes, closes
@@ -159,16 +168,10 @@ class Transport {
   // blocks. done, if given, finishes once ZeroMQ released the payload (its bytes are on the wire).
   void send(int dst, FrameHeader header, const Tensor& payload,
             const std::shared_ptr<detail::Completion>& done = nullptr);
-  // A p2p device tensor of at least kStagedMin bytes to another process on this host: its bytes go
-  // through a device block the sender exports (CUDA IPC), or else pinned shared memory in chunks
-  // (devices/cuda/shared_staging.h), copied out on the calling thread's stream and in on the
-  // receiver's, neither host waiting; only a descriptor frame (kind staged) travels. False when that
-  // path does not apply (or every segment to dst is still unread): send() it then.
+  // A p2p device tensor to another process on this host by the staged link (links/staged_link.h):
+  // only a descriptor frame (kind staged) travels; StagedLink::unstage makes the tensor on arrival.
+  // False when that link does not apply (or every segment to dst is still unread): send() it then.
   bool send_staged(int dst, FrameHeader header, const Tensor& payload, const std::shared_ptr<detail::Completion>& done);
-  static constexpr size_t kStagedMin = size_t(1) << 20;
-  // The tensor a staged frame's descriptor describes, on `device` (queued on the calling thread's
-  // stream for a device). CommError naming the sender when the descriptor cannot be used.
-  static Tensor unstaged(const Message& m, Device device);
   // An actor frame to another rank: the call frame bytes, then each tensor as its own part
   // (zero-copy; made contiguous host bytes here, once). Only the destination's health matters:
   // remote actors outlive other ranks' deaths.
@@ -193,8 +196,8 @@ class Transport {
   bool try_drive(const std::function<bool()>& done, Deadline deadline, Clock::time_point poll_until = {});
 
   struct Slot;  // a posted receive
-  // Posts a receive for (group, lane, tag) from global rank source (-1: any). Matching is in post order.
-  std::shared_ptr<Slot> post(uint64_t group, Lane lane, int64_t tag, int source);
+  // Posts a receive for (group, inbox, tag) from global rank source (-1: any). Matching is in post order.
+  std::shared_ptr<Slot> post(uint64_t group, Inbox inbox, int64_t tag, int source);
   // The message, or nullopt when the deadline passed first (the receive is then cancelled and
   // consumes nothing). Rethrows PeerLostError / CommError when the transport broke. A leading
   // waiter polls without sleeping for poll_at_least from now, and busy_poll after any frame.
@@ -229,13 +232,12 @@ class Transport {
 
  private:
   struct Peer;
-  using Key = std::tuple<uint64_t, Lane, int64_t>;
-  enum Path : uint8_t { zmq_path, direct_path, stripes_path };  // how a frame travels, counted apart
+  using Key = std::tuple<uint64_t, Inbox, int64_t>;
 
-  // transport.cpp: the I/O thread, and one frame of contiguous host parts (the payload, or an
-  // actor frame's call frame and tensors) to another rank by the path that suits it; h.seq is set here.
-  // A direct link writes the spans at once; `owned` makes the parts as tensors that own their bytes
-  // only for the paths that write later (stripes, ZeroMQ), so a small frame allocates nothing here.
+  // transport_io.cpp: the I/O thread. transport.cpp: one frame of contiguous host parts (the payload, or an
+  // actor frame's call frame and tensors) to another rank by the first link that takes it (direct,
+  // stripes, ZeroMQ); h.seq is set here. `owned` makes the parts as tensors that own their bytes
+  // only for the links that write later (stripes, ZeroMQ), so a small frame allocates nothing here.
   void io_loop();
   // staged: each span's HostStaging when it is a device tensor's copy still under way (or empty).
   void send_frame(int dst, FrameHeader& h, std::span<const std::span<const uint8_t>> spans,
@@ -251,113 +253,71 @@ class Transport {
   void spread_over_machine();
   void go_home() const;  // to home_cpu_, if set and elsewhere: one pin and unpin (about 6 us)
   void wake();
+  // Writes every frame a direct link holds (a SendBatch's, or one waiting for answers): before a
+  // thread waits on the transport, when a frame came in, and when a SendBatch ends.
+  void write_held();
+  // With the receiving side held: every link's frames that came. How many.
+  int receive_links();
 
-  // frame_accept.cpp: every path hands each frame it received here, as its header's bytes and its
-  // parts as u8 tensors owning their bytes. Decoded and checked once; a bad frame loses the peer
-  // (CommError "rank N sent a bad frame"). False when refused.
-  bool accept_frame(int peer, Path path, std::span<const uint8_t> header, std::vector<Tensor> parts);
-  // The same for bytes in a buffer the caller reuses (a direct link's): each part is copied once,
-  // straight into a tensor of the frame's dtype and shape.
-  bool accept_frame(int peer, Path path, std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts);
-  // The checks every path's frames pass: decoded header, source, part count. CommError otherwise.
+  // frame_accept.cpp: every link hands each frame it received here (FrameSink), as its header's
+  // bytes and its parts as u8 tensors owning their bytes, or as bytes in a buffer the link reuses
+  // (each part copied once, straight into a tensor of the frame's dtype and shape). Decoded and
+  // checked once; a bad frame loses the peer (CommError "rank N sent a bad frame"). False when refused.
+  bool accept(int peer, Path path, std::span<const uint8_t> header, std::vector<Tensor> parts) override;
+  bool accept(int peer, Path path, std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts) override;
+  void refuse(int peer, const std::exception& why) override;
+  void suspect(int peer) override;  // its connection closed: lost unless its goodbye comes (tick())
+  void drop() override { ++dropped_frames_; }
+  // The checks every link's frames pass: decoded header, source, part count. CommError otherwise.
   FrameHeader check_frame(int peer, std::span<const uint8_t> header, size_t payload_size, size_t parts);
   // A checked frame of frame_bytes in all: counted by path, then taken in sequence order.
   void admit_frame(int peer, Path path, size_t frame_bytes, Message frame);
-  void refuse_frame(int peer, const std::exception& why);
   // Takes a frame in the peer's sequence order: handled now, or held until the ones before it came.
   void take_frame(int peer, Message frame);
   void handle_frame(int peer, Message frame);
 
-  // transport_zmq.cpp: the ZeroMQ path. These receive with the ROUTER held and return how many
-  // frames they handled.
-  void connect_dealer(int r, const std::string& endpoint);
-  void send_zmq_locked(int dst, const FrameHeader& h, const std::vector<Tensor>& parts,
-                       const std::shared_ptr<detail::Completion>& done);
-  int handle_router();
-
-  // transport_direct.cpp: small frames on plain TCP links.
-  void open_direct_links();  // the listener, and the stripes' receivers
-  void connect_direct_locked(int r, const PeerAddress& address, Deadline deadline);
-  // Sends one frame on the peer's direct link when it has one and the frame is small enough;
-  // false: it goes another way. With the peer's send_mutex held and h.seq set.
-  // awaits_answer: the frame may be held while the peer owes answers (send_actor_frame).
-  bool send_direct_locked(Peer& peer, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
-                          bool awaits_answer = false);
-  bool holds_for_answers(const Peer& peer) const;
-  // Writes every frame a direct link holds (a SendBatch's, or one waiting for answers): before a
-  // thread waits on the transport, when a frame came in, and when a SendBatch ends.
-  void write_held();
-  // Under the peer's send_mutex: writes what its direct link keeps, as far as the socket takes it.
-  // True while some is still kept (the I/O thread then writes the rest).
-  bool flush_direct_locked(Peer& peer);
-  void stop_holding_locked(Peer& peer);  // its kept frames go with the next write, not held for later
-  int handle_direct();  // the direct links, and the striped frames that are whole
-
-  // transport_stripes.cpp: large frames over several connections at once.
-  // Whether a frame of these parts goes on the stripes: they reach the peer, and the frame is large
-  // enough or has device copies still pending (the stripes' threads wait for those, not the caller).
-  bool takes_stripes(int dst, std::span<const std::span<const uint8_t>> parts, bool copies_pending) const;
-  // Queues one frame on the stripes, with the peer's send_mutex held and h.seq set; keep holds the
-  // parts' bytes until the lanes wrote them, and each lane waits for a part's gates (stripes.h).
-  void send_striped_locked(int dst, const FrameHeader& h, std::span<const std::span<const uint8_t>> parts,
-                           std::vector<PartGates> gates, std::shared_ptr<const void> keep,
-                           const std::shared_ptr<detail::Completion>& done);
-  int handle_striped();
-
   // transport_receive.cpp: matching posted receives.
-  // Leads for one slice with the ROUTER held: receives until done() or the slice's end, polling
-  // without sleeping while a frame was sent or received less than busy_poll ago.
+  // Leads for one slice with the receiving side held: receives until done() or the slice's end,
+  // polling without sleeping while a frame was sent or received less than busy_poll ago.
   void lead_locked(const std::function<bool()>& done, Deadline deadline, Clock::time_point poll_until = {});
   // Until when a waiter polls without sleeping: poll_until, or busy_poll after the last frame.
   Clock::time_point polls_until(Clock::time_point poll_until) const;
   void deliver(Message message);  // with mutex_ held
 
   // transport_liveness.cpp: hello, heartbeats, goodbye, lost peers.
-  void handle_monitor(int peer);
   void tick(Clock::time_point now);
-  void send_control_locked(Peer& peer, FrameKind kind);
+  void send_control_locked(int r, FrameKind kind);  // with r's send_mutex held
   void break_transport(std::exception_ptr error);
   void lose_peer(int r, std::exception_ptr error);  // a crash or a bad frame: breaks the transport
   void peer_departed(int r);
-  void suspect_peer(int r);  // its connection closed: lost unless its goodbye comes (tick())
   void tell_actor_handler(int r, std::exception_ptr error);
-
-  // trace_clock.cpp: TROUPE_TRACE measures this rank's clock offset to rank 0 (ping-pong).
-  void sync_trace_clock(Deadline deadline);
 
   TransportOptions options_;
   PeerAddress address_;
   std::vector<std::string> host_ids_;  // by global rank, set by connect()
   void* context_ = nullptr;
-  void* router_ = nullptr;
-  int router_fd_ = -1;       // ZeroMQ's descriptor that fires when frames may be waiting
-  std::mutex router_mutex_;  // whoever holds it receives on router_ (I/O thread or a waiter)
-  void* zap_ = nullptr;
+  std::mutex router_mutex_;  // the receiving side: whoever holds it receives on every link
   void* wake_rx_ = nullptr;  // the I/O thread's end
   void* wake_tx_ = nullptr;  // everyone else's end, under wake_mutex_
   std::mutex wake_mutex_;
   std::vector<std::unique_ptr<Peer>> peers_;
+  PeerLiveness live_;  // hello, suspect and departed under mutex_
+  std::unique_ptr<ZmqLink> zmq_;
+  std::unique_ptr<DirectLink> direct_;    // null: no direct links (no tcp, CURVE, or direct_max 0)
+  std::unique_ptr<StripeLink> stripes_;   // with the direct links (their listener takes its connections)
+  StagedLink staged_;
   std::atomic<bool> connected_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> dropped_frames_{0};
   std::atomic<uint64_t> direct_frames_{0};
   std::atomic<uint64_t> striped_frames_{0};
   std::atomic<Clock::rep> last_activity_{0};  // when a frame was last sent or received
-  std::atomic<bool> io_thread_reads_{false};  // the I/O thread holds the ROUTER (a short turn)
+  std::atomic<bool> io_thread_reads_{false};  // the I/O thread holds the receiving side (a short turn)
   std::atomic<int64_t> busy_poll_us_{50};
   std::atomic<int64_t> small_collective_poll_us_{0};
-  std::atomic<Clock::rep> last_lead_{0};      // when a waiting thread last held the ROUTER
-  std::unique_ptr<DirectListener> listener_;               // null: no direct links
-  std::vector<std::unique_ptr<DirectReceiver>> inbound_;   // under router_mutex_
-  std::mutex accepted_mutex_;
-  std::vector<int> accepted_;  // connections the I/O thread accepted, for the next holder of the ROUTER
-  std::vector<std::pair<SharedFd, int>> dialed_;  // links connect() dialed (and their peer), to read the same way
-  std::atomic<int> peers_holding_{0};      // peers whose direct link holds frames for a later write
+  std::atomic<Clock::rep> last_lead_{0};      // when a waiting thread last held the receiving side
   std::atomic<bool> io_turns_soon_{false};  // the I/O thread sleeps a millisecond at most
   std::atomic<int> home_cpu_{-1};           // set once by connect(): spread_over_machine()
-  std::unique_ptr<StripeSenders> stripes_out_;   // null: no stripes to any peer
-  std::unique_ptr<StripeReceivers> stripes_in_;  // null: no direct links
-  int striped_ready_fd_ = -1;                    // eventfd: stripes_in_ has whole frames
   std::thread io_thread_;
 
   std::mutex mutex_;  // guards everything below, and every Slot
@@ -380,7 +340,7 @@ class Transport {
 //
 //   {
 //     Transport::SendBatch batch(transport);
-//     for (Call& call : ready) answer(call);  // each answer kept
+//     for (QueuedCall& call : ready) answer(call);  // each answer kept
 //   }                                         // all written here
 class Transport::SendBatch {
  public:

@@ -2,13 +2,12 @@
 // The transport's insides, shared by the files it is split into (transport.h says how it works):
 // what it keeps per peer and per posted receive, and the limits they share. Internal to net/.
 //
-//   transport.cpp            lifecycle, sends (choosing the path), the I/O thread
+//   transport.cpp            lifecycle, sends (choosing the link)
+//   transport_io.cpp         the I/O thread
 //   transport_receive.cpp    posted receives: matching, waiting, leading the ROUTER
 //   frame_accept.cpp         every received frame: decoded, checked, adopted, put in sequence order
-//   transport_zmq.cpp        the ZeroMQ path: frames to a peer's ROUTER, and this ROUTER's frames
-//   transport_direct.cpp     the direct links (small frames)
-//   transport_stripes.cpp    the stripes (large frames)
-//   transport_liveness.cpp   hello, heartbeats, goodbye, lost peers
+//   links/*.cpp              each path's state, send and receive (link.h)
+//   transport_liveness.cpp   hello, heartbeats, goodbye, lost peers (state: peer_liveness.h)
 //   trace_clock.cpp          TROUPE_TRACE's clock offset to rank 0
 #include <array>
 #include <atomic>
@@ -25,7 +24,6 @@
 namespace troupe::net {
 
 inline constexpr int kLingerMs = 2000;
-inline constexpr auto kDisconnectGrace = std::chrono::milliseconds(500);
 inline constexpr auto kGoodbyeWait = std::chrono::milliseconds(200);
 inline constexpr auto kLeadSlice = std::chrono::milliseconds(2);  // then the I/O thread gets a turn
 inline constexpr auto kLinkWait = std::chrono::seconds(2);  // for a dialed link after its hello; else ZeroMQ
@@ -43,40 +41,21 @@ struct LinkCounters {
   metrics::Counter* received_bytes;
   metrics::Counter* received_frames;
 };
-std::array<LinkCounters, 3> link_counters(int peer);
+std::array<LinkCounters, kPaths> link_counters(int peer);
 
 // This thread's innermost open SendBatch (transport.h), of whichever transport.
 extern thread_local Transport::SendBatch* open_send_batch;
 
+// What the transport keeps per peer besides its links' state and its liveness (peer_liveness.h):
+// the send lock and sequence numbers that order its frames over every link.
 struct Transport::Peer {
-  std::mutex send_mutex;
-  void* dealer = nullptr;      // set once by connect()
+  std::mutex send_mutex;       // a frame's sequence number and its link's send, together
   uint64_t next_seq = 0;       // under send_mutex
-  void* monitor = nullptr;     // I/O thread after connect()
   uint64_t expected_seq = 0;   // under router_mutex_
-  std::atomic<Clock::rep> last_seen{0};  // when a frame last came (time_since_epoch ticks)
-  bool suspect = false;        // under mutex_: its connection closed, no goodbye yet
-  Clock::time_point suspect_since;
-  bool hello = false;          // under mutex_
-  std::atomic<bool> departed{false};
-  std::atomic<bool> lost{false};  // crashed, cut off, or sent a bad frame
-  std::exception_ptr lost_error;  // under mutex_
   bool local = false;          // set once by connect(): same host, ipc:// allowed
-  // Set once by connect(): another process on this host, so large device tensors may go through
-  // shared memory (transport_staged.cpp); cleared for good when staging fails.
-  std::atomic<bool> staging{false};
-  // Set once, under send_mutex: by connect() on the lower rank of the pair, which dials the link, and
-  // by handle_direct() on the higher one, once the link came. Used under send_mutex.
-  std::unique_ptr<DirectSender> direct;
-  std::atomic<bool> linked{false};       // direct is set
-  std::atomic<bool> dialed_link{false};  // its hello said it dialed a link to this rank
-  std::atomic<bool> direct_backlogged{false};  // the I/O thread writes the rest when it can
-  bool holds_sends = false;  // under send_mutex: the direct link keeps frames for a later write
-  std::atomic<int> sent_unanswered{0};  // frames sent since the last one came from this peer
-  std::atomic<bool> direct_broken{false};      // the direct link failed: the peer is suspect
   // Frames that came before their turn (by sequence number), under router_mutex_.
   std::map<uint64_t, Message> held;
-  std::array<LinkCounters, 3> link{};  // by Path; set by the constructor (not for this rank)
+  std::array<LinkCounters, kPaths> link{};  // by Path; set by the constructor (not for this rank)
 
   void count_sent(Path path, size_t bytes) {
     link[path].sent_bytes->add(bytes);

@@ -1,7 +1,6 @@
-// The transport's peer liveness (transport.h): hello and goodbye, heartbeats every
-// heartbeat_interval, ZeroMQ's disconnect events, and what a lost peer breaks.
-#include <zmq.h>
-
+// What the transport does about its peers' liveness (peer_liveness.h keeps the state and the
+// rules): hello, goodbye and heartbeats every heartbeat_interval sent, and what a lost or departed
+// peer breaks (posted receives, pending sends, the remote actors' supervision).
 #include <cstring>
 
 #include "net/errors.h"
@@ -17,23 +16,22 @@ void Transport::check_healthy() {
 }
 
 void Transport::check_peer(int r) {
-  if (r != rank() && peers_[r]->departed)
+  if (r != rank() && live_.departed(r))
     throw PeerLostError("rank " + std::to_string(r) + " has shut down (it said goodbye)");
 }
 
-bool Transport::is_gone(int r) const { return r != rank() && (peers_[r]->lost || peers_[r]->departed); }
+bool Transport::is_gone(int r) const { return live_.gone(r); }
 
-void Transport::send_control_locked(Peer& peer, FrameKind kind) {
+void Transport::send_control_locked(int r, FrameKind kind) {
+  Peer& peer = *peers_[r];
   FrameHeader h;
   h.kind = kind;
   h.source = rank();
   h.dtype = DType::u8;
   h.shape = {0};
   h.seq = peer.next_seq++;
-  if (kind == FrameKind::hello) h.tag = peer.linked.load() ? 1 : 0;  // 1: a direct link was dialed to it
-  uint8_t buffer[128];
-  encode_header_into(h, buffer);
-  zmq_send(peer.dealer, buffer, header_size(1), ZMQ_DONTWAIT);
+  if (kind == FrameKind::hello) h.tag = direct_ && direct_->linked(r) ? 1 : 0;  // 1: a direct link was dialed to it
+  zmq_->send_header(r, h);
 }
 
 void Transport::break_transport(std::exception_ptr error) {
@@ -57,12 +55,9 @@ void Transport::break_transport(std::exception_ptr error) {
 }
 
 void Transport::lose_peer(int r, std::exception_ptr error) {
-  Peer& peer = *peers_[r];
   {
     std::lock_guard lock(mutex_);
-    if (peer.lost) return;
-    peer.lost_error = error;
-    peer.lost = true;
+    if (!live_.lose(r, error)) return;
   }
   break_transport(error);
   tell_actor_handler(r, error);
@@ -90,7 +85,7 @@ void Transport::tell_actor_handler(int r, std::exception_ptr error) {
 }
 
 void Transport::peer_departed(int r) {
-  peers_[r]->departed = true;
+  live_.depart(r);
   auto error = std::make_exception_ptr(
       PeerLostError("rank " + std::to_string(r) + " has shut down (it said goodbye)"));
   {
@@ -110,66 +105,26 @@ void Transport::peer_departed(int r) {
   tell_actor_handler(r, error);
 }
 
-void Transport::suspect_peer(int r) {
-  Peer& peer = *peers_[r];
+void Transport::suspect(int r) {
   std::lock_guard lock(mutex_);
-  if (peer.hello && !peer.departed && !peer.suspect) {
-    peer.suspect = true;
-    peer.suspect_since = Clock::now();
-  }
-}
-
-void Transport::handle_monitor(int r) {
-  zmq_msg_t event, endpoint;
-  zmq_msg_init(&event);
-  zmq_msg_init(&endpoint);
-  if (zmq_msg_recv(&event, peers_[r]->monitor, ZMQ_DONTWAIT) >= 0) {
-    if (zmq_msg_more(&event)) zmq_msg_recv(&endpoint, peers_[r]->monitor, 0);
-    uint16_t id = 0;
-    if (zmq_msg_size(&event) >= 2) std::memcpy(&id, zmq_msg_data(&event), 2);
-    Peer& peer = *peers_[r];
-    std::lock_guard lock(mutex_);
-    if (id == ZMQ_EVENT_DISCONNECTED && peer.hello && !peer.departed && !peer.suspect) {
-      peer.suspect = true;
-      peer.suspect_since = Clock::now();
-    }
-  }
-  zmq_msg_close(&event);
-  zmq_msg_close(&endpoint);
+  live_.suspect(r, Clock::now());
 }
 
 void Transport::tick(Clock::time_point now) {
   if (!connected_) return;
   for (int r = 0; r < world_size(); ++r) {
-    Peer& peer = *peers_[r];
-    if (r == rank() || peer.departed) continue;
+    if (r == rank() || live_.departed(r)) continue;
     {
-      std::lock_guard lock(peer.send_mutex);
-      send_control_locked(peer, FrameKind::heartbeat);
+      std::lock_guard lock(peers_[r]->send_mutex);
+      send_control_locked(r, FrameKind::heartbeat);
     }
-    bool hello, suspect;
-    Clock::time_point suspect_since;
+    std::exception_ptr lost;
     {
       std::lock_guard lock(mutex_);
-      if (peer.lost) continue;
-      if (peer.direct_broken && peer.hello && !peer.suspect) {  // like a closed connection
-        peer.suspect = true;
-        peer.suspect_since = now;
-      }
-      hello = peer.hello;
-      suspect = peer.suspect;
-      suspect_since = peer.suspect_since;
+      if (live_.lost(r)) continue;
+      lost = live_.check(r, now, direct_ && (direct_->broken(r) || stripes_->broken(r)));
     }
-    if (!hello) continue;
-    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(
-        now - Clock::time_point(Clock::duration(peer.last_seen.load())));
-    if (silent > options_.peer_timeout)
-      lose_peer(r, std::make_exception_ptr(PeerLostError(
-          "rank " + std::to_string(r) + " was lost: no message or heartbeat for " + std::to_string(silent.count()) +
-          " ms")));
-    else if (suspect && now - suspect_since > kDisconnectGrace)
-      lose_peer(r, std::make_exception_ptr(
-          PeerLostError("rank " + std::to_string(r) + " was lost: its connection closed (process died or network broke)")));
+    if (lost) lose_peer(r, lost);
   }
 }
 

@@ -10,16 +10,16 @@ namespace troupe::net {
 
 namespace {
 
-Lane lane_of(FrameKind kind) {
-  if (kind == FrameKind::data || kind == FrameKind::staged) return Lane::p2p;
-  return Lane::collective;
+Inbox inbox_of(FrameKind kind) {
+  if (kind == FrameKind::data || kind == FrameKind::staged) return Inbox::p2p;
+  return Inbox::collective;
 }
 
 }  // namespace
 
-std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Lane lane, int64_t tag, int source) {
+std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Inbox inbox, int64_t tag, int source) {
   auto slot = std::make_shared<Slot>();
-  slot->key = {group, lane, tag};
+  slot->key = {group, inbox, tag};
   slot->source = source;
   std::lock_guard lock(mutex_);
   // Messages that already arrived are delivered even after a failure: they are complete.
@@ -41,7 +41,7 @@ std::shared_ptr<Transport::Slot> Transport::post(uint64_t group, Lane lane, int6
   if (broken_) {
     slot->error = broken_;
     slot->finish();
-  } else if (source >= 0 && source != rank() && peers_[source]->departed) {
+  } else if (source >= 0 && source != rank() && live_.departed(source)) {
     slot->error = std::make_exception_ptr(
         PeerLostError("recv: rank " + std::to_string(source) + " has shut down (it said goodbye)"));
     slot->finish();
@@ -55,8 +55,9 @@ void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline
   go_home();
   const Deadline slice = std::min(deadline, Clock::now() + kLeadSlice);
   std::vector<pollfd> fds;
+  std::vector<int> wait_fds;
   while (true) {
-    if (handle_router() + handle_direct() > 0) {
+    if (receive_links() > 0) {
       touch();
       write_held();  // answers came: requests held for them go now
     }
@@ -72,9 +73,12 @@ void Transport::lead_locked(const std::function<bool()>& done, Deadline deadline
 #endif
       continue;
     }
-    fds.assign(1, pollfd{router_fd_, POLLIN, 0});
-    for (const auto& in : inbound_) fds.push_back(pollfd{in->fd(), POLLIN, 0});
-    if (striped_ready_fd_ >= 0) fds.push_back(pollfd{striped_ready_fd_, POLLIN, 0});
+    wait_fds.clear();
+    zmq_->wait_fds(wait_fds);
+    if (direct_) direct_->wait_fds(wait_fds);
+    if (stripes_) stripes_->wait_fds(wait_fds);
+    fds.clear();
+    for (int fd : wait_fds) fds.push_back(pollfd{fd, POLLIN, 0});
     const timespec ts{left / 1000000000, left % 1000000000};
     ::ppoll(fds.data(), fds.size(), &ts, nullptr);
   }
@@ -148,7 +152,7 @@ bool Transport::is_ready(const Slot& slot) {
 }
 
 void Transport::deliver(Message message) {
-  const Key key{message.header.group, lane_of(message.header.kind), message.header.tag};
+  const Key key{message.header.group, inbox_of(message.header.kind), message.header.tag};
   if (auto it = posted_.find(key); it != posted_.end()) {
     auto& queue = it->second;
     // A collective's abort notice goes to whichever receive of that collective is waiting.

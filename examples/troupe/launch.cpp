@@ -12,7 +12,7 @@
 
 #include "devices/error.h"
 #include "examples/troupe/commands.h"
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 
 namespace troupe::cli {
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "net/collectives/call.h"
+#include "net/collectives/collective_call.h"
 
 namespace troupe::net::collectives {
 
@@ -20,7 +20,7 @@ class FlatAllReduce {
   // The algorithm's name: the label of the collective's metrics and profiler span.
   virtual const char* name() const = 0;
   // data: this call's contiguous 1-D tensor, of the count and dtype the algorithm was made for.
-  virtual Tensor run(Call& call, const Tensor& data) = 0;
+  virtual Tensor run(CollectiveCall& call, const Tensor& data) = 0;
 };
 // Chunked, pipelined ring: reduce-scatter then all-gather (ring_all_reduce.cpp). Large tensors.
 std::unique_ptr<FlatAllReduce> make_ring_all_reduce(int rank, int size, int64_t count, DType dtype, ReduceOp op);
@@ -35,28 +35,28 @@ std::unique_ptr<FlatAllReduce> make_flat_all_reduce(int rank, int size, int64_t 
 
 // Binomial trees rooted at root (binomial_tree.cpp): broadcast returns root's data on every rank;
 // reduce returns the reduction on root (and a partial one elsewhere).
-Tensor binomial_broadcast(Call& call, const Tensor& data, int root);
-Tensor binomial_reduce(Call& call, const Tensor& data, int root, ReduceOp op);
+Tensor binomial_broadcast(CollectiveCall& call, const Tensor& data, int root);
+Tensor binomial_reduce(CollectiveCall& call, const Tensor& data, int root, ReduceOp op);
 // Ring all-gather and reduce-scatter (ring_all_gather.cpp, ring_reduce_scatter.cpp): parts[r] is
 // rank r's contribution / the inputs destined to rank r (any shapes, one dtype).
-std::vector<Tensor> ring_all_gather(Call& call, const Tensor& mine);
-Tensor ring_reduce_scatter(Call& call, const std::vector<Tensor>& inputs, ReduceOp op);
+std::vector<Tensor> ring_all_gather(CollectiveCall& call, const Tensor& mine);
+Tensor ring_reduce_scatter(CollectiveCall& call, const std::vector<Tensor>& inputs, ReduceOp op);
 // Direct sends between every pair that exchanges data (direct.cpp).
-Tensor direct_scatter(Call& call, const std::vector<Tensor>& inputs, int root);
-std::vector<Tensor> direct_gather(Call& call, const Tensor& mine, int root);
-std::vector<Tensor> direct_all_to_all(Call& call, const std::vector<Tensor>& inputs);
+Tensor direct_scatter(CollectiveCall& call, const std::vector<Tensor>& inputs, int root);
+std::vector<Tensor> direct_gather(CollectiveCall& call, const Tensor& mine, int root);
+std::vector<Tensor> direct_all_to_all(CollectiveCall& call, const std::vector<Tensor>& inputs);
 // Dissemination barrier: ceil(log2 n) rounds of header-only frames (barrier.cpp).
-void dissemination_barrier(Call& call);
+void dissemination_barrier(CollectiveCall& call);
 
 // Two levels (two_level.cpp), for groups whose HostGroups::two_level: within each host, among
 // one leader per host, within each host again. The dispatcher numbers the levels' calls on the
 // sub-groups when the outer call is made (so async and blocking calls pair up alike on every
 // rank); a level this rank takes no part in is empty.
 struct TwoLevel {
-  std::optional<Call> within_first, leaders, within_last;
+  std::optional<CollectiveCall> within_first, leaders, within_last;
   std::optional<uint64_t> shm_ticket, shm_ticket_last;  // the within levels' turns on the host's shared memory
   Deadline deadline;                   // the outer call's, given to every level
-  std::chrono::microseconds poll{};    // the outer call's receive poll (Call::poll), likewise
+  std::chrono::microseconds poll{};    // the outer call's receive poll (CollectiveCall::poll), likewise
 };
 Tensor two_level_all_reduce(TwoLevel& levels, const Tensor& data, ReduceOp op, int group_size);
 // Each level's op.root is the rank it broadcasts from.

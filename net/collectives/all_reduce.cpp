@@ -71,7 +71,7 @@ AllReduce::Turn AllReduce::take_turn(ProcessGroup& group) {
   return turn;
 }
 
-Tensor AllReduce::run(Call& call, const Turn& turn, const Tensor& data) {
+Tensor AllReduce::run(CollectiveCall& call, const Turn& turn, const Tensor& data) {
   runs_.fetch_add(1, std::memory_order_relaxed);
   call.algorithm = name_;
   if (size_ == 1) return data;

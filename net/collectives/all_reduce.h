@@ -37,7 +37,7 @@ class AllReduce {
 
   // The reduction of data over the group: a fresh tensor or a received buffer, never data's bytes
   // (but data itself on one rank). Sets call.algorithm to the path taken.
-  Tensor run(Call& call, const Turn& turn, const Tensor& data);
+  Tensor run(CollectiveCall& call, const Turn& turn, const Tensor& data);
 
   // The path calls take ("two_level", "shared_memory", or the flat algorithm's name; "local" on
   // one rank): the label of the collective's metrics and profiler span. A shared-memory call that

@@ -5,7 +5,7 @@
 
 namespace troupe::net::collectives {
 
-void dissemination_barrier(Call& call) {
+void dissemination_barrier(CollectiveCall& call) {
   const int n = call.size(), r = call.rank();
   for (int distance = 1; distance < n; distance <<= 1) {
     call.send_note((r + distance) % n);

@@ -21,7 +21,7 @@ int lowest_bit_or(int v, int n) {
 
 }  // namespace
 
-Tensor binomial_broadcast(Call& call, const Tensor& data, int root) {
+Tensor binomial_broadcast(CollectiveCall& call, const Tensor& data, int root) {
   const int n = call.size(), r = call.rank();
   const int v = (r - root + n) % n;
   auto actual = [&](int relative) { return (relative + root) % n; };
@@ -41,7 +41,7 @@ Tensor binomial_broadcast(Call& call, const Tensor& data, int root) {
   return value;
 }
 
-Tensor binomial_reduce(Call& call, const Tensor& data, int root, ReduceOp op) {
+Tensor binomial_reduce(CollectiveCall& call, const Tensor& data, int root, ReduceOp op) {
   const int n = call.size(), r = call.rank();
   const int v = (r - root + n) % n;
   auto actual = [&](int relative) { return (relative + root) % n; };

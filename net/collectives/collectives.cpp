@@ -28,7 +28,7 @@ namespace troupe::net {
 namespace {
 
 using collectives::begin_call;
-using collectives::Call;
+using collectives::CollectiveCall;
 using collectives::GroupState;
 
 std::string at(const char* op, const ProcessGroup& g) {
@@ -112,9 +112,9 @@ std::shared_ptr<collectives::TwoLevel> two_level(ProcessGroup& g, NumberLevels n
 // A collective ready to run: its descriptor (sequence number taken in call order), the algorithm
 // it will take, and the rank's part.
 struct Plan {
-  Call call;
+  CollectiveCall call;
   const char* algorithm;  // for the profiler's span; the body sets call.algorithm if it takes another
-  std::function<void(Call&)> body;
+  std::function<void(CollectiveCall&)> body;
   uint64_t bytes = 0;  // for the metrics; 0: the descriptor's count times the dtype's size
 };
 
@@ -141,7 +141,7 @@ CollectiveCounters& collective_counters(CollectiveOp op, const char* algorithm) 
   return *slot;
 }
 
-void count_collective(const Call& call, uint64_t bytes, std::chrono::steady_clock::time_point start) {
+void count_collective(const CollectiveCall& call, uint64_t bytes, std::chrono::steady_clock::time_point start) {
   CollectiveCounters& c = collective_counters(call.op.op, call.algorithm);
   c.calls.add();
   c.bytes.add(bytes);
@@ -153,7 +153,7 @@ void count_collective(const Call& call, uint64_t bytes, std::chrono::steady_cloc
 // sleeping (a sleep here makes them late, and ranks end up waking each other by turns). An async
 // call's thread runs beside the caller's own work, so it keeps the ordinary busy-poll.
 void run(Plan& plan, Timeout timeout, bool caller_waits = true) {
-  Call& call = plan.call;
+  CollectiveCall& call = plan.call;
   call.deadline = call.channel.deadline(timeout);
   const uint64_t bytes = plan.bytes ? plan.bytes : call.op.count * itemsize(call.op.dtype);
   Transport& transport = call.channel.group().transport();
@@ -196,7 +196,7 @@ Plan plan_broadcast(ProcessGroup& g, Tensor& tensor, int root) {
   check_defined("broadcast", g, tensor, "tensor");
   check_root("broadcast", g, root);
   const TensorMeta meta = tensor.meta();
-  Call call = begin_call(g, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), root);
+  CollectiveCall call = begin_call(g, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), root);
   auto levels = two_level(g, [&](const collectives::HostGroups& hosts, collectives::TwoLevel& l) {
     const int root_host = hosts.host_of[static_cast<size_t>(root)];
     const bool on_root_host = hosts.host_of[static_cast<size_t>(g.rank())] == root_host;
@@ -208,7 +208,7 @@ Plan plan_broadcast(ProcessGroup& g, Tensor& tensor, int root) {
     if (!on_root_host && shared_host) l.within_last = begin_call(*hosts.local, CollectiveOp::broadcast, ReduceOp::none, meta.dtype, tensor.numel(), 0);
   });
   const char* algorithm = levels ? "two_level" : "binomial_tree";
-  return {std::move(call), algorithm, [staged = stage_to_host(tensor), meta, root, levels, out = &tensor](Call& c) {
+  return {std::move(call), algorithm, [staged = stage_to_host(tensor), meta, root, levels, out = &tensor](CollectiveCall& c) {
             if (c.size() == 1) return;
             const Tensor data = host_bytes(staged, "broadcast");
             Tensor got;
@@ -228,8 +228,8 @@ Plan plan_reduce(ProcessGroup& g, Tensor& tensor, int root, ReduceOp op) {
   check_root("reduce", g, root);
   check_reducible("reduce", g, tensor, op);
   const TensorMeta meta = tensor.meta();
-  Call call = begin_call(g, CollectiveOp::reduce, op, meta.dtype, tensor.numel(), root);
-  return {std::move(call), "binomial_tree", [staged = stage_to_host(tensor), meta, root, op, out = &tensor](Call& c) {
+  CollectiveCall call = begin_call(g, CollectiveOp::reduce, op, meta.dtype, tensor.numel(), root);
+  return {std::move(call), "binomial_tree", [staged = stage_to_host(tensor), meta, root, op, out = &tensor](CollectiveCall& c) {
             if (c.size() == 1) return;
             Tensor got = collectives::binomial_reduce(c, host_flat(staged, "reduce"), root, op);
             if (c.rank() == root) *out = restore(got, meta);
@@ -244,10 +244,10 @@ Plan plan_all_reduce(ProcessGroup& g, Tensor& tensor, ReduceOp op) {
   // levels' calls) is taken now, in call order, like the sequence number.
   std::shared_ptr<collectives::AllReduce> algorithm = GroupState::of(g).all_reduce(tensor.numel(), meta.dtype, op);
   collectives::AllReduce::Turn turn = algorithm->take_turn(g);
-  Call call = begin_call(g, CollectiveOp::all_reduce, op, meta.dtype, tensor.numel());
+  CollectiveCall call = begin_call(g, CollectiveOp::all_reduce, op, meta.dtype, tensor.numel());
   const char* label = algorithm->name();
   return {std::move(call), label,
-          [staged = stage_to_host(tensor), meta, algorithm = std::move(algorithm), turn = std::move(turn), out = &tensor](Call& c) {
+          [staged = stage_to_host(tensor), meta, algorithm = std::move(algorithm), turn = std::move(turn), out = &tensor](CollectiveCall& c) {
             if (c.size() == 1) return;
             *out = restore(algorithm->run(c, turn, host_flat(staged, "all_reduce")), meta);
           }};
@@ -262,8 +262,8 @@ Plan plan_scatter(ProcessGroup& g, Tensor& output, const std::vector<Tensor>& in
     for (const Tensor& t : inputs) staged.push_back(stage_to_host(t));
   }
   const TensorMeta meta = output.meta();
-  Call call = begin_call(g, CollectiveOp::scatter, ReduceOp::none, meta.dtype, output.numel(), root);
-  return {std::move(call), "direct", [staged = std::move(staged), meta, root, out = &output](Call& c) {
+  CollectiveCall call = begin_call(g, CollectiveOp::scatter, ReduceOp::none, meta.dtype, output.numel(), root);
+  return {std::move(call), "direct", [staged = std::move(staged), meta, root, out = &output](CollectiveCall& c) {
             const std::vector<Tensor> parts = host_bytes(staged, "scatter");
             Tensor got = c.size() == 1 ? parts[0] : collectives::direct_scatter(c, parts, root);
             *out = restore(got, meta);
@@ -275,8 +275,8 @@ Plan plan_gather(ProcessGroup& g, std::vector<Tensor>& outputs, const Tensor& in
   check_root("gather", g, root);
   if (g.rank() == root) check_outputs("gather", g, outputs);
   const TensorMeta meta = input.meta();
-  Call call = begin_call(g, CollectiveOp::gather, ReduceOp::none, meta.dtype, input.numel(), root);
-  return {std::move(call), "direct", [staged = stage_to_host(input), input, root, out = &outputs](Call& c) {
+  CollectiveCall call = begin_call(g, CollectiveOp::gather, ReduceOp::none, meta.dtype, input.numel(), root);
+  return {std::move(call), "direct", [staged = stage_to_host(input), input, root, out = &outputs](CollectiveCall& c) {
             if (c.size() == 1) {
               *out = {input};
               return;
@@ -293,8 +293,8 @@ Plan plan_all_gather(ProcessGroup& g, std::vector<Tensor>& outputs, const Tensor
   check_defined("all_gather", g, input, "input");
   check_outputs("all_gather", g, outputs);
   const TensorMeta meta = input.meta();
-  Call call = begin_call(g, CollectiveOp::all_gather, ReduceOp::none, meta.dtype, input.numel());
-  return {std::move(call), "ring", [staged = stage_to_host(input), input, out = &outputs](Call& c) {
+  CollectiveCall call = begin_call(g, CollectiveOp::all_gather, ReduceOp::none, meta.dtype, input.numel());
+  return {std::move(call), "ring", [staged = stage_to_host(input), input, out = &outputs](CollectiveCall& c) {
             if (c.size() == 1) {
               *out = {input};
               return;
@@ -313,8 +313,8 @@ Plan plan_reduce_scatter(ProcessGroup& g, Tensor& output, const std::vector<Tens
   std::vector<HostStaging> staged;
   for (const Tensor& t : inputs) staged.push_back(stage_to_host(t));
   const TensorMeta meta = inputs[0].meta();
-  Call call = begin_call(g, CollectiveOp::reduce_scatter, op, meta.dtype, inputs[0].numel());
-  return {std::move(call), "ring", [staged = std::move(staged), meta, op, out = &output](Call& c) {
+  CollectiveCall call = begin_call(g, CollectiveOp::reduce_scatter, op, meta.dtype, inputs[0].numel());
+  return {std::move(call), "ring", [staged = std::move(staged), meta, op, out = &output](CollectiveCall& c) {
             const std::vector<Tensor> parts = host_bytes(staged, "reduce_scatter");
             Tensor got = c.size() == 1 ? parts[0] : collectives::ring_reduce_scatter(c, parts, op);
             *out = restore(got, meta);
@@ -331,8 +331,8 @@ Plan plan_all_to_all(ProcessGroup& g, std::vector<Tensor>& outputs, const std::v
   uint64_t bytes = 0;
   for (const HostStaging& p : staged) bytes += p.bytes();
   // Parts may differ in size per pair, so the descriptor's count is the number of parts.
-  Call call = begin_call(g, CollectiveOp::all_to_all, ReduceOp::none, inputs[0].dtype(), inputs.size());
-  return {std::move(call), "direct", [staged = std::move(staged), device, out = &outputs](Call& c) {
+  CollectiveCall call = begin_call(g, CollectiveOp::all_to_all, ReduceOp::none, inputs[0].dtype(), inputs.size());
+  return {std::move(call), "direct", [staged = std::move(staged), device, out = &outputs](CollectiveCall& c) {
             const std::vector<Tensor> parts = host_bytes(staged, "all_to_all");
             std::vector<Tensor> got = c.size() == 1 ? parts : collectives::direct_all_to_all(c, parts);
             for (Tensor& p : got) p = restore(p, {p.dtype(), p.shape(), device});
@@ -342,8 +342,8 @@ Plan plan_all_to_all(ProcessGroup& g, std::vector<Tensor>& outputs, const std::v
 }
 
 Plan plan_barrier(ProcessGroup& g) {
-  Call call = begin_call(g, CollectiveOp::barrier, ReduceOp::none, DType::u8, 0);
-  return {std::move(call), "dissemination", [](Call& c) { collectives::dissemination_barrier(c); }};
+  CollectiveCall call = begin_call(g, CollectiveOp::barrier, ReduceOp::none, DType::u8, 0);
+  return {std::move(call), "dissemination", [](CollectiveCall& c) { collectives::dissemination_barrier(c); }};
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 
 namespace troupe::net::collectives {
 
-Tensor direct_scatter(Call& call, const std::vector<Tensor>& inputs, int root) {
+Tensor direct_scatter(CollectiveCall& call, const std::vector<Tensor>& inputs, int root) {
   const int n = call.size(), r = call.rank();
   call.announce();
   if (r == root)
@@ -20,7 +20,7 @@ Tensor direct_scatter(Call& call, const std::vector<Tensor>& inputs, int root) {
   return part;
 }
 
-std::vector<Tensor> direct_gather(Call& call, const Tensor& mine, int root) {
+std::vector<Tensor> direct_gather(CollectiveCall& call, const Tensor& mine, int root) {
   const int n = call.size(), r = call.rank();
   call.announce();
   call.check_announcements();
@@ -37,7 +37,7 @@ std::vector<Tensor> direct_gather(Call& call, const Tensor& mine, int root) {
   return parts;
 }
 
-std::vector<Tensor> direct_all_to_all(Call& call, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> direct_all_to_all(CollectiveCall& call, const std::vector<Tensor>& inputs) {
   const int n = call.size(), r = call.rank();
   // Start with the right neighbour so that no rank is everyone's first destination.
   for (int i = 1; i < n; ++i) {

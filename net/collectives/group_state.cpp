@@ -46,9 +46,9 @@ size_t GroupState::cached_algorithms() const {
   return algorithms_.size();
 }
 
-Call begin_call(ProcessGroup& group, CollectiveOp op, ReduceOp reduce, DType dtype, uint64_t count, int root) {
+CollectiveCall begin_call(ProcessGroup& group, CollectiveOp op, ReduceOp reduce, DType dtype, uint64_t count, int root) {
   const OpDescriptor d{op, reduce, dtype, count, GroupState::of(group).next_seq(), root};
-  return Call{Channel(group.shared_from_this()), d, {}};
+  return CollectiveCall{Channel(group.shared_from_this()), d, {}};
 }
 
 }  // namespace troupe::net::collectives

@@ -5,7 +5,7 @@
 // it (one per count, dtype and reduce op, reused by every call of that shape).
 //
 //   GroupState& s = GroupState::of(group);
-//   Call call = begin_call(group, CollectiveOp::barrier, ReduceOp::none, DType::u8, 0);  // numbered now
+//   CollectiveCall call = begin_call(group, CollectiveOp::barrier, ReduceOp::none, DType::u8, 0);  // numbered now
 //   std::shared_ptr<AllReduce> a = s.all_reduce(count, DType::f32, ReduceOp::sum);        // made once
 #include <atomic>
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include <mutex>
 #include <tuple>
 
-#include "net/collectives/call.h"
+#include "net/collectives/collective_call.h"
 
 namespace troupe::net::collectives {
 
@@ -67,6 +67,6 @@ class GroupState {
 };
 
 // A collective call on group: its descriptor with the group's next number, a channel to the group.
-Call begin_call(ProcessGroup& group, CollectiveOp op, ReduceOp reduce, DType dtype, uint64_t count, int root = -1);
+CollectiveCall begin_call(ProcessGroup& group, CollectiveOp op, ReduceOp reduce, DType dtype, uint64_t count, int root = -1);
 
 }  // namespace troupe::net::collectives

@@ -36,7 +36,7 @@ class PairAllReduce final : public FlatAllReduce {
         chunk_(std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(itemsize(dtype)))),
         chunks_((count + chunk_ - 1) / chunk_) {}  // the same on both ranks: count agrees
   const char* name() const override { return "pair"; }
-  Tensor run(Call& call, const Tensor& data) override;
+  Tensor run(CollectiveCall& call, const Tensor& data) override;
 
  private:
   int peer_;
@@ -46,7 +46,7 @@ class PairAllReduce final : public FlatAllReduce {
   int64_t chunk_, chunks_;
 };
 
-Tensor PairAllReduce::run(Call& call, const Tensor& data) {
+Tensor PairAllReduce::run(CollectiveCall& call, const Tensor& data) {
   const int peer = peer_;
   const DType dtype = dtype_;
   const int64_t count = count_, chunk = chunk_, chunks = chunks_;

@@ -25,7 +25,7 @@ class RecursiveDoublingAllReduce final : public FlatAllReduce {
   RecursiveDoublingAllReduce(int rank, int size, ReduceOp op)
       : r_(rank), n_(size), p_(static_cast<int>(std::bit_floor(static_cast<unsigned>(size)))), op_(op) {}
   const char* name() const override { return "recursive_doubling"; }
-  Tensor run(Call& call, const Tensor& data) override;
+  Tensor run(CollectiveCall& call, const Tensor& data) override;
 
  private:
   int r_, n_;
@@ -33,7 +33,7 @@ class RecursiveDoublingAllReduce final : public FlatAllReduce {
   ReduceOp op_;
 };
 
-Tensor RecursiveDoublingAllReduce::run(Call& call, const Tensor& data) {
+Tensor RecursiveDoublingAllReduce::run(CollectiveCall& call, const Tensor& data) {
   const int n = n_, r = r_, p = p_;
   const int extra = n - p;
   const ReduceOp op = op_;

@@ -5,7 +5,7 @@
 
 namespace troupe::net::collectives {
 
-std::vector<Tensor> ring_all_gather(Call& call, const Tensor& mine) {
+std::vector<Tensor> ring_all_gather(CollectiveCall& call, const Tensor& mine) {
   const int n = call.size(), r = call.rank();
   const int right = (r + 1) % n, left = (r + n - 1) % n;
   std::vector<Tensor> parts(static_cast<size_t>(n));

@@ -36,7 +36,7 @@ class RingAllReduce final : public FlatAllReduce {
  public:
   RingAllReduce(int rank, int size, int64_t count, DType dtype, ReduceOp op);
   const char* name() const override { return "ring"; }
-  Tensor run(Call& call, const Tensor& data) override;
+  Tensor run(CollectiveCall& call, const Tensor& data) override;
 
  private:
   const Range& chunk(int segment, int64_t k) const { return chunks_[static_cast<size_t>(segment * count_of_chunks_ + k)]; }
@@ -63,7 +63,7 @@ RingAllReduce::RingAllReduce(int rank, int size, int64_t count, DType dtype, Red
   }
 }
 
-Tensor RingAllReduce::run(Call& call, const Tensor& data) {
+Tensor RingAllReduce::run(CollectiveCall& call, const Tensor& data) {
   const int n = size_, r = rank_;
   const int right = (r + 1) % n, left = (r + n - 1) % n;
   const DType dtype = dtype_;

@@ -7,7 +7,7 @@
 
 namespace troupe::net::collectives {
 
-Tensor ring_reduce_scatter(Call& call, const std::vector<Tensor>& inputs, ReduceOp op) {
+Tensor ring_reduce_scatter(CollectiveCall& call, const std::vector<Tensor>& inputs, ReduceOp op) {
   const int n = call.size(), r = call.rank();
   const int right = (r + 1) % n, left = (r + n - 1) % n;
   const ReduceOp combine = op == ReduceOp::avg ? ReduceOp::sum : op;

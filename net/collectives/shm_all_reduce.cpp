@@ -94,7 +94,7 @@ bool SharedMemoryAllReduce::eligible(ProcessGroup& group) {
 
 // The first call: make this rank's segment, tell the others where it is, map theirs, and agree
 // on whether everyone succeeded (over ZeroMQ, under the call's own descriptor).
-bool SharedMemoryAllReduce::set_up(Call& call) {
+bool SharedMemoryAllReduce::set_up(CollectiveCall& call) {
   const int n = call.size(), r = call.rank();
   segment_bytes_ = sizeof(Segment);
   segments_.assign(static_cast<size_t>(n), nullptr);
@@ -142,7 +142,7 @@ bool SharedMemoryAllReduce::set_up(Call& call) {
 
 // Anything on the collective's ZeroMQ lane means trouble: an abort notice, or a frame from a rank
 // that made another call.
-void SharedMemoryAllReduce::check_inbox(Call& call) {
+void SharedMemoryAllReduce::check_inbox(CollectiveCall& call) {
   Transport& t = call.channel.group().transport();
   t.check_healthy();
   if (!t.is_ready(*probe_)) return;
@@ -158,7 +158,7 @@ void SharedMemoryAllReduce::check_inbox(Call& call) {
   throw error;
 }
 
-void SharedMemoryAllReduce::wait_for(Call& call, int peer, const char* stage, Flag& flag, uint64_t target) {
+void SharedMemoryAllReduce::wait_for(CollectiveCall& call, int peer, const char* stage, Flag& flag, uint64_t target) {
   for (int spins = 0;; ++spins) {
     const uint64_t seen = flag.value.load(std::memory_order_acquire);
     if (seen >= target) return;
@@ -180,7 +180,7 @@ void SharedMemoryAllReduce::wait_for(Call& call, int peer, const char* stage, Fl
   }
 }
 
-void SharedMemoryAllReduce::post_and_check(Call& call, uint64_t g) {
+void SharedMemoryAllReduce::post_and_check(CollectiveCall& call, uint64_t g) {
   const int n = call.size(), r = call.rank();
   const OpDescriptor& op = call.op;
   segments_[static_cast<size_t>(r)]->posted[g % 2] = {static_cast<uint8_t>(op.op), static_cast<uint8_t>(op.reduce),
@@ -205,7 +205,7 @@ void SharedMemoryAllReduce::post_and_check(Call& call, uint64_t g) {
 
 // Small tensors: one hand-off. Every rank posts its whole tensor in half g % 2 of its slot and
 // reduces all of them, in rank order (so every rank computes the same bits).
-void SharedMemoryAllReduce::reduce_small(Call& call, const Tensor& data, ReduceOp op, char* out) {
+void SharedMemoryAllReduce::reduce_small(CollectiveCall& call, const Tensor& data, ReduceOp op, char* out) {
   const int n = call.size(), r = call.rank();
   const size_t bytes = data.nbytes(), elems = static_cast<size_t>(data.numel());
   const uint64_t g = ++generation_;
@@ -224,7 +224,7 @@ void SharedMemoryAllReduce::reduce_small(Call& call, const Tensor& data, ReduceO
   segments_[static_cast<size_t>(r)]->consumed.raise(g);
 }
 
-void SharedMemoryAllReduce::reduce_piece(Call& call, const Tensor& data, int64_t begin, int64_t end, ReduceOp op,
+void SharedMemoryAllReduce::reduce_piece(CollectiveCall& call, const Tensor& data, int64_t begin, int64_t end, ReduceOp op,
                                          char* out) {
   const int n = call.size(), r = call.rank();
   const DType dtype = data.dtype();
@@ -264,7 +264,7 @@ void SharedMemoryAllReduce::reduce_piece(Call& call, const Tensor& data, int64_t
   mine.consumed.raise(g);
 }
 
-std::optional<Tensor> SharedMemoryAllReduce::run(Call& call, uint64_t ticket, const Tensor& data, ReduceOp op) {
+std::optional<Tensor> SharedMemoryAllReduce::run(CollectiveCall& call, uint64_t ticket, const Tensor& data, ReduceOp op) {
   std::unique_lock turn(mutex_);
   turn_.wait(turn, [&] { return serving_ == ticket; });
   turn.unlock();
@@ -283,7 +283,7 @@ std::optional<Tensor> SharedMemoryAllReduce::run(Call& call, uint64_t ticket, co
   if (state_ == State::off) return std::nullopt;
 
   Transport& t = call.channel.group().transport();
-  probe_ = t.post(call.channel.group_id(), Lane::collective, static_cast<int64_t>(call.op.collective_seq), -1);
+  probe_ = t.post(call.channel.group_id(), Inbox::collective, static_cast<int64_t>(call.op.collective_seq), -1);
   struct CancelProbe {
     Transport& t;
     std::shared_ptr<Transport::Slot>& probe;

@@ -26,7 +26,7 @@
 #include <optional>
 #include <vector>
 
-#include "net/collectives/call.h"
+#include "net/collectives/collective_call.h"
 #include "net/transport.h"
 
 namespace troupe::net::collectives {
@@ -47,17 +47,17 @@ class SharedMemoryAllReduce {
 
   // The reduction of data (contiguous, 1-D) over the group, or nullopt when some rank could not
   // set the segments up (then every rank gets nullopt, now and later).
-  std::optional<Tensor> run(Call& call, uint64_t ticket, const Tensor& data, ReduceOp op);
+  std::optional<Tensor> run(CollectiveCall& call, uint64_t ticket, const Tensor& data, ReduceOp op);
 
  private:
   struct Segment;
   struct Flag;
-  bool set_up(Call& call);
-  void post_and_check(Call& call, uint64_t generation);
-  void reduce_small(Call& call, const Tensor& data, ReduceOp op, char* out);
-  void reduce_piece(Call& call, const Tensor& data, int64_t begin, int64_t end, ReduceOp op, char* out);
-  void wait_for(Call& call, int peer, const char* stage, Flag& flag, uint64_t target);
-  void check_inbox(Call& call);
+  bool set_up(CollectiveCall& call);
+  void post_and_check(CollectiveCall& call, uint64_t generation);
+  void reduce_small(CollectiveCall& call, const Tensor& data, ReduceOp op, char* out);
+  void reduce_piece(CollectiveCall& call, const Tensor& data, int64_t begin, int64_t end, ReduceOp op, char* out);
+  void wait_for(CollectiveCall& call, int peer, const char* stage, Flag& flag, uint64_t target);
+  void check_inbox(CollectiveCall& call);
 
   std::atomic<uint64_t> next_ticket_{0};
   std::mutex mutex_;

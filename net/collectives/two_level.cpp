@@ -15,7 +15,7 @@ namespace {
 // otherwise wait for this one until their deadline), and so are the levels not reached yet.
 template <class Body>
 Tensor run_levels(TwoLevel& levels, Body body) {
-  for (std::optional<Call>* level : {&levels.within_first, &levels.leaders, &levels.within_last})
+  for (std::optional<CollectiveCall>* level : {&levels.within_first, &levels.leaders, &levels.within_last})
     if (*level) {
       (*level)->deadline = levels.deadline;
       (*level)->poll = levels.poll;
@@ -24,7 +24,7 @@ Tensor run_levels(TwoLevel& levels, Body body) {
     return body();
   } catch (const std::exception& e) {
     const CommError error(std::string("two-level collective failed on this rank: ") + e.what());
-    for (std::optional<Call>* level : {&levels.within_first, &levels.leaders, &levels.within_last})
+    for (std::optional<CollectiveCall>* level : {&levels.within_first, &levels.leaders, &levels.within_last})
       if (*level) (*level)->channel.abort((*level)->op.collective_seq, error);
     throw;
   }
@@ -32,7 +32,7 @@ Tensor run_levels(TwoLevel& levels, Body body) {
 
 // A level's all_reduce: its sub-group's own algorithm for the shape, set up once like the outer
 // call's; within a host through its shared memory when the level has a ticket for it.
-Tensor level_all_reduce(Call& level, const std::optional<uint64_t>& ticket, const Tensor& t, ReduceOp op) {
+Tensor level_all_reduce(CollectiveCall& level, const std::optional<uint64_t>& ticket, const Tensor& t, ReduceOp op) {
   std::shared_ptr<AllReduce> algorithm = GroupState::of(level.channel.group()).all_reduce(t.numel(), t.dtype(), op);
   return algorithm->run(level, AllReduce::Turn{ticket, nullptr}, t);
 }
@@ -67,7 +67,7 @@ Tensor two_level_all_reduce(TwoLevel& levels, const Tensor& data, ReduceOp op, i
 Tensor two_level_broadcast(TwoLevel& levels, const Tensor& data) {
   return run_levels(levels, [&] {
     Tensor t = data;
-    for (std::optional<Call>* level : {&levels.within_first, &levels.leaders, &levels.within_last})
+    for (std::optional<CollectiveCall>* level : {&levels.within_first, &levels.leaders, &levels.within_last})
       if (*level) t = binomial_broadcast(**level, t, (*level)->op.root);
     return t;
   });

@@ -4,7 +4,6 @@
 #include <iterator>
 
 #include "net/frame.h"
-#include "net/frame_accept.h"
 #include "net/wire_bytes.h"
 
 namespace troupe::net {

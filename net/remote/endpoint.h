@@ -81,7 +81,7 @@ struct ActorRef {
 };
 
 // A call waiting in a hosted actor's mailbox (a request, a tell, or the stop that ends it).
-struct Call {
+struct QueuedCall {
   CallKind kind = CallKind::request;
   int source = -1;
   uint64_t request = 0;
@@ -99,7 +99,7 @@ struct Hosted {
   std::shared_ptr<troupe::Lane> lane;     // spawned on a device: its calls queue there
   std::set<int> watchers;                 // ranks to tell when it stops (under Impl::mutex)
   std::mutex mutex;                       // guards the mailbox
-  std::deque<Call> mailbox;
+  std::deque<QueuedCall> mailbox;
   bool scheduled = false;  // a thread runs (or is about to run) the mailbox
   std::unique_ptr<metrics::ActorMetrics> metrics;  // set with the name, before any call arrives
 };
@@ -123,7 +123,7 @@ inline std::exception_ptr error(const std::string& message) {
 struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   using ActorRef = detail::ActorRef;
   using Answer = detail::Answer;
-  using Call = detail::Call;
+  using QueuedCall = detail::QueuedCall;
   using Hosted = detail::Hosted;
 
   // Any group of the job: its transport (every rank's) and its timeout are what is used.
@@ -212,9 +212,9 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   void drain(Hosted& actor);
   void finished_running();
   std::string where(const Hosted& actor) const;
-  void run(Hosted& actor, Call& call);
+  void run(Hosted& actor, QueuedCall& call);
   // A stop, reached in the mailbox after the calls sent before it.
-  void end(Hosted& actor, const Call& call);
+  void end(Hosted& actor, const QueuedCall& call);
   void add_watcher(int source, uint64_t id);
   // spawn: the constructor runs off the receiving thread, in spawn order; then the name is enrolled
   // in rank 0's directory, and only then is the spawner answered (so a lookup after spawn_on finds it).

@@ -62,7 +62,7 @@ void RemoteActors::Impl::deliver(int source, CallFrame&& call) {
   bool start;
   {
     std::lock_guard lock(actor->mutex);
-    actor->mailbox.push_back(Call{call.kind, source, call.request, std::move(call.text), std::move(call.value)});
+    actor->mailbox.push_back(QueuedCall{call.kind, source, call.request, std::move(call.text), std::move(call.value)});
     actor->metrics->mailbox.add(1);
     start = !actor->scheduled;
     actor->scheduled = true;
@@ -89,7 +89,7 @@ void RemoteActors::Impl::drain_on_executor(const std::shared_ptr<Hosted>& actor)
 
 void RemoteActors::Impl::drain(Hosted& actor) {
   while (true) {
-    Call call;
+    QueuedCall call;
     {
       std::lock_guard lock(actor.mutex);
       if (actor.mailbox.empty()) {
@@ -114,7 +114,7 @@ std::string RemoteActors::Impl::where(const detail::Hosted& actor) const {
   return "remote actor '" + actor.name + "' on rank " + std::to_string(rank) + ": ";
 }
 
-void RemoteActors::Impl::run(Hosted& actor, Call& call) {
+void RemoteActors::Impl::run(Hosted& actor, QueuedCall& call) {
   if (call.kind == CallKind::stop) return end(actor, call);
   const std::string what = where(actor) + call.method + ": ";
   const auto start = std::chrono::steady_clock::now();
@@ -150,7 +150,7 @@ void RemoteActors::Impl::run(Hosted& actor, Call& call) {
   else if (call.request != 0) respond(call.source, call.request, std::move(result), what);
 }
 
-void RemoteActors::Impl::end(Hosted& actor, const Call& call) {
+void RemoteActors::Impl::end(Hosted& actor, const QueuedCall& call) {
   std::set<int> watchers;
   {
     std::lock_guard lock(mutex);

@@ -99,7 +99,7 @@ if len(sys.argv) > 1:  # a real Net checkpoint (see the header)
     real["step"] = 0
     put("checkpoint", "net_sgd", checkpoint_input(real, open(os.path.join(sys.argv[1], "tensors.safetensors"), "rb").read(), True))
 
-# Rendezvous messages (net/rendezvous_messages.h; input layout of rendezvous_fuzz.cpp: byte 0 % 3
+# Rendezvous messages (net/bootstrap/rendezvous_messages.h; input layout of rendezvous_fuzz.cpp: byte 0 % 3
 # picks registration, table or file line, / 3 a table's world size; the text after it).
 def address(tcp, ipc, host="b1d3/2049:131073/pid:[4026531836]/net:[4026531840]"):
     return "%s|%s|%s" % (tcp, ipc, host)

@@ -1,4 +1,4 @@
-// libFuzzer target for the rendezvous messages (net/rendezvous_messages.h): a registration, rank
+// libFuzzer target for the rendezvous messages (net/bootstrap/rendezvous_messages.h): a registration, rank
 // 0's answer (a table, or its error or timeout verdict) or a file:// line parses to a value whose
 // format_* text parses back to an equal value, or throws CommError (an answer carrying rank 0's
 // timeout: TimeoutError); never crash or hang. A table's or a parsed address's PeerAddress
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "devices/error.h"
-#include "net/rendezvous_messages.h"
+#include "net/bootstrap/rendezvous_messages.h"
 
 namespace {
 

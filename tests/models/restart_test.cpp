@@ -15,7 +15,7 @@
 #include <regex>
 #include <sstream>
 
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 
 namespace fs = std::filesystem;
 using troupe::net::LaunchOptions;

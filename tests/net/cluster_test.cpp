@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 #include "support/cluster.h"
 #include "support/ranks.h"
 

@@ -13,7 +13,7 @@
 #include "net/collectives/all_reduce.h"
 #include "net/collectives/group_state.h"
 #include "net/collectives/reduce_kernels.h"
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 #include "support/ranks.h"
 
 using namespace troupe;

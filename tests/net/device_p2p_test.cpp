@@ -1,9 +1,9 @@
 // Device tensors between processes of one host: through pinned shared memory where the ranks
-// share it (net/transport_staged.cpp), through host bytes where they do not.
+// share it (net/links/staged_link.h), through host bytes where they do not.
 #include <catch2/catch.hpp>
 
 #include "devices/backend.h"
-#include "net/host_identity.h"
+#include "net/bootstrap/host_identity.h"
 #include "support/ranks.h"
 #include "support/skip.h"
 

@@ -85,7 +85,7 @@ TEST_CASE("direct link: one connection carries records both ways and closes with
   read_until(*in, 1);
   CHECK(got[0] == "request+4 bytes");
   CHECK(in->peer() == 0);
-  CHECK(in->lane() == 0);
+  CHECK(in->stripe() == 0);
 
   // The answer goes back on the same connection: no introduction, the dialing end knows its peer.
   auto back = std::make_unique<DirectSender>(in->shared_fd());
@@ -161,7 +161,7 @@ TEST_CASE("direct link: off with direct_max 0 and under CURVE, the frames then a
 
 TEST_CASE("direct link: strangers are dropped, a rank's malformed record breaks it with CommError", "[net][direct]") {
   Transport t(unconnected_rank0());
-  auto slot = t.post(0, Lane::p2p, 1, -1);
+  auto slot = t.post(0, Inbox::p2p, 1, -1);
   const std::string endpoint = t.address().direct;
   REQUIRE_FALSE(endpoint.empty());
 
@@ -195,7 +195,7 @@ TEST_CASE("direct link: strangers are dropped, a rank's malformed record breaks 
 
 TEST_CASE("direct link: a record's lengths are checked before use", "[net][direct]") {
   Transport t(unconnected_rank0());
-  auto slot = t.post(0, Lane::p2p, 1, -1);
+  auto slot = t.post(0, Inbox::p2p, 1, -1);
   DirectSender rank1(t.address().direct, 1, deadline_after(5s));
   // One part claiming 2 GB: refused from its length, without waiting for (or allocating) it.
   std::vector<uint8_t> lengths = {16, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0x80, 0, 0, 0, 0};

@@ -1,4 +1,4 @@
-// Elastic jobs (`troupe launch --nnodes MIN:MAX --rdzv-endpoint`, net/rendezvous_rounds.h): the
+// Elastic jobs (`troupe launch --nnodes MIN:MAX --rdzv-endpoint`, net/bootstrap/rendezvous_rounds.h): the
 // round messages; three launchers on loopback where one is killed (the job goes on with two nodes)
 // and starts again (it grows back to three), and the rendezvous host lost (a clear error, no hang);
 // then dist_sgd --elastic on 3 hosts of a test cluster (scripts/netns_cluster.sh) where one host's
@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "devices/error.h"
-#include "net/rendezvous_rounds.h"
+#include "net/bootstrap/rendezvous_rounds.h"
 #include "support/skip.h"
 
 using namespace troupe;

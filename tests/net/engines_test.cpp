@@ -1,5 +1,5 @@
 // Ranks started by job engines instead of `troupe launch`: where rank 0's rendezvous is, from
-// OpenMPI's and Slurm's variables (net/engine_env.h); a real `mpirun` running the collectives'
+// OpenMPI's and Slurm's variables (net/bootstrap/engine_env.h); a real `mpirun` running the collectives'
 // rank test and all_reduce_bench, and a real `srun` on a one-node Slurm running the rank test and
 // dist_sgd, with no Troupe launcher in between.
 #include <unistd.h>
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "devices/error.h"
-#include "net/engine_env.h"
-#include "net/launcher.h"
+#include "net/bootstrap/engine_env.h"
+#include "net/bootstrap/launcher.h"
 #include "support/ranks.h"
 #include "support/skip.h"
 #include "support/thrown.h"

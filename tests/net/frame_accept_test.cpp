@@ -43,7 +43,7 @@ void append_u64(std::vector<uint8_t>& out, uint64_t v) {
 // One frame from "rank 1" on each path, as that path carries it.
 std::string refused_on_router(const std::vector<uint8_t>& header, const Parts& parts) {
   Transport t(unconnected_rank0());
-  auto slot = t.post(0, Lane::p2p, 1, -1);
+  auto slot = t.post(0, Inbox::p2p, 1, -1);
   void* context = zmq_ctx_new();
   void* s = zmq_socket(context, ZMQ_DEALER);
   std::string rank1 = "T";
@@ -62,7 +62,7 @@ std::string refused_on_router(const std::vector<uint8_t>& header, const Parts& p
 
 std::string refused_on_direct(const std::vector<uint8_t>& header, const Parts& parts) {
   Transport t(unconnected_rank0());
-  auto slot = t.post(0, Lane::p2p, 1, -1);
+  auto slot = t.post(0, Inbox::p2p, 1, -1);
   DirectSender rank1(t.address().direct, 1, deadline_after(5s));
   std::vector<std::span<const uint8_t>> spans(parts.begin(), parts.end());
   rank1.send(header, spans);
@@ -73,7 +73,7 @@ std::string refused_on_direct(const std::vector<uint8_t>& header, const Parts& p
 // bytes, part count, each part's bytes, the header, then the bytes.
 std::string refused_on_stripe(const std::vector<uint8_t>& header, const std::vector<uint8_t>& payload) {
   Transport t(unconnected_rank0());
-  auto slot = t.post(0, Lane::p2p, 1, -1);
+  auto slot = t.post(0, Inbox::p2p, 1, -1);
   std::vector<uint8_t> chunk;
   for (uint64_t v : {uint64_t(0), uint64_t(payload.size()), uint64_t(0), uint64_t(payload.size())}) append_u64(chunk, v);
   const uint32_t counts[] = {static_cast<uint32_t>(header.size()), 1};

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "devices/backend.h"
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 #include "net/remote/remote_actor.h"
 #include "support/close.h"
 #include "support/ranks.h"

@@ -14,7 +14,7 @@
 
 #include "devices/ops.h"
 #include "net/collectives.h"
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 #include "net/remote/remote_actor.h"
 #include "support/ranks.h"
 #include "support/skip.h"

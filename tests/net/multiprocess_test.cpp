@@ -13,7 +13,7 @@
 #include <mutex>
 #include <set>
 
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 #include "support/ranks.h"
 
 using namespace troupe::net;

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "net/curve.h"
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 #include "support/ranks.h"
 #include "support/skip.h"
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 #include "support/ranks.h"
 
 using namespace troupe::net;

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "devices/error.h"
-#include "net/rendezvous_messages.h"
+#include "net/bootstrap/rendezvous_messages.h"
 
 using namespace troupe;
 using namespace troupe::net;

@@ -1,4 +1,4 @@
-// Rank 0's host name that does not resolve (net/resolve.h): a bounded retry, then a CommError
+// Rank 0's host name that does not resolve (net/bootstrap/resolve.h): a bounded retry, then a CommError
 // naming the variable and the name; never loopback and a rendezvous that hangs. Names under
 // .invalid never resolve (RFC 6761).
 #include <catch2/catch.hpp>
@@ -9,7 +9,7 @@
 
 #include "devices/error.h"
 #include "net/process_group.h"
-#include "net/resolve.h"
+#include "net/bootstrap/resolve.h"
 #include "support/thrown.h"
 
 using namespace troupe;

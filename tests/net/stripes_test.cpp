@@ -57,7 +57,7 @@ std::vector<uint8_t> chunk(uint64_t seq, uint64_t total, uint64_t offset, uint64
 // Rank 0 of 2 (never connected) receiving one hand-made stripe from "rank 1": the error it breaks with.
 std::string refusal(const std::vector<uint8_t>& bytes, int lane = 1) {
   Transport t(unconnected_rank0());
-  auto slot = t.post(0, net::Lane::p2p, 1, -1);
+  auto slot = t.post(0, net::Inbox::p2p, 1, -1);
   const int fd = dial_direct(t.address().direct, 1, lane, deadline_after(5s));
   ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   std::string what;
@@ -209,7 +209,7 @@ namespace {
 
 struct GatedSend {
   Transport receiver{unconnected_rank0()};
-  std::shared_ptr<Transport::Slot> slot = receiver.post(0, net::Lane::p2p, 7, 1);
+  std::shared_ptr<Transport::Slot> slot = receiver.post(0, net::Inbox::p2p, 7, 1);
   StripeSenders out{2, [](int) {}};
   std::unique_ptr<troupe::Lane> writer = troupe::Lane::make(Device::cpu(), "writer");
   std::shared_ptr<net::detail::Completion> done = std::make_shared<net::detail::Completion>();

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "devices/ops.h"
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 #include "net/remote/remote_actor.h"
 #include "support/ranks.h"
 #include "support/skip.h"

@@ -53,7 +53,7 @@ inline FrameHeader data_header(int64_t tag) {
 
 // The next p2p message on `tag` from `source`; TimeoutError after 20 s.
 inline Message receive_message(Transport& t, int64_t tag, int source) {
-  auto m = t.wait(t.post(0, Lane::p2p, tag, source), deadline_after(std::chrono::seconds(20)));
+  auto m = t.wait(t.post(0, Inbox::p2p, tag, source), deadline_after(std::chrono::seconds(20)));
   if (!m) throw TimeoutError("test: nothing arrived");
   return std::move(*m);
 }

@@ -32,7 +32,7 @@ Pair connect_pair(const std::string& prefer, std::optional<CurveKeys> keys_a = s
 }
 
 Tensor receive(Transport& t, int64_t tag, int source, std::chrono::milliseconds timeout = 5s) {
-  auto m = t.wait(t.post(0, Lane::p2p, tag, source), deadline_after(timeout));
+  auto m = t.wait(t.post(0, Inbox::p2p, tag, source), deadline_after(timeout));
   if (!m) throw TimeoutError("test: nothing arrived");
   return m->payload;
 }
@@ -92,7 +92,7 @@ TEST_CASE("transport: a receive told to poll longer still gets its message and s
   TransportOptions options;
   options.busy_poll = 0us;  // only the wait's own poll keeps the thread awake
   Pair p = net::connect_pair("tcp", options, options);
-  auto early = p.b->post(0, Lane::collective, 1, 0);
+  auto early = p.b->post(0, Inbox::collective, 1, 0);
   FrameHeader h;
   h.kind = FrameKind::collective;
   h.tag = 1;
@@ -101,7 +101,7 @@ TEST_CASE("transport: a receive told to poll longer still gets its message and s
   REQUIRE(m);
   CHECK(m->payload.to_vector<float>() == std::vector<float>({4}));
   // Nothing comes: the poll ends at the deadline, not after it, and the receive is cancelled.
-  auto never = p.b->post(0, Lane::collective, 2, 0);
+  auto never = p.b->post(0, Inbox::collective, 2, 0);
   const auto start = Clock::now();
   CHECK_FALSE(p.b->wait(never, deadline_after(30ms), 1s));
   CHECK(Clock::now() - start < 900ms);
@@ -109,7 +109,7 @@ TEST_CASE("transport: a receive told to poll longer still gets its message and s
 
 TEST_CASE("transport: a receive that times out is cancelled and consumes nothing", "[net][transport]") {
   Pair p = connect_pair("ipc");
-  auto slot = p.b->post(0, Lane::p2p, 9, 0);
+  auto slot = p.b->post(0, Inbox::p2p, 9, 0);
   CHECK_FALSE(p.b->wait(slot, deadline_after(50ms)).has_value());
   p.a->send(1, data_header(9), Tensor::scalar<float>(4));
   CHECK(receive(*p.b, 9, 0).item<float>() == 4);
@@ -117,9 +117,9 @@ TEST_CASE("transport: a receive that times out is cancelled and consumes nothing
   FrameHeader other_group = data_header(9);
   other_group.group = 77;
   p.a->send(1, other_group, Tensor::scalar<float>(1));
-  CHECK_FALSE(p.b->wait(p.b->post(0, Lane::p2p, 9, 0), deadline_after(100ms)).has_value());
-  CHECK_FALSE(p.b->wait(p.b->post(77, Lane::collective, 9, 0), deadline_after(50ms)).has_value());
-  auto m = p.b->wait(p.b->post(77, Lane::p2p, 9, -1), deadline_after(5s));
+  CHECK_FALSE(p.b->wait(p.b->post(0, Inbox::p2p, 9, 0), deadline_after(100ms)).has_value());
+  CHECK_FALSE(p.b->wait(p.b->post(77, Inbox::collective, 9, 0), deadline_after(50ms)).has_value());
+  auto m = p.b->wait(p.b->post(77, Inbox::p2p, 9, -1), deadline_after(5s));
   REQUIRE(m.has_value());
   CHECK(m->source == 0);
 }
@@ -141,7 +141,7 @@ TEST_CASE("transport: CURVE admits the job's key and nothing else", "[net][trans
 
 TEST_CASE("transport: a peer's malformed frame breaks it with CommError, strangers are dropped", "[net][transport]") {
   Transport t(unconnected_rank0());
-  auto slot = t.post(0, Lane::p2p, 1, -1);
+  auto slot = t.post(0, Inbox::p2p, 1, -1);
   void* context = zmq_ctx_new();
   auto send_as = [&](const std::string& identity, const std::vector<std::string>& parts) {
     void* s = zmq_socket(context, ZMQ_DEALER);

@@ -10,7 +10,7 @@
 // Removed again when the object goes.
 #include <string>
 
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 #include "support/skip.h"
 
 struct Cluster {

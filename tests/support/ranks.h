@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 #include "net/process_group.h"
 
 struct RankRun {

@@ -4,7 +4,7 @@
 // frame an algorithm sends carries the descriptor, so the first exchange already catches ranks
 // that called something else.
 //
-//   Call call = begin_call(group, CollectiveOp::all_reduce, ReduceOp::sum, DType::f32, n);  // group_state.h
+//   CollectiveCall call = begin_call(group, CollectiveOp::all_reduce, ReduceOp::sum, DType::f32, n);  // group_state.h
 //   call.send(right, chunk);
 //   Tensor got = call.recv(left);
 #include "devices/tensor.h"
@@ -12,7 +12,7 @@
 
 namespace troupe::net::collectives {
 
-struct Call {
+struct CollectiveCall {
   Channel channel;
   OpDescriptor op;
   Deadline deadline;

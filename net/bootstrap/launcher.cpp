@@ -1,4 +1,4 @@
-#include "net/launcher.h"
+#include "net/bootstrap/launcher.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -24,9 +24,9 @@
 
 #include "devices/error.h"
 #include "net/curve.h"
-#include "net/rendezvous.h"
-#include "net/rendezvous_rounds.h"
-#include "net/resolve.h"
+#include "net/bootstrap/rendezvous.h"
+#include "net/bootstrap/rendezvous_rounds.h"
+#include "net/bootstrap/resolve.h"
 #include "net/work.h"
 
 extern char** environ;

@@ -1,4 +1,4 @@
-#include "net/host_identity.h"
+#include "net/bootstrap/host_identity.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "net/rendezvous_messages.h"
+#include "net/bootstrap/rendezvous_messages.h"
 
 #include <charconv>
 

@@ -1,4 +1,4 @@
-#include "net/rendezvous.h"
+#include "net/bootstrap/rendezvous.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 
 #include "actors/observe/metrics_server.h"
 #include "devices/error.h"
-#include "net/rendezvous_messages.h"
+#include "net/bootstrap/rendezvous_messages.h"
 
 namespace troupe::net {
 

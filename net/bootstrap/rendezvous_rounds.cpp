@@ -1,4 +1,4 @@
-#include "net/rendezvous_rounds.h"
+#include "net/bootstrap/rendezvous_rounds.h"
 
 #include <zmq.h>
 

@@ -12,7 +12,7 @@
 // K times; the program finds its last checkpoint (models/train/checkpoint.h) and goes on from there.
 //
 // Elastic (torchrun's --nnodes MIN:MAX --rdzv-backend c10d): with rdzv_endpoint, every node's
-// launcher meets the others at HOST:PORT (net/rendezvous_rounds.h; served by the launcher whose
+// launcher meets the others at HOST:PORT (net/bootstrap/rendezvous_rounds.h; served by the launcher whose
 // host owns HOST) and the job runs in rounds of min_nodes..nnodes nodes. When a rank fails or a
 // node is lost (killed, or its link cut: silent for 1.5 s), every launcher stops its ranks and a
 // new round starts with the nodes still there; a node that starts later joins at the next round

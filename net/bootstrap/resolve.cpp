@@ -1,4 +1,4 @@
-#include "net/resolve.h"
+#include "net/bootstrap/resolve.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -1,5 +1,5 @@
 #pragma once
-// The rendezvous' messages (net/rendezvous.h), as text: what a rank sends rank 0 over tcp://, what
+// The rendezvous' messages (net/bootstrap/rendezvous.h), as text: what a rank sends rank 0 over tcp://, what
 // rank 0 answers, and a file:// rendezvous file's lines. Pure functions; internal to net/.
 //
 //   Registration reg = parse_registration(body);   // "register\n3\n4\ntcp://...|ipc://...|host"

@@ -3,7 +3,7 @@
 // HOST:PORT`, like torchrun's c10d rendezvous): the launchers, not the ranks, meet there and agree
 // in rounds on which nodes run the job, where each node's ranks begin and rank 0's address. One
 // launcher serves it (RoundServer: the one whose host owns HOST, or the first to bind it); every
-// launcher, that one too, talks to it as a RoundClient. Internal to net/ (net/launcher.cpp).
+// launcher, that one too, talks to it as a RoundClient. Internal to net/ (net/bootstrap/launcher.cpp).
 //
 //   auto server = RoundServer::try_serve("10.0.0.1", 29400, settings, log);  // null: not ours to serve
 //   RoundClient client("10.0.0.1", 29400);

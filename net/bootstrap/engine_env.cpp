@@ -1,4 +1,4 @@
-#include "net/engine_env.h"
+#include "net/bootstrap/engine_env.h"
 
 #include <cstdint>
 
