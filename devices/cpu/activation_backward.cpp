@@ -1,11 +1,10 @@
-// Backward kernels of the activations, one fused pass each: relu_backward(grad, y) = grad * (y > 0),
-// tanh_backward(grad, y) = grad * (1 - y^2), sigmoid_backward(grad, y) = grad * y * (1 - y) (y the
-// forward output), gelu_backward(grad, x) = grad * gelu'(x) (x the forward input). Floating
-// tensors of one shape and dtype; f16/bf16 compute in f32.
+// Backward kernels of the activations on the CPU, one fused pass each (the ops:
+// devices/op_defs/activation_backward.cpp); f16/bf16 compute in f32.
 #include <cmath>
 #include <string>
 
 #include "devices/cpu/loops.h"
+#include "devices/op_defs/elementwise.h"
 #include "devices/registry.h"
 
 namespace troupe {
@@ -35,17 +34,6 @@ struct GeluTanhGrad {  // gelu ~ 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.0447
   }
 };
 
-std::vector<TensorMeta> infer_pair(const OpInfer& c) {
-  const TensorMeta &g = c.inputs[0], &y = c.inputs[1];
-  if (!is_floating(g.dtype) || g.dtype != y.dtype)
-    throw DTypeError(std::string(c.op) + ": expects two floating tensors of one dtype, got " + g.str() + " and " +
-                     y.str());
-  if (g.shape != y.shape)
-    throw ShapeError(std::string(c.op) + ": the gradient " + g.str() + " and the saved tensor " + y.str() +
-                     " differ in shape");
-  return {g};
-}
-
 template <class Op>
 Tensor apply(const Tensor& grad, const Tensor& saved) {
   Tensor out = Tensor::empty(grad.shape(), grad.dtype());
@@ -73,42 +61,19 @@ Tensor apply(const Tensor& grad, const Tensor& saved) {
 }
 
 template <class Op>
-OpDef backward_op(std::string name, std::string doc) {
-  return OpDef{.name = std::move(name),
-               .doc = std::move(doc),
-               .min_inputs = 2,
-               .max_inputs = 2,
-               .attrs = {},
-               .infer = infer_pair,
-               .kernels = {{DeviceType::cpu, [](const OpCall& c) {
-                              return std::vector<Tensor>{apply<Op>(c.inputs[0], c.inputs[1])};
-                            }}},
-               .not_differentiable = kGradientKernel};
+std::vector<Tensor> backward_kernel(const OpCall& c) {
+  return {apply<Op>(c.inputs[0], c.inputs[1])};
 }
 
-const OpRegistrar relu_backward_op{backward_op<ReluGrad>("relu_backward", "grad * (y > 0), y = relu(x)")};
-const OpRegistrar tanh_backward_op{backward_op<TanhGrad>("tanh_backward", "grad * (1 - y^2), y = tanh(x)")};
-const OpRegistrar sigmoid_backward_op{
-    backward_op<SigmoidGrad>("sigmoid_backward", "grad * y * (1 - y), y = sigmoid(x)")};
-const OpRegistrar gelu_backward_op{OpDef{
-    .name = "gelu_backward",
-    .doc = "grad * gelu'(x), x the forward input",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .attrs = {{"approximate", AttrType::string, std::string("none"), "\"none\" (erf form) or \"tanh\""}},
-    .infer =
-        [](const OpInfer& c) {
-          const std::string& a = c.attrs.get<std::string>("approximate");
-          if (a != "none" && a != "tanh")
-            throw ValueError("gelu_backward: approximate must be \"none\" or \"tanh\", got \"" + a + "\"");
-          return infer_pair(c);
-        },
-    .kernels = {{DeviceType::cpu, [](const OpCall& c) {
-                   const bool tanh_form = c.attrs.get<std::string>("approximate") == "tanh";
-                   return std::vector<Tensor>{tanh_form ? apply<GeluTanhGrad>(c.inputs[0], c.inputs[1])
-                                                        : apply<GeluGrad>(c.inputs[0], c.inputs[1])};
-                 }}},
-    .not_differentiable = kGradientKernel}};
+std::vector<Tensor> gelu_backward_cpu(const OpCall& c) {
+  if (gelu_form(c.op, c.attrs) == GeluForm::tanh) return {apply<GeluTanhGrad>(c.inputs[0], c.inputs[1])};
+  return {apply<GeluGrad>(c.inputs[0], c.inputs[1])};
+}
+
+const OpRegistrar relu_backward_kernel{"relu_backward", DeviceType::cpu, backward_kernel<ReluGrad>};
+const OpRegistrar tanh_backward_kernel{"tanh_backward", DeviceType::cpu, backward_kernel<TanhGrad>};
+const OpRegistrar sigmoid_backward_kernel{"sigmoid_backward", DeviceType::cpu, backward_kernel<SigmoidGrad>};
+const OpRegistrar gelu_backward_kernel{"gelu_backward", DeviceType::cpu, gelu_backward_cpu};
 
 }  // namespace
 }  // namespace troupe

@@ -12,34 +12,19 @@
 #include <cmath>
 #include <string>
 
+#include "devices/op_defs/optimizers.h"
 #include "devices/registry.h"
 
 namespace troupe {
 namespace {
 
-std::vector<TensorMeta> infer_adam_update(const OpInfer& c) {
-  const TensorMeta &p = c.inputs[0], &g = c.inputs[1];
-  if (p.dtype != DType::f32 && p.dtype != DType::f64)
-    throw DTypeError("adam_update: the parameter must be f32 or f64, got " + p.str());
-  if (!is_floating(g.dtype) || g.shape != p.shape)
-    throw ShapeError("adam_update: the gradient " + g.str() + " does not match the parameter " + p.str());
-  const char* names[] = {"", "", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-  for (size_t i = 2; i < c.inputs.size(); ++i)
-    if (c.inputs[i].dtype != p.dtype || c.inputs[i].shape != p.shape)
-      throw ShapeError(std::string("adam_update: ") + names[i] + " " + c.inputs[i].str() +
-                       " does not match the parameter " + p.str());
-  if (c.attrs.get<int64_t>("step") < 1)
-    throw ValueError("adam_update: step counts from 1, got " + std::to_string(c.attrs.get<int64_t>("step")));
-  return std::vector<TensorMeta>(c.inputs.size() - 1, p);
-}
-
 template <class T>
-void adam(const Attrs& a, int64_t n, const T* pp, const T* pg, const T* m_in, const T* v_in, const T* max_in, T* out,
+void adam(const AdamAttrs& a, int64_t n, const T* pp, const T* pg, const T* m_in, const T* v_in, const T* max_in, T* out,
           T* pm, T* pv, T* pmax) {
-  const double t = static_cast<double>(a.get<int64_t>("step"));
-  const double beta1 = a.get<double>("beta1"), beta2 = a.get<double>("beta2");
-  const T b1 = T(beta1), b2 = T(beta2), wd = T(a.get<double>("weight_decay")), eps = T(a.get<double>("eps"));
-  const T step_size = T(a.get<double>("lr") / (1 - std::pow(beta1, t)));
+  const double t = static_cast<double>(a.step);
+  const double beta1 = a.beta1, beta2 = a.beta2;
+  const T b1 = T(beta1), b2 = T(beta2), wd = T(a.weight_decay), eps = T(a.eps);
+  const T step_size = T(a.lr / (1 - std::pow(beta1, t)));
   const T root_c2 = T(std::sqrt(1 - std::pow(beta2, t)));
   for (int64_t i = 0; i < n; ++i) {
     const T gi = pg[i] + wd * pp[i];
@@ -57,9 +42,10 @@ std::vector<Tensor> adam_update_cpu(const OpCall& call) {
   std::vector<Tensor> out;
   for (const TensorMeta& m : call.outputs) out.push_back(Tensor::empty(m.shape, m.dtype));
   const bool amsgrad = in.size() > 4;
+  const AdamAttrs attrs = adam_attrs(call.attrs);
   auto run = [&](auto zero) {
     using T = decltype(zero);
-    adam<T>(call.attrs, in[0].numel(), in[0].data<T>(), in[1].data<T>(), in[2].data<T>(), in[3].data<T>(),
+    adam<T>(attrs, in[0].numel(), in[0].data<T>(), in[1].data<T>(), in[2].data<T>(), in[3].data<T>(),
             amsgrad ? in[4].data<T>() : nullptr, out[0].mutable_data<T>(), out[1].mutable_data<T>(),
             out[2].mutable_data<T>(), amsgrad ? out[3].mutable_data<T>() : nullptr);
   };
@@ -68,21 +54,7 @@ std::vector<Tensor> adam_update_cpu(const OpCall& call) {
   return out;
 }
 
-const OpRegistrar adam_update_op{OpDef{
-    .name = "adam_update",
-    .doc = "one torch.optim.Adam step of a parameter: (param, grad, exp_avg, exp_avg_sq[, max_exp_avg_sq]) -> "
-           "(param', exp_avg', exp_avg_sq'[, max_exp_avg_sq']); the max (amsgrad) when given",
-    .min_inputs = 4,
-    .max_inputs = 5,
-    .attrs = {{"lr", AttrType::real, std::nullopt, "learning rate"},
-              {"beta1", AttrType::real, 0.9, "decay of the gradient's running mean"},
-              {"beta2", AttrType::real, 0.999, "decay of the squared gradient's running mean"},
-              {"eps", AttrType::real, 1e-8, "added to the denominator"},
-              {"weight_decay", AttrType::real, 0.0, "L2 penalty added to the gradient (not AdamW)"},
-              {"step", AttrType::integer, std::nullopt, "this step's number, from 1: the bias corrections"}},
-    .infer = infer_adam_update,
-    .kernels = {{DeviceType::cpu, adam_update_cpu}},
-    .not_differentiable = "an optimizer step: it runs under no_grad"}};
+const OpRegistrar adam_update_kernel{"adam_update", DeviceType::cpu, adam_update_cpu};
 
 }  // namespace
 }  // namespace troupe

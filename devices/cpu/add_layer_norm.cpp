@@ -10,36 +10,12 @@
 
 #include "devices/cpu/loops.h"
 #include "devices/cpu/parallel_ranges.h"
+#include "devices/op_defs/norms.h"
 #include "devices/registry.h"
 
 namespace troupe {
 
 namespace {
-
-std::vector<TensorMeta> infer_add_layer_norm(const OpInfer& c) {
-  const TensorMeta& x = c.inputs[0];
-  const TensorMeta& residual = c.inputs[1];
-  const std::string operands = x.str() + " + " + residual.str();
-  if (!is_floating(x.dtype))
-    throw DTypeError("add_layer_norm: needs floating tensors, got " + operands);
-  if (residual.dtype != x.dtype || residual.shape != x.shape)
-    throw ShapeError("add_layer_norm: x and residual must have one dtype and shape, got " + operands);
-  if (x.shape.empty()) throw ShapeError("add_layer_norm: x must have at least one dim, got " + x.str());
-  const double eps = c.attrs.get<double>("eps");
-  if (!(eps >= 0.0) || !std::isfinite(eps))
-    throw ValueError("add_layer_norm: eps must be finite and >= 0, got " + std::to_string(eps));
-  const char* roles[] = {"", "", "weight", "bias"};
-  for (size_t i = 2; i < c.inputs.size(); ++i) {
-    const TensorMeta& p = c.inputs[i];
-    if (!is_floating(p.dtype))
-      throw DTypeError(std::string("add_layer_norm: ") + roles[i] + " must be floating, got " + p.str());
-    if (p.shape != Shape{x.shape.back()})
-      throw ShapeError(std::string("add_layer_norm: ") + roles[i] + " " + p.str() + " must be [" +
-                       std::to_string(x.shape.back()) + "] for " + operands);
-  }
-  if (c.attrs.get<bool>("return_sum")) return {x, x};
-  return {x};
-}
 
 // One row: s = x + r in the compute type A, mean, variance of the centred row (no cancellation),
 // then y = (s - mean) * rstd * weight + bias.
@@ -72,7 +48,7 @@ std::vector<Tensor> add_layer_norm_cpu(const OpCall& call) {
   const DType compute = meta.dtype == DType::f64 ? DType::f64 : DType::f32;
   auto param = [&](size_t i) { return call.inputs.size() > i ? call.inputs[i].to(compute).contiguous() : Tensor(); };
   const Tensor weight = param(2), bias = param(3);
-  const double eps = call.attrs.get<double>("eps");
+  const double eps = add_layer_norm_attrs(call.attrs).eps;
   dispatch(meta.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> ||
@@ -95,18 +71,7 @@ std::vector<Tensor> add_layer_norm_cpu(const OpCall& call) {
   return return_sum ? std::vector<Tensor>{y, sum} : std::vector<Tensor>{y};
 }
 
-const OpRegistrar add_layer_norm_op{OpDef{
-    .name = "add_layer_norm",
-    .doc = "layer_norm(x + residual) over the last dim, inputs x, residual [, weight [, bias]] (weight and bias [d] "
-           "in any floating dtype); the sum is normalised in f32 (f64 for f64) before any rounding; with return_sum, "
-           "the sum x + residual as a second output; inference only",
-    .min_inputs = 2,
-    .max_inputs = 4,
-    .attrs = {{"eps", AttrType::real, 1e-5, "added to the variance"},
-              {"return_sum", AttrType::boolean, false, "also return x + residual (pre-norm layers)"}},
-    .infer = infer_add_layer_norm,
-    .kernels = {{DeviceType::cpu, add_layer_norm_cpu}},
-    .not_differentiable = "an inference kernel: train with add and layer_norm, whose gradients are defined"}};
+const OpRegistrar add_layer_norm_kernel{"add_layer_norm", DeviceType::cpu, add_layer_norm_cpu};
 
 }  // namespace
 

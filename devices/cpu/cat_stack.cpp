@@ -7,46 +7,6 @@
 namespace troupe {
 namespace {
 
-// Checks that every input has input 0's dtype and, except in dim `skip` (-1: none), its shape.
-void check_alike(const OpInfer& c, int64_t skip) {
-  const TensorMeta& first = c.inputs[0];
-  for (size_t i = 1; i < c.inputs.size(); ++i) {
-    const TensorMeta& other = c.inputs[i];
-    if (other.dtype != first.dtype)
-      throw DTypeError(std::string(c.op) + ": input " + std::to_string(i) + " is " + other.str() +
-                       " but input 0 is " + first.str() + " (dtypes must match)");
-    bool same = other.shape.size() == first.shape.size();
-    for (size_t d = 0; same && d < first.shape.size(); ++d)
-      same = static_cast<int64_t>(d) == skip || other.shape[d] == first.shape[d];
-    if (!same)
-      throw ShapeError(std::string(c.op) + ": input " + std::to_string(i) + " " + other.str() +
-                       " does not match input 0 " + first.str() +
-                       (skip >= 0 ? " outside dim " + std::to_string(skip) : std::string()));
-  }
-}
-
-std::vector<TensorMeta> infer_cat(const OpInfer& c) {
-  const TensorMeta& first = c.inputs[0];
-  const int64_t rank = static_cast<int64_t>(first.shape.size());
-  if (rank == 0) throw ShapeError("cat: cannot concatenate 0-d tensors (" + first.str() + "); use stack");
-  const int64_t dim = wrap_dim("cat", c.attrs.get<int64_t>("dim"), rank);
-  check_alike(c, dim);
-  TensorMeta out = first;
-  out.shape[dim] = 0;
-  for (const TensorMeta& m : c.inputs) out.shape[dim] += m.shape[dim];
-  return {out};
-}
-
-std::vector<TensorMeta> infer_stack(const OpInfer& c) {
-  const TensorMeta& first = c.inputs[0];
-  const int64_t rank = static_cast<int64_t>(first.shape.size());
-  const int64_t dim = wrap_dim("stack", c.attrs.get<int64_t>("dim"), rank + 1);
-  check_alike(c, -1);
-  TensorMeta out = first;
-  out.shape.insert(out.shape.begin() + dim, static_cast<int64_t>(c.inputs.size()));
-  return {out};
-}
-
 // Copies inputs (already shaped like the output except in dim) into out along dim: for each
 // index of the dims before dim, each input contributes one contiguous run of bytes.
 Tensor concatenate(const std::vector<Tensor>& inputs, int64_t dim, const TensorMeta& meta) {
@@ -82,23 +42,8 @@ std::vector<Tensor> stack_cpu(const OpCall& c) {
   return {concatenate(unsqueezed, dim, c.outputs[0])};
 }
 
-const OpRegistrar cat_op{OpDef{
-    .name = "cat",
-    .doc = "joins tensors of one dtype along an existing dim; other dims must match",
-    .min_inputs = 1,
-    .max_inputs = -1,
-    .attrs = {{"dim", AttrType::integer, int64_t{0}, "the dim to join along (negative counts from the end)"}},
-    .infer = infer_cat,
-    .kernels = {{DeviceType::cpu, cat_cpu}}}};
-
-const OpRegistrar stack_op{OpDef{
-    .name = "stack",
-    .doc = "joins tensors of one shape and dtype along a new dim",
-    .min_inputs = 1,
-    .max_inputs = -1,
-    .attrs = {{"dim", AttrType::integer, int64_t{0}, "where the new dim goes (0..rank, negative counts from the end)"}},
-    .infer = infer_stack,
-    .kernels = {{DeviceType::cpu, stack_cpu}}}};
+const OpRegistrar cat_kernel{"cat", DeviceType::cpu, cat_cpu};
+const OpRegistrar stack_kernel{"stack", DeviceType::cpu, stack_cpu};
 
 }  // namespace
 }  // namespace troupe

@@ -1,6 +1,5 @@
-// conv2d (PyTorch's F.conv2d: x [N, C, H, W], weight [O, C/groups, kh, kw], optional bias [O];
-// stride, padding, dilation, groups) and its two backward kernels, conv2d_backward_input and
-// conv2d_backward_weight (which also gives the bias gradient).
+// The CPU kernels of conv2d, conv2d_backward_input and conv2d_backward_weight (the ops:
+// devices/op_defs/conv2d.cpp).
 //
 // f32 runs oneDNN primitives. Creating one costs far more than running a small one, so each
 // thread caches them by geometry (a training loop creates three per layer, once), each on the
@@ -17,79 +16,12 @@
 #include <tuple>
 
 #include "devices/determinism.h"
+#include "devices/op_defs/conv2d.h"
 #include "devices/registry.h"
 #include "devices/threads.h"
 
 namespace troupe {
 namespace {
-
-struct Geometry {
-  int64_t n, c, h, w;       // input
-  int64_t o, kh, kw;        // weight [o, c / groups, kh, kw]
-  int64_t oh, ow;           // output
-  int64_t sh, sw, ph, pw, dh, dw, groups;
-  auto key() const { return std::tuple(n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups); }
-};
-
-std::vector<AttrSpec> conv_attrs() {
-  return {{"stride", AttrType::int_list, std::vector<int64_t>{1, 1}, "one value or (height, width)"},
-          {"padding", AttrType::int_list, std::vector<int64_t>{0, 0}, "zeros added on each side; one value or two"},
-          {"dilation", AttrType::int_list, std::vector<int64_t>{1, 1}, "spacing of kernel taps; one value or two"},
-          {"groups", AttrType::integer, int64_t{1}, "channels split into this many independent groups"}};
-}
-
-std::pair<int64_t, int64_t> pair_attr(std::string_view op, const Attrs& attrs, const char* name, int64_t min) {
-  const auto& v = attrs.get<std::vector<int64_t>>(name);
-  if (v.size() != 1 && v.size() != 2)
-    throw ValueError(std::string(op) + ": " + name + " takes one or two values, got " + to_string(AttrValue(v)));
-  const int64_t a = v[0], b = v.size() == 2 ? v[1] : v[0];
-  if (a < min || b < min)
-    throw ValueError(std::string(op) + ": " + name + " must be >= " + std::to_string(min) + ", got " +
-                     to_string(AttrValue(v)));
-  return {a, b};
-}
-
-// Validates x and weight for a convolution and works out the output size.
-Geometry geometry(std::string_view op, const TensorMeta& x, const TensorMeta& weight, const Attrs& attrs) {
-  const std::string pair = x.str() + " with weight " + weight.str();
-  if (!(x.dtype == DType::f32 || x.dtype == DType::f64) || weight.dtype != x.dtype)
-    throw DTypeError(std::string(op) + ": expects f32 or f64 tensors of one dtype, got " + pair);
-  if (x.shape.size() != 4) throw ShapeError(std::string(op) + ": the input must be [N, C, H, W], got " + x.str());
-  if (weight.shape.size() != 4)
-    throw ShapeError(std::string(op) + ": the weight must be [O, C/groups, kh, kw], got " + weight.str());
-  Geometry g{};
-  g.n = x.shape[0], g.c = x.shape[1], g.h = x.shape[2], g.w = x.shape[3];
-  g.o = weight.shape[0], g.kh = weight.shape[2], g.kw = weight.shape[3];
-  std::tie(g.sh, g.sw) = pair_attr(op, attrs, "stride", 1);
-  std::tie(g.ph, g.pw) = pair_attr(op, attrs, "padding", 0);
-  std::tie(g.dh, g.dw) = pair_attr(op, attrs, "dilation", 1);
-  g.groups = attrs.get<int64_t>("groups");
-  if (g.groups < 1) throw ValueError(std::string(op) + ": groups must be >= 1, got " + std::to_string(g.groups));
-  if (g.c % g.groups || g.o % g.groups)
-    throw ShapeError(std::string(op) + ": " + pair + ": input channels " + std::to_string(g.c) +
-                     " and output channels " + std::to_string(g.o) + " must both divide by groups " +
-                     std::to_string(g.groups));
-  if (weight.shape[1] != g.c / g.groups)
-    throw ShapeError(std::string(op) + ": " + pair + ": the weight expects " + std::to_string(weight.shape[1] * g.groups) +
-                     " input channels, the input has " + std::to_string(g.c));
-  if (g.kh < 1 || g.kw < 1 || g.o < 1) throw ShapeError(std::string(op) + ": empty kernel in weight " + weight.str());
-  const int64_t eh = g.dh * (g.kh - 1) + 1, ew = g.dw * (g.kw - 1) + 1;  // effective kernel extent
-  if (g.h + 2 * g.ph < eh || g.w + 2 * g.pw < ew)
-    throw ShapeError(std::string(op) + ": " + pair + ": the (dilated) kernel " + std::to_string(eh) + "x" +
-                     std::to_string(ew) + " is larger than the padded input " + std::to_string(g.h + 2 * g.ph) + "x" +
-                     std::to_string(g.w + 2 * g.pw));
-  g.oh = (g.h + 2 * g.ph - eh) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - ew) / g.sw + 1;
-  return g;
-}
-
-void check_bias(std::string_view op, const TensorMeta& bias, const TensorMeta& x, const Geometry& g) {
-  if (bias.dtype != x.dtype) throw DTypeError(std::string(op) + ": the bias " + bias.str() + " does not match the input " + x.str());
-  if (bias.shape != Shape{g.o})
-    throw ShapeError(std::string(op) + ": the bias must be [" + std::to_string(g.o) + "], got " + bias.str());
-}
-
-TensorMeta meta_of(DType dtype, Shape shape, Device device) { return TensorMeta{dtype, std::move(shape), device}; }
 
 // ---- oneDNN (f32) ----
 
@@ -222,7 +154,7 @@ struct OneDnnConv {
 
 // oneDNN sizes a primitive's threading when it creates it (and then runs that many threads
 // whatever the OpenMP setting), so the thread count is applied first and is part of the key.
-OneDnnConv& onednn_conv(const Geometry& g) {
+OneDnnConv& onednn_conv(const Conv2dGeometry& g) {
   thread_local std::map<std::pair<decltype(g.key()), int>, OneDnnConv> cache;
   apply_intra_op_threads();
   auto [it, fresh] = cache.try_emplace(std::pair(g.key(), intra_op_threads()));
@@ -312,7 +244,7 @@ void* ptr(const Tensor& t) { return const_cast<void*>(t.raw_data()); }
 
 // Calls f(n, o, y, x_, c, i, j, in_y, in_x) for every tap that lands inside the input.
 template <class F>
-void for_each_tap(const Geometry& g, F f) {
+void for_each_tap(const Conv2dGeometry& g, F f) {
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   for (int64_t n = 0; n < g.n; ++n)
     for (int64_t o = 0; o < g.o; ++o) {
@@ -339,7 +271,7 @@ void for_each_tap(const Geometry& g, F f) {
 std::vector<Tensor> conv2d_cpu(const OpCall& call) {
   const Tensor x = call.inputs[0].contiguous(), weight = call.inputs[1].contiguous();
   const bool has_bias = call.inputs.size() > 2;
-  const Geometry g = geometry(call.op, x.meta(), weight.meta(), call.attrs);
+  const Conv2dGeometry g = conv2d_geometry(call.op, x.meta(), weight.meta(), call.attrs);
   Tensor out = Tensor::empty(call.outputs[0].shape, x.dtype());
   if (x.dtype() == DType::f32) {
     float* dst = out.mutable_data<float>();
@@ -362,32 +294,10 @@ std::vector<Tensor> conv2d_cpu(const OpCall& call) {
   return {out};
 }
 
-std::vector<int64_t> shape_attr(const Attrs& attrs, const char* name) { return attrs.get<std::vector<int64_t>>(name); }
-
-// grad [N, O, OH, OW] must be the output of convolving input_shape with weight.
-Geometry backward_geometry(std::string_view op, const TensorMeta& grad, const TensorMeta& input,
-                           const TensorMeta& weight, const Attrs& attrs) {
-  const Geometry g = geometry(op, input, weight, attrs);
-  const Shape expected{g.n, g.o, g.oh, g.ow};
-  if (grad.dtype != input.dtype)
-    throw DTypeError(std::string(op) + ": the gradient " + grad.str() + " does not match " + input.str());
-  if (grad.shape != expected)
-    throw ShapeError(std::string(op) + ": the gradient " + grad.str() + " is not the output shape " +
-                     to_string(expected) + " of input " + input.str() + " with weight " + weight.str());
-  return g;
-}
-
-TensorMeta input_meta_from_attr(std::string_view op, const TensorMeta& like, const Attrs& attrs, const char* name) {
-  const Shape shape = shape_attr(attrs, name);
-  if (shape.size() != 4)
-    throw ShapeError(std::string(op) + ": " + name + " must have 4 dims, got " + to_string(shape));
-  return meta_of(like.dtype, shape, like.device);
-}
-
 std::vector<Tensor> conv2d_backward_input_cpu(const OpCall& call) {
   const Tensor grad = call.inputs[0].contiguous(), weight = call.inputs[1].contiguous();
   const TensorMeta input = call.outputs[0];
-  const Geometry g = geometry(call.op, input, weight.meta(), call.attrs);
+  const Conv2dGeometry g = conv2d_geometry(call.op, input, weight.meta(), call.attrs);
   Tensor dx = Tensor::empty(input.shape, input.dtype);
   if (input.dtype == DType::f32) {
     float* out = dx.mutable_data<float>();
@@ -407,7 +317,7 @@ std::vector<Tensor> conv2d_backward_weight_cpu(const OpCall& call) {
   const Tensor grad = call.inputs[0].contiguous(), x = call.inputs[1].contiguous();
   const TensorMeta weight = call.outputs[0];
   const bool bias = call.attrs.get<bool>("bias");
-  const Geometry g = geometry(call.op, x.meta(), weight, call.attrs);
+  const Conv2dGeometry g = conv2d_geometry(call.op, x.meta(), weight, call.attrs);
   Tensor dw = Tensor::empty(weight.shape, weight.dtype);
   Tensor db = bias ? Tensor::empty({g.o}, weight.dtype) : Tensor();
   if (weight.dtype == DType::f32) {
@@ -431,57 +341,9 @@ std::vector<Tensor> conv2d_backward_weight_cpu(const OpCall& call) {
   return {dw};
 }
 
-const OpRegistrar conv2d_op{OpDef{
-    .name = "conv2d",
-    .doc = "2-d convolution (cross-correlation) of x [N,C,H,W] with weight [O,C/groups,kh,kw] (+ bias [O])",
-    .min_inputs = 2,
-    .max_inputs = 3,
-    .attrs = conv_attrs(),
-    .infer =
-        [](const OpInfer& c) {
-          const Geometry g = geometry(c.op, c.inputs[0], c.inputs[1], c.attrs);
-          if (c.inputs.size() > 2) check_bias(c.op, c.inputs[2], c.inputs[0], g);
-          return std::vector<TensorMeta>{meta_of(c.inputs[0].dtype, {g.n, g.o, g.oh, g.ow}, c.inputs[0].device)};
-        },
-    .kernels = {{DeviceType::cpu, conv2d_cpu}}}};
-
-std::vector<AttrSpec> with(std::vector<AttrSpec> attrs, AttrSpec extra) {
-  attrs.push_back(std::move(extra));
-  return attrs;
-}
-
-const OpRegistrar conv2d_backward_input_op{OpDef{
-    .name = "conv2d_backward_input",
-    .doc = "gradient of conv2d with respect to its input: (grad [N,O,OH,OW], weight) -> [input_shape]",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .attrs = with(conv_attrs(), {"input_shape", AttrType::int_list, std::nullopt, "the forward input's shape"}),
-    .infer =
-        [](const OpInfer& c) {
-          const TensorMeta input = input_meta_from_attr(c.op, c.inputs[0], c.attrs, "input_shape");
-          backward_geometry(c.op, c.inputs[0], input, c.inputs[1], c.attrs);
-          return std::vector<TensorMeta>{input};
-        },
-    .kernels = {{DeviceType::cpu, conv2d_backward_input_cpu}},
-    .not_differentiable = kGradientKernel}};
-
-const OpRegistrar conv2d_backward_weight_op{OpDef{
-    .name = "conv2d_backward_weight",
-    .doc = "gradients of conv2d with respect to weight (and bias): (grad [N,O,OH,OW], x) -> [weight_shape] (, [O])",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .attrs = with(with(conv_attrs(), {"weight_shape", AttrType::int_list, std::nullopt, "the forward weight's shape"}),
-                  {"bias", AttrType::boolean, false, "also return the bias gradient"}),
-    .infer =
-        [](const OpInfer& c) {
-          const TensorMeta weight = input_meta_from_attr(c.op, c.inputs[0], c.attrs, "weight_shape");
-          const Geometry g = backward_geometry(c.op, c.inputs[0], c.inputs[1], weight, c.attrs);
-          std::vector<TensorMeta> out{weight};
-          if (c.attrs.get<bool>("bias")) out.push_back(meta_of(weight.dtype, {g.o}, weight.device));
-          return out;
-        },
-    .kernels = {{DeviceType::cpu, conv2d_backward_weight_cpu}},
-    .not_differentiable = kGradientKernel}};
+const OpRegistrar conv2d_kernel{"conv2d", DeviceType::cpu, conv2d_cpu};
+const OpRegistrar conv2d_backward_input_kernel{"conv2d_backward_input", DeviceType::cpu, conv2d_backward_input_cpu};
+const OpRegistrar conv2d_backward_weight_kernel{"conv2d_backward_weight", DeviceType::cpu, conv2d_backward_weight_cpu};
 
 }  // namespace
 }  // namespace troupe

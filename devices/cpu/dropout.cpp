@@ -7,35 +7,11 @@
 
 #include "devices/cpu/loops.h"
 #include "devices/random.h"
+#include "devices/op_defs/dropout.h"
 #include "devices/registry.h"
 
 namespace troupe {
 namespace {
-
-double checked_p(std::string_view op, const Attrs& attrs) {
-  const double p = attrs.get<double>("p");
-  if (!(p >= 0.0 && p <= 1.0)) throw ValueError(std::string(op) + ": p must be in [0, 1], got " + std::to_string(p));
-  return p;
-}
-
-bool active(const Attrs& attrs) { return attrs.get<bool>("training") && attrs.get<double>("p") > 0.0; }
-
-Shape mask_shape(std::string_view op, const TensorMeta& x, const Attrs& attrs) {
-  if (!active(attrs)) return {0};
-  if (op == "dropout") return x.shape;
-  Shape s = x.shape;
-  for (size_t d = 2; d < s.size(); ++d) s[d] = 1;
-  return s;
-}
-
-std::vector<TensorMeta> infer_dropout(const OpInfer& c) {
-  const TensorMeta& x = c.inputs[0];
-  checked_p(c.op, c.attrs);
-  if (!is_floating(x.dtype)) throw DTypeError(std::string(c.op) + ": expects a floating tensor, got " + x.str());
-  if (c.op == "dropout2d" && x.shape.size() < 3)
-    throw ShapeError("dropout2d: expects [N, C, H, W] (or [N, C, L...]), got " + x.str());
-  return {x, {DType::boolean, mask_shape(c.op, x, c.attrs), x.device}};
-}
 
 // y = x * mask * scale with the mask broadcast over x.
 Tensor apply_mask(const Tensor& x, const Tensor& mask, double scale) {
@@ -63,8 +39,9 @@ Tensor apply_mask(const Tensor& x, const Tensor& mask, double scale) {
 
 std::vector<Tensor> dropout_cpu(const OpCall& call) {
   const Tensor& x = call.inputs[0];
-  if (!active(call.attrs)) return {x, Tensor::empty({0}, DType::boolean)};
-  const double p = call.attrs.get<double>("p");
+  const DropoutAttrs a = dropout_attrs(call.op, call.attrs);
+  if (!a.active()) return {x, Tensor::empty({0}, DType::boolean)};
+  const double p = a.p;
   Tensor mask = Tensor::empty(call.outputs[1].shape, DType::boolean);
   bool* m = mask.mutable_data<bool>();
   Generator& g = thread_generator();
@@ -72,48 +49,16 @@ std::vector<Tensor> dropout_cpu(const OpCall& call) {
   return {apply_mask(x, mask, p < 1.0 ? 1.0 / (1.0 - p) : 0.0), mask};
 }
 
-std::vector<AttrSpec> dropout_attrs() {
-  return {{"p", AttrType::real, 0.5, "probability of zeroing"},
-          {"training", AttrType::boolean, true, "false: the identity"}};
+std::vector<Tensor> dropout_backward_cpu(const OpCall& call) {
+  const Tensor &g = call.inputs[0], &mask = call.inputs[1];
+  if (mask.numel() == 0) return {g};
+  const double p = dropout_attrs(call.op, call.attrs).p;
+  return {apply_mask(g, mask, p < 1.0 ? 1.0 / (1.0 - p) : 0.0)};
 }
 
-const OpRegistrar dropout_op{OpDef{.name = "dropout",
-                                   .doc = "zeroes elements with probability p while training, scales the rest by "
-                                          "1/(1-p) -> (y, bool keep-mask)",
-                                   .attrs = dropout_attrs(),
-                                   .infer = infer_dropout,
-                                   .kernels = {{DeviceType::cpu, dropout_cpu}}}};
-
-const OpRegistrar dropout2d_op{OpDef{.name = "dropout2d",
-                                     .doc = "zeroes whole channels x[n, c] with probability p while training, "
-                                            "scales the rest by 1/(1-p) -> (y, bool keep-mask [N, C, 1, ...])",
-                                     .attrs = dropout_attrs(),
-                                     .infer = infer_dropout,
-                                     .kernels = {{DeviceType::cpu, dropout_cpu}}}};
-
-const OpRegistrar dropout_backward_op{OpDef{
-    .name = "dropout_backward",
-    .doc = "gradient of dropout/dropout2d: grad * mask / (1 - p) (grad itself for an empty mask)",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .attrs = {{"p", AttrType::real, 0.5, "the forward call's p"}},
-    .infer =
-        [](const OpInfer& c) {
-          const TensorMeta &g = c.inputs[0], &mask = c.inputs[1];
-          checked_p(c.op, c.attrs);
-          if (!is_floating(g.dtype) || mask.dtype != DType::boolean)
-            throw DTypeError("dropout_backward: expects a floating gradient and a bool mask, got " + g.str() + " and " +
-                             mask.str());
-          if (numel(mask.shape) != 0) broadcast_shapes("dropout_backward", mask.shape, g.shape);
-          return std::vector<TensorMeta>{g};
-        },
-    .kernels = {{DeviceType::cpu, [](const OpCall& call) {
-                   const Tensor &g = call.inputs[0], &mask = call.inputs[1];
-                   if (mask.numel() == 0) return std::vector<Tensor>{g};
-                   const double p = call.attrs.get<double>("p");
-                   return std::vector<Tensor>{apply_mask(g, mask, p < 1.0 ? 1.0 / (1.0 - p) : 0.0)};
-                 }}},
-    .not_differentiable = kGradientKernel}};
+const OpRegistrar dropout_kernel{"dropout", DeviceType::cpu, dropout_cpu};
+const OpRegistrar dropout2d_kernel{"dropout2d", DeviceType::cpu, dropout_cpu};
+const OpRegistrar dropout_backward_kernel{"dropout_backward", DeviceType::cpu, dropout_backward_cpu};
 
 }  // namespace
 }  // namespace troupe

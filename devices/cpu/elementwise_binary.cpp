@@ -1,13 +1,12 @@
-// Binary elementwise ops on the CPU, NumPy broadcasting and PyTorch type promotion: add, sub,
-// mul, div (true division: integer and bool operands give f32), maximum, minimum, and the
-// comparisons eq ne lt le gt ge (bool results, compared in the promoted type). Integer arithmetic
-// wraps around like PyTorch's; f16/bf16 compute in f32. Contiguous and scalar-broadcast operands
+// Binary elementwise kernels on the CPU (the ops: devices/op_defs/elementwise.cpp). Integer
+// arithmetic wraps around like PyTorch's; f16/bf16 compute in f32. Contiguous and scalar-broadcast operands
 // run as one flat loop the compiler vectorises.
 #include <string>
 #include <type_traits>
 
 #include "devices/cpu/loops.h"
 #include "devices/cpu/parallel_ranges.h"
+#include "devices/op_defs/elementwise.h"
 #include "devices/registry.h"
 
 namespace troupe {
@@ -73,17 +72,6 @@ TROUPE_COMPARISON(Gt, x > y)
 TROUPE_COMPARISON(Ge, x >= y)
 #undef TROUPE_COMPARISON
 
-// The dtype both operands are converted to before the op runs.
-DType compute_dtype(DType a, DType b, bool true_division) {
-  const DType promoted = promote(a, b);
-  return true_division && !is_floating(promoted) ? DType::f32 : promoted;
-}
-
-template <class Op>
-bool supports(DType t) {
-  return dispatch(t, [](auto tag) { return Op::template supports<compute_t<typename decltype(tag)::type>>; });
-}
-
 // out[i] = op(a[i], b[i]) over out's shape; a and b have dtype T (any strides, broadcast).
 template <class T, class O, class Op>
 void run_binary(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
@@ -119,23 +107,13 @@ void run_binary(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
 }
 
 template <class Op>
-OpDef binary_op(std::string name, std::string doc, bool true_division = false) {
+KernelFn binary_kernel(bool true_division = false) {
   constexpr bool comparison = std::is_same_v<decltype(Op{}(0.0f, 0.0f)), bool>;
-  auto infer = [true_division](const OpInfer& c) {
-    const std::string op(c.op);
-    const TensorMeta& a = c.inputs[0];
-    const TensorMeta& b = c.inputs[1];
-    const Shape shape = broadcast_shapes(op.c_str(), a.shape, b.shape);
-    const DType compute = compute_dtype(a.dtype, b.dtype, true_division);
-    if (!supports<Op>(compute))
-      throw DTypeError(op + ": not defined for " + troupe::name(compute) + " operands (" + a.str() + ", " + b.str() + ")");
-    return std::vector<TensorMeta>{{comparison ? DType::boolean : compute, shape, a.device}};
-  };
-  auto kernel = [true_division](const OpCall& call) {
+  return [true_division](const OpCall& call) {
     const TensorMeta& meta = call.outputs[0];
     Tensor out = Tensor::empty(meta.shape, meta.dtype);
     if (out.numel() == 0) return std::vector<Tensor>{out};
-    const DType compute = compute_dtype(call.inputs[0].dtype(), call.inputs[1].dtype(), true_division);
+    const DType compute = binary_compute_dtype(call.inputs[0].dtype(), call.inputs[1].dtype(), true_division);
     const Tensor a = call.inputs[0].to(compute);
     const Tensor b = call.inputs[1].to(compute);
     dispatch(compute, [&](auto tag) {
@@ -147,28 +125,20 @@ OpDef binary_op(std::string name, std::string doc, bool true_division = false) {
     });
     return std::vector<Tensor>{out};
   };
-  return OpDef{.name = std::move(name),
-               .doc = std::move(doc),
-               .min_inputs = 2,
-               .max_inputs = 2,
-               .attrs = {},
-               .infer = infer,
-               .kernels = {{DeviceType::cpu, kernel}},
-               .not_differentiable = comparison ? "comparison: bool output" : ""};
 }
 
-const OpRegistrar add_op{binary_op<Add>("add", "a + b elementwise (broadcasting, type promotion; bool: or)")};
-const OpRegistrar sub_op{binary_op<Sub>("sub", "a - b elementwise (broadcasting, type promotion; not bool)")};
-const OpRegistrar mul_op{binary_op<Mul>("mul", "a * b elementwise (broadcasting, type promotion; bool: and)")};
-const OpRegistrar div_op{binary_op<Div>("div", "a / b elementwise, true division (integers give f32)", true)};
-const OpRegistrar maximum_op{binary_op<Maximum>("maximum", "elementwise maximum (NaN wins)")};
-const OpRegistrar minimum_op{binary_op<Minimum>("minimum", "elementwise minimum (NaN wins)")};
-const OpRegistrar eq_op{binary_op<Eq>("eq", "a == b elementwise, bool result")};
-const OpRegistrar ne_op{binary_op<Ne>("ne", "a != b elementwise, bool result")};
-const OpRegistrar lt_op{binary_op<Lt>("lt", "a < b elementwise, bool result")};
-const OpRegistrar le_op{binary_op<Le>("le", "a <= b elementwise, bool result")};
-const OpRegistrar gt_op{binary_op<Gt>("gt", "a > b elementwise, bool result")};
-const OpRegistrar ge_op{binary_op<Ge>("ge", "a >= b elementwise, bool result")};
+const OpRegistrar add_kernel{"add", DeviceType::cpu, binary_kernel<Add>()};
+const OpRegistrar sub_kernel{"sub", DeviceType::cpu, binary_kernel<Sub>()};
+const OpRegistrar mul_kernel{"mul", DeviceType::cpu, binary_kernel<Mul>()};
+const OpRegistrar div_kernel{"div", DeviceType::cpu, binary_kernel<Div>(true)};
+const OpRegistrar maximum_kernel{"maximum", DeviceType::cpu, binary_kernel<Maximum>()};
+const OpRegistrar minimum_kernel{"minimum", DeviceType::cpu, binary_kernel<Minimum>()};
+const OpRegistrar eq_kernel{"eq", DeviceType::cpu, binary_kernel<Eq>()};
+const OpRegistrar ne_kernel{"ne", DeviceType::cpu, binary_kernel<Ne>()};
+const OpRegistrar lt_kernel{"lt", DeviceType::cpu, binary_kernel<Lt>()};
+const OpRegistrar le_kernel{"le", DeviceType::cpu, binary_kernel<Le>()};
+const OpRegistrar gt_kernel{"gt", DeviceType::cpu, binary_kernel<Gt>()};
+const OpRegistrar ge_kernel{"ge", DeviceType::cpu, binary_kernel<Ge>()};
 
 }  // namespace
 

@@ -1,5 +1,4 @@
-// Unary elementwise ops on the CPU. neg, abs and relu keep the dtype (not bool, like PyTorch);
-// exp, log, sqrt, tanh, sigmoid and gelu are floating: integer and bool inputs give f32, f16/bf16
+// Unary elementwise kernels on the CPU (the ops: devices/op_defs/elementwise.cpp). f16/bf16
 // compute in f32, and f32 runs through the vectorised activations.
 #include <cmath>
 #include <string>
@@ -8,6 +7,7 @@
 #include "devices/cpu/activations.h"
 #include "devices/cpu/loops.h"
 #include "devices/cpu/parallel_ranges.h"
+#include "devices/op_defs/elementwise.h"
 #include "devices/registry.h"
 
 namespace troupe {
@@ -38,14 +38,8 @@ struct Relu {
 };
 
 template <class Op>
-OpDef same_dtype_op(std::string name, std::string doc) {
-  auto infer = [](const OpInfer& c) {
-    const TensorMeta& x = c.inputs[0];
-    if (x.dtype == DType::boolean)
-      throw DTypeError(std::string(c.op) + ": not defined for bool tensors, got " + x.str());
-    return std::vector<TensorMeta>{x};
-  };
-  auto kernel = [](const OpCall& call) {
+KernelFn same_dtype_kernel() {
+  return [](const OpCall& call) {
     const Tensor& x = call.inputs[0];
     Tensor out = Tensor::empty(x.shape(), x.dtype());
     dispatch(x.dtype(), [&](auto tag) {
@@ -66,26 +60,16 @@ OpDef same_dtype_op(std::string name, std::string doc) {
     });
     return std::vector<Tensor>{out};
   };
-  return OpDef{.name = std::move(name), .doc = std::move(doc), .attrs = {}, .infer = infer,
-               .kernels = {{DeviceType::cpu, kernel}}};
 }
 
-const OpRegistrar neg_op{same_dtype_op<Neg>("neg", "-x elementwise (integers wrap; not bool)")};
-const OpRegistrar abs_op{same_dtype_op<Abs>("abs", "|x| elementwise (not bool)")};
-const OpRegistrar relu_op{same_dtype_op<Relu>("relu", "max(x, 0) elementwise (not bool)")};
+const OpRegistrar neg_kernel{"neg", DeviceType::cpu, same_dtype_kernel<Neg>()};
+const OpRegistrar abs_kernel{"abs", DeviceType::cpu, same_dtype_kernel<Abs>()};
+const OpRegistrar relu_kernel{"relu", DeviceType::cpu, same_dtype_kernel<Relu>()};
 
 // --- floating ops ---
 
 using F32Fn = void (*)(const float*, float*, int64_t);
 using F64Fn = double (*)(double);
-
-DType floating_result(DType t) { return is_floating(t) ? t : DType::f32; }
-
-std::vector<TensorMeta> infer_floating(const OpInfer& c) {
-  TensorMeta out = c.inputs[0];
-  out.dtype = floating_result(out.dtype);
-  return {out};
-}
 
 // Runs f32 (on f32, f16, bf16 and integer inputs, converted) or f64 over a contiguous copy.
 std::vector<Tensor> run_floating(const OpCall& call, F32Fn f32, F64Fn f64) {
@@ -120,40 +104,20 @@ double gelu_tanh_f64(double x) {
   return x / (1.0 + std::exp(-2.0 * u));                                 // 0.5 x (1 + tanh u)
 }
 
-OpDef floating_op(std::string name, std::string doc, F32Fn f32, F64Fn f64) {
-  auto kernel = [f32, f64](const OpCall& call) { return run_floating(call, f32, f64); };
-  return OpDef{.name = std::move(name), .doc = std::move(doc), .attrs = {}, .infer = infer_floating,
-               .kernels = {{DeviceType::cpu, kernel}}};
+KernelFn floating_kernel(F32Fn f32, F64Fn f64) {
+  return [f32, f64](const OpCall& call) { return run_floating(call, f32, f64); };
 }
 
-const OpRegistrar exp_op{floating_op("exp", "e^x elementwise (integers give f32)", exp_f32,
-                                     [](double x) { return std::exp(x); })};
-const OpRegistrar log_op{floating_op("log", "natural log elementwise (integers give f32)", log_f32,
-                                     [](double x) { return std::log(x); })};
-const OpRegistrar sqrt_op{floating_op("sqrt", "square root elementwise (integers give f32)", sqrt_f32,
-                                      [](double x) { return std::sqrt(x); })};
-const OpRegistrar tanh_op{floating_op("tanh", "tanh elementwise (integers give f32)", tanh_f32,
-                                      [](double x) { return std::tanh(x); })};
-const OpRegistrar sigmoid_op{floating_op("sigmoid", "1 / (1 + e^-x) elementwise (integers give f32)", sigmoid_f32,
-                                         sigmoid_f64)};
-
-const OpRegistrar gelu_op{OpDef{
-    .name = "gelu",
-    .doc = "x * Phi(x) elementwise; approximate=\"tanh\" uses the tanh formula (integers give f32)",
-    .attrs = {{"approximate", AttrType::string, std::string("none"), "\"none\" (erf form) or \"tanh\""}},
-    .infer =
-        [](const OpInfer& c) {
-          const std::string& approximate = c.attrs.get<std::string>("approximate");
-          if (approximate != "none" && approximate != "tanh")
-            throw ValueError("gelu: approximate must be \"none\" or \"tanh\", got \"" + approximate + "\" for " +
-                             c.inputs[0].str());
-          return infer_floating(c);
-        },
-    .kernels = {{DeviceType::cpu, [](const OpCall& call) {
-                   if (call.attrs.get<std::string>("approximate") == "tanh")
-                     return run_floating(call, gelu_tanh_f32, gelu_tanh_f64);
-                   return run_floating(call, gelu_f32, gelu_f64);
-                 }}}}};
+const OpRegistrar exp_kernel{"exp", DeviceType::cpu, floating_kernel(exp_f32, [](double x) { return std::exp(x); })};
+const OpRegistrar log_kernel{"log", DeviceType::cpu, floating_kernel(log_f32, [](double x) { return std::log(x); })};
+const OpRegistrar sqrt_kernel{"sqrt", DeviceType::cpu, floating_kernel(sqrt_f32, [](double x) { return std::sqrt(x); })};
+const OpRegistrar tanh_kernel{"tanh", DeviceType::cpu, floating_kernel(tanh_f32, [](double x) { return std::tanh(x); })};
+const OpRegistrar sigmoid_kernel{"sigmoid", DeviceType::cpu, floating_kernel(sigmoid_f32, sigmoid_f64)};
+const OpRegistrar gelu_kernel{"gelu", DeviceType::cpu, [](const OpCall& call) {
+                                if (gelu_form(call.op, call.attrs) == GeluForm::tanh)
+                                  return run_floating(call, gelu_tanh_f32, gelu_tanh_f64);
+                                return run_floating(call, gelu_f32, gelu_f64);
+                              }};
 
 }  // namespace
 

@@ -21,33 +21,6 @@
 namespace troupe {
 namespace {
 
-std::vector<TensorMeta> infer_gather_nd(const OpInfer& c) {
-  const TensorMeta& data = c.inputs[0];
-  const TensorMeta& indices = c.inputs[1];
-  const int64_t r = static_cast<int64_t>(data.shape.size());
-  const int64_t q = static_cast<int64_t>(indices.shape.size());
-  const int64_t b = c.attrs.get<int64_t>("batch_dims");
-  const std::string both = " (data " + data.str() + ", indices " + indices.str() + ")";
-  if (indices.dtype != DType::i32 && indices.dtype != DType::i64)
-    throw DTypeError("gather_nd: indices must be i32 or i64" + both);
-  if (r < 1 || q < 1) throw ShapeError("gather_nd: data and indices need rank >= 1" + both);
-  if (b < 0) throw ValueError("gather_nd: batch_dims must be >= 0, got " + std::to_string(b));
-  if (b >= std::min(q, r))
-    throw ShapeError("gather_nd: batch_dims " + std::to_string(b) + " must be less than both ranks" + both);
-  const int64_t m = indices.shape.back();
-  if (m < 1 || m > r - b)
-    throw ShapeError("gather_nd: indices.shape[-1] is " + std::to_string(m) + ", expected 1.." +
-                     std::to_string(r - b) + " (rank of data minus batch_dims)" + both);
-  for (int64_t d = 0; d < b; ++d)
-    if (data.shape[d] != indices.shape[d])
-      throw ShapeError("gather_nd: batch dim " + std::to_string(d) + " differs: " + std::to_string(data.shape[d]) +
-                       " in data, " + std::to_string(indices.shape[d]) + " in indices" + both);
-  TensorMeta out = data;
-  out.shape.assign(indices.shape.begin(), indices.shape.end() - 1);
-  out.shape.insert(out.shape.end(), data.shape.begin() + b + m, data.shape.end());
-  return {out};
-}
-
 // "[2,0,1]": the multi-index of element `flat` of a row-major tensor of this shape.
 std::string position(const Shape& shape, int64_t flat) {
   Shape index(shape.size());
@@ -179,14 +152,7 @@ std::vector<Tensor> gather_nd_cpu(const OpCall& c) {
   return {out};
 }
 
-const OpRegistrar gather_nd_op{OpDef{
-    .name = "gather_nd",
-    .doc = "ONNX GatherND: slices of data addressed by index rows indices[..., m] (i32/i64, negative wrap)",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .attrs = {{"batch_dims", AttrType::integer, int64_t{0}, "leading dims shared by data and indices"}},
-    .infer = infer_gather_nd,
-    .kernels = {{DeviceType::cpu, gather_nd_cpu}}}};
+const OpRegistrar gather_nd_kernel{"gather_nd", DeviceType::cpu, gather_nd_cpu};
 
 }  // namespace
 }  // namespace troupe

@@ -9,11 +9,6 @@
 namespace troupe {
 namespace {
 
-void check_index_dtype(std::string_view op, const char* role, const TensorMeta& index) {
-  if (index.dtype != DType::i32 && index.dtype != DType::i64)
-    throw DTypeError(std::string(op) + ": " + role + " must be i32 or i64, got " + index.str());
-}
-
 // Every index as int64 in row-major order; IndexError naming the first one outside [0, size).
 std::vector<int64_t> checked_indices(std::string_view op, const Tensor& index, int64_t size, const std::string& where) {
   std::vector<int64_t> values = index.to_vector<int64_t>();
@@ -43,19 +38,6 @@ Tensor gather_runs(const Tensor& x, int64_t dim, const std::vector<int64_t>& ind
   return out;
 }
 
-std::vector<TensorMeta> infer_index_select(const OpInfer& c) {
-  const TensorMeta& x = c.inputs[0];
-  const TensorMeta& index = c.inputs[1];
-  if (x.shape.empty()) throw ShapeError("index_select: cannot index a 0-d tensor " + x.str());
-  const int64_t dim = wrap_dim("index_select", c.attrs.get<int64_t>("dim"), static_cast<int64_t>(x.shape.size()));
-  check_index_dtype(c.op, "the index", index);
-  if (index.shape.size() != 1)
-    throw ShapeError("index_select: the index must be 1-d, got " + index.str() + " (x is " + x.str() + ")");
-  TensorMeta out = x;
-  out.shape[dim] = index.shape[0];
-  return {out};
-}
-
 std::vector<Tensor> index_select_cpu(const OpCall& c) {
   const Tensor& x = c.inputs[0];
   const int64_t dim = wrap_dim("index_select", c.attrs.get<int64_t>("dim"), x.dim());
@@ -64,41 +46,14 @@ std::vector<Tensor> index_select_cpu(const OpCall& c) {
   return {gather_runs(x, dim, index, c.outputs[0])};
 }
 
-std::vector<TensorMeta> infer_embedding(const OpInfer& c) {
-  const TensorMeta& indices = c.inputs[0];
-  const TensorMeta& weight = c.inputs[1];
-  check_index_dtype(c.op, "indices", indices);
-  if (weight.shape.size() != 2)
-    throw ShapeError("embedding: the weight must be 2-d [V, D], got " + weight.str());
-  TensorMeta out = weight;
-  out.shape = indices.shape;
-  out.shape.push_back(weight.shape[1]);
-  return {out};
-}
-
 std::vector<Tensor> embedding_cpu(const OpCall& c) {
   const Tensor& weight = c.inputs[1];
   const auto index = checked_indices(c.op, c.inputs[0], weight.shape()[0], "the rows of weight " + weight.meta().str());
   return {gather_runs(weight, 0, index, c.outputs[0])};
 }
 
-const OpRegistrar index_select_op{OpDef{
-    .name = "index_select",
-    .doc = "entries of x along dim picked by a 1-d i32/i64 index",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .attrs = {{"dim", AttrType::integer, int64_t{0}, "the dim the index picks along"}},
-    .infer = infer_index_select,
-    .kernels = {{DeviceType::cpu, index_select_cpu}}}};
-
-const OpRegistrar embedding_op{OpDef{
-    .name = "embedding",
-    .doc = "rows of weight [V, D] picked by i32/i64 indices of any shape: indices.shape + [D]",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .attrs = {},
-    .infer = infer_embedding,
-    .kernels = {{DeviceType::cpu, embedding_cpu}}}};
+const OpRegistrar index_select_kernel{"index_select", DeviceType::cpu, index_select_cpu};
+const OpRegistrar embedding_kernel{"embedding", DeviceType::cpu, embedding_cpu};
 
 }  // namespace
 }  // namespace troupe

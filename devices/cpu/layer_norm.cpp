@@ -9,6 +9,7 @@
 
 #include "devices/cpu/loops.h"
 #include "devices/cpu/parallel_ranges.h"
+#include "devices/op_defs/norms.h"
 #include "devices/registry.h"
 
 namespace troupe {
@@ -48,35 +49,10 @@ void layer_norm_rows(const T* x, const T* weight, const T* bias, T* y, int64_t r
   }
 }
 
-std::vector<TensorMeta> infer_layer_norm(const OpInfer& c) {
-  const TensorMeta& x = c.inputs[0];
-  const Shape& normalized = c.attrs.get<std::vector<int64_t>>("normalized_shape");
-  const double eps = c.attrs.get<double>("eps");
-  if (!is_floating(x.dtype))
-    throw DTypeError("layer_norm: needs a floating tensor, got " + x.str() + " (convert it with to(f32) first)");
-  if (normalized.empty())
-    throw ValueError("layer_norm: normalized_shape must name at least one dim, got [] for " + x.str());
-  const size_t k = normalized.size();
-  if (k > x.shape.size() || !std::equal(normalized.begin(), normalized.end(), x.shape.end() - k))
-    throw ShapeError("layer_norm: normalized_shape " + to_string(normalized) + " is not the trailing dims of " +
-                     x.str());
-  if (!(eps >= 0.0) || !std::isfinite(eps))
-    throw ValueError("layer_norm: eps must be finite and >= 0, got " + std::to_string(eps));
-  const char* roles[] = {"", "weight", "bias"};
-  for (size_t i = 1; i < c.inputs.size(); ++i) {
-    const TensorMeta& p = c.inputs[i];
-    if (!is_floating(p.dtype))
-      throw DTypeError(std::string("layer_norm: ") + roles[i] + " must be floating, got " + p.str() + " for " + x.str());
-    if (p.shape != normalized)
-      throw ShapeError(std::string("layer_norm: ") + roles[i] + " " + p.str() + " must have normalized_shape " +
-                       to_string(normalized) + " (x is " + x.str() + ")");
-  }
-  return {x};
-}
-
 std::vector<Tensor> layer_norm_kernel(const OpCall& call) {
   const Tensor& x = call.inputs[0];
-  const int64_t n = numel(call.attrs.get<std::vector<int64_t>>("normalized_shape"));
+  const LayerNormAttrs attrs = layer_norm_attrs(call.attrs);
+  const int64_t n = attrs.row_size();
   const DType compute = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor out = Tensor::empty(x.shape(), compute);
   if (out.numel() == 0) return {out.to(x.dtype())};
@@ -88,7 +64,7 @@ std::vector<Tensor> layer_norm_kernel(const OpCall& call) {
     const T* weight = params.size() > 0 ? params[0].data<T>() : nullptr;
     const T* bias = params.size() > 1 ? params[1].data<T>() : nullptr;
     const T* rows = in.data<T>();
-    const T eps = static_cast<T>(call.attrs.get<double>("eps"));
+    const T eps = static_cast<T>(attrs.eps);
     parallel_ranges(out.numel() / n, std::max<int64_t>(1, (1 << 16) / n), 1, [&](int64_t begin, int64_t end) {
       layer_norm_rows(rows + begin * n, weight, bias, y + begin * n, end - begin, n, eps);
     });
@@ -98,16 +74,7 @@ std::vector<Tensor> layer_norm_kernel(const OpCall& call) {
   return {out.to(x.dtype())};
 }
 
-const OpRegistrar layer_norm_op{OpDef{
-    .name = "layer_norm",
-    .doc = "normalise over the trailing normalized_shape dims (biased variance), then * weight + bias; "
-           "inputs x [, weight [, bias]]",
-    .min_inputs = 1,
-    .max_inputs = 3,
-    .attrs = {{"normalized_shape", AttrType::int_list, std::nullopt, "the trailing dims of x to normalise over"},
-              {"eps", AttrType::real, 1e-5, "added to the variance"}},
-    .infer = infer_layer_norm,
-    .kernels = {{DeviceType::cpu, layer_norm_kernel}}}};
+const OpRegistrar layer_norm_cpu{"layer_norm", DeviceType::cpu, layer_norm_kernel};
 
 }  // namespace
 

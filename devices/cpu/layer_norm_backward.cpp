@@ -7,33 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "devices/op_defs/norms.h"
 #include "devices/registry.h"
 
 namespace troupe {
 namespace {
-
-std::vector<TensorMeta> infer_layer_norm_backward(const OpInfer& c) {
-  const TensorMeta &g = c.inputs[0], &x = c.inputs[1];
-  const Shape& norm = c.attrs.get<std::vector<int64_t>>("normalized_shape");
-  if (x.dtype != DType::f32 && x.dtype != DType::f64)
-    throw DTypeError("layer_norm_backward: expects f32 or f64, got " + x.str());
-  if (g.dtype != x.dtype || g.shape != x.shape)
-    throw ShapeError("layer_norm_backward: the gradient " + g.str() + " does not match the input " + x.str());
-  if (norm.empty() || norm.size() > x.shape.size() ||
-      !std::equal(norm.begin(), norm.end(), x.shape.end() - static_cast<int64_t>(norm.size())))
-    throw ShapeError("layer_norm_backward: normalized_shape " + to_string(norm) + " is not the trailing shape of " +
-                     x.str());
-  std::vector<TensorMeta> out{x};
-  if (c.inputs.size() > 2) {
-    const TensorMeta& w = c.inputs[2];
-    if (w.dtype != x.dtype || w.shape != norm)
-      throw ShapeError("layer_norm_backward: the weight must be " + std::string(name(x.dtype)) + to_string(norm) +
-                       ", got " + w.str());
-    out.push_back(w);
-    out.push_back(w);
-  }
-  return out;
-}
 
 template <class T>
 void rows_backward(const T* g, const T* x, const T* w, T* dx, T* dw, T* db, int64_t rows, int64_t n, double eps) {
@@ -68,12 +46,13 @@ std::vector<Tensor> layer_norm_backward_cpu(const OpCall& call) {
   const Tensor g = call.inputs[0].contiguous(), x = call.inputs[1].contiguous();
   const bool affine = call.inputs.size() > 2;
   const Tensor w = affine ? call.inputs[2].contiguous() : Tensor();
-  const int64_t n = numel(call.attrs.get<std::vector<int64_t>>("normalized_shape"));
+  const LayerNormAttrs attrs = layer_norm_attrs(call.attrs);
+  const int64_t n = attrs.row_size();
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   Tensor dx = Tensor::empty(x.shape(), x.dtype());
   Tensor dw = affine ? Tensor::empty(w.shape(), w.dtype()) : Tensor();
   Tensor db = affine ? Tensor::empty(w.shape(), w.dtype()) : Tensor();
-  const double eps = call.attrs.get<double>("eps");
+  const double eps = attrs.eps;
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
@@ -84,16 +63,7 @@ std::vector<Tensor> layer_norm_backward_cpu(const OpCall& call) {
   return {dx};
 }
 
-const OpRegistrar layer_norm_backward_op{OpDef{
-    .name = "layer_norm_backward",
-    .doc = "gradients of layer_norm: (grad, x[, weight]) -> dx[, d weight, d bias]",
-    .min_inputs = 2,
-    .max_inputs = 3,
-    .attrs = {{"normalized_shape", AttrType::int_list, std::nullopt, "the trailing dims of x normalised over"},
-              {"eps", AttrType::real, 1e-5, "added to the variance"}},
-    .infer = infer_layer_norm_backward,
-    .kernels = {{DeviceType::cpu, layer_norm_backward_cpu}},
-    .not_differentiable = kGradientKernel}};
+const OpRegistrar layer_norm_backward_kernel{"layer_norm_backward", DeviceType::cpu, layer_norm_backward_cpu};
 
 }  // namespace
 }  // namespace troupe

@@ -1,9 +1,6 @@
-// lstm_backward: backpropagation through time for the lstm op (one layer, one direction, gate
-// order i, f, g, o). The forward saves nothing beyond its inputs, so this kernel runs the
-// recurrence again, keeping every step's gates and cell state, then walks the steps backwards.
-// Inputs: x [T,B,C], weight_ih [4H,C], weight_hh [4H,H], bias_ih [4H], bias_hh [4H], h0 [B,H],
-// c0 [B,H], and the gradients of output [T,B,H], h_n [B,H], c_n [B,H].
-// Outputs: the gradients of x, weight_ih, weight_hh, bias_ih, bias_hh, h0, c0.
+// lstm_backward on the CPU (the op: devices/op_defs/lstm.cpp). The forward saves nothing beyond
+// its inputs, so this kernel runs the recurrence again, keeping every step's gates and cell state,
+// then walks the steps backwards (the cell's maths: devices/op_defs/lstm_cell.h).
 //
 // Per step the only serial work is dh_{t-1} = dgates_t @ W_hh; the weight gradients and dx are
 // three large GEMMs over all steps at once.
@@ -12,32 +9,11 @@
 
 #include "devices/cpu/activations.h"
 #include "devices/cpu/gemm.h"
+#include "devices/op_defs/lstm_cell.h"
 #include "devices/registry.h"
 
 namespace troupe {
 namespace {
-
-std::vector<TensorMeta> infer_lstm_backward(const OpInfer& c) {
-  const auto& in = c.inputs;
-  for (size_t i = 0; i < in.size(); ++i)
-    if (in[i].dtype != DType::f32)
-      throw DTypeError("lstm_backward: expects f32 tensors, input " + std::to_string(i) + " is " + in[i].str());
-  const TensorMeta &x = in[0], &w_hh = in[2];
-  if (x.shape.size() != 3) throw ShapeError("lstm_backward: x must be [T, B, C], got " + x.str());
-  if (w_hh.shape.size() != 2 || w_hh.shape[0] != 4 * w_hh.shape[1])
-    throw ShapeError("lstm_backward: weight_hh must be [4H, H], got " + w_hh.str());
-  const int64_t T = x.shape[0], B = x.shape[1], C = x.shape[2], H = w_hh.shape[1];
-  const std::pair<size_t, Shape> expected[] = {{1, {4 * H, C}}, {3, {4 * H}}, {4, {4 * H}}, {5, {B, H}},
-                                               {6, {B, H}},     {7, {T, B, H}}, {8, {B, H}}, {9, {B, H}}};
-  const char* names[] = {"x", "weight_ih", "weight_hh", "bias_ih", "bias_hh", "h0", "c0",
-                         "grad_output", "grad_h_n", "grad_c_n"};
-  for (auto& [i, shape] : expected)
-    if (in[i].shape != shape)
-      throw ShapeError(std::string("lstm_backward: ") + names[i] + " must be " + to_string(shape) + " for x " +
-                       x.str() + " and weight_hh " + w_hh.str() + ", got " + in[i].str());
-  std::vector<TensorMeta> out(in.begin(), in.begin() + 7);
-  return out;
-}
 
 std::vector<Tensor> lstm_backward_cpu(const OpCall& call) {
   std::vector<Tensor> in;
@@ -91,16 +67,8 @@ std::vector<Tensor> lstm_backward_cpu(const OpCall& call) {
       float* dcb = dc.data() + b * H;
       const float* go = grad_out + (t * B + b) * H;
       tanh_f32(c_t, tanh_c.data(), H);
-      for (int64_t j = 0; j < H; ++j) {
-        const float i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j], tc = tanh_c[j];
-        const float dh_j = dhb[j] + go[j];
-        const float dc_j = dcb[j] + dh_j * o * (1.0f - tc * tc);
-        dga[j] = dc_j * g * i * (1.0f - i);
-        dga[H + j] = dc_j * c_prev[j] * f * (1.0f - f);
-        dga[2 * H + j] = dc_j * i * (1.0f - g * g);
-        dga[3 * H + j] = dh_j * tc * o * (1.0f - o);
-        dcb[j] = dc_j * f;
-      }
+      for (int64_t j = 0; j < H; ++j)
+        dcb[j] = lstm_unit_backward(a, c_prev[j], tanh_c[j], dhb[j], go[j], dcb[j], H, j, dga);
     }
     // dh_{t-1} = dgates[t] @ W_hh
     gemm_f32(false, false, B, H, G, 1.0f, dgates.data() + t * B * G, G, pw_hh, H, 0.0f, dh.data(), H);
@@ -121,15 +89,7 @@ std::vector<Tensor> lstm_backward_cpu(const OpCall& call) {
   return {dx, dw_ih, dw_hh, db_ih, db_hh, dh0, dc0};
 }
 
-const OpRegistrar lstm_backward_op{OpDef{
-    .name = "lstm_backward",
-    .doc = "gradients of lstm (x, weights, biases, h0, c0) from those of (output, h_n, c_n), recomputing the gates",
-    .min_inputs = 10,
-    .max_inputs = 10,
-    .attrs = {},
-    .infer = infer_lstm_backward,
-    .kernels = {{DeviceType::cpu, lstm_backward_cpu}},
-    .not_differentiable = kGradientKernel}};
+const OpRegistrar lstm_backward_kernel{"lstm_backward", DeviceType::cpu, lstm_backward_cpu};
 
 }  // namespace
 }  // namespace troupe

@@ -7,49 +7,18 @@
 #include <string>
 #include <vector>
 
+#include "devices/op_defs/losses.h"
 #include "devices/registry.h"
 
 namespace troupe {
 namespace {
-
-enum class Reduction { none, mean, sum };
-
-Reduction reduction_of(std::string_view op, const Attrs& attrs) {
-  const std::string& r = attrs.get<std::string>("reduction");
-  if (r == "mean") return Reduction::mean;
-  if (r == "sum") return Reduction::sum;
-  if (r == "none") return Reduction::none;
-  throw ValueError(std::string(op) + ": reduction must be \"mean\", \"sum\" or \"none\", got \"" + r + "\"");
-}
-
-// Validates (input, target, weight?) starting at inputs[first]; returns the loss meta.
-TensorMeta check(std::string_view op, const std::vector<TensorMeta>& in, size_t first, const Attrs& attrs) {
-  const TensorMeta &x = in[first], &target = in[first + 1];
-  if (x.dtype != DType::f32 && x.dtype != DType::f64)
-    throw DTypeError(std::string(op) + ": the input must be f32 or f64, got " + x.str());
-  if (target.dtype != DType::i64 && target.dtype != DType::i32)
-    throw DTypeError(std::string(op) + ": the target must hold class indices (i64 or i32), got " + target.str());
-  if (x.shape.size() != 2) throw ShapeError(std::string(op) + ": the input must be [N, C], got " + x.str());
-  if (target.shape != Shape{x.shape[0]})
-    throw ShapeError(std::string(op) + ": the target must be [" + std::to_string(x.shape[0]) + "] for input " +
-                     x.str() + ", got " + target.str());
-  if (in.size() > first + 2) {
-    const TensorMeta& w = in[first + 2];
-    if (w.dtype != x.dtype) throw DTypeError(std::string(op) + ": the weight " + w.str() + " does not match the input " + x.str());
-    if (w.shape != Shape{x.shape[1]})
-      throw ShapeError(std::string(op) + ": the weight must be [" + std::to_string(x.shape[1]) + "] for input " +
-                       x.str() + ", got " + w.str());
-  }
-  const Reduction r = reduction_of(op, attrs);
-  return {x.dtype, r == Reduction::none ? Shape{x.shape[0]} : Shape{}, x.device};
-}
 
 struct Problem {
   int64_t n, c;
   std::vector<int64_t> target;  // validated; ignored samples hold ignore_index
   std::vector<double> weight;   // per class
   int64_t ignore_index;
-  Reduction reduction;
+  LossReduction reduction;
   double total_weight = 0;      // summed weights of counted samples
 };
 
@@ -59,8 +28,9 @@ Problem problem(std::string_view op, const std::vector<Tensor>& in, size_t first
   p.n = x.size(0), p.c = x.size(1);
   p.target = target.to_vector<int64_t>();
   p.weight = in.size() > first + 2 ? in[first + 2].to_vector<double>() : std::vector<double>(p.c, 1.0);
-  p.ignore_index = attrs.get<int64_t>("ignore_index");
-  p.reduction = reduction_of(op, attrs);
+  const LossAttrs a = loss_attrs(op, attrs);
+  p.ignore_index = a.ignore_index;
+  p.reduction = a.reduction;
   for (int64_t i = 0; i < p.n; ++i) {
     const int64_t t = p.target[i];
     if (t == p.ignore_index) continue;
@@ -105,10 +75,10 @@ std::vector<Tensor> loss_cpu(const OpCall& call, bool from_logits) {
   dispatch(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* po = out.mutable_data<T>();
-    if (p.reduction == Reduction::none)
+    if (p.reduction == LossReduction::none)
       for (int64_t i = 0; i < p.n; ++i) po[i] = convert<T>(losses[i]);
     else
-      po[0] = convert<T>(p.reduction == Reduction::sum ? total : total / p.total_weight);
+      po[0] = convert<T>(p.reduction == LossReduction::sum ? total : total / p.total_weight);
   });
   return {out};
 }
@@ -125,8 +95,8 @@ std::vector<Tensor> loss_backward_cpu(const OpCall& call, bool from_logits) {
   for (int64_t i = 0; i < p.n; ++i) {
     const int64_t t = p.target[i];
     if (t == p.ignore_index) continue;
-    double gi = p.reduction == Reduction::none ? g[i] : g[0];
-    if (p.reduction == Reduction::mean) gi /= p.total_weight;
+    double gi = p.reduction == LossReduction::none ? g[i] : g[0];
+    if (p.reduction == LossReduction::mean) gi /= p.total_weight;
     const double scale = p.weight[t] * gi;
     if (from_logits)
       for (int64_t j = 0; j < p.c; ++j) dx[i * p.c + j] = scale * std::exp(lp[i * p.c + j]);
@@ -142,56 +112,15 @@ std::vector<Tensor> loss_backward_cpu(const OpCall& call, bool from_logits) {
   return {out};
 }
 
-std::vector<AttrSpec> loss_attrs() {
-  return {{"reduction", AttrType::string, std::string("mean"), "\"mean\" (weighted), \"sum\" or \"none\""},
-          {"ignore_index", AttrType::integer, int64_t{-100}, "samples with this target count for nothing"}};
-}
+std::vector<Tensor> nll_loss_cpu(const OpCall& c) { return loss_cpu(c, false); }
+std::vector<Tensor> cross_entropy_cpu(const OpCall& c) { return loss_cpu(c, true); }
+std::vector<Tensor> nll_loss_backward_cpu(const OpCall& c) { return loss_backward_cpu(c, false); }
+std::vector<Tensor> cross_entropy_backward_cpu(const OpCall& c) { return loss_backward_cpu(c, true); }
 
-const OpRegistrar nll_loss_op{OpDef{
-    .name = "nll_loss",
-    .doc = "negative log-likelihood of class targets [N] under log-probabilities [N, C] (class weights [C] optional)",
-    .min_inputs = 2,
-    .max_inputs = 3,
-    .attrs = loss_attrs(),
-    .infer = [](const OpInfer& c) { return std::vector<TensorMeta>{check(c.op, c.inputs, 0, c.attrs)}; },
-    .kernels = {{DeviceType::cpu, [](const OpCall& c) { return loss_cpu(c, false); }}}}};
-
-const OpRegistrar cross_entropy_op{OpDef{
-    .name = "cross_entropy",
-    .doc = "nll_loss(log_softmax(logits [N, C], 1), targets [N]) (class weights [C] optional)",
-    .min_inputs = 2,
-    .max_inputs = 3,
-    .attrs = loss_attrs(),
-    .infer = [](const OpInfer& c) { return std::vector<TensorMeta>{check(c.op, c.inputs, 0, c.attrs)}; },
-    .kernels = {{DeviceType::cpu, [](const OpCall& c) { return loss_cpu(c, true); }}}}};
-
-std::vector<TensorMeta> infer_loss_backward(const OpInfer& c) {
-  const TensorMeta& loss = check(c.op, c.inputs, 1, c.attrs);
-  const TensorMeta& g = c.inputs[0];
-  if (g.dtype != loss.dtype || g.shape != loss.shape)
-    throw ShapeError(std::string(c.op) + ": the gradient " + g.str() + " does not match the loss " + loss.str());
-  return {c.inputs[1]};
-}
-
-const OpRegistrar nll_loss_backward_op{OpDef{
-    .name = "nll_loss_backward",
-    .doc = "gradient of nll_loss: (grad, input, target[, weight]) -> d input",
-    .min_inputs = 3,
-    .max_inputs = 4,
-    .attrs = loss_attrs(),
-    .infer = infer_loss_backward,
-    .kernels = {{DeviceType::cpu, [](const OpCall& c) { return loss_backward_cpu(c, false); }}},
-    .not_differentiable = kGradientKernel}};
-
-const OpRegistrar cross_entropy_backward_op{OpDef{
-    .name = "cross_entropy_backward",
-    .doc = "gradient of cross_entropy: (grad, logits, target[, weight]) -> d logits",
-    .min_inputs = 3,
-    .max_inputs = 4,
-    .attrs = loss_attrs(),
-    .infer = infer_loss_backward,
-    .kernels = {{DeviceType::cpu, [](const OpCall& c) { return loss_backward_cpu(c, true); }}},
-    .not_differentiable = kGradientKernel}};
+const OpRegistrar nll_loss_kernel{"nll_loss", DeviceType::cpu, nll_loss_cpu};
+const OpRegistrar cross_entropy_kernel{"cross_entropy", DeviceType::cpu, cross_entropy_cpu};
+const OpRegistrar nll_loss_backward_kernel{"nll_loss_backward", DeviceType::cpu, nll_loss_backward_cpu};
+const OpRegistrar cross_entropy_backward_kernel{"cross_entropy_backward", DeviceType::cpu, cross_entropy_backward_cpu};
 
 }  // namespace
 }  // namespace troupe

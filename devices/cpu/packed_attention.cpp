@@ -24,34 +24,13 @@
 
 #include "devices/cpu/activations.h"
 #include "devices/cpu/loops.h"
+#include "devices/op_defs/attention.h"
 #include "devices/registry.h"
 #include "devices/threads.h"
 
 namespace troupe {
 
 namespace {
-
-std::vector<TensorMeta> infer_packed_attention(const OpInfer& c) {
-  const TensorMeta& qkv = c.inputs[0];
-  const TensorMeta& offsets = c.inputs[1];
-  const int64_t heads = c.attrs.get<int64_t>("heads");
-  const std::string operands = " (qkv " + qkv.str() + ", offsets " + offsets.str() + ")";
-  if ((qkv.dtype != DType::f32 && qkv.dtype != DType::bf16) || qkv.shape.size() != 2)
-    throw ShapeError("packed_attention: qkv must be f32[rows, 3d] or bf16[rows, 3d]" + operands);
-  if (heads < 1) throw ValueError("packed_attention: heads must be >= 1, got " + std::to_string(heads));
-  if (qkv.shape[1] % (3 * heads) != 0)
-    throw ShapeError("packed_attention: qkv's " + std::to_string(qkv.shape[1]) + " columns are not 3 x " +
-                     std::to_string(heads) + " heads of equal width" + operands);
-  if (offsets.dtype != DType::i64 || offsets.shape.size() != 1 || offsets.shape[0] < 2)
-    throw ShapeError("packed_attention: offsets must be i64[B + 1] with B >= 1" + operands);
-  if (c.inputs.size() > 2) {
-    const TensorMeta& keys = c.inputs[2];
-    if (keys.dtype != DType::i64 || keys.shape != Shape{offsets.shape[0] - 1})
-      throw ShapeError("packed_attention: key_lengths must be i64[" + std::to_string(offsets.shape[0] - 1) +
-                       "], got " + keys.str() + operands);
-  }
-  return {TensorMeta{qkv.dtype, {qkv.shape[0], qkv.shape[1] / 3}, qkv.device}};
-}
 
 // oneDNN's sgemm splits a product over omp_get_max_threads() when it is not inside a parallel
 // region, and the split changes its rounding; a task's products run on one thread either way, so
@@ -73,7 +52,8 @@ std::vector<Tensor> packed_attention_cpu(const OpCall& c) {
   const DType dtype = c.inputs[0].dtype();
   const Tensor qkv = c.inputs[0].to(DType::f32).contiguous();
   const std::vector<int64_t> offsets = c.inputs[1].to_vector<int64_t>();
-  const int64_t rows = qkv.size(0), d = qkv.size(1) / 3, heads = c.attrs.get<int64_t>("heads"), hd = d / heads;
+  const PackedAttentionDims dims = packed_attention_dims(qkv.shape(), c.attrs);
+  const int64_t rows = dims.rows, d = dims.width, heads = dims.heads, hd = dims.head_width;
   const int64_t B = static_cast<int64_t>(offsets.size()) - 1;
   if (offsets.front() != 0 || offsets.back() != rows)
     throw ValueError("packed_attention: offsets must run from 0 to the " + std::to_string(rows) + " rows of qkv, got " +
@@ -143,16 +123,7 @@ std::vector<Tensor> packed_attention_cpu(const OpCall& c) {
   return {out.to(dtype)};
 }
 
-const OpRegistrar packed_attention_op{OpDef{
-    .name = "packed_attention",
-    .doc = "self-attention of the transformer fastpath over packed sequences: qkv f32|bf16 [rows, 3d], offsets i64 [B+1], "
-           "key_lengths i64 [B] (optional) -> context [rows, d] of qkv's dtype, per sequence and head softmax(q k^T / sqrt(hd)) v",
-    .min_inputs = 2,
-    .max_inputs = 3,
-    .attrs = {{"heads", AttrType::integer, int64_t{1}, "attention heads (d / heads columns each)"}},
-    .infer = infer_packed_attention,
-    .kernels = {{DeviceType::cpu, packed_attention_cpu}},
-    .not_differentiable = "the inference fastpath's attention; training runs matmul and softmax, which are"}};
+const OpRegistrar packed_attention_kernel{"packed_attention", DeviceType::cpu, packed_attention_cpu};
 
 }  // namespace
 }  // namespace troupe

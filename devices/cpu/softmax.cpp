@@ -84,28 +84,11 @@ std::vector<Tensor> softmax_kernel(const OpCall& call, bool log) {
   return {out.to(x.dtype())};
 }
 
-std::vector<TensorMeta> infer_softmax(const OpInfer& c) {
-  const TensorMeta& x = c.inputs[0];
-  const std::string op(c.op);
-  if (!is_floating(x.dtype))
-    throw DTypeError(op + ": needs a floating tensor, got " + x.str() + " (convert it with to(f32) first)");
-  wrap_dim(op.c_str(), c.attrs.get<int64_t>("dim"), static_cast<int64_t>(x.shape.size()));
-  return {x};
-}
+std::vector<Tensor> softmax_cpu(const OpCall& c) { return softmax_kernel(c, false); }
+std::vector<Tensor> log_softmax_cpu(const OpCall& c) { return softmax_kernel(c, true); }
 
-std::vector<AttrSpec> softmax_attrs() { return {{"dim", AttrType::integer, int64_t{-1}, "the dim to normalise"}}; }
-
-const OpRegistrar softmax_op{OpDef{.name = "softmax",
-                                   .doc = "exp(x) / sum(exp(x)) along dim (floating tensors)",
-                                   .attrs = softmax_attrs(),
-                                   .infer = infer_softmax,
-                                   .kernels = {{DeviceType::cpu, [](const OpCall& c) { return softmax_kernel(c, false); }}}}};
-
-const OpRegistrar log_softmax_op{OpDef{.name = "log_softmax",
-                                       .doc = "x - log(sum(exp(x))) along dim (floating tensors)",
-                                       .attrs = softmax_attrs(),
-                                       .infer = infer_softmax,
-                                       .kernels = {{DeviceType::cpu, [](const OpCall& c) { return softmax_kernel(c, true); }}}}};
+const OpRegistrar softmax_cpu_kernel{"softmax", DeviceType::cpu, softmax_cpu};
+const OpRegistrar log_softmax_cpu_kernel{"log_softmax", DeviceType::cpu, log_softmax_cpu};
 
 }  // namespace
 

@@ -6,16 +6,6 @@
 namespace troupe {
 namespace {
 
-std::vector<TensorMeta> infer_where(const OpInfer& c) {
-  const TensorMeta& condition = c.inputs[0];
-  const TensorMeta& x = c.inputs[1];
-  const TensorMeta& y = c.inputs[2];
-  if (condition.dtype != DType::boolean)
-    throw DTypeError("where: the condition must be bool, got " + condition.str());
-  const Shape shape = broadcast_shapes("where", broadcast_shapes("where", condition.shape, x.shape), y.shape);
-  return {TensorMeta{promote(x.dtype, y.dtype), shape, x.device}};
-}
-
 template <class T>
 void select_elements(const Tensor& condition, const Tensor& x, const Tensor& y, T* out) {
   const bool* c = condition.data<bool>();
@@ -65,14 +55,7 @@ std::vector<Tensor> where_cpu(const OpCall& c) {
   return {out};
 }
 
-const OpRegistrar where_op{OpDef{
-    .name = "where",
-    .doc = "x where the bool condition holds, else y; all three broadcast, x and y promote",
-    .min_inputs = 3,
-    .max_inputs = 3,
-    .attrs = {},
-    .infer = infer_where,
-    .kernels = {{DeviceType::cpu, where_cpu}}}};
+const OpRegistrar where_kernel{"where", DeviceType::cpu, where_cpu};
 
 }  // namespace
 }  // namespace troupe

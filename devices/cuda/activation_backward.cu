@@ -1,8 +1,9 @@
-// Backward kernels of the activations on cuda (devices/cpu/activation_backward.cpp has the
+// Backward kernels of the activations on cuda (devices/op_defs/activation_backward.cpp has the
 // formulas): relu_backward(grad, y), tanh_backward(grad, y), sigmoid_backward(grad, y) from the
 // forward output y, gelu_backward(grad, x) from the forward input. One fused pass over two floating
 // tensors of one shape and dtype, read through their strides; f16/bf16 compute in f32.
 #include "devices/cuda/kernel_util.cuh"
+#include "devices/op_defs/elementwise.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -76,7 +77,7 @@ const OpRegistrar relu_backward_cuda{"relu_backward", DeviceType::cuda, backward
 const OpRegistrar tanh_backward_cuda{"tanh_backward", DeviceType::cuda, backward(TanhGrad{})};
 const OpRegistrar sigmoid_backward_cuda{"sigmoid_backward", DeviceType::cuda, backward(SigmoidGrad{})};
 const OpRegistrar gelu_backward_cuda{"gelu_backward", DeviceType::cuda, [](const OpCall& call) {
-  if (call.attrs.get<std::string>("approximate") == "tanh") return run_backward(call, GeluTanhGrad{});
+  if (gelu_form("gelu_backward", call.attrs) == GeluForm::tanh) return run_backward(call, GeluTanhGrad{});
   return run_backward(call, GeluGrad{});  // inference has refused anything but "none" and "tanh"
 }};
 

@@ -1,9 +1,10 @@
-// adam_update on cuda (the CPU op's contract: devices/cpu/adam_update.cpp): one elementwise kernel
+// adam_update on cuda (the op: devices/op_defs/optimizers.cpp): one elementwise kernel
 // for the whole step of one parameter, in the parameter's dtype; the step factors are worked out
 // on the host in double, as the CPU kernel does.
 #include <cmath>
 
 #include "devices/cuda/kernel_util.cuh"
+#include "devices/op_defs/optimizers.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -40,13 +41,12 @@ std::vector<Tensor> adam_update_cuda(const OpCall& call) {
   const int64_t n = p.numel();
   if (n == 0) return out;
   const bool amsgrad = in.size() > 4;
-  const Attrs& a = call.attrs;
-  const double t = static_cast<double>(a.get<int64_t>("step")), beta1 = a.get<double>("beta1"),
-               beta2 = a.get<double>("beta2");
+  const AdamAttrs a = adam_attrs(call.attrs);
+  const double t = static_cast<double>(a.step), beta1 = a.beta1, beta2 = a.beta2;
   auto run = [&](auto zero) {
     using T = decltype(zero);
-    const AdamFactors<T> f{T(beta1), T(beta2), T(a.get<double>("weight_decay")), T(a.get<double>("eps")),
-                           T(a.get<double>("lr") / (1 - std::pow(beta1, t))), T(std::sqrt(1 - std::pow(beta2, t)))};
+    const AdamFactors<T> f{T(beta1), T(beta2), T(a.weight_decay), T(a.eps), T(a.lr / (1 - std::pow(beta1, t))),
+                           T(std::sqrt(1 - std::pow(beta2, t)))};
     adam_kernel<<<blocks_for(n), kThreads, 0, current_stream(device)>>>(
         device_read<T>(in[0]), device_read<T>(in[1]), device_read<T>(in[2]), device_read<T>(in[3]), amsgrad ? device_read<T>(in[4]) : nullptr,
         device_write<T>(out[0]), device_write<T>(out[1]), device_write<T>(out[2]),

@@ -1,9 +1,10 @@
-// add_layer_norm on cuda (the op's contract: devices/cpu/add_layer_norm.cpp): one block per row;
+// add_layer_norm on cuda (the op: devices/op_defs/norms.cpp): one block per row;
 // the row's sum x + residual is made once, in float (double for f64), and kept in shared memory
 // for the mean, the centred variance and the output, so x and residual are read once and the
 // sum is never rounded before it is normalised. Rows whose length is a multiple of a 16-byte
 // pack and whose pointers are aligned move in 128-bit loads (8 bf16 at a time).
 #include "devices/cuda/packed_access.cuh"
+#include "devices/op_defs/norms.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -107,7 +108,7 @@ std::vector<Tensor> add_layer_norm_cuda(const OpCall& call) {
     const int threads = row_threads(packed ? n / Pack<T>::kSize : n);
     const size_t shared = cached ? row_bytes : 0;
     const cudaStream_t stream = current_stream(device);
-    const double eps = call.attrs.get<double>("eps");
+    const double eps = add_layer_norm_attrs(call.attrs).eps;
     if (packed)
       add_layer_norm_rows<T, true><<<grid, threads, shared, stream>>>(px, pr, pw, pb, py, ps, static_cast<int>(n), eps, cached);
     else

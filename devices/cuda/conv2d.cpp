@@ -1,5 +1,5 @@
-// conv2d, conv2d_backward_input and conv2d_backward_weight on cuda through cuDNN (the CPU ops'
-// contracts: devices/cpu/conv2d.cpp; NCHW input, OIHW weight, f32 or f64). Descriptors are made
+// conv2d, conv2d_backward_input and conv2d_backward_weight on cuda through cuDNN (the ops:
+// devices/op_defs/conv2d.cpp; NCHW input, OIHW weight, f32 or f64). Descriptors are made
 // per call (microseconds); the algorithm is chosen once per geometry from cuDNN's heuristics and
 // kept: the first one cuDNN ranks that runs without tensor cores (TF32 would round f32 inputs to
 // 10 bits, the CPU does not) and, with deterministic kernels on (devices/determinism.h), that
@@ -10,6 +10,7 @@
 
 #include "devices/cuda/dnn.h"
 #include "devices/determinism.h"
+#include "devices/op_defs/conv2d.h"
 #include "devices/registry.h"
 #include "devices/tensor.h"
 
@@ -19,11 +20,6 @@ namespace {
 
 // Beyond this a cheaper-in-memory algorithm is taken: a workspace of gigabytes would evict the model.
 constexpr size_t kMaxWorkspace = size_t(1) << 30;
-
-std::pair<int, int> pair_attr(const Attrs& attrs, const char* name) {
-  const auto& v = attrs.get<std::vector<int64_t>>(name);  // one or two values, checked by inference
-  return {static_cast<int>(v[0]), static_cast<int>(v.size() == 2 ? v[1] : v[0])};
-}
 
 template <class T, auto Create, auto Destroy>
 struct Descriptor {
@@ -56,10 +52,11 @@ struct Conv {
         w(device), conv(device) {
     if (dtype != DType::f32 && dtype != DType::f64)
       throw DeviceError(std::string(op) + ": no cuda kernel for " + name(dtype));
-    const auto [sh, sw] = pair_attr(attrs, "stride");
-    const auto [ph, pw] = pair_attr(attrs, "padding");
-    const auto [dh, dw] = pair_attr(attrs, "dilation");
-    const int groups = static_cast<int>(attrs.get<int64_t>("groups"));
+    const Conv2dAttrs a = conv2d_attrs(op, attrs);
+    const int sh = static_cast<int>(a.stride.h), sw = static_cast<int>(a.stride.w);
+    const int ph = static_cast<int>(a.padding.h), pw = static_cast<int>(a.padding.w);
+    const int dh = static_cast<int>(a.dilation.h), dw = static_cast<int>(a.dilation.w);
+    const int groups = static_cast<int>(a.groups);
     check_dnn(cudnnSetTensor4dDescriptor(x.d, CUDNN_TENSOR_NCHW, type, dim(xs, 0), dim(xs, 1), dim(xs, 2), dim(xs, 3)),
               "cudnnSetTensor4dDescriptor", device);
     check_dnn(cudnnSetTensor4dDescriptor(y.d, CUDNN_TENSOR_NCHW, type, dim(ys, 0), dim(ys, 1), dim(ys, 2), dim(ys, 3)),

@@ -1,4 +1,4 @@
-// dropout, dropout2d and dropout_backward on cuda (devices/cpu/dropout.cpp has the semantics: the
+// dropout, dropout2d and dropout_backward on cuda (devices/op_defs/dropout.cpp has the semantics: the
 // outputs are y and the bool keep-mask that dropout_backward applies again). Each call takes one
 // draw from the calling thread's generator (devices/random.h) as the key of a counter-based
 // generator, Philox4x32-10: mask element i keeps when the uniform made from counter i is >= p, so
@@ -6,6 +6,7 @@
 // repeats it. The masks differ from the CPU's (another generator), with the same distribution.
 #include "devices/cuda/kernel_util.cuh"
 #include "devices/random.h"
+#include "devices/op_defs/dropout.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -73,8 +74,9 @@ Tensor masked(const char* op, const Tensor& x, const Tensor& mask_in, double p) 
 std::vector<Tensor> dropout_cuda(const OpCall& call) {
   const std::string op(call.op);
   const Tensor& x = call.inputs[0];
-  const double p = call.attrs.get<double>("p");
-  if (!call.attrs.get<bool>("training") || p == 0.0) return {x, Tensor::empty({0}, DType::boolean, x.device())};
+  const DropoutAttrs a = dropout_attrs(op, call.attrs);
+  const double p = a.p;
+  if (!a.active()) return {x, Tensor::empty({0}, DType::boolean, x.device())};
   const int device = x.device().index;
   DeviceGuard on(device);
   Tensor mask = Tensor::empty(call.outputs[1].shape, DType::boolean, x.device());
@@ -92,7 +94,7 @@ std::vector<Tensor> dropout_cuda(const OpCall& call) {
 std::vector<Tensor> dropout_backward_cuda(const OpCall& call) {
   const Tensor &g = call.inputs[0], &mask = call.inputs[1];
   if (mask.numel() == 0) return {g};
-  return {masked("dropout_backward", g, mask, call.attrs.get<double>("p"))};
+  return {masked("dropout_backward", g, mask, dropout_attrs("dropout_backward", call.attrs).p)};
 }
 
 const OpRegistrar dropout_kernel{"dropout", DeviceType::cuda, dropout_cuda};

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "devices/cuda/packed_access.cuh"
+#include "devices/op_defs/elementwise.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -236,10 +237,8 @@ const OpRegistrar sqrt_cuda{"sqrt", DeviceType::cuda, unary<false>(SqrtOp{})};
 const OpRegistrar tanh_cuda{"tanh", DeviceType::cuda, unary<false>(TanhOp{})};
 const OpRegistrar sigmoid_cuda{"sigmoid", DeviceType::cuda, unary<false>(SigmoidOp{})};
 const OpRegistrar gelu_cuda{"gelu", DeviceType::cuda, [](const OpCall& call) {
-  const std::string& approximate = call.attrs.get<std::string>("approximate");
-  if (approximate == "tanh") return run_unary<false>(call, GeluTanhOp{});
-  if (approximate == "none") return run_unary<false>(call, GeluErfOp{});
-  throw ValueError("gelu: approximate must be \"none\" or \"tanh\", got \"" + approximate + "\"");
+  if (gelu_form("gelu", call.attrs) == GeluForm::tanh) return run_unary<false>(call, GeluTanhOp{});
+  return run_unary<false>(call, GeluErfOp{});
 }};
 
 }  // namespace

@@ -1,6 +1,7 @@
 // layer_norm on cuda: one block per row of the normalised trailing dims; mean, then the biased
 // variance from a second pass over the row (no cancellation), in float (double for f64).
 #include "devices/cuda/kernel_util.cuh"
+#include "devices/op_defs/norms.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -34,7 +35,8 @@ std::vector<Tensor> layer_norm_cuda(const OpCall& call) {
   const TensorMeta& meta = call.outputs[0];
   const int device = x.device().index;
   DeviceGuard on(device);
-  const int64_t n = numel(call.attrs.get<std::vector<int64_t>>("normalized_shape"));
+  const LayerNormAttrs attrs = layer_norm_attrs(call.attrs);
+  const int64_t n = attrs.row_size();
   const Tensor in = x.to(meta.dtype).contiguous();
   // Weight and bias as contiguous vectors of x's dtype.
   auto operand = [&](size_t i) { return call.inputs.size() > i ? call.inputs[i].to(meta.dtype).contiguous() : Tensor(); };
@@ -48,7 +50,7 @@ std::vector<Tensor> layer_norm_cuda(const OpCall& call) {
     auto data = [](const Tensor& t) { return t.defined() ? static_cast<const T*>(t.raw_data()) : nullptr; };
     layer_norm_rows<<<static_cast<unsigned>(rows), row_threads(n), 0, current_stream(device)>>>(
         data(in), data(weight), data(bias), static_cast<T*>(out.mutable_raw_data()), n,
-        call.attrs.get<double>("eps"));
+        attrs.eps);
   });
   check_launch("layer_norm", device);
   return {out};

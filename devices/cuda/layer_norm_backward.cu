@@ -1,8 +1,9 @@
-// layer_norm_backward on cuda (the CPU op's contract: devices/cpu/layer_norm_backward.cpp; f32 and
+// layer_norm_backward on cuda (the op: devices/op_defs/norms.cpp; f32 and
 // f64, accumulated in double as there). One block per row computes the row's mean and rstd and dx;
 // then, with a weight, one thread per column sums grad * xhat and grad over the rows in order, so
 // the weight and bias gradients need no atomics and repeat bit for bit.
 #include "devices/cuda/kernel_util.cuh"
+#include "devices/op_defs/norms.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -58,7 +59,8 @@ std::vector<Tensor> layer_norm_backward_cuda(const OpCall& call) {
   const Tensor g = call.inputs[0].contiguous(), x = call.inputs[1].contiguous();
   const bool affine = call.inputs.size() > 2;
   const Tensor w = affine ? call.inputs[2].contiguous() : Tensor();
-  const int64_t n = numel(call.attrs.get<std::vector<int64_t>>("normalized_shape"));
+  const LayerNormAttrs attrs = layer_norm_attrs(call.attrs);
+  const int64_t n = attrs.row_size();
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   const int device = x.device().index;
   DeviceGuard on(device);
@@ -75,7 +77,7 @@ std::vector<Tensor> layer_norm_backward_cuda(const OpCall& call) {
       if (rows > 0)
         layer_norm_backward_rows<<<static_cast<unsigned>(rows), row_threads(n), 0, stream>>>(
             static_cast<const T*>(g.raw_data()), static_cast<const T*>(x.raw_data()), pw,
-            static_cast<T*>(dx.mutable_raw_data()), device_write<double>(stats), n, call.attrs.get<double>("eps"));
+            static_cast<T*>(dx.mutable_raw_data()), device_write<double>(stats), n, attrs.eps);
       if (affine && n > 0)
         layer_norm_backward_columns<<<blocks_for(n), kThreads, 0, stream>>>(
             static_cast<const T*>(g.raw_data()), static_cast<const T*>(x.raw_data()), device_read<double>(stats),

@@ -1,4 +1,4 @@
-// linear_bf16 on cuda (the CPU op's contract: devices/cpu/matmul.cpp, linear_bf16): one cuBLASLt
+// linear_bf16 on cuda (the op: devices/op_defs/matmul.cpp): one cuBLASLt
 // GEMM on the tensor cores, bf16 operands accumulated in f32, written in the output's dtype (f32,
 // or bf16 for a next linear_bf16) with bias and relu fused into its epilogue.
 //
@@ -25,6 +25,7 @@
 #include "devices/cuda/blas.h"
 #include "devices/cuda/gemm_epilogue.h"
 #include "devices/cuda/packed_access.cuh"
+#include "devices/op_defs/matmul.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -236,7 +237,10 @@ std::vector<Tensor> linear_bf16_cuda(const OpCall& call) {
   const cudaStream_t stream = current_stream(device);
   void* po = out.mutable_raw_data();
   const void* pb = bias.defined() ? bias.raw_data() : nullptr;
-  const Activation act = activation_named(call.attrs.get<std::string>("activation"));
+  const LinearActivation named = linear_bf16_attrs(call.attrs).activation;
+  const Activation act = named == LinearActivation::relu   ? Activation::relu
+                         : named == LinearActivation::gelu ? Activation::gelu
+                                                           : Activation::none;
   EpilogueSplit split = unfused(bias.defined(), act);
   if (k == 0) {
     check(cudaMemsetAsync(po, 0, itemsize(meta.dtype) * m * n, stream), "cudaMemsetAsync", device);

@@ -1,4 +1,4 @@
-// nll_loss, cross_entropy and their backward kernels on cuda (devices/cpu/nll_loss.cpp has the
+// nll_loss, cross_entropy and their backward kernels on cuda (devices/op_defs/losses.cpp has the
 // semantics: class weights, ignore_index, reductions "mean" / "sum" / "none"). Everything is
 // computed in double, like the CPU kernels. One block per sample works out its loss (for logits, the
 // row's log-sum-exp first); then one block sums the samples in a fixed order, so the reduced loss
@@ -7,18 +7,16 @@
 #include "devices/cuda/gather_util.cuh"
 #include "devices/cuda/kernel_errors.h"
 #include "devices/cuda/kernel_util.cuh"
+#include "devices/op_defs/losses.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
 
 namespace {
 
-enum Reduction : int { kNone, kMean, kSum };
+enum Reduction : int { kNone, kMean, kSum };  // LossReduction as the kernels take it
 
-Reduction reduction_of(const Attrs& attrs) {
-  const std::string& r = attrs.get<std::string>("reduction");  // inference has checked it
-  return r == "none" ? kNone : r == "sum" ? kSum : kMean;
-}
+Reduction reduction_of(LossReduction r) { return r == LossReduction::none ? kNone : r == LossReduction::sum ? kSum : kMean; }
 
 // f32 or f64: inference refuses the rest.
 template <class Fn>
@@ -78,9 +76,10 @@ __global__ void finish_loss(const double* loss, const double* counted, T* out, i
 LossArgs loss_args(const OpCall& call, const Tensor& x, bool from_logits) {
   LossArgs a;
   a.c = x.size(1);
-  a.ignore_index = call.attrs.get<int64_t>("ignore_index");
+  const LossAttrs attrs = loss_attrs(call.op, call.attrs);
+  a.ignore_index = attrs.ignore_index;
   a.from_logits = from_logits;
-  a.reduction = reduction_of(call.attrs);
+  a.reduction = reduction_of(attrs.reduction);
   return a;
 }
 

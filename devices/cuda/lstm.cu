@@ -1,4 +1,4 @@
-// lstm on cuda (the CPU op's contract: devices/cpu/lstm.cpp; one layer, one direction, gate order
+// lstm on cuda (the op: devices/op_defs/lstm.cpp; one layer, one direction, gate order
 // i, f, g, o). The input projection of all T steps is one GEMM; each step is one recurrent GEMM
 // accumulating into its slice of that projection and one fused kernel for bias, gates, cell and
 // hidden state, or one fused kernel for both; on a stream of the caller's own the T steps go as one

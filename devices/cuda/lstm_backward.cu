@@ -1,11 +1,12 @@
-// lstm_backward on cuda (the CPU op's contract: devices/cpu/lstm_backward.cpp): the forward
-// recurrence again (lstm_steps), keeping every step's activated gates and states, then backwards
-// through time with one fused gate-gradient kernel and one GEMM (dh_{t-1} = dgates_t @ W_hh) per
-// step; dx and the weight gradients are three GEMMs over all steps at once, the bias gradient a
-// column sum in the CPU's row order.
+// lstm_backward on cuda (the op: devices/op_defs/lstm.cpp): the forward recurrence again
+// (lstm_steps), keeping every step's activated gates and states, then backwards through time with
+// one fused gate-gradient kernel (the maths: devices/op_defs/lstm_cell.h) and one GEMM
+// (dh_{t-1} = dgates_t @ W_hh) per step; dx and the weight gradients are three GEMMs over all
+// steps at once, the bias gradient a column sum in the CPU's row order.
 #include "devices/cuda/gemm_f32.h"
 #include "devices/cuda/kernel_util.cuh"
 #include "devices/cuda/lstm_steps.h"
+#include "devices/op_defs/lstm_cell.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -19,16 +20,8 @@ __global__ void lstm_cell_backward(const float* acts, const float* c_prev, const
   const int64_t n = batch * hidden, g4 = 4 * hidden;
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = k / hidden, j = k % hidden;
-    const float* a = acts + b * g4;
-    float* d = dgates + b * g4;
-    const float i = a[j], f = a[hidden + j], g = a[2 * hidden + j], o = a[3 * hidden + j], tc = tanhf(c_t[k]);
-    const float dh_j = dh[k] + grad_out[k];
-    const float dc_j = dc[k] + dh_j * o * (1.0f - tc * tc);
-    d[j] = dc_j * g * i * (1.0f - i);
-    d[hidden + j] = dc_j * c_prev[k] * f * (1.0f - f);
-    d[2 * hidden + j] = dc_j * i * (1.0f - g * g);
-    d[3 * hidden + j] = dh_j * tc * o * (1.0f - o);
-    dc[k] = dc_j * f;
+    dc[k] = lstm_unit_backward(acts + b * g4, c_prev[k], tanhf(c_t[k]), dh[k], grad_out[k], dc[k], hidden, j,
+                               dgates + b * g4);
   }
 }
 

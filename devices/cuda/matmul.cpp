@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "devices/cuda/blas.h"
+#include "devices/op_defs/matmul.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -132,8 +133,9 @@ std::vector<Tensor> matmul_cuda(const OpCall& call) {
   if (a.dtype() != meta.dtype || b.dtype() != meta.dtype)
     throw DeviceError("matmul: no cuda kernel for " + a.meta().str() + " @ " + b.meta().str());
   DeviceGuard on(a.device().index);
-  if (a.dim() >= 2 && call.attrs.get<bool>("transpose_a")) a = a.transpose(-2, -1);
-  if (b.dim() >= 2 && call.attrs.get<bool>("transpose_b")) b = b.transpose(-2, -1);
+  const MatmulAttrs attrs = matmul_attrs(call.attrs);
+  if (a.dim() >= 2 && attrs.transpose_a) a = a.transpose(-2, -1);
+  if (b.dim() >= 2 && attrs.transpose_b) b = b.transpose(-2, -1);
   if (a.dim() == 1) a = a.unsqueeze(0);   // [K] -> [1, K]
   if (b.dim() == 1) b = b.unsqueeze(-1);  // [K] -> [K, 1]
   const Shape batch = broadcast_shapes("matmul", batch_of(a), batch_of(b));

@@ -1,4 +1,4 @@
-// max_pool2d and max_pool2d_backward on cuda (the CPU ops' contracts: devices/cpu/max_pool2d.cpp).
+// max_pool2d and max_pool2d_backward on cuda (the ops: devices/op_defs/max_pool2d.cpp).
 // Own kernels rather than cuDNN's: cuDNN's pooling gives no indices, and the op returns them.
 // Forward: one thread per output, taps in the CPU's order with its rule (a strictly larger value
 // or a NaN takes over), so values and indices are the CPU's exactly. Backward: each gradient is
@@ -9,23 +9,15 @@
 
 #include "devices/cuda/kernel_util.cuh"
 #include "devices/determinism.h"
+#include "devices/op_defs/max_pool2d.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
 
 namespace {
 
-struct Window {
-  int64_t h, w, kh, kw, sh, sw, ph, pw, oh, ow;
-};
-
-int64_t pair_value(const Attrs& attrs, const char* name, size_t i, int64_t fallback) {
-  const auto& v = attrs.get<std::vector<int64_t>>(name);  // empty, one or two values, checked by inference
-  return v.empty() ? fallback : v[v.size() == 2 ? i : 0];
-}
-
 template <class T>
-__global__ void pool_forward(const T* x, T* out, int64_t* index, Window p, int64_t n) {
+__global__ void pool_forward(const T* x, T* out, int64_t* index, MaxPool2dGeometry p, int64_t n) {
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
     const int64_t ox = k % p.ow, oy = k / p.ow % p.oh, plane = k / (p.ow * p.oh);
     const T* in = x + plane * p.h * p.w;
@@ -75,12 +67,7 @@ std::vector<Tensor> max_pool2d_cuda(const OpCall& call) {
   const Shape& out_shape = call.outputs[0].shape;
   const int device = x.device().index;
   DeviceGuard on(device);
-  Window p{};
-  p.h = x.size(2), p.w = x.size(3);
-  p.kh = pair_value(call.attrs, "kernel_size", 0, 0), p.kw = pair_value(call.attrs, "kernel_size", 1, 0);
-  p.sh = pair_value(call.attrs, "stride", 0, p.kh), p.sw = pair_value(call.attrs, "stride", 1, p.kw);
-  p.ph = pair_value(call.attrs, "padding", 0, 0), p.pw = pair_value(call.attrs, "padding", 1, 0);
-  p.oh = out_shape[2], p.ow = out_shape[3];
+  const MaxPool2dGeometry p = max_pool2d_geometry("max_pool2d", x.meta(), call.attrs);
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   Tensor index = Tensor::empty(out_shape, DType::i64, x.device());
   const int64_t n = out.numel();

@@ -1,4 +1,4 @@
-// packed_attention on cuda (the CPU op's contract: devices/cpu/packed_attention.cpp): softmax(q k^T
+// packed_attention on cuda (the op: devices/op_defs/attention.cpp): softmax(q k^T
 // / sqrt(hd)) v per sequence and head over the packed tokens, f32 or bf16 in and the same out,
 // computing no padded position.
 //
@@ -27,6 +27,7 @@
 
 #include "devices/cuda/attention_tiles.h"
 #include "devices/cuda/kernel_util.cuh"
+#include "devices/op_defs/attention.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -424,8 +425,8 @@ constexpr int64_t kMaxHeadWidth = 256;
 std::vector<Tensor> packed_attention_cuda(const OpCall& call) {
   const Tensor qkv = call.inputs[0].contiguous(), offsets = call.inputs[1].contiguous();
   const Tensor key_lengths = call.inputs.size() > 2 ? call.inputs[2].contiguous() : Tensor();
-  const int64_t rows = qkv.size(0), d = qkv.size(1) / 3, heads = call.attrs.get<int64_t>("heads");
-  const int64_t hd = d / heads;
+  const PackedAttentionDims dims = packed_attention_dims(qkv.shape(), call.attrs);
+  const int64_t rows = dims.rows, d = dims.width, heads = dims.heads, hd = dims.head_width;
   if (hd > kMaxHeadWidth)
     throw DeviceError("packed_attention: the cuda kernels take heads up to " + std::to_string(kMaxHeadWidth) +
                       " columns wide, qkv " + qkv.meta().str() + " with " + std::to_string(heads) + " heads has " +

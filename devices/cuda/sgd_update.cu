@@ -1,8 +1,9 @@
-// sgd_update on cuda (the CPU op's contract: devices/cpu/sgd_update.cpp): one elementwise kernel
+// sgd_update on cuda (the op: devices/op_defs/optimizers.cpp): one elementwise kernel
 // for the whole step of one parameter, in the parameter's dtype.
 #include <cmath>
 
 #include "devices/cuda/kernel_util.cuh"
+#include "devices/op_defs/optimizers.h"
 #include "devices/registry.h"
 
 namespace troupe::cuda {
@@ -39,11 +40,10 @@ std::vector<Tensor> sgd_update_cuda(const OpCall& call) {
   for (const TensorMeta& m : call.outputs) out.push_back(Tensor::empty(m.shape, m.dtype, p.device()));
   const int64_t n = p.numel();
   if (n == 0) return out;
-  const Attrs& a = call.attrs;
+  const SgdAttrs a = sgd_attrs(call.attrs);
   auto run = [&](auto zero) {
     using T = decltype(zero);
-    const SgdFactors<T> f{T(a.get<double>("lr")), T(a.get<double>("weight_decay")), T(a.get<double>("momentum")),
-                          T(1 - a.get<double>("dampening")), a.get<bool>("nesterov")};
+    const SgdFactors<T> f{T(a.lr), T(a.weight_decay), T(a.momentum), T(1 - a.dampening), a.nesterov};
     sgd_kernel<<<blocks_for(n), kThreads, 0, current_stream(device)>>>(
         device_read<T>(p), device_read<T>(g), buffer.defined() ? device_read<T>(buffer) : nullptr, device_write<T>(out[0]),
         out.size() > 1 ? device_write<T>(out[1]) : nullptr, n, f);

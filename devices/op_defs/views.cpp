@@ -1,7 +1,8 @@
 // The Tensor view methods and conversions as registry ops, so `troupe op` and dataflow graphs can
 // run them: reshape, transpose, permute, squeeze, unsqueeze, contiguous, cast. Each kernel is the
 // Tensor method; inference runs the same method on a tensor without bytes, so the two can never
-// disagree on shapes or errors. Views need no device code: one kernel serves cpu and cuda.
+// disagree on shapes or errors. Views need no device code: one kernel serves cpu and cuda, and
+// lives here with its definition.
 #include "devices/registry.h"
 
 namespace troupe {

@@ -1,12 +1,70 @@
-// split and chunk: cut a tensor along a dim into pieces. The pieces are views of the input
-// (no copies): tensors are copy-on-write, so a piece can never change under its owner. Views
-// need no device code, so the same kernel serves cpu and cuda tensors.
+// cat: joins tensors along an existing dim; stack: along a new one (stack == cat of unsqueezed
+// inputs). split and chunk: cut a tensor along a dim into pieces, views of the input.
+// Kernels: devices/cpu/cat_stack.cpp and devices/cuda/join.cu; split's and chunk's, views with no
+// device code, are here.
 #include <algorithm>
+#include <string>
 
 #include "devices/registry.h"
 
 namespace troupe {
 namespace {
+
+// Checks that every input has input 0's dtype and, except in dim `skip` (-1: none), its shape.
+void check_alike(const OpInfer& c, int64_t skip) {
+  const TensorMeta& first = c.inputs[0];
+  for (size_t i = 1; i < c.inputs.size(); ++i) {
+    const TensorMeta& other = c.inputs[i];
+    if (other.dtype != first.dtype)
+      throw DTypeError(std::string(c.op) + ": input " + std::to_string(i) + " is " + other.str() +
+                       " but input 0 is " + first.str() + " (dtypes must match)");
+    bool same = other.shape.size() == first.shape.size();
+    for (size_t d = 0; same && d < first.shape.size(); ++d)
+      same = static_cast<int64_t>(d) == skip || other.shape[d] == first.shape[d];
+    if (!same)
+      throw ShapeError(std::string(c.op) + ": input " + std::to_string(i) + " " + other.str() +
+                       " does not match input 0 " + first.str() +
+                       (skip >= 0 ? " outside dim " + std::to_string(skip) : std::string()));
+  }
+}
+
+std::vector<TensorMeta> infer_cat(const OpInfer& c) {
+  const TensorMeta& first = c.inputs[0];
+  const int64_t rank = static_cast<int64_t>(first.shape.size());
+  if (rank == 0) throw ShapeError("cat: cannot concatenate 0-d tensors (" + first.str() + "); use stack");
+  const int64_t dim = wrap_dim("cat", c.attrs.get<int64_t>("dim"), rank);
+  check_alike(c, dim);
+  TensorMeta out = first;
+  out.shape[dim] = 0;
+  for (const TensorMeta& m : c.inputs) out.shape[dim] += m.shape[dim];
+  return {out};
+}
+
+std::vector<TensorMeta> infer_stack(const OpInfer& c) {
+  const TensorMeta& first = c.inputs[0];
+  const int64_t rank = static_cast<int64_t>(first.shape.size());
+  const int64_t dim = wrap_dim("stack", c.attrs.get<int64_t>("dim"), rank + 1);
+  check_alike(c, -1);
+  TensorMeta out = first;
+  out.shape.insert(out.shape.begin() + dim, static_cast<int64_t>(c.inputs.size()));
+  return {out};
+}
+
+const OpRegistrar cat_op{OpDef{
+    .name = "cat",
+    .doc = "joins tensors of one dtype along an existing dim; other dims must match",
+    .min_inputs = 1,
+    .max_inputs = -1,
+    .attrs = {{"dim", AttrType::integer, int64_t{0}, "the dim to join along (negative counts from the end)"}},
+    .infer = infer_cat}};
+
+const OpRegistrar stack_op{OpDef{
+    .name = "stack",
+    .doc = "joins tensors of one shape and dtype along a new dim",
+    .min_inputs = 1,
+    .max_inputs = -1,
+    .attrs = {{"dim", AttrType::integer, int64_t{0}, "where the new dim goes (0..rank, negative counts from the end)"}},
+    .infer = infer_stack}};
 
 int64_t split_dim(const OpInfer& c, const TensorMeta& x) {
   if (x.shape.empty()) throw ShapeError(std::string(c.op) + ": cannot split a 0-d tensor " + x.str());
@@ -90,16 +148,20 @@ const OpRegistrar split_op{OpDef{
     .attrs = {{"size", AttrType::integer, int64_t{0}, "length of each piece (0: use sizes)"},
               {"sizes", AttrType::int_list, std::vector<int64_t>{}, "lengths of the pieces, summing to the dim"},
               {"dim", AttrType::integer, int64_t{0}, "the dim to cut"}},
-    .infer = infer_split,
-    .kernels = {{DeviceType::cpu, slice_pieces}, {DeviceType::cuda, slice_pieces}}}};
+    .infer = infer_split}};
 
 const OpRegistrar chunk_op{OpDef{
     .name = "chunk",
     .doc = "cuts x along dim into at most `chunks` pieces of ceil(n / chunks) (torch.chunk); views",
     .attrs = {{"chunks", AttrType::integer, std::nullopt, "how many pieces at most"},
               {"dim", AttrType::integer, int64_t{0}, "the dim to cut"}},
-    .infer = infer_chunk,
-    .kernels = {{DeviceType::cpu, slice_pieces}, {DeviceType::cuda, slice_pieces}}}};
+    .infer = infer_chunk}};
+
+// The pieces are views, which need no device code: one kernel serves cpu and cuda tensors.
+const OpRegistrar split_kernel{"split", DeviceType::cpu, slice_pieces};
+const OpRegistrar split_cuda_kernel{"split", DeviceType::cuda, slice_pieces};
+const OpRegistrar chunk_kernel{"chunk", DeviceType::cpu, slice_pieces};
+const OpRegistrar chunk_cuda_kernel{"chunk", DeviceType::cuda, slice_pieces};
 
 }  // namespace
 }  // namespace troupe

@@ -1,7 +1,7 @@
 // flip: reverses the order of elements along the given dims (torch.flip). A flipped dim is a
 // negative stride starting at the dim's last element; the strided copy then reads it in order.
 // That copy is the device's own (clone() of a cuda view runs on the GPU), so the same kernel serves
-// cpu and cuda tensors.
+// cpu and cuda tensors, and lives here with its definition.
 #include "devices/registry.h"
 
 namespace troupe {
