@@ -3,14 +3,14 @@
 // kernel per device type. The typed functions in ops.h, dataflow nodes, the models and the
 // `troupe op` command all run ops through it.
 //
-// Defining an op (in its own .cpp; the shared library runs the registrar when it loads):
+// Defining an op: once, under devices/op_defs/ (the shared library runs registrars as it loads):
 //
 //   static OpRegistrar neg_op{OpDef{
 //       .name = "neg", .doc = "-x elementwise",
-//       .infer = [](const OpInfer& c) { return std::vector<TensorMeta>{c.inputs[0]}; },
-//       .kernels = {{DeviceType::cpu, neg_cpu}}}};    // and a backward (autograd/backward_registry.h)
+//       .infer = [](const OpInfer& c) { return std::vector<TensorMeta>{c.inputs[0]}; }}};
+//                                                     // and a backward (autograd/backward_registry.h)
 //                                                     // or .not_differentiable = "why not"
-//   static OpRegistrar neg_cuda{"neg", DeviceType::cuda, neg_cuda_kernel};   // another device's kernel
+//   static OpRegistrar neg_cpu{"neg", DeviceType::cpu, neg_cpu_kernel};     // devices/cpu/: a kernel
 //
 // Calling it:
 //
