@@ -192,6 +192,7 @@ run() {
     gpu_tests "test_devices quick" 110 "$build/bin/test_devices" \
       'cuda packed_attention*,cuda linear_bf16*,cuda layer_norm*,cuda add_layer_norm*,cuda elementwise*,cuda lstm*,[cuda][cuda_safety]'
     gpu_tests "test_models quick" 60 "$build/bin/test_models" '[cuda][bf16],[cuda][serving_graph],[cuda][lstm_gpu]'
+    gpu_tests "test_actors quick" 30 "$build/bin/test_actors" '[lane][cuda]'  # the inline call's marks and frees
   else
     # Figures first: a deadline cuts the long test steps at the end, the least informative part.
     step "cuda_bench" 60 "$build/bin/cuda_bench" --reps 20 --json
