@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
@@ -101,8 +102,14 @@ class SmallBlockCache {
       }
     return nullptr;
   }
+  // Full, it gives the oldest block back: the newest is the likeliest to be asked for next.
   bool keep(void* p, size_t bytes) {
-    if (bytes > kMaxBytes || used_ == kSlots) return false;
+    if (bytes > kMaxBytes) return false;
+    if (used_ == kSlots) {
+      std::free(blocks_[0].ptr);
+      std::memmove(blocks_, blocks_ + 1, sizeof(Block) * (kSlots - 1));
+      --used_;
+    }
     blocks_[used_++] = {bytes, p};
     return true;
   }
