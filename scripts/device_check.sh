@@ -231,8 +231,32 @@ run() {
   # One JSON object of every step's figures.
   "$python" - "$figures" "$out/device_check.json" <<'PY' || cp "$figures" "$out/device_check.json"
 import json, sys
-steps = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-json.dump({s["step"]: s for s in steps}, open(sys.argv[2], "w"), indent=1)
+steps = {s["step"]: s for s in (json.loads(line) for line in open(sys.argv[1]) if line.strip())}
+
+def figure(step, key, scale=1.0):
+    figures = (steps.get(step) or {}).get("figures")  # a failed step's is its error text
+    value = figures.get(key) if isinstance(figures, dict) else None
+    return value * scale if isinstance(value, (int, float)) else None
+
+# Issue 42's goals, each as Troupe's figure over PyTorch's from this run: for times, at most the goal;
+# for speeds (tokens/s, attention's speed), at least. A figure a step did not give leaves the ratio null.
+def ratio(name, ours, theirs, goal, better):
+    r = ours / theirs if ours is not None and theirs else None
+    met = None if r is None else (r <= goal if better == "lower" else r >= goal)
+    return name, {"troupe": ours, "pytorch": theirs, "ratio": None if r is None else round(r, 3), "goal": goal,
+                  "better": better, "met": met}
+
+tokens = [t for t in (figure("xlmr_bench", "bf16_tokens_per_s"), figure("xlmr_bench", "graph_bf16_tokens_per_s")) if t]
+goals = dict([
+    ratio("xlmr_bf16_tokens_per_s", max(tokens) if tokens else None, figure("xlmr_bench_torch", "bf16_tokens_per_s"), 1.5, "higher"),
+    ratio("encoder_nested_f32_ms", figure("encoder_bench", "fast_nested_ms"), figure("encoder_torch", "fast_nested_ms"), 0.8, "lower"),
+    ratio("encoder_nested_bf16_ms", figure("encoder_bench", "bf16_nested_ms"), figure("encoder_torch", "bf16_nested_ms"), 0.7, "lower"),
+    ratio("lstm_ensemble_ms", figure("lstm_ensemble", "fork_ensemble_s", 1e3), figure("lstm_ensemble_torch", "best_ms"), 0.6, "lower"),
+    ratio("gpu_actor_call_us", figure("lane_bench", "enqueue_us"), figure("enqueue_torch", "torch_mul_us"), 0.6, "lower"),
+    ratio("attention_bf16_speed", figure("attention_torch", "bf16_us"), figure("attention_bench", "bf16_us"), 1.0, "higher"),
+])
+goals["gpu_actor_call_us"]["absolute_goal_us"] = 5
+json.dump({"goals": goals, **steps}, open(sys.argv[2], "w"), indent=1)
 PY
   rm -f "$out/step.txt"
   echo "device_check: figures in $out/device_check.json, log in $log"
