@@ -16,7 +16,6 @@
 // tree and two levels at 2, 4, ... N ranks, and the ring/tree crossover, from --alpha-us and --gbs
 // (the network) and --host-alpha-us, --host-gbs, --per-host (within a host).
 //   build/bin/all_reduce_bench --model 1024 --alpha-us 60 --gbs 1.2 --host-alpha-us 10 --host-gbs 8 --per-host 8
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,6 +24,7 @@
 
 #include "net/collectives.h"
 #include "examples/all_reduce_model.h"
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
 
@@ -34,30 +34,30 @@ int main(int argc, char** argv) {
   std::vector<int64_t> sizes = {4, 4096, 1 << 20, 16 << 20, 64 << 20};
   std::string op_name = "sum", collective = "all_reduce";
   bool json = false;
-  CLI::App app{"all_reduce latency and bus bandwidth"};
+  cli::App app{"all_reduce latency and bus bandwidth"};
   app.add_option("--sizes", sizes, "message sizes in bytes (f32 elements = bytes / 4)")->delimiter(',');
   app.add_option("--op", op_name, "sum, product, max, min or avg")
-      ->check(CLI::IsMember({"sum", "product", "max", "min", "avg"}));
+      ->check(cli::IsMember({"sum", "product", "max", "min", "avg"}));
   app.add_option("--collective", collective, "all_reduce, broadcast or all_gather")
-      ->check(CLI::IsMember({"all_reduce", "broadcast", "all_gather"}));
+      ->check(cli::IsMember({"all_reduce", "broadcast", "all_gather"}));
   app.add_flag("--json", json, "one JSON line per size instead of a table");
   int reps_asked = 0;
   app.add_option("--reps", reps_asked, "timed calls per size (default: about 200 MB moved, 3 to 200)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::PositiveNumber);
   int warmup = 2;
   app.add_option("--warmup", warmup, "untimed calls per size before the timed ones (the first checks the sum)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::PositiveNumber);
   bool fit_model = false;
   int model_ranks = 0, per_host = 8;
   double alpha_us = 60, gbs = 1, host_alpha_us = 10, host_gbs = 8;
   app.add_flag("--fit", fit_model, "also print alpha and beta fitted from the smallest and largest size");
-  app.add_option("--model", model_ranks, "predict up to N ranks instead of measuring")->check(CLI::Range(2, 1 << 20));
+  app.add_option("--model", model_ranks, "predict up to N ranks instead of measuring")->check(cli::Range(2, 1 << 20));
   app.add_option("--alpha-us", alpha_us, "--model: network latency per message, us");
   app.add_option("--gbs", gbs, "--model: network bandwidth, GB/s");
   app.add_option("--host-alpha-us", host_alpha_us, "--model: latency within a host, us");
   app.add_option("--host-gbs", host_gbs, "--model: bandwidth within a host, GB/s");
-  app.add_option("--per-host", per_host, "--model: ranks per host for two levels")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--per-host", per_host, "--model: ranks per host for two levels")->check(cli::PositiveNumber);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   if (model_ranks > 0) {
     const AlphaBeta network{alpha_us * 1e-6, 1 / (gbs * 1e9)}, host{host_alpha_us * 1e-6, 1 / (host_gbs * 1e9)};
     std::printf("alpha-beta model: network %.1f us, %.2f GB/s; host %.1f us, %.2f GB/s, %d ranks per host\n", alpha_us,

@@ -5,11 +5,11 @@
 // per batch (the device's time per call). The peer: examples/attention_torch.py (PyTorch's
 // FlashAttention varlen and memory-efficient kernels on the same lengths).
 //   attention_bench [--model base|large] [--sentences 64] [--reps 20] [--device cpu|cuda] [--json]
-#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "devices/ops.h"
 #include "devices/random.h"
+#include "examples/command_line.h"
 #include "examples/cpu_kernels.h"
 #include "examples/device_option.h"
 #include "examples/json_line.h"
@@ -34,19 +34,19 @@ std::vector<int64_t> serving_lengths(int64_t sentences) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"packed_attention on the XLM-R serving batch's lengths, f32 and bf16"};
+  cli::App app{"packed_attention on the XLM-R serving batch's lengths, f32 and bf16"};
   std::string model = "base", device_name = "cpu";
   int64_t sentences = 64;
   int reps = 20;
   bool json = false;
   app.add_option("--model", model, "XLM-R base (12 heads, d 768) or large (16 heads, d 1024)")
-      ->check(CLI::IsMember({"base", "large"}))
+      ->check(cli::IsMember({"base", "large"}))
       ->capture_default_str();
-  app.add_option("--sentences", sentences, "sentences in the batch")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--reps", reps, "timed batches of calls")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--sentences", sentences, "sentences in the batch")->check(cli::PositiveNumber)->capture_default_str();
+  app.add_option("--reps", reps, "timed batches of calls")->check(cli::PositiveNumber)->capture_default_str();
   add_device_option(app, device_name);
   app.add_flag("--json", json, "print one JSON line of figures");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
 
   return run_example("attention_bench", [&] {
     const Device device = example_device(device_name);

@@ -10,7 +10,6 @@
 //   troupe launch --nproc 2 --max-restarts 100 -- build/bin/chaos_soak --until $(( $(date +%s) + 600 ))
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -24,6 +23,7 @@
 #include "devices/ops.h"
 #include "net/collectives.h"
 #include "net/process_group.h"
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
 #include "examples/split_mlp.h"
@@ -119,15 +119,15 @@ bool all_reduce_round(net::ProcessGroup& world, bool stop, Tally& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"chaos soak: one rank of a split graph and an all_reduce loop"};
+  cli::App app{"chaos soak: one rank of a split graph and an all_reduce loop"};
   double until = 0, rss_every = 5;
   int in_flight = 8;
   std::string tally_dir;
   app.add_option("--until", until, "stop at this time (seconds since the epoch): every attempt ends together")->required();
-  app.add_option("--in-flight", in_flight, "requests in the graph at once")->check(CLI::PositiveNumber);
-  app.add_option("--rss-every", rss_every, "seconds between RSS samples")->check(CLI::PositiveNumber);
+  app.add_option("--in-flight", in_flight, "requests in the graph at once")->check(cli::PositiveNumber);
+  app.add_option("--rss-every", rss_every, "seconds between RSS samples")->check(cli::PositiveNumber);
   app.add_option("--tally-dir", tally_dir, "keep this rank's tally in DIR/attempt-A-rank-R.json as it goes");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
 
   return run_example("chaos_soak", [&] {
     const double started = now_s();

@@ -6,7 +6,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +17,7 @@
 #include "devices/ops.h"
 #include "devices/random.h"
 #include "devices/tensor.h"
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
 
@@ -71,12 +71,12 @@ struct Shape3 {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"cuBLAS and Troupe GEMM rates, host<->device bandwidth"};
+  cli::App app{"cuBLAS and Troupe GEMM rates, host<->device bandwidth"};
   int reps = 20;
   bool json = false;
   app.add_option("--reps", reps, "timed repetitions per figure (median reported)");
   app.add_flag("--json", json, "also one JSON line of every figure, last");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   return run_example("cuda_bench", [&] {
     if (!has_backend(DeviceType::cuda)) {
       std::printf("no GPU: %s\n", cuda_unavailable_reason().c_str());

@@ -4,7 +4,7 @@
 //
 //   std::string device_name = "cpu";
 //   add_device_option(app, device_name);
-//   CLI11_PARSE(app, argc, argv);
+//   TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
 //   return run_example("x", [&] {
 //     const Device device = example_device(device_name);   // DeviceError naming --device without a GPU
 //     median_seconds([&] { model(x); finish(device); }, reps);
@@ -12,16 +12,16 @@
 //
 // Device work is queued, not done, when a call returns: a benchmark times it to the host's wait in
 // finish(), which is one counted host sync (devices/sync.h) per timed run and nothing on the cpu.
-#include <CLI/CLI.hpp>
 #include <string>
 
 #include "devices/backend.h"
 #include "devices/error.h"
 #include "devices/lane.h"
+#include "examples/command_line.h"
 
 namespace troupe {
 
-inline void add_device_option(CLI::App& app, std::string& device_name) {
+inline void add_device_option(cli::App& app, std::string& device_name) {
   app.add_option("--device", device_name, "where the work runs: cpu, cuda or cuda:N")->capture_default_str();
 }
 

@@ -7,12 +7,12 @@
 //
 //   build/bin/troupe launch --nproc 2 -- build/bin/device_p2p_bench [--mib 64] [--json]
 //   {"device":"cuda:0","path":"shared memory","mib":64,"p2p_gbs":..,"d2h_pinned_gbs":..,"ratio":..}
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <string>
 
 #include "devices/backend.h"
+#include "examples/command_line.h"
 #include "examples/device_option.h"
 #include "examples/json_line.h"
 #include "examples/median_time.h"
@@ -24,12 +24,12 @@ int main(int argc, char** argv) {
   int mib = 64, reps = 20;
   bool json = false;
   std::string device_name = "cuda";
-  CLI::App app{"a device tensor between two ranks sharing a GPU, beside a pinned copy"};
-  app.add_option("--mib", mib, "tensor size in MiB")->check(CLI::PositiveNumber);
-  app.add_option("--reps", reps, "timed transfers")->check(CLI::PositiveNumber);
+  cli::App app{"a device tensor between two ranks sharing a GPU, beside a pinned copy"};
+  app.add_option("--mib", mib, "tensor size in MiB")->check(cli::PositiveNumber);
+  app.add_option("--reps", reps, "timed transfers")->check(cli::PositiveNumber);
   add_device_option(app, device_name);
   app.add_flag("--json", json, "one JSON line (rank 1)");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   return run_example("device_p2p_bench", [&] {
     const Device device = example_device(device_name);
     if (!device.is_cuda()) throw DeviceError("device_p2p_bench: --device must be a GPU, got " + device.str());

@@ -38,7 +38,6 @@
 // the learning rate over the epochs.
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -66,6 +65,7 @@
 #include "models/train/wide_net.h"
 #include "net/collectives.h"
 #include "net/seed_ring_all_reduce.h"
+#include "examples/command_line.h"
 #include "examples/device_option.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
@@ -205,7 +205,7 @@ int64_t share_newest_checkpoint(net::ProcessGroup& world, CheckpointDir& mine) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"distributed synchronous SGD on Fashion-MNIST (the recipe of PyTorch's distributed tutorial)"};
+  cli::App app{"distributed synchronous SGD on Fashion-MNIST (the recipe of PyTorch's distributed tutorial)"};
   int epochs = 10, threads = 1;
   int64_t subset = 0, bucket_kb = 1024;
   uint64_t seed = 1234;
@@ -213,29 +213,29 @@ int main(int argc, char** argv) {
   bool json = false, verify = false, resume = false, deterministic = false, elastic = false;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 100, log_every = 0;
-  app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
+  app.add_option("--epochs", epochs, "passes over the training set")->check(cli::PositiveNumber);
   app.add_option("--data", data, "directory of the Fashion-MNIST .gz files");
-  app.add_option("--sync", sync, "gradient averaging")->check(CLI::IsMember({"ddp", "naive", "ring"}));
+  app.add_option("--sync", sync, "gradient averaging")->check(cli::IsMember({"ddp", "naive", "ring"}));
   app.add_option("--model", model_name, "net: the distributed tutorial's Net; wide: WideNet (16/32 channels, 128 hidden)")
-      ->check(CLI::IsMember({"net", "wide"}));
-  app.add_option("--recipe", recipe, "optimisation recipe")->check(CLI::IsMember({"seed", "better"}));
-  app.add_option("--bucket-kb", bucket_kb, "ddp: gradient bucket size")->check(CLI::PositiveNumber);
+      ->check(cli::IsMember({"net", "wide"}));
+  app.add_option("--recipe", recipe, "optimisation recipe")->check(cli::IsMember({"seed", "better"}));
+  app.add_option("--bucket-kb", bucket_kb, "ddp: gradient bucket size")->check(cli::PositiveNumber);
   app.add_option("--seed", seed, "partition, shuffling, initial weights and dropout (the distributed tutorial's 1234)");
-  app.add_option("--subset", subset, "train on the first N images only (0: all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", threads, "intra-op threads per rank")->check(CLI::PositiveNumber);
+  app.add_option("--subset", subset, "train on the first N images only (0: all)")->check(cli::NonNegativeNumber);
+  app.add_option("--threads", threads, "intra-op threads per rank")->check(cli::PositiveNumber);
   app.add_flag("--deterministic", deterministic,
                "deterministic kernels (devices/determinism.h): runs with the same seed end with the same weights, resumed or not");
   app.add_flag("--verify", verify, "check after every step that all ranks hold bit-identical parameters");
   app.add_flag("--json", json, "rank 0 ends with one JSON line of figures");
   add_device_option(app, device_name);
   app.add_option("--checkpoint-dir", checkpoint_dir, "save checkpoints under DIR/rank-R (the last two kept)");
-  app.add_option("--checkpoint-every", checkpoint_every, "steps between checkpoints")->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint-every", checkpoint_every, "steps between checkpoints")->check(cli::PositiveNumber);
   app.add_flag("--resume", resume, "go on from the newest checkpoint every rank has (a fresh start when there is none)");
   app.add_flag("--elastic", elastic,
                "global batches independent of the world size; --resume takes the newest checkpoint of any rank, of any world");
   app.add_option("--log-every", log_every, "rank 0 prints the step and its loss every N steps (0: never)")
-      ->check(CLI::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
+      ->check(cli::NonNegativeNumber);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   if (resume && checkpoint_dir.empty()) {
     std::fprintf(stderr, "dist_sgd: --resume needs --checkpoint-dir\n");
     return 2;

@@ -7,7 +7,6 @@
 // fastpaths read it) and each time runs until the device is done.
 // --profile: one more nested run under the profiler, its op table on stderr.
 //   encoder_bench [--layers 24] [--lengths 4,5,250] [--reps 3] [--dtype f32|bf16] [--device cpu|cuda] [--profile] [--json]
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include "devices/autograd/grad_mode.h"
 #include "devices/ops.h"
 #include "devices/random.h"
+#include "examples/command_line.h"
 #include "examples/cpu_kernels.h"
 #include "examples/device_option.h"
 #include "examples/median_time.h"
@@ -32,15 +32,15 @@ int main(int argc, char** argv) {
   std::vector<int64_t> lengths = {4, 5, 250};
   bool json = false, profile = false;
   std::string dtype = "f32", device_name = "cpu";
-  CLI::App app{"Transformer encoder: general path, fastpath dense, fastpath nested"};
-  app.add_option("--layers", layers, "encoder layers")->check(CLI::PositiveNumber);
+  cli::App app{"Transformer encoder: general path, fastpath dense, fastpath nested"};
+  app.add_option("--layers", layers, "encoder layers")->check(cli::PositiveNumber);
   app.add_option("--lengths", lengths, "sequence lengths of the batch")->delimiter(',');
-  app.add_option("--reps", reps, "timed runs (median reported)")->check(CLI::PositiveNumber);
-  app.add_option("--dtype", dtype, "also time the fastpaths with bf16 GEMMs")->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--reps", reps, "timed runs (median reported)")->check(cli::PositiveNumber);
+  app.add_option("--dtype", dtype, "also time the fastpaths with bf16 GEMMs")->check(cli::IsMember({"f32", "bf16"}));
   add_device_option(app, device_name);
   app.add_flag("--profile", profile, "one more nested run profiled: its op table on stderr");
   app.add_flag("--json", json, "one JSON line of figures");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   return run_example("encoder_bench", [&] {
     const Device device = example_device(device_name);
     const int64_t d = 1024, ffn = 4096, B = static_cast<int64_t>(lengths.size());

@@ -12,7 +12,6 @@
 // thread), `launched` (an Executor, each node an actor owning a lane), `replayed` (the same graph
 // with cuda_graph; the first invocation captures). Times are medians of whole invocations, input
 // queued to output read back on the host.
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +23,7 @@
 #include "dataflow/executor.h"
 #include "devices/ops.h"
 #include "devices/random.h"
+#include "examples/command_line.h"
 #include "examples/device_option.h"
 #include "examples/json_line.h"
 #include "examples/median_time.h"
@@ -96,20 +96,20 @@ double max_abs_difference(const std::vector<float>& a, const std::vector<float>&
 
 int main(int argc, char** argv) {
   return run_example("encoder_graph_bench", [&] {
-    CLI::App app("A transformer encoder graph: launched node by node, and replayed as one CUDA graph");
+    cli::App app("A transformer encoder graph: launched node by node, and replayed as one CUDA graph");
     EncoderShape s{24, 1024, 16, 4096, 32};
     std::string device_name = "cpu";
     int reps = 20;
     bool json = false;
-    app.add_option("--layers", s.layers, "encoder layers")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--d-model", s.d_model, "model width")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--heads", s.heads, "attention heads")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--feedforward", s.feedforward, "feed-forward width")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--tokens", s.tokens, "tokens of the one sequence (batch 1)")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--reps", reps, "timed invocations per way (median)")->check(CLI::PositiveNumber)->capture_default_str();
+    app.add_option("--layers", s.layers, "encoder layers")->check(cli::PositiveNumber)->capture_default_str();
+    app.add_option("--d-model", s.d_model, "model width")->check(cli::PositiveNumber)->capture_default_str();
+    app.add_option("--heads", s.heads, "attention heads")->check(cli::PositiveNumber)->capture_default_str();
+    app.add_option("--feedforward", s.feedforward, "feed-forward width")->check(cli::PositiveNumber)->capture_default_str();
+    app.add_option("--tokens", s.tokens, "tokens of the one sequence (batch 1)")->check(cli::PositiveNumber)->capture_default_str();
+    app.add_option("--reps", reps, "timed invocations per way (median)")->check(cli::PositiveNumber)->capture_default_str();
     add_device_option(app, device_name);
     app.add_flag("--json", json, "print one JSON line of figures");
-    CLI11_PARSE(app, argc, argv);
+    TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
     if (s.d_model % s.heads != 0)
       throw ValueError("encoder_graph_bench: --d-model " + std::to_string(s.d_model) + " is not a multiple of --heads " +
                        std::to_string(s.heads));

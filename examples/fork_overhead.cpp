@@ -5,7 +5,6 @@
 // --metrics-ab times 100 forks --reps times with metrics on and as often off (metrics::set_enabled),
 // alternating call by call in one process so the machine's load drifts alike over both, and
 // reports the medians.
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -14,6 +13,7 @@
 #include "actors/observe/metrics.h"
 #include "actors/runtime.h"
 #include "devices/ops.h"
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 #include "examples/median_time.h"
 #include "examples/run_example.h"
@@ -47,14 +47,14 @@ double median_time(Fn fn, int reps, int rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"fork/wait overhead: the TorchScript fork/wait tutorial's 100 forks of neg"};
+  cli::App app{"fork/wait overhead: the TorchScript fork/wait tutorial's 100 forks of neg"};
   int reps = 2000, rounds = 7;
   bool json = false, metrics_ab = false;
-  app.add_option("--reps", reps, "calls per timing round")->check(CLI::PositiveNumber);
-  app.add_option("--rounds", rounds, "timing rounds (the median is reported)")->check(CLI::PositiveNumber);
+  app.add_option("--reps", reps, "calls per timing round")->check(cli::PositiveNumber);
+  app.add_option("--rounds", rounds, "timing rounds (the median is reported)")->check(cli::PositiveNumber);
   app.add_flag("--json", json, "print one JSON line of figures");
   app.add_flag("--metrics-ab", metrics_ab, "metrics on against off, alternate calls (--reps each)");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
 
   return run_example("fork_overhead", [&] {
     Runtime runtime;

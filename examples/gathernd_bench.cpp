@@ -5,12 +5,12 @@
 // seed's finding shows: each item() is a host sync (counted, devices/sync.h), gather_nd has none;
 // gather_nd's bandwidth is set beside a device-to-device copy of the same bytes (clone).
 //   gathernd_bench [--naive-reps 7] [--reps 200] [--device cpu|cuda] [--json]
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <random>
 
 #include "devices/ops.h"
 #include "devices/sync.h"
+#include "examples/command_line.h"
 #include "examples/cpu_kernels.h"
 #include "examples/device_option.h"
 #include "examples/json_line.h"
@@ -43,15 +43,15 @@ uint64_t syncs_of(Fn&& fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"GatherND: 4096 rows of 256 floats from f32[64,128,256], naive loop vs gather_nd"};
+  cli::App app{"GatherND: 4096 rows of 256 floats from f32[64,128,256], naive loop vs gather_nd"};
   int naive_reps = 7, reps = 50;
   bool json = false;
   std::string device_name = "cpu";
-  app.add_option("--naive-reps", naive_reps, "timed calls of the naive loop")->check(CLI::PositiveNumber);
-  app.add_option("--reps", reps, "timed calls of gather_nd")->check(CLI::PositiveNumber);
+  app.add_option("--naive-reps", naive_reps, "timed calls of the naive loop")->check(cli::PositiveNumber);
+  app.add_option("--reps", reps, "timed calls of gather_nd")->check(cli::PositiveNumber);
   add_device_option(app, device_name);
   app.add_flag("--json", json, "print one JSON line of figures");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
 
   return run_example("gathernd_bench", [&] {
     const Device device = example_device(device_name);

@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 
 #include "devices/cpu/gemm.h"
 #include "devices/cpu/gemm_packed.h"
 #include "devices/cpu/isa.h"
 #include "devices/ops.h"
 #include "devices/threads.h"
+#include "examples/command_line.h"
 #include "examples/cpu_kernels.h"
 #include "examples/json_line.h"
 #include "examples/median_time.h"
@@ -135,18 +135,18 @@ std::vector<Row> measure_packed(const std::vector<Product>& products, const std:
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"GEMM rates through troupe::matmul"};
+  cli::App app{"GEMM rates through troupe::matmul"};
   bool json = false, compare = false;
   std::string backend = "auto";
   std::vector<int> threads{1, 2};
   int runs = 5;
   app.add_flag("--json", json, "print one JSON line instead of a table");
   app.add_option("--backend", backend, "GEMM library: onednn, openblas or auto (calibrated)")
-      ->check(CLI::IsMember({"onednn", "openblas", "auto"}));
-  app.add_option("--threads", threads, "intra-op thread counts, e.g. 1,2")->delimiter(',')->check(CLI::PositiveNumber);
-  app.add_option("--runs", runs, "timed runs per product (median reported)")->check(CLI::Range(5, 1000));
+      ->check(cli::IsMember({"onednn", "openblas", "auto"}));
+  app.add_option("--threads", threads, "intra-op thread counts, e.g. 1,2")->delimiter(',')->check(cli::PositiveNumber);
+  app.add_option("--runs", runs, "timed runs per product (median reported)")->check(cli::Range(5, 1000));
   app.add_flag("--compare", compare, "also measure OpenBLAS (forced) in the same run");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
 
   return run_example("gemm_bench", [&] {
     const std::vector<Product> products{{2500, 1024, 4096}, {50, 1024, 4096}, {259, 1024, 4096}};

@@ -3,7 +3,6 @@
 // whose results one node sums). Times are per node firing: wall time / (invocations x nodes),
 // pipelined (max_in_flight invocations in flight) and one invocation at a time.
 //   graph_bench [--nodes 1000] [--width 1000] [--invocations 50] [--max-in-flight 8] [--json]
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +10,7 @@
 
 #include "actors/runtime.h"
 #include "dataflow/executor.h"
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
 
@@ -65,17 +65,17 @@ double best_us_per_node(Executor& exec, int invocations, int nodes, bool one_at_
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Dataflow executor: per-node scheduling overhead"};
+  cli::App app{"Dataflow executor: per-node scheduling overhead"};
   int nodes = 1000, width = 1000, invocations = 50, max_in_flight = 8, workers = 0, reps = 3;
   bool json = false;
-  app.add_option("--nodes", nodes, "chain length")->check(CLI::PositiveNumber);
-  app.add_option("--width", width, "fan-out width")->check(CLI::PositiveNumber);
-  app.add_option("--invocations", invocations, "invocations per measurement")->check(CLI::PositiveNumber);
-  app.add_option("--max-in-flight", max_in_flight, "pipelining bound")->check(CLI::PositiveNumber);
-  app.add_option("--workers", workers, "scheduler threads (0: the cores)")->check(CLI::NonNegativeNumber);
-  app.add_option("--reps", reps, "measurements (best reported)")->check(CLI::PositiveNumber);
+  app.add_option("--nodes", nodes, "chain length")->check(cli::PositiveNumber);
+  app.add_option("--width", width, "fan-out width")->check(cli::PositiveNumber);
+  app.add_option("--invocations", invocations, "invocations per measurement")->check(cli::PositiveNumber);
+  app.add_option("--max-in-flight", max_in_flight, "pipelining bound")->check(cli::PositiveNumber);
+  app.add_option("--workers", workers, "scheduler threads (0: the cores)")->check(cli::NonNegativeNumber);
+  app.add_option("--reps", reps, "measurements (best reported)")->check(cli::PositiveNumber);
   app.add_flag("--json", json, "print one JSON line");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
 
   return run_example("graph_bench", [&] {
     Runtime runtime({.workers = workers});

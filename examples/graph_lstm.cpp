@@ -2,12 +2,12 @@
 // module node (its own actor, holding its weights), the flips, concatenations and the final
 // stack+sum are op nodes. Checks the graph against LSTMEnsemble::serial and times both.
 //   graph_lstm [--models 4] [--T 50 --B 50 --C 256] [--reps 3] [--dot graph.dot] [--json]
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 
 #include "actors/runtime.h"
 #include "dataflow/executor.h"
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 #include "examples/lstm_example.h"
 #include "examples/median_time.h"
@@ -17,14 +17,14 @@
 using namespace troupe;
 
 int main(int argc, char** argv) {
-  CLI::App app{"The LSTM ensemble as a dataflow graph, against the serial ensemble"};
+  cli::App app{"The LSTM ensemble as a dataflow graph, against the serial ensemble"};
   LstmOptions o;
   int workers = 0;
   std::string dot;
   add_lstm_options(app, o);
-  app.add_option("--workers", workers, "scheduler threads (0: the cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--workers", workers, "scheduler threads (0: the cores)")->check(cli::NonNegativeNumber);
   app.add_option("--dot", dot, "write the graph as Graphviz DOT");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   const auto [models, T, B, C, reps, json] = o;
 
   return run_example("graph_lstm", [&] {

@@ -5,7 +5,6 @@
 // and k-1 postprocessed. Prints throughput one request at a time against pipelined (up to
 // --in-flight requests in the graph), and checks both give the same answers.
 //   graph_pipeline [--requests 200] [--rows 16] [--features 256] [--hidden 1024] [--in-flight 8] [--json]
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -14,6 +13,7 @@
 #include "dataflow/executor.h"
 #include "devices/ops.h"
 #include "devices/random.h"
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
 
@@ -73,18 +73,18 @@ std::vector<Request> make_requests(int n, int64_t rows, int64_t features) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"A pipelined inference graph: throughput one at a time vs pipelined"};
+  cli::App app{"A pipelined inference graph: throughput one at a time vs pipelined"};
   int requests = 200, in_flight = 8, workers = 0;
   int64_t rows = 16, features = 256, hidden = 1024, classes = 10;
   bool json = false;
-  app.add_option("--requests", requests, "requests in the stream")->check(CLI::PositiveNumber);
-  app.add_option("--rows", rows, "rows per request")->check(CLI::PositiveNumber);
-  app.add_option("--features", features, "features per row")->check(CLI::PositiveNumber);
-  app.add_option("--hidden", hidden, "hidden units of the model")->check(CLI::PositiveNumber);
-  app.add_option("--in-flight", in_flight, "requests in the graph at once when pipelined")->check(CLI::PositiveNumber);
-  app.add_option("--workers", workers, "scheduler threads (0: the cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--requests", requests, "requests in the stream")->check(cli::PositiveNumber);
+  app.add_option("--rows", rows, "rows per request")->check(cli::PositiveNumber);
+  app.add_option("--features", features, "features per row")->check(cli::PositiveNumber);
+  app.add_option("--hidden", hidden, "hidden units of the model")->check(cli::PositiveNumber);
+  app.add_option("--in-flight", in_flight, "requests in the graph at once when pipelined")->check(cli::PositiveNumber);
+  app.add_option("--workers", workers, "scheduler threads (0: the cores)")->check(cli::NonNegativeNumber);
   app.add_flag("--json", json, "print one JSON line of figures");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
 
   return run_example("graph_pipeline", [&] {
     Runtime runtime({.workers = workers});

@@ -5,7 +5,6 @@
 // carries it to all four). Rank 0 checks the answers against the same graph run in one process.
 //   troupe launch --nproc 2 build/bin/graph_ranks [--requests 100] [--in-flight 8] [--json]
 // (any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT works too)
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -20,6 +19,7 @@
 #include "devices/random.h"
 #include "net/process_group.h"
 #include "net/remote/remote_actor.h"
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
 #include "examples/split_mlp.h"
@@ -89,15 +89,15 @@ Figures run_case(const std::shared_ptr<net::ProcessGroup>& world, const std::fun
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"A dataflow graph split across two ranks"};
+  cli::App app{"A dataflow graph split across two ranks"};
   int requests = 100, in_flight = 8;
   int64_t rows = 32, features = 256, hidden = 512;
   bool json = false;
-  app.add_option("--requests", requests, "requests in the stream")->check(CLI::PositiveNumber);
-  app.add_option("--in-flight", in_flight, "requests in the graph at once")->check(CLI::PositiveNumber);
-  app.add_option("--rows", rows, "rows per request")->check(CLI::PositiveNumber);
+  app.add_option("--requests", requests, "requests in the stream")->check(cli::PositiveNumber);
+  app.add_option("--in-flight", in_flight, "requests in the graph at once")->check(cli::PositiveNumber);
+  app.add_option("--rows", rows, "rows per request")->check(cli::PositiveNumber);
   app.add_flag("--json", json, "print one JSON line of figures");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
 
   return run_example("graph_ranks", [&] {
     Runtime runtime;

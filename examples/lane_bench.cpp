@@ -20,7 +20,6 @@
 //   LD_PRELOAD=build/lib/libtroupe_cuda_stub.so lane_bench --device cuda --json
 #include <dlfcn.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -34,6 +33,7 @@
 #include "devices/lane.h"
 #include "devices/ops.h"
 #include "devices/sync.h"
+#include "examples/command_line.h"
 #include "examples/device_option.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
@@ -129,14 +129,14 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   return run_example("lane_bench", [&] {
-    CLI::App app("A call to a lane actor: the caller's cost, and host syncs per hand-off");
+    cli::App app("A call to a lane actor: the caller's cost, and host syncs per hand-off");
     std::string device_name = "cpu";
     int calls = 2000;
     bool json = false;
     app.add_option("--device", device_name, "cpu (host lanes) or cuda[:N]");
-    app.add_option("--calls", calls, "calls timed")->check(CLI::PositiveNumber);
+    app.add_option("--calls", calls, "calls timed")->check(cli::PositiveNumber);
     app.add_flag("--json", json, "one JSON line of figures");
-    CLI11_PARSE(app, argc, argv);
+    TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
     const Device device = Device::parse(device_name);
     const ActorOptions first_options{.name = "first", .device = device, .host_lane = true};
     const ActorOptions second_options{.name = "second", .device = device, .host_lane = true};

@@ -10,7 +10,6 @@
 // line names both and counts how many of (c)'s step loops ran each way.
 //   lstm_ensemble [--models 4] [--T 50 --B 50 --C 1024] [--reps 3] [--device cpu|cuda]
 //                 [--step-kernel gemm|fused] [--step-loop graph|launches] [--trace out.json] [--json]
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 
@@ -18,6 +17,7 @@
 #include "actors/runtime.h"
 #include "devices/lstm_step_loop.h"
 #include "devices/sync.h"
+#include "examples/command_line.h"
 #include "examples/cpu_kernels.h"
 #include "examples/device_option.h"
 #include "examples/json_line.h"
@@ -30,20 +30,20 @@
 using namespace troupe;
 
 int main(int argc, char** argv) {
-  CLI::App app{"The TorchScript tutorial's LSTM ensemble: serial vs fork/wait on actors"};
+  cli::App app{"The TorchScript tutorial's LSTM ensemble: serial vs fork/wait on actors"};
   LstmOptions o{.C = 1024};
   int workers = 0;
   std::string trace;
   std::string device_name = "cpu", step_kernel = name(lstm_step_kernel()), step_loop = name(lstm_step_loop());
   add_lstm_options(app, o);
   app.add_option("--step-kernel", step_kernel, "the CUDA lstm's step: gemm (cuBLAS and a gate kernel) or fused")
-      ->check(CLI::IsMember({"gemm", "fused"}));
+      ->check(cli::IsMember({"gemm", "fused"}));
   app.add_option("--step-loop", step_loop, "the CUDA lstm's recurrent steps: graph or launches")
-      ->check(CLI::IsMember({"graph", "launches"}));
-  app.add_option("--workers", workers, "worker actors (0: the cores)")->check(CLI::NonNegativeNumber);
+      ->check(cli::IsMember({"graph", "launches"}));
+  app.add_option("--workers", workers, "worker actors (0: the cores)")->check(cli::NonNegativeNumber);
   app.add_option("--trace", trace, "write a Chrome trace of one fork_ensemble run");
   add_device_option(app, device_name);
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   const auto [models, T, B, C, reps, json] = o;
 
   return run_example("lstm_ensemble", [&] {

@@ -4,17 +4,18 @@
 // two results, so the three take the same flags and draw the same x.
 //
 //   LstmOptions o{.C = 1024};                  // the example's default hidden size
-//   CLI::App app{"..."};
+//   cli::App app{"..."};
 //   add_lstm_options(app, o);                  // --models --T --B --C --reps --json
-//   CLI11_PARSE(app, argc, argv);
+//   TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
 //   const Tensor x = lstm_input(o, /*seed=*/1);
 //   const double diff = max_abs_diff(a, b);
-#include <CLI/CLI.hpp>
 #include <cstdint>
 
 #include "devices/ops.h"
 #include "devices/random.h"
 #include "devices/tensor.h"
+
+#include "examples/command_line.h"
 
 namespace troupe {
 
@@ -25,12 +26,12 @@ struct LstmOptions {
   bool json = false;
 };
 
-inline void add_lstm_options(CLI::App& app, LstmOptions& o) {
-  app.add_option("--models", o.models, "ensemble members")->check(CLI::PositiveNumber);
-  app.add_option("--T", o.T, "time steps")->check(CLI::PositiveNumber);
-  app.add_option("--B", o.B, "batch")->check(CLI::PositiveNumber);
-  app.add_option("--C", o.C, "input and hidden size")->check(CLI::PositiveNumber);
-  app.add_option("--reps", o.reps, "timed runs per variant (median reported)")->check(CLI::PositiveNumber);
+inline void add_lstm_options(cli::App& app, LstmOptions& o) {
+  app.add_option("--models", o.models, "ensemble members")->check(cli::PositiveNumber);
+  app.add_option("--T", o.T, "time steps")->check(cli::PositiveNumber);
+  app.add_option("--B", o.B, "batch")->check(cli::PositiveNumber);
+  app.add_option("--C", o.C, "input and hidden size")->check(cli::PositiveNumber);
+  app.add_option("--reps", o.reps, "timed runs per variant (median reported)")->check(cli::PositiveNumber);
   app.add_flag("--json", o.json, "print one JSON line of figures");
 }
 

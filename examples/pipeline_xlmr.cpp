@@ -6,7 +6,6 @@
 // Checks the logits against the whole model in one process; prints both throughputs.
 //
 //   build/bin/troupe launch --nproc 2 -- build/bin/pipeline_xlmr [--config base] [--batch 32] [--micro 4] [--json]
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +16,7 @@
 #include "devices/autograd/grad_mode.h"
 #include "devices/determinism.h"
 #include "devices/ops.h"
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 #include "examples/median_time.h"
 #include "examples/run_example.h"
@@ -95,18 +95,18 @@ int main(int argc, char** argv) {
   // Every rank picks the same GEMM as the one-process reference does: chosen by timing, a busy
   // machine could pick another on one rank, and the answers would differ in the last bits.
   set_deterministic_kernels(true);
-  CLI::App app{"XLM-R in two pipeline stages on two ranks, micro-batches in flight"};
+  cli::App app{"XLM-R in two pipeline stages on two ranks, micro-batches in flight"};
   std::string config_name = "base";
   int batch = 32, micro = 4, reps = 3;
   int64_t max_length = 128, seed = 0;
   bool json = false;
   app.add_option("--config", config_name, "base, large or tiny");
-  app.add_option("--batch", batch, "sequences per batch")->check(CLI::PositiveNumber);
-  app.add_option("--micro", micro, "sequences per micro-batch")->check(CLI::PositiveNumber);
-  app.add_option("--max-length", max_length, "longest sequence (tokens)")->check(CLI::Range(4, 512));
-  app.add_option("--reps", reps, "timed batches (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--batch", batch, "sequences per batch")->check(cli::PositiveNumber);
+  app.add_option("--micro", micro, "sequences per micro-batch")->check(cli::PositiveNumber);
+  app.add_option("--max-length", max_length, "longest sequence (tokens)")->check(cli::Range(4, 512));
+  app.add_option("--reps", reps, "timed batches (median reported)")->check(cli::PositiveNumber);
   app.add_flag("--json", json, "print one JSON line of figures");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
 
   return run_example("pipeline_xlmr", [&] {
     auto world = init_process_group();

@@ -6,11 +6,11 @@
 //   {"rtt_us_4B":..,"gbs_64MB":..,"requests_per_s":..}
 //
 // The setting: TROUPE_TRANSPORT=tcp TROUPE_SHM=0 (tcp:// on one host, no shared memory).
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <deque>
 
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 #include "examples/median_time.h"
 #include "examples/run_example.h"
@@ -31,13 +31,13 @@ int main(int argc, char** argv) {
   using namespace troupe::net;
   int round_trips = 2000, requests = 50000, window = 256, big_reps = 11;
   bool json = false;
-  CLI::App app{"remote actor round trip, bandwidth and pipelined requests"};
+  cli::App app{"remote actor round trip, bandwidth and pipelined requests"};
   app.add_option("--round-trips", round_trips, "timed 4-byte round trips");
   app.add_option("--requests", requests, "pipelined requests");
   app.add_option("--window", window, "pipelined requests in flight");
   app.add_option("--big-reps", big_reps, "timed 64 MB requests");
   app.add_flag("--json", json, "one JSON line");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   return run_example("remote_bench", [&] {
     auto world = init_process_group();
     if (world->size() != 2) throw ValueError("remote_bench: run it on 2 ranks (troupe launch --nproc 2)");

@@ -4,12 +4,12 @@
 // ensemble (the same weights: member i is drawn from seed i, as LSTMEnsemble draws it).
 //
 //   build/bin/troupe launch --nproc 2 -- build/bin/remote_ensemble [--models 4] [--C 1024] [--json]
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <vector>
 
 #include "devices/determinism.h"
 #include "devices/ops.h"
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 #include "examples/lstm_example.h"
 #include "examples/median_time.h"
@@ -39,10 +39,10 @@ int main(int argc, char** argv) {
   // Every rank picks the same GEMM as the one-process reference does: chosen by timing, a busy
   // machine could pick another on one rank, and the answers would differ in the last bits.
   set_deterministic_kernels(true);
-  CLI::App app{"The TorchScript tutorial's LSTM ensemble with its members on remote actors across the ranks"};
+  cli::App app{"The TorchScript tutorial's LSTM ensemble with its members on remote actors across the ranks"};
   LstmOptions o{.C = 1024};
   add_lstm_options(app, o);
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   const auto [models, T, B, C, reps, json] = o;
 
   return run_example("remote_ensemble", [&] {

@@ -3,23 +3,23 @@
 //
 //   build/bin/troupe launch --nproc 2 -- build/bin/ring_all_reduce [--elements 4194304] [--reps 5]
 //   [rank 0] seed ring: 41250.3 us, library all_reduce: 14250.1 us (median of 5), results agree
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 
 #include "net/collectives.h"
 #include "net/seed_ring_all_reduce.h"
+#include "examples/command_line.h"
 #include "examples/run_example.h"
 
 int main(int argc, char** argv) {
   using namespace troupe;
   int64_t elements = 1 << 22;
   int reps = 5;
-  CLI::App app{"the distributed tutorial's ring all-reduce next to the library's"};
-  app.add_option("--elements", elements, "f32 elements per rank")->check(CLI::PositiveNumber);
-  app.add_option("--reps", reps, "timed repetitions (median reported)")->check(CLI::Range(1, 1000));
-  CLI11_PARSE(app, argc, argv);
+  cli::App app{"the distributed tutorial's ring all-reduce next to the library's"};
+  app.add_option("--elements", elements, "f32 elements per rank")->check(cli::PositiveNumber);
+  app.add_option("--reps", reps, "timed repetitions (median reported)")->check(cli::Range(1, 1000));
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   return troupe::run_example("ring_all_reduce", [&] {
     auto world = net::init_process_group();
     const int rank = world->rank();

@@ -17,7 +17,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -29,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 
 namespace {
@@ -174,13 +174,13 @@ double stream_gbs(int rank, int ack, const std::vector<int>& streams, int reps) 
 int main(int argc, char** argv) {
   int reps = 15, streams = 2, stream_reps = 11, timeout_s = 30;
   bool json = false;
-  CLI::App app{"plain TCP between two ranks: 4-byte exchange and 64 MB stream, the floor under Troupe's figures"};
-  app.add_option("--reps", reps, "timed 4-byte exchanges (median reported)")->check(CLI::PositiveNumber);
-  app.add_option("--streams", streams, "connections carrying the 64 MB stream")->check(CLI::Range(1, 64));
-  app.add_option("--stream-reps", stream_reps, "timed 64 MB transfers (median reported)")->check(CLI::PositiveNumber);
-  app.add_option("--timeout", timeout_s, "seconds to wait for the other rank to connect")->check(CLI::PositiveNumber);
+  troupe::cli::App app{"plain TCP between two ranks: 4-byte exchange and 64 MB stream, the floor under Troupe's figures"};
+  app.add_option("--reps", reps, "timed 4-byte exchanges (median reported)")->check(troupe::cli::PositiveNumber);
+  app.add_option("--streams", streams, "connections carrying the 64 MB stream")->check(troupe::cli::Range(1, 64));
+  app.add_option("--stream-reps", stream_reps, "timed 64 MB transfers (median reported)")->check(troupe::cli::PositiveNumber);
+  app.add_option("--timeout", timeout_s, "seconds to wait for the other rank to connect")->check(troupe::cli::PositiveNumber);
   app.add_flag("--json", json, "one JSON line");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   try {
     const std::string rank_text = env_or("RANK", "0");
     if (rank_text != "0" && rank_text != "1") throw std::runtime_error("tcp_floor: RANK " + rank_text + ": two ranks, 0 and 1");

@@ -16,7 +16,6 @@
 #include <memory>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "devices/autograd/grad_mode.h"
@@ -25,6 +24,7 @@
 #include "devices/threads.h"
 #include "models/nn/net.h"
 #include "models/nn/optimizer.h"
+#include "examples/command_line.h"
 #include "examples/cpu_kernels.h"
 #include "examples/device_option.h"
 #include "examples/json_line.h"
@@ -59,15 +59,15 @@ nlohmann::json run_torch(int steps, const Device& device) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"train_bench: the Net's training step and the tape's per-op cost, one thread"};
+  cli::App app{"train_bench: the Net's training step and the tape's per-op cost, one thread"};
   bool json = false, torch = false;
   int steps = 60;
   std::string device_name = "cpu";
   app.add_flag("--json", json, "one JSON line");
   app.add_flag("--torch", torch, "also run the PyTorch peer (examples/net_step_torch.py)");
-  app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "timed steps")->check(cli::PositiveNumber);
   add_device_option(app, device_name);
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
 
   return run_example("train_bench", [&] {
     const Device device = example_device(device_name);

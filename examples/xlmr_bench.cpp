@@ -10,12 +10,12 @@
 // the batch's bucket of packed rows (XLMR::set_serving_graph), its logits' distance from the
 // launched run's beside.
 //   xlmr_bench [--sentences 64] [--reps 3] [--device cpu|cuda] [--graph] [--profile] [--json]
-#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "actors/observe/profiler.h"
 #include "devices/autograd/grad_mode.h"
 #include "devices/ops.h"
+#include "examples/command_line.h"
 #include "examples/cpu_kernels.h"
 #include "examples/device_option.h"
 #include "examples/json_line.h"
@@ -60,14 +60,14 @@ int main(int argc, char** argv) {
   int reps = 3;
   bool json = false, profile = false, graph = false;
   std::string device_name = "cpu";
-  CLI::App app{"XLM-R base classification of a serving batch: f32 and bf16 GEMMs"};
-  app.add_option("--sentences", sentences, "sentences in the batch")->check(CLI::PositiveNumber);
-  app.add_option("--reps", reps, "timed runs after a warm-up (median reported)")->check(CLI::PositiveNumber);
+  cli::App app{"XLM-R base classification of a serving batch: f32 and bf16 GEMMs"};
+  app.add_option("--sentences", sentences, "sentences in the batch")->check(cli::PositiveNumber);
+  app.add_option("--reps", reps, "timed runs after a warm-up (median reported)")->check(cli::PositiveNumber);
   add_device_option(app, device_name);
   app.add_flag("--json", json, "one JSON line of figures");
   app.add_flag("--profile", profile, "one more bf16 run profiled: its op tables on stderr");
   app.add_flag("--graph", graph, "f32 and bf16 again from CUDA graphs of the encoder (--device cuda)");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   return run_example("xlmr_bench", [&] {
     const Device device = example_device(device_name);
     if (graph && !device.is_cuda()) throw ValueError("--graph replays CUDA graphs: it needs --device cuda");

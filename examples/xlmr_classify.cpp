@@ -7,7 +7,6 @@
 // one, its vocabulary and class count are read from the file (torchtext or Hugging Face names).
 // Texts come from the arguments, or one per line on standard input. --dtype bf16 runs the
 // encoder's GEMMs in bf16 (f32 accumulation) and reports how far its logits are from f32's.
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -16,6 +15,7 @@
 #include "devices/autograd/grad_mode.h"
 #include "devices/io/safetensors.h"
 #include "devices/ops.h"
+#include "examples/command_line.h"
 #include "examples/median_time.h"
 #include "examples/json_line.h"
 #include "examples/run_example.h"
@@ -48,17 +48,17 @@ int main(int argc, char** argv) {
   std::vector<std::string> texts;
   bool json = false;
   std::string dtype = "f32";
-  CLI::App app{"XLM-R: text in, class logits out"};
+  cli::App app{"XLM-R: text in, class logits out"};
   app.add_option("--spm", spm_path, "SentencePiece model (sentencepiece.bpe.model)")->required();
   app.add_option("--checkpoint", checkpoint_path, "safetensors weights, torchtext or Hugging Face names");
-  app.add_option("--config", config_name, "model size")->check(CLI::IsMember({"base", "large", "tiny"}));
-  app.add_option("--classes", classes, "classes of the head (random weights)")->check(CLI::PositiveNumber);
-  app.add_option("--max-seq-len", max_seq_len, "tokens per text, <s> and </s> included")->check(CLI::Range(2, 512));
-  app.add_option("--reps", reps, "timed runs after two warm-ups (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--config", config_name, "model size")->check(cli::IsMember({"base", "large", "tiny"}));
+  app.add_option("--classes", classes, "classes of the head (random weights)")->check(cli::PositiveNumber);
+  app.add_option("--max-seq-len", max_seq_len, "tokens per text, <s> and </s> included")->check(cli::Range(2, 512));
+  app.add_option("--reps", reps, "timed runs after two warm-ups (median reported)")->check(cli::PositiveNumber);
   app.add_option("texts", texts, "texts to classify (default: lines of standard input)");
-  app.add_option("--dtype", dtype, "the encoder's GEMMs in f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--dtype", dtype, "the encoder's GEMMs in f32 or bf16")->check(cli::IsMember({"f32", "bf16"}));
   app.add_flag("--json", json, "one JSON line of figures");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   return run_example("xlmr_classify", [&] {
     if (texts.empty())
       for (std::string line; std::getline(std::cin, line);)
