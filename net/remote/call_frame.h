@@ -64,10 +64,12 @@ struct CallFrame {
   uint32_t generation = 0;
 };
 
+// The outgoing actor frame's parts: the call frame's bytes, then the tensors in the order the value
+// names them, as they are (Transport::send_actor_frame hands them by reference to the link that
+// writes them, which stages a device tensor itself).
 struct EncodedCall {
   std::vector<uint8_t> bytes;
-  std::vector<Tensor> tensors;  // in the order the value names them, as they are: the transport sends
-                                // each as contiguous host bytes (Transport::send_actor_frame)
+  std::vector<Tensor> tensors;
 };
 
 EncodedCall encode_call(const CallFrame& call);
