@@ -315,13 +315,20 @@ void Transport::send_frame(int dst, FrameHeader& h, std::span<const uint8_t> hea
   std::lock_guard lock(peer.send_mutex);
   h.seq = peer.next_seq++;
   Link* link = nullptr;
-  if (direct_ && direct_->send(frame)) {
-    link = direct_.get();
-  } else {
-    // Frames the direct link holds come before this one: out with them now.
-    if (direct_ && direct_->flush_before_other(dst)) wake();
-    link = stripes_ && stripes_->takes(frame) ? static_cast<Link*>(stripes_.get()) : zmq_.get();
-    link->send(frame);
+  try {
+    if (direct_ && direct_->send(frame)) {
+      link = direct_.get();
+    } else {
+      // Frames the direct link holds come before this one: out with them now.
+      if (direct_ && direct_->flush_before_other(dst)) wake();
+      link = stripes_ && stripes_->takes(frame) ? static_cast<Link*>(stripes_.get()) : zmq_.get();
+      link->send(frame);
+    }
+  } catch (...) {
+    // Staging a device tensor failed (the error of the work that wrote it) before any of the frame
+    // went: its number goes to the next frame, so the peer waits for no frame that never comes.
+    --peer.next_seq;
+    throw;
   }
   link->traffic(dst).sent(frame_bytes);
   touch();

@@ -6,10 +6,9 @@
 //   transport_io.cpp         the I/O thread
 //   transport_receive.cpp    posted receives: matching, waiting, leading the ROUTER
 //   frame_accept.cpp         every received frame: decoded, checked, adopted, put in sequence order
-//   links/*.cpp              each path's state, send and receive (link.h)
+//   links/*.cpp              each path's state, per peer too, its send and receive (link.h)
 //   transport_liveness.cpp   hello, heartbeats, goodbye, lost peers (state: peer_liveness.h)
 //   trace_clock.cpp          TROUPE_TRACE's clock offset to rank 0
-#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -18,7 +17,6 @@
 #include <optional>
 #include <vector>
 
-#include "actors/observe/metrics.h"
 #include "net/transport.h"
 
 namespace troupe::net {

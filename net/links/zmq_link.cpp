@@ -84,28 +84,30 @@ void ZmqLink::connect(int r, const std::string& endpoint) {
 }
 
 bool ZmqLink::send(const OutgoingFrame& frame) {
+  // A device or strided tensor is staged, and waited for, before any part goes: a failed copy
+  // throws with nothing of the frame queued.
+  std::vector<HostStaging> staged;  // by tensor, once one needs it
+  for (size_t i = 0; i < frame.tensors.size(); ++i)
+    if (part_needs_staging(frame.tensors[i])) {
+      staged.resize(frame.tensors.size());
+      staged[i] = stage_to_host(frame.tensors[i]);
+      staged[i].synchronize("send: a device tensor's bytes to the network");
+    }
   const FrameHeader& h = *frame.header;
   void* dealer = peer(frame.dst).dealer;
   uint8_t header[512];
   encode_header_into(h, header);
   const size_t parts = frame.parts();
   send_bytes_part(dealer, header, header_size(h.shape.size()), parts == 0 ? 0 : ZMQ_SNDMORE, frame.dst);
-  // The call frame's bytes are copied (small); each tensor goes by reference, a device or strided
-  // one staged first and waited for. done rides on the last part: it finishes when ZeroMQ lets that
-  // go, or now if it was copied.
+  // The call frame's bytes are copied (small); each tensor goes by reference. done rides on the
+  // last part: it finishes when ZeroMQ lets that go, or now if it was copied.
   if (frame.head.data())
     send_bytes_part(dealer, frame.head.data(), frame.head.size(), parts == 1 ? 0 : ZMQ_SNDMORE, frame.dst);
   bool by_reference = false;
   for (size_t i = 0; i < frame.tensors.size(); ++i) {
     const bool last = i + 1 == frame.tensors.size();
-    const Tensor* host = &frame.tensors[i];
-    HostStaging staged;
-    if (part_needs_staging(*host)) {
-      staged = stage_to_host(*host);
-      staged.synchronize("send: a device tensor's bytes to the network");
-      host = &staged.host;
-    }
-    by_reference = send_tensor_part(dealer, *host, last ? 0 : ZMQ_SNDMORE, last ? frame.done : nullptr, frame.dst);
+    const Tensor& host = !staged.empty() && staged[i].host.defined() ? staged[i].host : frame.tensors[i];
+    by_reference = send_tensor_part(dealer, host, last ? 0 : ZMQ_SNDMORE, last ? frame.done : nullptr, frame.dst);
   }
   if (frame.done && !by_reference) frame.done->finish();
   return true;
