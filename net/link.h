@@ -29,7 +29,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -50,7 +49,7 @@ inline constexpr int kPaths = 3;
 // an actor frame's call frame bytes first (head), then the tensors (a p2p payload, or an actor
 // frame's arguments or result), each as it is, host or device. Nothing is copied or staged
 // before a link takes the frame: the link that writes it reads a contiguous host tensor's own
-// bytes, and stages any other (part_on_host) where it writes, so a small frame on a direct link
+// bytes, and stages any other (part_needs_staging) where it writes, so a small frame on a direct link
 // allocates nothing and a device tensor is copied to host once, by the link that sends it.
 struct OutgoingFrame {
   int dst = -1;

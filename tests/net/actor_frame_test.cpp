@@ -6,7 +6,9 @@
 #include <cstring>
 #include <future>
 
+#include "devices/backend.h"
 #include "net/transport.h"
+#include "support/skip.h"
 #include "tests/net/transport_pair.h"
 
 namespace troupe::net {
@@ -33,7 +35,7 @@ void check_parts(const Message& m, const std::vector<uint8_t>& call, const std::
   CHECK(m.payload.to_vector<uint8_t>() == call);
   REQUIRE(m.parts.size() == tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor expected = tensors[i].contiguous();
+    const Tensor expected = tensors[i].to(Device::cpu()).contiguous();
     REQUIRE(m.parts[i].nbytes() == expected.nbytes());
     CHECK(std::memcmp(m.parts[i].raw_data(), expected.raw_data(), expected.nbytes()) == 0);
   }
@@ -72,6 +74,37 @@ TEST_CASE("actor frames: strided and contiguous tensors arrive as their values b
     check_parts(send_and_receive(p, call, parts), call, parts);
     CHECK(p.b->direct_frames() == 0);
     CHECK(p.b->striped_frames() == 0);
+  }
+}
+
+// The same on a GPU: each link stages a device tensor where it writes it (the stripes' threads
+// wait for each piece of the copy; the direct link and ZeroMQ wait for the whole copy first).
+TEST_CASE("actor frames: device tensors arrive as their values by each link", "[net][transport][cuda]") {
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
+  const Device gpu = Device::cuda(0);
+  const std::vector<uint8_t> call = {1, 2, 3};
+  const Tensor small = Tensor::arange(12).reshape({3, 4});
+  const Tensor big = Tensor::arange(700 * 600).reshape({700, 600});
+  SECTION("direct link") {
+    TransportPair p = connect_pair("tcp", {}, {});
+    const std::vector<Tensor> parts = {small.to(gpu), small.to(gpu).transpose(0, 1), small};
+    check_parts(send_and_receive(p, call, parts), call, parts);
+    CHECK(p.b->striped_frames() == 0);
+  }
+  SECTION("stripes") {
+    TransportPair p = connect_pair("tcp", {}, {});
+    const std::vector<Tensor> parts = {big.to(gpu), big.to(gpu).transpose(0, 1), small};
+    check_parts(send_and_receive(p, call, parts), call, parts);
+    CHECK(p.b->striped_frames() == 1);
+  }
+  SECTION("ZeroMQ") {
+    TransportOptions zmq_only;
+    zmq_only.direct_max = 0;
+    zmq_only.stripes = 0;
+    TransportPair p = connect_pair("tcp", zmq_only, zmq_only);
+    const std::vector<Tensor> parts = {big.to(gpu), small.to(gpu), small};
+    check_parts(send_and_receive(p, call, parts), call, parts);
+    CHECK(p.b->direct_frames() == 0);
   }
 }
 
