@@ -151,9 +151,9 @@ DirectSender::DirectSender(SharedFd fd) : owner_(std::move(fd)), fd_(*owner_) {}
 DirectSender::~DirectSender() = default;
 
 size_t DirectSender::record_bytes(size_t header_bytes, std::span<const std::span<const uint8_t>> parts) {
-  size_t bytes = 8 + 8 * parts.size() + header_bytes;
+  size_t bytes = 0;
   for (const auto& p : parts) bytes += p.size();
-  return bytes;
+  return record_bytes(header_bytes, parts.size(), bytes);
 }
 
 bool DirectSender::send(std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> parts, bool hold) {

@@ -85,6 +85,9 @@ class DirectSender {
 
   // Bytes a record with this header and these parts takes on the wire.
   static size_t record_bytes(size_t header_bytes, std::span<const std::span<const uint8_t>> parts);
+  static size_t record_bytes(size_t header_bytes, size_t parts, size_t part_bytes) {
+    return 8 + 8 * parts + header_bytes + part_bytes;
+  }
   // Sends one record without blocking: written at once as far as the socket takes it, the rest
   // kept, in order, for flush(). True when something is now kept (the caller polls fd() for
   // writing and calls flush()). A broken link drops the record: the transport's liveness checks

@@ -49,7 +49,10 @@ bool Transport::accept(int peer, Path path, std::span<const uint8_t> header, std
     for (const Tensor& p : parts) frame_bytes += p.nbytes();
     Message frame{peer, h, parts.empty() ? Tensor::empty(h.shape, h.dtype) : view_bytes_as(parts.front(), h.dtype, h.shape),
                   {}};
-    if (parts.size() > 1) frame.parts.assign(std::make_move_iterator(parts.begin() + 1), std::make_move_iterator(parts.end()));
+    if (parts.size() > 1) {  // the link's parts become the message's: the tensors are not moved into another vector
+      parts.erase(parts.begin());
+      frame.parts = std::move(parts);
+    }
     admit_frame(peer, path, frame_bytes, std::move(frame));
     return true;
   } catch (const CommError& e) {
@@ -59,10 +62,19 @@ bool Transport::accept(int peer, Path path, std::span<const uint8_t> header, std
 }
 
 void Transport::admit_frame(int peer, Path path, size_t frame_bytes, Message frame) {
-  peers_[peer]->count_received(path, frame_bytes);
+  link_of(path).traffic(peer).received(frame_bytes);
   if (path == direct_path) ++direct_frames_;
   if (path == stripes_path) ++striped_frames_;
   take_frame(peer, std::move(frame));
+}
+
+Link& Transport::link_of(Path path) {
+  switch (path) {
+    case direct_path: return *direct_;
+    case stripes_path: return *stripes_;
+    case zmq_path: break;
+  }
+  return *zmq_;
 }
 
 void Transport::refuse(int peer, const std::exception& why) {

@@ -18,20 +18,6 @@
 
 namespace troupe::net {
 
-std::array<LinkCounters, kPaths> link_counters(int peer) {
-  std::array<LinkCounters, kPaths> out;
-  const char* names[] = {"zmq", "direct", "stripes"};
-  for (int p = 0; p < kPaths; ++p) {
-    const metrics::Labels labels{{"peer", std::to_string(peer)}, {"path", names[p]}};
-    out[p] = {&metrics::counter("troupe_transport_sent_bytes_total", "Bytes sent to a peer, headers included", labels),
-              &metrics::counter("troupe_transport_sent_frames_total", "Frames sent to a peer", labels),
-              &metrics::counter("troupe_transport_received_bytes_total", "Bytes received from a peer, headers included",
-                                labels),
-              &metrics::counter("troupe_transport_received_frames_total", "Frames received from a peer", labels)};
-  }
-  return out;
-}
-
 namespace {
 // The boot id, a host id's first field, names the machine (all its network namespaces).
 std::string machine_of(const std::string& host_id) { return host_id.substr(0, host_id.find('/')); }
@@ -62,10 +48,7 @@ Transport::Transport(TransportOptions options)
   if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size)
     throw ValueError("transport: rank " + std::to_string(options_.rank) + " outside a world of " +
                      std::to_string(options_.world_size));
-  for (int r = 0; r < options_.world_size; ++r) {
-    peers_.push_back(std::make_unique<Peer>());
-    if (r != options_.rank) peers_.back()->link = link_counters(r);
-  }
+  for (int r = 0; r < options_.world_size; ++r) peers_.push_back(std::make_unique<Peer>());
   metrics::serve_from_env();
   Profiler::start_job_trace_from_env();
   context_ = zmq_ctx_new();
@@ -254,22 +237,20 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
     throw IndexError("send: destination rank " + std::to_string(dst) + " outside a world of " +
                      std::to_string(world_size()));
   check_healthy();
-  // The one conversion of this send: a device or strided tensor becomes contiguous host bytes, a
-  // device tensor's copied in pieces on the caller's stream while earlier pieces go out.
-  HostStaging staged = stage_to_host(payload);
-  const Tensor& host = staged.host;
-  h.dtype = host.defined() ? host.dtype() : DType::u8;
-  h.shape = host.defined() ? host.shape() : Shape{0};
-  h.payload_bytes = host.defined() ? host.nbytes() : 0;
+  h.dtype = payload.defined() ? payload.dtype() : DType::u8;
+  h.shape = payload.defined() ? payload.shape() : Shape{0};
+  h.payload_bytes = payload.defined() ? payload.nbytes() : 0;
   if (h.shape.size() > kMaxFrameDims)
-    throw ShapeError("send: cannot send " + host.meta().str() + ": at most " + std::to_string(kMaxFrameDims) +
+    throw ShapeError("send: cannot send " + payload.meta().str() + ": at most " + std::to_string(kMaxFrameDims) +
                      " dims");
   h.source = rank();
   if (dst == rank()) {
+    // The receiver gets host bytes of its own, as from another rank.
+    HostStaging staged = stage_to_host(payload);
     staged.synchronize("send to this rank");
     {
       std::lock_guard lock(mutex_);
-      deliver(Message{rank(), std::move(h), host, {}});
+      deliver(Message{rank(), std::move(h), staged.host, {}});
     }
     if (done) done->finish();
     return;
@@ -285,11 +266,7 @@ void Transport::send(int dst, FrameHeader h, const Tensor& payload, const std::s
       });
     pending_sends_.push_back(done);
   }
-  const std::span<const uint8_t> payload_bytes{staged.data(), static_cast<size_t>(h.payload_bytes)};
-  const HostStaging* stagings[] = {&staged};
-  const size_t parts = h.payload_bytes > 0 ? 1u : 0u;
-  send_frame(dst, h, {&payload_bytes, parts}, {stagings, parts},
-             [&] { return h.payload_bytes > 0 ? std::vector<Tensor>{host} : std::vector<Tensor>{}; }, done);
+  send_frame(dst, h, {}, {&payload, h.payload_bytes > 0 ? 1u : 0u}, done);
 }
 
 bool Transport::send_staged(int dst, FrameHeader h, const Tensor& payload,
@@ -323,68 +300,37 @@ void Transport::send_actor_frame(int dst, std::vector<uint8_t> call_frame, const
   h.dtype = DType::u8;
   h.shape = {static_cast<int64_t>(call_frame.size())};
   h.payload_bytes = call_frame.size();
-  // The one conversion of this call's tensors (encode_call leaves them as they are), device ones
-  // copied in pieces on the caller's stream while earlier pieces go out.
-  std::vector<HostStaging> staged;
-  staged.reserve(tensors.size());
-  for (const Tensor& t : tensors) staged.push_back(stage_to_host(t));
-  std::vector<std::span<const uint8_t>> spans;
-  std::vector<const HostStaging*> stagings{nullptr};
-  spans.reserve(1 + staged.size());
-  spans.emplace_back(call_frame.data(), call_frame.size());
-  for (const HostStaging& s : staged) {
-    spans.emplace_back(s.data(), s.bytes());
-    stagings.push_back(&s);
-  }
-  send_frame(dst, h, spans, stagings, [&] {
-    // The call frame's bytes move into a storage of their own: a part like the tensors.
-    auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(call_frame));
-    std::vector<Tensor> parts;
-    parts.reserve(1 + staged.size());
-    parts.emplace_back(std::make_shared<Storage>(bytes->data(), bytes->size(), Device::cpu(), [bytes](void*) {}),
-                       DType::u8, h.shape, Strides{1}, 0);
-    for (HostStaging& s : staged) parts.push_back(std::move(s.host));
-    return parts;
-  }, nullptr, awaits_answer);
+  // The call frame and the tensors as they are: the link that takes the frame writes them.
+  send_frame(dst, h, call_frame, tensors, nullptr, awaits_answer);
 }
 
-void Transport::send_frame(int dst, FrameHeader& h, std::span<const std::span<const uint8_t>> spans,
-                           std::span<const HostStaging* const> staged,
-                           const std::function<std::vector<Tensor>()>& owned,
+void Transport::send_frame(int dst, FrameHeader& h, std::span<const uint8_t> head, std::span<const Tensor> tensors,
                            const std::shared_ptr<detail::Completion>& done, bool awaits_answer) {
   Peer& peer = *peers_[dst];
   if (!zmq_->connected(dst)) throw CommError("send: the transport is not connected yet");
-  size_t frame_bytes = header_size(h.shape.size());
-  for (const auto& s : spans) frame_bytes += s.size();
-  // Only the stripes' threads wait for the pieces of a staged device tensor as they write them, so
-  // such a frame takes the stripes whatever its size; the other links write at once, so without
-  // stripes this thread waits for the copies first (a counted sync).
-  bool copies_pending = false;
-  for (const HostStaging* s : staged) copies_pending |= s && !s->pieces.empty();
-  auto wait_copies = [&] {
-    if (!copies_pending) return;
-    for (const HostStaging* s : staged)
-      if (s) s->synchronize("send: a device tensor's bytes to the network");
-    copies_pending = false;
-  };
-  if (copies_pending && !(stripes_ && stripes_->takes(dst, spans, true))) wait_copies();
   bool batched = false;
   for (SendBatch* b = open_send_batch; b && !batched; b = b->outer_) batched = &b->transport_ == this;
-  OutgoingFrame frame{dst, &h, spans, staged, &owned, done, awaits_answer, batched};
+  OutgoingFrame frame{dst, &h, head, tensors, done, awaits_answer, batched};
+  const size_t frame_bytes = header_size(h.shape.size()) + frame.bytes();
   std::lock_guard lock(peer.send_mutex);
   h.seq = peer.next_seq++;
-  const bool striped = stripes_ && stripes_->takes(dst, spans, copies_pending);
-  if (!striped) wait_copies();  // the stripes broke meanwhile
   Link* link = nullptr;
-  if (direct_ && direct_->send(frame)) {
-    link = direct_.get();
-  } else {
-    // Frames the direct link holds come before this one: out with them now.
-    if (direct_ && direct_->flush_before_other(dst)) wake();
-    link = striped ? static_cast<Link*>(stripes_.get()) : zmq_.get();
-    link->send(frame);
+  try {
+    if (direct_ && direct_->send(frame)) {
+      link = direct_.get();
+    } else {
+      // Frames the direct link holds come before this one: out with them now.
+      if (direct_ && direct_->flush_before_other(dst)) wake();
+      link = stripes_ && stripes_->takes(frame) ? static_cast<Link*>(stripes_.get()) : zmq_.get();
+      link->send(frame);
+    }
+  } catch (...) {
+    // Staging a device tensor failed (the error of the work that wrote it) before any of the frame
+    // went: its number goes to the next frame, so the peer waits for no frame that never comes.
+    --peer.next_seq;
+    throw;
   }
-  peer.count_sent(link->path(), frame_bytes);
+  link->traffic(dst).sent(frame_bytes);
   touch();
 }
 

@@ -165,16 +165,16 @@ class Transport : private FrameSink {
 
   // Queues one frame to global rank dst (itself included). The header's source, seq, dtype,
   // shape and payload size are filled in here from the payload (undefined: no payload). Never
-  // blocks. done, if given, finishes once ZeroMQ released the payload (its bytes are on the wire).
+  // blocks. done, if given, finishes once the link let go of the payload (its bytes are on the wire).
   void send(int dst, FrameHeader header, const Tensor& payload,
             const std::shared_ptr<detail::Completion>& done = nullptr);
   // A p2p device tensor to another process on this host by the staged link (links/staged_link.h):
   // only a descriptor frame (kind staged) travels; StagedLink::unstage makes the tensor on arrival.
   // False when that link does not apply (or every segment to dst is still unread): send() it then.
   bool send_staged(int dst, FrameHeader header, const Tensor& payload, const std::shared_ptr<detail::Completion>& done);
-  // An actor frame to another rank: the call frame bytes, then each tensor as its own part
-  // (zero-copy; made contiguous host bytes here, once). Only the destination's health matters:
-  // remote actors outlive other ranks' deaths.
+  // An actor frame to another rank: the call frame bytes, then each tensor as its own part, by
+  // reference (the link that takes it reads a host tensor's own bytes, and stages a device one).
+  // Only the destination's health matters: remote actors outlive other ranks' deaths.
   // awaits_answer: the frame asks dst for an answer (a request). While dst still owes answers to
   // several frames sent before, a small one may wait (16 KiB kept at most) until this rank waits on
   // the transport, hears from a peer, or the I/O thread's next turn (about a
@@ -234,14 +234,12 @@ class Transport : private FrameSink {
   struct Peer;
   using Key = std::tuple<uint64_t, Inbox, int64_t>;
 
-  // transport_io.cpp: the I/O thread. transport.cpp: one frame of contiguous host parts (the payload, or an
-  // actor frame's call frame and tensors) to another rank by the first link that takes it (direct,
-  // stripes, ZeroMQ); h.seq is set here. `owned` makes the parts as tensors that own their bytes
-  // only for the links that write later (stripes, ZeroMQ), so a small frame allocates nothing here.
+  // transport_io.cpp: the I/O thread.
   void io_loop();
-  // staged: each span's HostStaging when it is a device tensor's copy still under way (or empty).
-  void send_frame(int dst, FrameHeader& h, std::span<const std::span<const uint8_t>> spans,
-                  std::span<const HostStaging* const> staged, const std::function<std::vector<Tensor>()>& owned,
+  // transport.cpp: one frame to another rank, its parts by reference (an actor frame's call frame,
+  // then the tensors as they are), by the first link that takes it (direct, stripes, ZeroMQ), which
+  // stages what is not contiguous host memory; h.seq is set here.
+  void send_frame(int dst, FrameHeader& h, std::span<const uint8_t> head, std::span<const Tensor> tensors,
                   const std::shared_ptr<detail::Completion>& done, bool awaits_answer = false);
   void touch();  // a frame was just sent or received
   // Where the ranks of one machine (all its network namespaces) fit its CPUs and spin while they
@@ -272,6 +270,7 @@ class Transport : private FrameSink {
   FrameHeader check_frame(int peer, std::span<const uint8_t> header, size_t payload_size, size_t parts);
   // A checked frame of frame_bytes in all: counted by path, then taken in sequence order.
   void admit_frame(int peer, Path path, size_t frame_bytes, Message frame);
+  Link& link_of(Path path);  // the link a frame came by
   // Takes a frame in the peer's sequence order: handled now, or held until the ones before it came.
   void take_frame(int peer, Message frame);
   void handle_frame(int peer, Message frame);

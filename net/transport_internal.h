@@ -6,10 +6,9 @@
 //   transport_io.cpp         the I/O thread
 //   transport_receive.cpp    posted receives: matching, waiting, leading the ROUTER
 //   frame_accept.cpp         every received frame: decoded, checked, adopted, put in sequence order
-//   links/*.cpp              each path's state, send and receive (link.h)
+//   links/*.cpp              each path's state, per peer too, its send and receive (link.h)
 //   transport_liveness.cpp   hello, heartbeats, goodbye, lost peers (state: peer_liveness.h)
 //   trace_clock.cpp          TROUPE_TRACE's clock offset to rank 0
-#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -18,7 +17,6 @@
 #include <optional>
 #include <vector>
 
-#include "actors/observe/metrics.h"
 #include "net/transport.h"
 
 namespace troupe::net {
@@ -33,20 +31,11 @@ inline constexpr size_t kActorBacklogMax = 1 << 12;  // actor frames kept while 
 
 extern thread_local bool telling_handler;  // this thread is telling the actor handler of a lost peer
 
-// Bytes (headers included) and frames per peer and path, both ways (metrics.h): what troupe top
-// shows per link. Heartbeats and the other control frames are not counted.
-struct LinkCounters {
-  metrics::Counter* sent_bytes;
-  metrics::Counter* sent_frames;
-  metrics::Counter* received_bytes;
-  metrics::Counter* received_frames;
-};
-std::array<LinkCounters, kPaths> link_counters(int peer);
-
 // This thread's innermost open SendBatch (transport.h), of whichever transport.
 extern thread_local Transport::SendBatch* open_send_batch;
 
-// What the transport keeps per peer besides its links' state and its liveness (peer_liveness.h):
+// What the transport keeps per peer besides its links' state (their traffic included, link.h) and
+// its liveness (peer_liveness.h):
 // the send lock and sequence numbers that order its frames over every link.
 struct Transport::Peer {
   std::mutex send_mutex;       // a frame's sequence number and its link's send, together
@@ -55,16 +44,6 @@ struct Transport::Peer {
   bool local = false;          // set once by connect(): same host, ipc:// allowed
   // Frames that came before their turn (by sequence number), under router_mutex_.
   std::map<uint64_t, Message> held;
-  std::array<LinkCounters, kPaths> link{};  // by Path; set by the constructor (not for this rank)
-
-  void count_sent(Path path, size_t bytes) {
-    link[path].sent_bytes->add(bytes);
-    link[path].sent_frames->add();
-  }
-  void count_received(Path path, size_t bytes) {
-    link[path].received_bytes->add(bytes);
-    link[path].received_frames->add();
-  }
 };
 
 struct Transport::Slot {

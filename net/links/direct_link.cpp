@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "devices/error.h"
+#include "devices/host_staging.h"
 #include "net/errors.h"
 #include "net/transport.h"
 
@@ -26,7 +27,10 @@ DirectLink::DirectLink(const TransportOptions& options, PeerAddress& address, Fr
       sink_(sink),
       hooks_(std::move(hooks)),
       listener_((check_options(options), options.tcp_host)) {
-  for (int r = 0; r < world_size_; ++r) peers_.push_back(std::make_unique<Peer>());
+  for (int r = 0; r < world_size_; ++r) {
+    peers_.push_back(std::make_unique<Peer>());
+    if (r != rank_) peers_.back()->traffic = LinkTraffic(r, direct_path);
+  }
   address.direct = listener_.endpoint();
 }
 
@@ -56,14 +60,36 @@ int DirectLink::links() const {
 
 bool DirectLink::send(const OutgoingFrame& frame) {
   Peer& p = peer(frame.dst);
-  if (!p.sender || p.sender->broken() || frame.parts.size() > kDirectPartsMax) return false;
+  if (!p.sender || p.sender->broken() || frame.parts() > kDirectPartsMax) return false;
   const FrameHeader& h = *frame.header;
   const size_t header_bytes = header_size(h.shape.size());
-  if (DirectSender::record_bytes(header_bytes, frame.parts) > max_bytes_) return false;
+  if (DirectSender::record_bytes(header_bytes, frame.parts(), frame.bytes()) > max_bytes_) return false;
+  // The parts' bytes as they are; a device or strided tensor staged here, and waited for: this
+  // thread writes it now.
+  std::vector<HostStaging> staged;
+  std::span<const uint8_t> inline_parts[8];
+  std::vector<std::span<const uint8_t>> more_parts;
+  std::span<std::span<const uint8_t>> parts{inline_parts, frame.parts()};
+  if (frame.parts() > std::size(inline_parts)) {
+    more_parts.resize(frame.parts());
+    parts = more_parts;
+  }
+  size_t i = 0;
+  if (frame.head.data()) parts[i++] = frame.head;
+  for (const Tensor& t : frame.tensors) {
+    if (!part_needs_staging(t)) {
+      parts[i++] = host_bytes(t);
+      continue;
+    }
+    if (staged.empty()) staged.reserve(frame.tensors.size());
+    const HostStaging& s = staged.emplace_back(stage_to_host(t));
+    s.synchronize("send: a device tensor's bytes to the network");
+    parts[i++] = {s.data(), s.bytes()};
+  }
   uint8_t header[512];
   encode_header_into(h, header);
   const bool hold = frame.batched || (frame.awaits_answer && holds_for_answers(p));
-  const bool backlogged = p.sender->send({header, header_bytes}, frame.parts, hold);
+  const bool backlogged = p.sender->send({header, header_bytes}, parts, hold);
   p.sent_unanswered.fetch_add(1, std::memory_order_relaxed);
   if (p.sender->broken()) p.broken = true;
   if (frame.done) frame.done->finish();

@@ -47,6 +47,7 @@ class DirectLink final : public Link {
   bool send(const OutgoingFrame& frame) override;
   int receive() override;
   void wait_fds(std::vector<int>& fds) const override;  // with the receiving side held
+  LinkTraffic& traffic(int r) override { return peer(r).traffic; }
 
   // With r's send lock held: the lower rank of a pair dials the link (the higher one answers on it,
   // once it came: receive()). Unreachable by plain TCP: r's frames all take another link.
@@ -83,6 +84,7 @@ class DirectLink final : public Link {
     bool holds = false;                    // under the send lock: frames kept for a later write
     std::atomic<int> sent_unanswered{0};   // frames sent since the last one came from this peer
     std::atomic<bool> broken{false};       // the link failed: the peer is suspect
+    LinkTraffic traffic;
   };
   Peer& peer(int r) { return *peers_[static_cast<size_t>(r)]; }
   const Peer& peer(int r) const { return *peers_[static_cast<size_t>(r)]; }

@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "devices/host_staging.h"
 #include "net/transport.h"
 
 namespace troupe::net {
@@ -11,8 +12,11 @@ StripeLink::StripeLink(const TransportOptions& options, FrameSink& sink)
     : rank_(options.rank),
       stripes_(options.stripes),
       min_bytes_(options.stripe_min),
-      sink_(sink),
-      broken_(new std::atomic<bool>[static_cast<size_t>(options.world_size)]{}) {
+      sink_(sink) {
+  for (int r = 0; r < options.world_size; ++r) {
+    peers_.push_back(std::make_unique<Peer>());
+    if (r != rank_) peers_.back()->traffic = LinkTraffic(r, stripes_path);
+  }
   ready_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   StripeReceivers::Events events;
   events.on_ready = [this] {
@@ -39,30 +43,47 @@ StripeLink::~StripeLink() {
 void StripeLink::connect(int r, const std::string& endpoint, Deadline deadline) {
   if (stripes_ <= 0) return;
   if (!out_)
-    out_ = std::make_unique<StripeSenders>(stripes_, [this](int p) { broken_[static_cast<size_t>(p)] = true; });
+    out_ = std::make_unique<StripeSenders>(stripes_, [this](int p) { peer(p).broken = true; });
   out_->connect(r, endpoint, rank_, deadline);  // false: its large frames take ZeroMQ
 }
 
-bool StripeLink::takes(int dst, std::span<const std::span<const uint8_t>> parts, bool copies_pending) const {
-  if (!out_ || parts.size() > kDirectPartsMax) return false;
-  size_t bytes = 0;
-  for (const auto& p : parts) bytes += p.size();
-  return (copies_pending || bytes >= min_bytes_) && out_->usable(dst);
+bool StripeLink::takes(const OutgoingFrame& frame) const {
+  if (!out_ || frame.parts() > kDirectPartsMax || !out_->usable(frame.dst)) return false;
+  if (frame.bytes() >= min_bytes_) return true;
+  for (const Tensor& t : frame.tensors)
+    if (!t.device().is_cpu()) return true;  // its copy to host overlaps the writing here
+  return false;
 }
 
 bool StripeLink::send(const OutgoingFrame& frame) {
   const FrameHeader& h = *frame.header;
-  // Each part's pieces: the byte counts, within the part, that its events make ready.
-  std::vector<PartGates> gates(frame.parts.size());
-  for (size_t i = 0; i < frame.staged.size(); ++i)
-    if (frame.staged[i]) gates[i] = frame.staged[i]->pieces;
-  auto parts = std::make_shared<std::vector<Tensor>>((*frame.owned)());
-  // The same bytes as the spans (owned() only moved them into tensors): the stripes keep parts alive.
-  std::vector<std::span<const uint8_t>> kept;
-  for (const Tensor& p : *parts) kept.emplace_back(static_cast<const uint8_t*>(p.raw_data()), p.nbytes());
+  // What the stripes' threads write, alive until they wrote it: the call frame's bytes (copied,
+  // they are small), each host tensor as it is, each other staged here; the threads wait for each
+  // piece of a device tensor's copy just before they write it.
+  struct Kept {
+    std::vector<uint8_t> head;
+    std::vector<Tensor> tensors;
+  };
+  auto kept = std::make_shared<Kept>();
+  kept->head.assign(frame.head.begin(), frame.head.end());
+  kept->tensors.reserve(frame.tensors.size());
+  std::vector<std::span<const uint8_t>> parts;
+  std::vector<PartGates> gates(frame.parts());
+  parts.reserve(frame.parts());
+  if (frame.head.data()) parts.emplace_back(kept->head);
+  for (const Tensor& t : frame.tensors) {
+    if (part_needs_staging(t)) {
+      HostStaging s = stage_to_host(t);
+      gates[parts.size()] = std::move(s.pieces);
+      kept->tensors.push_back(std::move(s.host));
+    } else {
+      kept->tensors.push_back(t);
+    }
+    parts.push_back(host_bytes(kept->tensors.back()));
+  }
   uint8_t header[512];
   encode_header_into(h, header);
-  out_->send(frame.dst, h.seq, {header, header_size(h.shape.size())}, kept, gates, std::move(parts), frame.done);
+  out_->send(frame.dst, h.seq, {header, header_size(h.shape.size())}, parts, gates, std::move(kept), frame.done);
   return true;
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "devices/error.h"
+#include "devices/host_staging.h"
 #include "net/transport.h"
 #include "net/transport_internal.h"
 #include "net/zap_handler.h"
@@ -19,8 +20,9 @@ ZmqLink::ZmqLink(void* context, const TransportOptions& options, PeerAddress& ad
       curve_(options.curve),
       sink_(sink),
       context_(context),
-      dealers_(static_cast<size_t>(options.world_size), nullptr),
-      monitors_(static_cast<size_t>(options.world_size), nullptr) {
+      peers_(static_cast<size_t>(options.world_size)) {
+  for (int r = 0; r < world_size_; ++r)
+    if (r != rank_) peer(r).traffic = LinkTraffic(r, zmq_path);
   try {
     // The ZAP handler must exist before the ROUTER binds, or CURVE admits every client.
     if (curve_) zap_ = bind_zap_handler(context_);
@@ -55,13 +57,13 @@ ZmqLink::ZmqLink(void* context, const TransportOptions& options, PeerAddress& ad
 
 ZmqLink::~ZmqLink() {
   close_receiving();
-  for (size_t r = 0; r < dealers_.size(); ++r)
-    if (dealers_[r]) close_dealer(static_cast<int>(r), 0);
+  for (int r = 0; r < world_size_; ++r)
+    if (peer(r).dealer) close_dealer(r, 0);
   if (!ipc_file_.empty()) ::unlink(ipc_file_.c_str());
 }
 
 void ZmqLink::connect(int r, const std::string& endpoint) {
-  void*& dealer = dealers_[static_cast<size_t>(r)];
+  void*& dealer = peer(r).dealer;
   dealer = zmq_socket(context_, ZMQ_DEALER);
   set_string(dealer, ZMQ_ROUTING_ID, routing_id(rank_));
   set_int(dealer, ZMQ_SNDHWM, 0);  // sends never block; tensors are queued by reference
@@ -74,7 +76,7 @@ void ZmqLink::connect(int r, const std::string& endpoint) {
   const std::string monitor_endpoint = "inproc://troupe-monitor-" + std::to_string(r);
   if (zmq_socket_monitor(dealer, monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0)
     zmq_fail("zmq_socket_monitor");
-  void*& monitor = monitors_[static_cast<size_t>(r)];
+  void*& monitor = peer(r).monitor;
   monitor = zmq_socket(context_, ZMQ_PAIR);
   set_int(monitor, ZMQ_LINGER, 0);
   if (zmq_connect(monitor, monitor_endpoint.c_str()) != 0) zmq_fail("connect monitor");
@@ -82,17 +84,30 @@ void ZmqLink::connect(int r, const std::string& endpoint) {
 }
 
 bool ZmqLink::send(const OutgoingFrame& frame) {
+  // A device or strided tensor is staged, and waited for, before any part goes: a failed copy
+  // throws with nothing of the frame queued.
+  std::vector<HostStaging> staged;  // by tensor, once one needs it
+  for (size_t i = 0; i < frame.tensors.size(); ++i)
+    if (part_needs_staging(frame.tensors[i])) {
+      staged.resize(frame.tensors.size());
+      staged[i] = stage_to_host(frame.tensors[i]);
+      staged[i].synchronize("send: a device tensor's bytes to the network");
+    }
   const FrameHeader& h = *frame.header;
-  const std::vector<Tensor> parts = (*frame.owned)();
-  void* dealer = dealers_[static_cast<size_t>(frame.dst)];
+  void* dealer = peer(frame.dst).dealer;
   uint8_t header[512];
   encode_header_into(h, header);
-  send_bytes_part(dealer, header, header_size(h.shape.size()), parts.empty() ? 0 : ZMQ_SNDMORE, frame.dst);
-  // done rides on the last part: it finishes when ZeroMQ lets that go, or now if it was copied.
+  const size_t parts = frame.parts();
+  send_bytes_part(dealer, header, header_size(h.shape.size()), parts == 0 ? 0 : ZMQ_SNDMORE, frame.dst);
+  // The call frame's bytes are copied (small); each tensor goes by reference. done rides on the
+  // last part: it finishes when ZeroMQ lets that go, or now if it was copied.
+  if (frame.head.data())
+    send_bytes_part(dealer, frame.head.data(), frame.head.size(), parts == 1 ? 0 : ZMQ_SNDMORE, frame.dst);
   bool by_reference = false;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const bool last = i + 1 == parts.size();
-    by_reference = send_tensor_part(dealer, parts[i], last ? 0 : ZMQ_SNDMORE, last ? frame.done : nullptr, frame.dst);
+  for (size_t i = 0; i < frame.tensors.size(); ++i) {
+    const bool last = i + 1 == frame.tensors.size();
+    const Tensor& host = !staged.empty() && staged[i].host.defined() ? staged[i].host : frame.tensors[i];
+    by_reference = send_tensor_part(dealer, host, last ? 0 : ZMQ_SNDMORE, last ? frame.done : nullptr, frame.dst);
   }
   if (frame.done && !by_reference) frame.done->finish();
   return true;
@@ -101,7 +116,7 @@ bool ZmqLink::send(const OutgoingFrame& frame) {
 void ZmqLink::send_header(int r, const FrameHeader& h) {
   uint8_t buffer[512];
   encode_header_into(h, buffer);
-  zmq_send(dealers_[static_cast<size_t>(r)], buffer, header_size(h.shape.size()), ZMQ_DONTWAIT);
+  zmq_send(peer(r).dealer, buffer, header_size(h.shape.size()), ZMQ_DONTWAIT);
 }
 
 int ZmqLink::receive() {
@@ -148,7 +163,7 @@ int ZmqLink::receive() {
 void ZmqLink::answer_zap() { answer_zap_requests(zap_, *curve_); }
 
 void ZmqLink::read_monitor(int r) {
-  void* monitor = monitors_[static_cast<size_t>(r)];
+  void* monitor = peer(r).monitor;
   zmq_msg_t event, endpoint;
   zmq_msg_init(&event);
   zmq_msg_init(&endpoint);
@@ -163,14 +178,14 @@ void ZmqLink::read_monitor(int r) {
 }
 
 void ZmqLink::close_receiving() {
-  for (void*& s : monitors_)
-    if (s) zmq_close(std::exchange(s, nullptr));
+  for (Peer& p : peers_)
+    if (p.monitor) zmq_close(std::exchange(p.monitor, nullptr));
   if (router_) zmq_close(std::exchange(router_, nullptr));
   if (zap_) zmq_close(std::exchange(zap_, nullptr));
 }
 
 void ZmqLink::close_dealer(int r, int linger_ms) {
-  void*& dealer = dealers_[static_cast<size_t>(r)];
+  void*& dealer = peer(r).dealer;
   if (!dealer) return;
   set_int(dealer, ZMQ_LINGER, linger_ms);
   zmq_close(std::exchange(dealer, nullptr));

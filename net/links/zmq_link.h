@@ -36,10 +36,11 @@ class ZmqLink final : public Link {
   bool send(const OutgoingFrame& frame) override;  // takes every frame
   int receive() override;
   void wait_fds(std::vector<int>& fds) const override { fds.push_back(router_fd_); }
+  LinkTraffic& traffic(int r) override { return peer(r).traffic; }
 
   // A DEALER to rank r's ROUTER at endpoint, and a monitor of its connection.
   void connect(int r, const std::string& endpoint);
-  bool connected(int r) const { return dealers_[static_cast<size_t>(r)] != nullptr; }
+  bool connected(int r) const { return peer(r).dealer != nullptr; }
   // A frame of only a header (hello, heartbeat, goodbye): dropped when ZeroMQ cannot queue it.
   void send_header(int r, const FrameHeader& h);
 
@@ -48,7 +49,7 @@ class ZmqLink final : public Link {
   int router_fd() const { return router_fd_; }
   void* zap() const { return zap_; }
   void answer_zap();
-  void* monitor(int r) const { return monitors_[static_cast<size_t>(r)]; }
+  void* monitor(int r) const { return peer(r).monitor; }
   // Reads one event of r's monitor: a closed connection makes the peer suspect (FrameSink).
   void read_monitor(int r);
 
@@ -66,8 +67,17 @@ class ZmqLink final : public Link {
   int router_fd_ = -1;  // ZeroMQ's descriptor that fires when frames may be waiting
   void* zap_ = nullptr;
   std::string ipc_file_;
-  std::vector<void*> dealers_;   // by rank; set once by connect()
-  std::vector<void*> monitors_;  // by rank; the I/O thread's after connect()
+  // A peer's end of this path: the DEALER to its ROUTER (its routing id there is this rank's),
+  // the monitor of that connection, and the traffic. What it sends goes out on its DEALER; what
+  // it sent comes in on the ROUTER this rank shares among all peers, which receive() drains.
+  struct Peer {
+    void* dealer = nullptr;   // set once by connect()
+    void* monitor = nullptr;  // the I/O thread's after connect()
+    LinkTraffic traffic;
+  };
+  Peer& peer(int r) { return peers_[static_cast<size_t>(r)]; }
+  const Peer& peer(int r) const { return peers_[static_cast<size_t>(r)]; }
+  std::vector<Peer> peers_;  // by rank
 };
 
 }  // namespace troupe::net

@@ -56,7 +56,7 @@ void encode_value(const WireValue& v, std::vector<uint8_t>& out, std::vector<Ten
       out.push_back(static_cast<uint8_t>(t.dtype()));
       out.push_back(static_cast<uint8_t>(t.dim()));
       for (int64_t d : t.shape()) append<int64_t>(out, d);
-      tensors.push_back(t);  // the transport makes it contiguous host bytes, once
+      tensors.push_back(t);  // a part of its own, by reference: the link that sends it reads its bytes
       return;
     }
     case WireValue::Kind::list: {

@@ -19,6 +19,14 @@
 // count against its part, the number of parts, and each kind's required fields. Anything
 // malformed throws CommError; a tensor whose part is misaligned for its dtype is copied, the rest
 // are views of the received bytes.
+//
+// A tensor argument's forms from RemoteActor::request to the callee's mailbox, six:
+//   1 the Tensor passed; 2 a WireValue in the argument list (detail::list_of, moved into the
+//   CallFrame); 3 a part of the outgoing frame (EncodedCall::tensors, by reference through
+//   Transport::send_actor_frame); 4 bytes on the wire, written by the link from the tensor's own
+//   memory (a device tensor staged by that link); 5 a u8 part of the received Message; 6 a view of
+//   that part as the dtype and shape the frame names (decode_call), in the CallFrame the mailbox
+//   keeps as it is (QueuedCall). The method's Codec then hands it to the callee.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -64,10 +72,12 @@ struct CallFrame {
   uint32_t generation = 0;
 };
 
+// The outgoing actor frame's parts: the call frame's bytes, then the tensors in the order the value
+// names them, as they are (Transport::send_actor_frame hands them by reference to the link that
+// writes them, which stages a device tensor itself).
 struct EncodedCall {
   std::vector<uint8_t> bytes;
-  std::vector<Tensor> tensors;  // in the order the value names them, as they are: the transport sends
-                                // each as contiguous host bytes (Transport::send_actor_frame)
+  std::vector<Tensor> tensors;
 };
 
 EncodedCall encode_call(const CallFrame& call);

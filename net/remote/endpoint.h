@@ -80,13 +80,12 @@ struct ActorRef {
   std::unique_ptr<KeptState> kept;  // a type with TROUPE_STATE: snapshots and the calls since
 };
 
-// A call waiting in a hosted actor's mailbox (a request, a tell, or the stop that ends it).
+// A call waiting in a hosted actor's mailbox (a request, a tell, or the stop that ends it): the
+// call frame as decode_call made it (text: the method, value: the arguments, their tensors views
+// of the bytes that came), moved in whole, and the rank that sent it.
 struct QueuedCall {
-  CallKind kind = CallKind::request;
   int source = -1;
-  uint64_t request = 0;
-  std::string method;
-  WireValue arguments;
+  CallFrame call;
 };
 
 // An actor this rank hosts: the object, its mailbox, and who watches it.
@@ -212,9 +211,9 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   void drain(Hosted& actor);
   void finished_running();
   std::string where(const Hosted& actor) const;
-  void run(Hosted& actor, QueuedCall& call);
+  void run(Hosted& actor, QueuedCall& queued);
   // A stop, reached in the mailbox after the calls sent before it.
-  void end(Hosted& actor, const QueuedCall& call);
+  void end(Hosted& actor, const QueuedCall& stop);
   void add_watcher(int source, uint64_t id);
   // spawn: the constructor runs off the receiving thread, in spawn order; then the name is enrolled
   // in rank 0's directory, and only then is the spawner answered (so a lookup after spawn_on finds it).

@@ -62,7 +62,7 @@ void RemoteActors::Impl::deliver(int source, CallFrame&& call) {
   bool start;
   {
     std::lock_guard lock(actor->mutex);
-    actor->mailbox.push_back(QueuedCall{call.kind, source, call.request, std::move(call.text), std::move(call.value)});
+    actor->mailbox.push_back(QueuedCall{source, std::move(call)});
     actor->metrics->mailbox.add(1);
     start = !actor->scheduled;
     actor->scheduled = true;
@@ -114,17 +114,19 @@ std::string RemoteActors::Impl::where(const detail::Hosted& actor) const {
   return "remote actor '" + actor.name + "' on rank " + std::to_string(rank) + ": ";
 }
 
-void RemoteActors::Impl::run(Hosted& actor, QueuedCall& call) {
-  if (call.kind == CallKind::stop) return end(actor, call);
-  const std::string what = where(actor) + call.method + ": ";
+void RemoteActors::Impl::run(Hosted& actor, QueuedCall& queued) {
+  const int source = queued.source;
+  CallFrame& call = queued.call;
+  if (call.kind == CallKind::stop) return end(actor, queued);
+  const std::string what = where(actor) + call.text + ": ";
   const auto start = std::chrono::steady_clock::now();
   std::optional<RemoteSpan> span;  // the end of the caller's arrow in a trace
   if (Profiler::global().recording())
-    span.emplace(actor.name + "." + call.method, call.request ? Profiler::remote_flow_id(call.source, call.request) : 0);
+    span.emplace(actor.name + "." + call.text, call.request ? Profiler::remote_flow_id(source, call.request) : 0);
   WireValue result;
   std::exception_ptr failure;
-  const bool snapshot = call.method == detail::kSnapshotMethod;  // taken in the mailbox's order
-  const ActorType::Method* method = !snapshot ? actor.type->method(call.method)
+  const bool snapshot = call.text == detail::kSnapshotMethod;  // taken in the mailbox's order
+  const ActorType::Method* method = !snapshot ? actor.type->method(call.text)
                                     : actor.type->snapshot ? &*actor.type->snapshot : nullptr;
   if (!actor.object) {
     failure = error<ValueError>(what + "the actor was stopped");
@@ -135,8 +137,8 @@ void RemoteActors::Impl::run(Hosted& actor, QueuedCall& call) {
                                 " has " + actor.type->method_names());
   } else {
     try {
-      result = actor.lane ? call_on_lane(*actor.lane, *method, actor.object.get(), call.arguments)
-                          : method->call(actor.object.get(), call.arguments);
+      result = actor.lane ? call_on_lane(*actor.lane, *method, actor.object.get(), call.value)
+                          : method->call(actor.object.get(), call.value);
     } catch (...) {
       failure = with_context(what, std::current_exception());
     }
@@ -146,11 +148,11 @@ void RemoteActors::Impl::run(Hosted& actor, QueuedCall& call) {
     actor.metrics->calls.add();
     if (failure) actor.metrics->errors.add();
   }
-  if (failure) refuse(call.source, call.request, failure, actor.id);
-  else if (call.request != 0) respond(call.source, call.request, std::move(result), what);
+  if (failure) refuse(source, call.request, failure, actor.id);
+  else if (call.request != 0) respond(source, call.request, std::move(result), what);
 }
 
-void RemoteActors::Impl::end(Hosted& actor, const QueuedCall& call) {
+void RemoteActors::Impl::end(Hosted& actor, const QueuedCall& stop) {
   std::set<int> watchers;
   {
     std::lock_guard lock(mutex);
@@ -162,7 +164,7 @@ void RemoteActors::Impl::end(Hosted& actor, const QueuedCall& call) {
     if (rank == 0) withdraw(rank, actor.name);
     else post_quietly(0, CallFrame{CallKind::withdraw, 0, 0, actor.name, WireValue()});
   }
-  if (call.request != 0) respond(call.source, call.request, WireValue(), where(actor));
+  if (stop.call.request != 0) respond(stop.source, stop.call.request, WireValue(), where(actor));
   for (int r : watchers) post_quietly(r, CallFrame{CallKind::down, actor.id, 0, "", WireValue()});
 }
 

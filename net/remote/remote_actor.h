@@ -173,7 +173,7 @@ class RemoteActor {
   // Queues the call and returns; nothing comes back, but a failure on the host (see "Errors").
   template <class... Args>
   void send(std::string_view method, const Args&... args) const {
-    detail::call(ref_, method, WireValue::list({to_value(args)...}), nullptr);
+    detail::call(ref_, method, detail::list_of(args...), nullptr);
   }
   // Calls fn(why) once when the actor is down for good: stopped (why is null) or its rank lost.
   void on_down(std::function<void(std::exception_ptr why)> fn) const;
@@ -239,13 +239,13 @@ RemoteActor host(std::string_view name, std::shared_ptr<T> object, const Method<
 
 template <class... Args>
 RemoteActor spawn_on(const SpawnOptions& options, std::string_view type, const Args&... args) {
-  return detail::spawn(options, type, WireValue::list({to_value(args)...}));
+  return detail::spawn(options, type, detail::list_of(args...));
 }
 
 template <class R, class... Args>
 Future<R> RemoteActor::request(std::string_view method, const Args&... args) const {
   auto reply = std::make_shared<detail::ReplyState<R>>(ref_);
-  detail::call(ref_, method, WireValue::list({to_value(args)...}),
+  detail::call(ref_, method, detail::list_of(args...),
                [reply, actor = ref_, method = std::string(method)](WireValue&& result, std::exception_ptr error) {
                  if (error) return reply->set_exception(error);
                  if constexpr (std::is_void_v<R>) {

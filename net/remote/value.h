@@ -103,6 +103,16 @@ WireValue to_value(const T& x) {
 namespace detail {
 // "argument 2: " in front of a decoding error, keeping its type.
 [[noreturn]] void rethrow_in(const std::string& where);
+
+// The list of the values' encodings, each made in its place (WireValue::list({...}) would copy
+// every item out of the initializer list, a whole tree for a struct or a list): a call's arguments.
+template <class... T>
+WireValue list_of(const T&... xs) {
+  WireValue::List items;
+  items.reserve(sizeof...(T));
+  (items.push_back(to_value(xs)), ...);
+  return WireValue::list(std::move(items));
+}
 }  // namespace detail
 
 // A struct whose listed members travel as a list, in order: TROUPE_FIELDS(hidden, name).
@@ -212,7 +222,7 @@ namespace detail {
 
 template <class Tuple>
 WireValue encode_tuple(const Tuple& t) {
-  return std::apply([](const auto&... x) { return WireValue::list(WireValue::List{to_value(x)...}); }, t);
+  return std::apply([](const auto&... x) { return list_of(x...); }, t);
 }
 
 // Decodes a list of exactly sizeof...(T) items into a tuple of values; `what` names an item
