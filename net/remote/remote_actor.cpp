@@ -181,6 +181,9 @@ RemoteActor lookup(std::string_view name, std::chrono::milliseconds wait_for) {
 
 void serve() { current("serve")->serve(); }
 
+int actors_rank() { return current("actors_rank")->rank; }
+int actors_world_size() { return current("actors_world_size")->size; }
+
 namespace detail {
 
 RemoteActor host(std::string_view name, std::shared_ptr<void> object, std::shared_ptr<const ActorType> methods) {

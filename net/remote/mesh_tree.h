@@ -1,0 +1,52 @@
+#pragma once
+// Mesh calls along a tree of ranks (internal to net/remote/mesh*.cpp). A call reaches the ranks that
+// host the called members through a binomial tree rooted at the caller: each rank's relay actor
+// ("troupe.mesh.relay") forwards the call to the roots of its subtrees first (largest first), then
+// calls its own members; the answers go to the caller's collector in one message per rank, or, for
+// a reduction, up the same tree, each relay combining its members' answers with its children's.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "net/frame.h"
+#include "net/remote/value.h"
+
+namespace troupe::net::detail {
+
+// One rank of a call's tree and the members it runs.
+struct MeshNode {
+  int64_t rank = 0;
+  std::vector<int64_t> members;     // whole-mesh indices
+  std::vector<std::string> names;   // their actors' names
+  std::vector<WireValue> firsts;    // scatter: each member's first argument; else empty
+  TROUPE_FIELDS(rank, members, names, firsts)
+};
+
+// The message a relay gets: the call, and the subtree it roots (nodes[0] is its own rank).
+struct FanCall {
+  int64_t origin = 0;          // the caller's rank; with `call`, what makes a call unique
+  int64_t call = 0;
+  std::string method;
+  WireValue arguments;         // a list (after each member's first, for a scatter)
+  int64_t mode = 0;            // kFanAnswers, kFanReduce or kFanTell
+  int64_t op = 0;              // ReduceOp, for a reduction
+  std::string collector;       // the caller's collector actor
+  std::string parent;          // a reduction's partial goes to this actor (a relay or the collector)
+  std::vector<MeshNode> nodes;
+  TROUPE_FIELDS(origin, call, method, arguments, mode, op, collector, parent, nodes)
+};
+inline constexpr int64_t kFanAnswers = 0, kFanReduce = 1, kFanTell = 2;
+
+// The subtrees nodes[0] forwards to in a binomial tree over n nodes: half-open ranges of node
+// positions, each rooted at its first, largest first (n = 8: [4,8), [2,4), [1,2)).
+std::vector<std::pair<size_t, size_t>> tree_children(size_t n);
+
+// a op b for two answers of a reduction (avg sums; the caller divides). ShapeError / DTypeError
+// when they differ.
+Tensor combine(const Tensor& a, const Tensor& b, ReduceOp op);
+
+// The name of a mesh's relay on a rank: "<mesh>.relay/<rank>".
+std::string relay_name(const std::string& mesh, int rank);
+
+}  // namespace troupe::net::detail
