@@ -82,3 +82,16 @@ TEST_CASE("mesh: a killed rank fails exactly its members' futures; a restarted m
   for (int r : {0, 1, 2}) CHECK(run.result.ranks[r].exit_code == 0);
   CHECK(run.passed_ranks() == 3);
 }
+
+// The example at a small size, as `troupe launch` runs it: it checks every batch against one
+// process and exits 1 when they differ.
+TEST_CASE("mesh: mesh_serving's ensemble agrees with one process", "[net][mesh]") {
+  troupe::net::LaunchOptions o;
+  o.nproc = 2;
+  o.command = {std::string(TROUPE_BIN_DIR) + "/mesh_serving", "--models", "4", "--T", "6", "--B", "3", "--C", "32",
+               "--reps", "1", "--batches", "2", "--json"};
+  const RankRun run = launch_collecting(o);
+  INFO(run.output);
+  CHECK(run.result.exit_code == 0);
+  CHECK_THAT(run.output, Catch::Contains("\"models\":4,\"ranks\":2"));
+}
