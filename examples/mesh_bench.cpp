@@ -5,9 +5,10 @@
 //   {"ranks":9,"rtt_us":..,"mesh8_us":..,"mesh8_ratio":..,"mesh64_us":..,"mesh64_ratio":..,
 //    "call_64MiB_ms":..,"bcast4_64MiB_ms":..,"bcast4_ratio":..,"reduce4_64MiB_ms":..,"reduce4_gbs":..}
 //
-// rtt: one request with a 4-byte tensor to an actor on rank 1, answered with it. meshK: the same
+// rtt: one request with a 4-byte tensor to an actor on rank 1 (--one), answered with it. meshK: the same
 // call to every member of a K-member mesh, until all answers are in (issue 47's goal: <= 3x rtt for
-// 8 members on 8 ranks, <= 6x for 64). bcast4: a call carrying 64 MiB to 4 members on ranks 1-4,
+// 8 members on 8 ranks, <= 6x for 64); direct_k: the same K calls as K requests in flight.
+// bcast4: a call carrying 64 MiB to 4 members on ranks 1-4 (--four),
 // answered with the bytes each got, against one such call to one member (goal <= 1.3x).
 // reduce4: call_reduce(sum) of a 64 MiB answer from each of those 4 members; reduce4_gbs is
 // bytes / time, to hold against all_reduce_bench's busbw at 64 MiB on the same ranks (goal >= 0.8x).
@@ -46,11 +47,14 @@ TROUPE_ACTOR(Member(const troupe::net::MeshPoint&), "bench.mesh_member", &Member
 int main(int argc, char** argv) {
   using namespace troupe;
   using namespace troupe::net;
-  int reps = 200, big_reps = 7;
+  int reps = 200, big_reps = 7, one_rank = 1;
+  std::vector<int> four = {1, 2, 3, 4};
   bool json = false;
   CLI::App app{"actor mesh calls against one remote call"};
   app.add_option("--reps", reps, "timed small calls per figure");
   app.add_option("--big-reps", big_reps, "timed 64 MiB calls per figure");
+  app.add_option("--one", one_rank, "the rank of the single remote actor (rtt, one 64 MiB call)");
+  app.add_option("--four", four, "the ranks of the 4-member mesh (64 MiB broadcast and reduce)")->delimiter(',');
   app.add_flag("--json", json, "one JSON line");
   CLI11_PARSE(app, argc, argv);
   return run_example("mesh_bench", [&] {
@@ -67,7 +71,7 @@ int main(int argc, char** argv) {
     const Tensor small = Tensor::scalar<float>(1.0f);
     auto all = [](std::vector<Future<WireValue>> futures) { wait_all(futures); };
 
-    RemoteActor one = spawn_on(1, "bench.mesh_member", MeshPoint{});
+    RemoteActor one = spawn_on(one_rank, "bench.mesh_member", MeshPoint{});
     const double rtt = median_seconds([&] { one.request<Tensor>("echo", small).get(); }, reps, 50);
 
     Mesh per_rank = spawn_mesh("bench.mesh_member", members);
@@ -86,11 +90,12 @@ int main(int argc, char** argv) {
 
     const Tensor big = Tensor::ones({16 << 20});  // 64 MiB
     const double call_big = median_seconds([&] { one.request<int64_t>("bytes", big).get(); }, big_reps, 1);
-    Mesh four = spawn_mesh("bench.mesh_member", std::vector<int>{1, 2, 3, 4});
-    const double bcast_4 = median_seconds([&] { all(four.call("bytes", big)); }, big_reps, 1);
+    if (four.size() != 4) throw ValueError("mesh_bench: --four takes 4 ranks");
+    Mesh four_mesh = spawn_mesh("bench.mesh_member", four);
+    const double bcast_4 = median_seconds([&] { all(four_mesh.call("bytes", big)); }, big_reps, 1);
     const int64_t floats = 16 << 20;
     const double reduce_4 =
-        median_seconds([&] { wait(four.call_reduce(ReduceOp::sum, "held", floats)); }, big_reps, 1);
+        median_seconds([&] { wait(four_mesh.call_reduce(ReduceOp::sum, "held", floats)); }, big_reps, 1);
 
     const double bytes = static_cast<double>(big.nbytes());
     const double k = static_cast<double>(members.size());
@@ -112,7 +117,7 @@ int main(int argc, char** argv) {
       std::printf("mesh of 4, 64 MiB to each:          %9.2f ms  (%.2fx)\n", bcast_4 * 1e3, bcast_4 / call_big);
       std::printf("call_reduce(sum) of 64 MiB from 4:  %9.2f ms  (%.3f GB/s)\n", reduce_4 * 1e3, bytes / reduce_4 / 1e9);
     }
-    for (Mesh* m : {&per_rank, &sixty_four, &four}) m->stop();
+    for (Mesh* m : {&per_rank, &sixty_four, &four_mesh}) m->stop();
     one.stop();
     return 0;
   });

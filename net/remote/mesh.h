@@ -49,7 +49,6 @@
 #include <utility>
 #include <vector>
 
-#include "actors/promise.h"
 #include "net/frame.h"
 #include "net/remote/remote_actor.h"
 
@@ -98,6 +97,24 @@ using MemberAnswer = std::function<void(size_t member, WireValue&& result, std::
 std::shared_ptr<MeshState> spawn_mesh(const MeshOptions& options, std::string_view type, MeshShape shape,
                                       WireValue arguments);
 RemoteActor spawn_placed(const Placement& place, std::string_view type, WireValue arguments);
+
+// A mesh call's future: completed by the answers, which the waiting thread receives itself while
+// no other thread receives (as a request's, remote_actor.h's ReplyState).
+template <class T>
+class MeshReply final : public troupe::detail::TaskResult<T> {
+ public:
+  MeshReply() : troupe::detail::TaskResult<T>(troupe::detail::TaskBase::External{}) {}
+  template <class... V>
+  void set_value(V&&... value) {
+    if constexpr (!std::is_void_v<T>) this->value_.emplace(std::forward<V>(value)...);
+    this->finish(nullptr);
+  }
+  void set_exception(std::exception_ptr error) { this->finish(std::move(error)); }
+
+ private:
+  void execute() override {}
+  bool help_complete() override { return receive_here(*this); }
+};
 }  // namespace detail
 
 class Mesh {
@@ -189,20 +206,22 @@ RemoteActor spawn_on(const Placement& place, std::string_view type, const Args&.
 template <class R>
 std::vector<Future<R>> Mesh::start_answers(std::string_view method, WireValue arguments,
                                            std::vector<WireValue> scattered) const {
-  std::vector<Promise<R>> promises(members_.size());
+  std::vector<std::shared_ptr<detail::MeshReply<R>>> promises;
   std::vector<Future<R>> futures;
-  futures.reserve(promises.size());
-  for (auto& p : promises) futures.push_back(p.future());
+  for (size_t i = 0; i < members_.size(); ++i) {
+    promises.push_back(std::make_shared<detail::MeshReply<R>>());
+    futures.emplace_back(promises.back());
+  }
   start(method, std::move(arguments), std::move(scattered), Mode::answers, ReduceOp::none,
         [promises = std::move(promises)](size_t i, WireValue&& result, std::exception_ptr error) mutable {
-          if (error) return promises[i].set_exception(error);
+          if (error) return promises[i]->set_exception(error);
           if constexpr (std::is_void_v<R>) {
-            promises[i].set_value();
+            promises[i]->set_value();
           } else {
             try {
-              promises[i].set_value(Codec<R>::decode(result));
+              promises[i]->set_value(Codec<R>::decode(result));
             } catch (...) {
-              promises[i].set_exception(std::current_exception());
+              promises[i]->set_exception(std::current_exception());
             }
           }
         });

@@ -1,10 +1,14 @@
 // Calls to a mesh (mesh.h, "Calls"): the caller's half. The call goes down the tree of the ranks
-// that host the called members (mesh_tree.cpp), the answers come back to the mesh's collector
-// actor on this rank, which completes the futures.
+// that host the called members (mesh_tree.cpp); each of those ranks answers a request this rank
+// made for it (or, for a reduction, each subtree's root does), on whichever thread receives it
+// here, which completes the futures: a waiting thread that receives gets its answers with no hand-off.
 #include <algorithm>
+#include <optional>
 
+#include "actors/observe/profiler.h"
 #include "devices/error_kinds.h"
 #include "devices/ops.h"
+#include "net/remote/endpoint.h"
 #include "net/remote/mesh_state.h"
 
 namespace troupe::net {
@@ -56,6 +60,29 @@ RemoteActor MeshState::relay(int rank) {
   return relays.emplace(rank, made).first->second;
 }
 
+uint64_t MeshState::await_reply(int64_t call, int rank, bool reduce) {
+  auto node = this_node("Mesh::call");
+  std::weak_ptr<MeshState> weak = shared_from_this();
+  auto answer = [weak, call, rank, reduce](WireValue&& result, std::exception_ptr error) {
+    auto state = weak.lock();
+    if (!state) return;
+    if (error) return state->reply_failed(call, rank, error);
+    if (!reduce) return state->on_answers(call, result);
+    const WireValue::List& items = result.as_list();  // [tensor or error, members]
+    state->on_partial(call, items.at(0), items.at(1).as_int());
+  };
+  std::lock_guard lock(node->mutex);
+  const uint64_t id = node->next_request++;
+  node->pending.emplace(id, RemoteActors::Impl::Pending{rank, "", std::move(answer)});
+  return id;
+}
+
+void MeshState::drop_replies(MeshPendingCall& call) {
+  auto node = this_node("Mesh::call");
+  for (uint64_t id : call.replies) node->take_pending(id);
+  call.replies.clear();
+}
+
 void MeshState::on_answers(int64_t call, const WireValue& results) {
   std::vector<std::tuple<size_t, WireValue, std::exception_ptr>> ready;
   MemberAnswer answer;
@@ -96,6 +123,7 @@ void MeshState::on_partial(int64_t call, const WireValue& value, int64_t count) 
     }
     if (!failed && --c.partials_left > 0) return;
     done = std::move(c.done);
+    drop_replies(c);
     if (!failed) {
       out = WireValue::tensor(c.op == ReduceOp::avg ? mul(c.reduced, 1.0 / static_cast<double>(c.reduced_members))
                                                    : c.reduced);
@@ -136,14 +164,6 @@ void MeshState::send_fan(FanCall fan, std::vector<MeshNode> nodes) {
   relay(static_cast<int>(root)).send("fan", fan);
 }
 
-void MeshCollector::answers(int64_t call, WireValue results) {
-  if (auto s = state.lock()) s->on_answers(call, results);
-}
-
-void MeshCollector::partial(int64_t, int64_t call, WireValue value, int64_t count) {
-  if (auto s = state.lock()) s->on_partial(call, value, count);
-}
-
 }  // namespace detail
 
 void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireValue> scattered, Mode mode, ReduceOp op,
@@ -151,6 +171,10 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
   if (!state_) throw ValueError("Mesh: the handle is empty");
   MeshState& state = *state_;
   const int me = actors_rank();
+  // In a trace: the call as one span here, with an arrow to each rank's relay that runs it.
+  std::optional<ProfileScope> span;
+  if (Profiler::global().recording())
+    span.emplace("mesh " + state.name + "." + std::string(method), std::to_string(members_.size()) + " members");
   // Where each member runs now: through its rank's relay, or, while its rank is lost (a restart
   // under way), directly through its handle, which holds the call until the member is back.
   std::map<int, std::vector<size_t>> by_rank;  // rank -> positions
@@ -195,14 +219,31 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
   fan.arguments = arguments;
   fan.mode = mode == Mode::answers ? detail::kFanAnswers : mode == Mode::reduce ? detail::kFanReduce : detail::kFanTell;
   fan.op = static_cast<int64_t>(op);
-  fan.collector = state.collector_name;
-  fan.parent = state.collector_name;
   std::vector<size_t> direct;
   for (size_t p = 0; p < members_.size(); ++p)
     if (routed[p] < 0) direct.push_back(p);
   {
     std::lock_guard lock(state.mutex);
     fan.call = state.next_call++;
+  }
+  const int64_t call = fan.call;
+  std::vector<uint64_t> replies;  // requests this rank awaits: one per rank, or per subtree (reduce)
+  if (mode == Mode::answers)
+    for (MeshNode& node : nodes) replies.push_back(node.reply = state.await_reply(call, static_cast<int>(node.rank), false));
+  auto subtree = [&](size_t begin, size_t end) {  // positions in the tree with this rank at 0
+    return std::vector<MeshNode>(nodes.begin() + static_cast<ptrdiff_t>(begin - 1),
+                                 nodes.begin() + static_cast<ptrdiff_t>(end - 1));
+  };
+  std::vector<std::vector<MeshNode>> sends;
+  if (rooted_here) sends.push_back(nodes);
+  else if (!nodes.empty())
+    for (auto [begin, end] : subtrees) sends.push_back(subtree(begin, end));
+  std::vector<uint64_t> send_replies;
+  if (mode == Mode::reduce)
+    for (const auto& part : sends) replies.push_back(state.await_reply(call, static_cast<int>(part[0].rank), true));
+  if (mode == Mode::reduce) send_replies = replies;
+  {
+    std::lock_guard lock(state.mutex);
     if (mode != Mode::tell) {
       MeshPendingCall c;
       c.method = fan.method;
@@ -214,23 +255,21 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
       c.left = members_.size();
       if (c.reduce) c.done = [answer](WireValue&& result, std::exception_ptr error) { answer(0, std::move(result), error); };
       else c.answer = answer;
-      c.partials_left = static_cast<int>((nodes.empty() ? 0 : rooted_here ? 1 : subtrees.size()) + direct.size());
+      c.partials_left = static_cast<int>(sends.size() + direct.size());
       c.fan = fan;
       c.nodes = nodes;
+      c.replies = replies;
       state.pending.emplace(fan.call, std::move(c));
     }
   }
-  const int64_t call = fan.call;
-  auto subtree = [&](size_t begin, size_t end) {  // positions in the tree with this rank at 0
-    return std::vector<MeshNode>(nodes.begin() + static_cast<ptrdiff_t>(begin - 1),
-                                 nodes.begin() + static_cast<ptrdiff_t>(end - 1));
-  };
-  std::vector<std::vector<MeshNode>> sends;
-  if (rooted_here) sends.push_back(nodes);
-  else if (!nodes.empty())
-    for (auto [begin, end] : subtrees) sends.push_back(subtree(begin, end));
-  for (auto& part : sends) {
+  if (span)
+    for (const MeshNode& node : nodes)
+      if (node.reply)
+        Profiler::record_remote_call("mesh call " + std::string(method), Profiler::remote_flow_id(me, node.reply));
+  for (size_t i = 0; i < sends.size(); ++i) {
+    auto& part = sends[i];
     const int r = static_cast<int>(part[0].rank);
+    if (!send_replies.empty()) fan.reply = static_cast<int64_t>(send_replies[i]);
     try {
       state.send_fan(fan, std::move(part));
     } catch (const CommError&) {  // its rank was lost meanwhile: rank_lost fails its members and re-sends the rest
@@ -250,12 +289,12 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
 
 Future<Tensor> Mesh::start_reduce(ReduceOp op, std::string_view method, WireValue arguments) const {
   if (op == ReduceOp::none) throw ValueError("mesh '" + name() + "': call_reduce(" + std::string(method) + "): no reduce op");
-  Promise<Tensor> promise;
-  Future<Tensor> future = promise.future();
+  auto reply = std::make_shared<detail::MeshReply<Tensor>>();
+  Future<Tensor> future(reply);
   start(method, std::move(arguments), {}, Mode::reduce, op,
-        [promise](size_t, WireValue&& result, std::exception_ptr error) mutable {
-          if (error) return promise.set_exception(error);
-          promise.set_value(result.as_tensor());
+        [reply](size_t, WireValue&& result, std::exception_ptr error) {
+          if (error) return reply->set_exception(error);
+          reply->set_value(result.as_tensor());
         });
   return future;
 }
@@ -266,12 +305,12 @@ Future<Tensor> Mesh::start_gather(std::string_view method, WireValue arguments) 
     std::vector<Tensor> parts;
     size_t left;
     bool failed = false;
-    Promise<Tensor> promise;
+    std::shared_ptr<detail::MeshReply<Tensor>> promise = std::make_shared<detail::MeshReply<Tensor>>();
   };
   auto gather = std::make_shared<Gather>();
   gather->parts.resize(members_.size());
   gather->left = members_.size();
-  Future<Tensor> future = gather->promise.future();
+  Future<Tensor> future(gather->promise);
   Shape outer;
   for (const MeshDim& d : shape_) outer.push_back(d.size);
   const std::string what = "mesh '" + name() + "': call_gather(" + std::string(method) + "): ";
@@ -285,7 +324,7 @@ Future<Tensor> Mesh::start_gather(std::string_view method, WireValue arguments) 
           if (error) {
             gather->failed = true;
             lock.unlock();
-            return gather->promise.set_exception(error);
+            return gather->promise->set_exception(error);
           }
           gather->parts[i] = result.as_tensor();
           if (--gather->left > 0) return;
@@ -293,9 +332,9 @@ Future<Tensor> Mesh::start_gather(std::string_view method, WireValue arguments) 
             Tensor stacked = stack(gather->parts);
             Shape shape = outer;
             for (int64_t d : gather->parts[0].shape()) shape.push_back(d);
-            gather->promise.set_value(stacked.reshape(shape));
+            gather->promise->set_value(stacked.reshape(shape));
           } catch (...) {
-            gather->promise.set_exception(with_context(what, std::current_exception()));
+            gather->promise->set_exception(with_context(what, std::current_exception()));
           }
         });
   return future;

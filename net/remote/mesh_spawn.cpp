@@ -1,5 +1,5 @@
 // Spawning a mesh (mesh.h, "Layout", "Placement"): its points, the ranks they go to, the members,
-// the collector that hears their answers here and a relay on each rank that hosts some.
+// and a relay on each rank that hosts some.
 #include <atomic>
 #include <set>
 
@@ -80,11 +80,6 @@ std::shared_ptr<MeshState> spawn_mesh(const MeshOptions& options, std::string_vi
   state->type = std::string(type);
   state->shape = shape;
   state->home = me;
-  state->collector_name = state->name + ".collector";
-  auto collector = std::make_shared<MeshCollector>();
-  collector->state = state;
-  state->collector = host(state->collector_name, collector, Method{"answers", &MeshCollector::answers},
-                          Method{"partial", &MeshCollector::partial});
   const size_t n = points.size();
   try {
     for (size_t i = 0; i < n; ++i) {

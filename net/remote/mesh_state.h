@@ -1,8 +1,8 @@
 #pragma once
 // What a Mesh handle points at (internal to net/remote/mesh*.cpp): the members, the relays that
 // carry calls to them, and the calls made from this rank whose answers are still coming. It lives
-// on the rank that spawned the mesh, next to the mesh's collector actor, which receives the
-// relays' answers (mesh_call.cpp); a lost rank fails what it held (mesh_supervision.cpp).
+// on the rank that spawned the mesh, whose requests the relays answer (mesh_call.cpp); a lost rank
+// fails what it held (mesh_supervision.cpp).
 #include <map>
 #include <mutex>
 #include <set>
@@ -36,24 +36,14 @@ struct MeshPendingCall {
   int64_t reduced_members = 0;
   FanCall fan;                     // as sent, without nodes: what a re-send to one rank starts from
   std::vector<MeshNode> nodes;     // the ranks it went to
-};
-
-struct MeshState;
-
-// The actor on the spawning rank that the relays answer ("<mesh>.collector").
-struct MeshCollector {
-  std::weak_ptr<MeshState> state;
-  void answers(int64_t call, WireValue results);  // [member, result, error] each
-  void partial(int64_t origin, int64_t call, WireValue value, int64_t count);  // a relay's reduction
+  std::vector<uint64_t> replies;   // the requests this rank awaits for it (dropped if it fails first)
 };
 
 struct MeshState : std::enable_shared_from_this<MeshState> {
   std::string name, type;
   MeshShape shape;
   std::vector<MeshMember> members;  // by index over the whole mesh
-  int home = 0;                     // the rank that spawned it: the collector's and this state's
-  std::string collector_name;       // "<mesh>.collector"
-  RemoteActor collector;
+  int home = 0;                     // the rank that spawned it, and holds this state
 
   std::mutex spawning;  // one relay spawn at a time
   std::mutex mutex;     // guards the below
@@ -66,6 +56,9 @@ struct MeshState : std::enable_shared_from_this<MeshState> {
   std::string describe(size_t member, int rank, std::string_view method) const;
 
   // --- calls (mesh_call.cpp) -----------------------------------------------------------------
+  // A request of this rank that a relay answers for `call`, from `rank`: its members' answers,
+  // or (reduce) its subtree's reduction.
+  uint64_t await_reply(int64_t call, int rank, bool reduce);
   // A relay's answers for its members: [member, result, error] each.
   void on_answers(int64_t call, const WireValue& results);
   // A child relay's (or a direct member's) reduction of `count` members: a tensor, or an error.
@@ -78,6 +71,11 @@ struct MeshState : std::enable_shared_from_this<MeshState> {
   void send_fan(FanCall fan, std::vector<MeshNode> nodes);
 
   // --- supervision (mesh_supervision.cpp) ----------------------------------------------------
+  // A request awaited for `call` from `rank` failed: its rank was lost (rank_lost), or the answer
+  // could not come (this rank closing, an answer that did not encode): that rank's part fails.
+  void reply_failed(int64_t call, int rank, std::exception_ptr why);
+  // The call ended before every awaited request was answered: they are dropped. With mutex held.
+  void drop_replies(MeshPendingCall& call);
   // A relay's rank was lost: its members' pending answers fail, the ranks below it in the call's
   // tree are sent the call again (a relay runs a call once), a reduction that counted on it fails.
   void rank_lost(int rank, std::exception_ptr why);

@@ -25,6 +25,7 @@ void MeshState::rank_lost(int rank, std::exception_ptr why) {
         after.push_back([done = std::move(c.done), why, what = describe(c.members[p], rank, c.method)] {
           done({}, with_context(what, why));
         });
+        drop_replies(c);
         it = pending.erase(it);
         continue;
       }
@@ -60,6 +61,37 @@ void MeshState::rank_lost(int rank, std::exception_ptr why) {
   for (auto& fn : after) fn();
 }
 
+void MeshState::reply_failed(int64_t call, int rank, std::exception_ptr why) {
+  try {
+    std::rethrow_exception(why);
+  } catch (const PeerLostError&) {
+    return rank_lost(rank, why);
+  } catch (...) {
+  }
+  std::vector<std::function<void()>> after;
+  {
+    std::lock_guard lock(mutex);
+    auto it = pending.find(call);
+    if (it == pending.end()) return;
+    MeshPendingCall& c = it->second;
+    for (size_t p = 0; p < c.members.size(); ++p) {
+      if (c.routed[p] != rank || c.answered[p]) continue;
+      const std::string what = describe(c.members[p], rank, c.method);
+      if (c.reduce) {
+        after.push_back([done = std::move(c.done), why, what] { done({}, with_context(what, why)); });
+        drop_replies(c);
+        pending.erase(it);
+        break;
+      }
+      c.answered[p] = true;
+      --c.left;
+      after.push_back([answer = c.answer, p, why, what] { answer(p, {}, with_context(what, why)); });
+    }
+    if (auto again = pending.find(call); again != pending.end() && again->second.left == 0) pending.erase(again);
+  }
+  for (auto& fn : after) fn();
+}
+
 }  // namespace detail
 
 void Mesh::on_down(std::function<void(const MeshPoint& point, std::exception_ptr why)> fn) const {
@@ -84,7 +116,6 @@ void Mesh::stop() const {
     relays.swap(state_->relays);
   }
   for (auto& [rank, relay] : relays) relay.stop();
-  state_->collector.stop();
 }
 
 }  // namespace troupe::net

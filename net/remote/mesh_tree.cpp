@@ -5,12 +5,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 
+#include "actors/observe/profiler.h"
 #include "devices/error_kinds.h"
 #include "devices/ops.h"
 #include "net/remote/actor_type.h"
-#include "net/remote/remote_actor.h"
+#include "net/remote/endpoint.h"
 
 namespace troupe::net::detail {
 
@@ -52,8 +54,9 @@ struct Reduction {
   std::exception_ptr error;  // the first
   int64_t members = 0;
   ReduceOp op = ReduceOp::sum;
-  RemoteActor parent;
-  int64_t origin = 0, call = 0;
+  RemoteActor parent;                      // a relay; none: the caller, answered as its request `reply`
+  std::weak_ptr<RemoteActors::Impl> node;  // this rank's, to answer the caller
+  int64_t origin = 0, call = 0, reply = 0;
 
   // Returns true when this was the last contribution.
   bool add(const WireValue& contribution, int64_t count) {
@@ -72,6 +75,12 @@ struct Reduction {
   }
   void finish() {
     WireValue out = error ? Codec<std::exception_ptr>::encode(error) : WireValue::tensor(value);
+    if (!parent.valid()) {
+      if (auto here = node.lock())
+        here->respond(static_cast<int>(origin), static_cast<uint64_t>(reply),
+                      WireValue::list({std::move(out), WireValue::integer(members)}), "mesh relay: ");
+      return;
+    }
     try {
       parent.send("partial", origin, call, out, members);
     } catch (const std::exception& e) {  // the parent's rank is gone: its caller hears of that loss
@@ -96,13 +105,14 @@ struct Reductions {
   }
 };
 
-// The answers of one relay's members to one call, sent to the caller together.
+// The answers of one relay's members to one call, sent to the caller together as the answer to
+// its request `reply`.
 struct Answers {
   std::mutex mutex;
   WireValue::List results;  // [member, result, error]
   size_t left = 0;
-  RemoteActor collector;
-  int64_t call = 0;
+  std::weak_ptr<RemoteActors::Impl> node;
+  int64_t origin = 0, reply = 0;
 };
 
 // A mesh's actor on each rank that hosts its members: it forwards calls down the tree and runs
@@ -116,15 +126,21 @@ class MeshRelay {
     if (!first_time(f.origin, f.call)) return;  // sent again after a loss, and run already
     std::vector<MeshNode> nodes = std::move(f.nodes);
     const MeshNode mine = nodes[0];
+    std::optional<RemoteSpan> span;  // the end of the caller's arrow (mesh_call.cpp), in a trace
+    if (Profiler::global().recording())
+      span.emplace(relay_name(mesh_, static_cast<int>(mine.rank)) + " " + f.method,
+                   mine.reply ? Profiler::remote_flow_id(static_cast<int>(f.origin), static_cast<uint64_t>(mine.reply)) : 0);
     const auto children = tree_children(nodes.size());
     std::shared_ptr<Reduction> reduction;
     if (f.mode == kFanReduce) {
       reduction = std::make_shared<Reduction>();
       reduction->waiting = static_cast<int>(children.size() + mine.members.size());
       reduction->op = static_cast<ReduceOp>(f.op);
-      reduction->parent = actor(f.parent);
+      if (!f.parent.empty()) reduction->parent = actor(f.parent);
+      reduction->node = this_node("mesh relay");
       reduction->origin = f.origin;
       reduction->call = f.call;
+      reduction->reply = f.reply;
       std::lock_guard lock(reductions_->mutex);
       reductions_->by_call[{f.origin, f.call}] = reduction;
     }
@@ -159,8 +175,9 @@ class MeshRelay {
     if (f.mode == kFanAnswers) {
       answers = std::make_shared<Answers>();
       answers->left = mine.members.size();
-      answers->collector = actor(f.collector);
-      answers->call = f.call;
+      answers->node = this_node("mesh relay");
+      answers->origin = f.origin;
+      answers->reply = mine.reply;
     }
     for (size_t j = 0; j < mine.members.size(); ++j) {
       WireValue arguments = f.arguments;
@@ -197,11 +214,9 @@ class MeshRelay {
   }
 
   static void send_answers(Answers& answers) {
-    try {
-      answers.collector.send("answers", answers.call, WireValue::list(std::move(answers.results)));
-    } catch (const std::exception& e) {  // the caller is gone
-      std::cerr << "mesh relay: answers found no caller: " << e.what() << std::endl;
-    }
+    if (auto here = answers.node.lock())
+      here->respond(static_cast<int>(answers.origin), static_cast<uint64_t>(answers.reply),
+                    WireValue::list(std::move(answers.results)), "mesh relay: ");
   }
 
   bool first_time(int64_t origin, int64_t call) {

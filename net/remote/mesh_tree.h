@@ -2,8 +2,9 @@
 // Mesh calls along a tree of ranks (internal to net/remote/mesh*.cpp). A call reaches the ranks that
 // host the called members through a binomial tree rooted at the caller: each rank's relay actor
 // ("troupe.mesh.relay") forwards the call to the roots of its subtrees first (largest first), then
-// calls its own members; the answers go to the caller's collector in one message per rank, or, for
-// a reduction, up the same tree, each relay combining its members' answers with its children's.
+// calls its own members; the answers go to the caller in one message per rank (the answer to a
+// request the caller made for that rank, so that a lost rank fails it as it fails any request), or,
+// for a reduction, up the same tree, each relay combining its members' answers with its children's.
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -20,7 +21,8 @@ struct MeshNode {
   std::vector<int64_t> members;     // whole-mesh indices
   std::vector<std::string> names;   // their actors' names
   std::vector<WireValue> firsts;    // scatter: each member's first argument; else empty
-  TROUPE_FIELDS(rank, members, names, firsts)
+  int64_t reply = 0;                // the caller's request its answers go to (kFanAnswers)
+  TROUPE_FIELDS(rank, members, names, firsts, reply)
 };
 
 // The message a relay gets: the call, and the subtree it roots (nodes[0] is its own rank).
@@ -31,10 +33,10 @@ struct FanCall {
   WireValue arguments;         // a list (after each member's first, for a scatter)
   int64_t mode = 0;            // kFanAnswers, kFanReduce or kFanTell
   int64_t op = 0;              // ReduceOp, for a reduction
-  std::string collector;       // the caller's collector actor
-  std::string parent;          // a reduction's partial goes to this actor (a relay or the collector)
+  std::string parent;          // a reduction's partial goes to this relay; empty: to the caller,
+  int64_t reply = 0;           // as the answer to this request of its
   std::vector<MeshNode> nodes;
-  TROUPE_FIELDS(origin, call, method, arguments, mode, op, collector, parent, nodes)
+  TROUPE_FIELDS(origin, call, method, arguments, mode, op, parent, reply, nodes)
 };
 inline constexpr int64_t kFanAnswers = 0, kFanReduce = 1, kFanTell = 2;
 

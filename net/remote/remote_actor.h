@@ -93,6 +93,8 @@ void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, WireV
 std::exception_ptr result_error(const std::shared_ptr<ActorRef>& actor, std::string_view method);
 // Receives for a while on the waiting thread, when no other thread does (see ReplyState).
 bool receive_for(ActorRef& actor, const troupe::detail::TaskBase& reply);
+// The same for an answer that may come from any rank (an actor mesh's).
+bool receive_here(const troupe::detail::TaskBase& reply);
 
 // The state behind a request's future, completed by the answer. A thread that waits for it
 // receives from the transport itself meanwhile, so the answer wakes no other thread first.
