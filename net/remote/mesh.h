@@ -22,8 +22,9 @@
 //   points on one rank. A list of ranks as the shape, {0, 2, 3}, is the 1-D shape [rank] over them.
 //   Member i is the actor "<mesh>[c0,c1,...]"; its constructor gets its MeshPoint first, then the
 //   spawn's arguments. A mesh may be spawned anywhere remote actors may be called, actors included.
-// - Calls: one message per rank that hosts members of the (sliced) mesh, carried down a binomial
-//   tree of those ranks rooted at the caller (each hop forwards before it runs its own members),
+// - Calls: one message per rank that hosts members of the (sliced) mesh, carried down a tree of
+//   those ranks rooted at the caller (each hop forwards before it runs its own members): 8-ary for
+//   calls of up to 64 KiB of tensors (log8 hops), binomial for larger ones (log2 copies per sender),
 //   with the tensors as zero-copy parts as in a single call (remote_actor.h, "Values"). Each rank's
 //   relay actor ("<mesh>.relay/<rank>") calls its members and sends their answers to the caller in
 //   one message; call_reduce combines them on the way back up the same tree (ReduceOp on the answer

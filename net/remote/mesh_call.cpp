@@ -26,6 +26,12 @@ WireValue with_first(const WireValue& arguments, const std::vector<WireValue>& s
   return out;
 }
 
+void collect_tensors(const WireValue& v, std::vector<Tensor>& out) {
+  if (v.kind() == WireValue::Kind::tensor) out.push_back(v.as_tensor());
+  if (v.kind() == WireValue::Kind::list)
+    for (const WireValue& item : v.as_list()) collect_tensors(item, out);
+}
+
 size_t position_of(const MeshPendingCall& call, size_t member) {
   auto it = std::find(call.members.begin(), call.members.end(), member);
   if (it == call.members.end()) throw ValueError("mesh: an answer for member " + std::to_string(member) + ", not called");
@@ -211,7 +217,14 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
   for (const auto& [r, positions] : by_rank)
     if (r != me) add_node(r, positions);
   const bool rooted_here = !nodes.empty() && nodes[0].rank == me;
-  const auto subtrees = detail::tree_children(nodes.size() + 1);  // position 0: this rank, when it hosts none
+  // Small calls fan out wide (few hops), large ones down a binomial tree (few copies per sender).
+  size_t bytes = 0;
+  std::vector<Tensor> tensors;
+  collect_tensors(arguments, tensors);
+  for (const WireValue& first : scattered) collect_tensors(first, tensors);
+  for (const Tensor& t : tensors) bytes += t.nbytes();
+  const size_t fanout = bytes <= detail::kSmallCall ? detail::kSmallFanout : 0;
+  const auto subtrees = detail::tree_children(nodes.size() + 1, fanout);  // position 0: this rank, when it hosts none
 
   FanCall fan;
   fan.origin = me;
@@ -219,6 +232,7 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
   fan.arguments = arguments;
   fan.mode = mode == Mode::answers ? detail::kFanAnswers : mode == Mode::reduce ? detail::kFanReduce : detail::kFanTell;
   fan.op = static_cast<int64_t>(op);
+  fan.fanout = static_cast<int64_t>(fanout);
   std::vector<size_t> direct;
   for (size_t p = 0; p < members_.size(); ++p)
     if (routed[p] < 0) direct.push_back(p);

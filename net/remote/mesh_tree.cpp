@@ -1,5 +1,6 @@
 #include "net/remote/mesh_tree.h"
 
+#include <algorithm>
 #include <deque>
 #include <iostream>
 #include <map>
@@ -16,8 +17,17 @@
 
 namespace troupe::net::detail {
 
-std::vector<std::pair<size_t, size_t>> tree_children(size_t n) {
+std::vector<std::pair<size_t, size_t>> tree_children(size_t n, size_t fanout) {
   std::vector<std::pair<size_t, size_t>> children;
+  if (fanout > 0 && n > 1) {
+    const size_t rest = n - 1, k = std::min(fanout, rest);
+    for (size_t i = 0, begin = 1; i < k; ++i) {
+      const size_t size = rest / k + (i < rest % k ? 1 : 0);
+      children.emplace_back(begin, begin + size);
+      begin += size;
+    }
+    return children;
+  }
   for (size_t end = n; end > 1;) {
     const size_t mid = (end + 1) / 2;
     children.emplace_back(mid, end);
@@ -130,7 +140,7 @@ class MeshRelay {
     if (Profiler::global().recording())
       span.emplace(relay_name(mesh_, static_cast<int>(mine.rank)) + " " + f.method,
                    mine.reply ? Profiler::remote_flow_id(static_cast<int>(f.origin), static_cast<uint64_t>(mine.reply)) : 0);
-    const auto children = tree_children(nodes.size());
+    const auto children = tree_children(nodes.size(), static_cast<size_t>(f.fanout));
     std::shared_ptr<Reduction> reduction;
     if (f.mode == kFanReduce) {
       reduction = std::make_shared<Reduction>();

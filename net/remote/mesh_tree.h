@@ -35,14 +35,20 @@ struct FanCall {
   int64_t op = 0;              // ReduceOp, for a reduction
   std::string parent;          // a reduction's partial goes to this relay; empty: to the caller,
   int64_t reply = 0;           // as the answer to this request of its
+  int64_t fanout = 0;          // the tree's shape (tree_children)
   std::vector<MeshNode> nodes;
-  TROUPE_FIELDS(origin, call, method, arguments, mode, op, parent, reply, nodes)
+  TROUPE_FIELDS(origin, call, method, arguments, mode, op, parent, reply, fanout, nodes)
 };
 inline constexpr int64_t kFanAnswers = 0, kFanReduce = 1, kFanTell = 2;
 
-// The subtrees nodes[0] forwards to in a binomial tree over n nodes: half-open ranges of node
-// positions, each rooted at its first, largest first (n = 8: [4,8), [2,4), [1,2)).
-std::vector<std::pair<size_t, size_t>> tree_children(size_t n);
+// The subtrees nodes[0] forwards to in a tree over n nodes: half-open ranges of node positions,
+// each rooted at its first. fanout 0: a binomial tree, largest first (n = 8: [4,8), [2,4), [1,2)),
+// floor(log2 n) hops deep, the root sending ceil(log2 n) copies: for large arguments. fanout k:
+// the other n - 1 split into k ranges (n = 9, k = 8: eight of one), log_k(n) hops: for small
+// calls, where every hop is a wake-up of a process and copies cost nothing.
+std::vector<std::pair<size_t, size_t>> tree_children(size_t n, size_t fanout = 0);
+// The fanout for a call whose tensors hold `bytes`: k-ary up to kSmallCall bytes, else binomial.
+inline constexpr size_t kSmallCall = 64 << 10, kSmallFanout = 8;
 
 // a op b for two answers of a reduction (avg sums; the caller divides). ShapeError / DTypeError
 // when they differ.

@@ -13,7 +13,7 @@
 using namespace troupe;
 using namespace troupe::net;
 
-TEST_CASE("mesh: the call tree reaches every rank once, in log2 hops", "[net][mesh]") {
+TEST_CASE("mesh: the call tree reaches every rank once, in log2 hops (binomial) or log8 hops (small calls)", "[net][mesh]") {
   using Ranges = std::vector<std::pair<size_t, size_t>>;
   CHECK(net::detail::tree_children(1).empty());
   CHECK((net::detail::tree_children(8) == Ranges{{4, 8}, {2, 4}, {1, 2}}));
@@ -31,6 +31,24 @@ TEST_CASE("mesh: the call tree reaches every rank once, in log2 hops", "[net][me
     size_t log2 = 0;  // floor(log2(n)): the hops to the farthest rank
     while ((size_t{2} << log2) <= n) ++log2;
     CHECK(deepest == log2);
+  }
+  // Small calls: 8 children each, so 9 ranks are one hop away and 64 at most two.
+  CHECK((net::detail::tree_children(9, 8) ==
+         Ranges{{1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 8}, {8, 9}}));
+  CHECK((net::detail::tree_children(4, 8) == Ranges{{1, 2}, {2, 3}, {3, 4}}));
+  CHECK((net::detail::tree_children(12, 8) ==
+         Ranges{{1, 3}, {3, 5}, {5, 7}, {7, 8}, {8, 9}, {9, 10}, {10, 11}, {11, 12}}));
+  for (size_t n = 1; n <= 65; ++n) {
+    std::vector<int> reached(n, 0);
+    size_t deepest = 0;
+    std::function<void(size_t, size_t, size_t)> walk = [&](size_t begin, size_t end, size_t depth) {
+      ++reached[begin];
+      deepest = std::max(deepest, depth);
+      for (auto [b, e] : net::detail::tree_children(end - begin, 8)) walk(begin + b, begin + e, depth + 1);
+    };
+    walk(0, n, 0);
+    CHECK(std::count(reached.begin(), reached.end(), 1) == static_cast<long>(n));
+    CHECK(deepest == (n == 1 ? 0 : n <= 9 ? 1 : 2));
   }
 }
 
