@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "devices/backend.h"
 #include "devices/ops.h"
 #include "net/remote/mesh.h"
 #include "support/close.h"
@@ -196,6 +197,26 @@ void kill_rank() {
   check_close(wait(kept.call_reduce(ReduceOp::sum, "scaled", Tensor::ones({3}))), Tensor::full({3}, 10.0));
 }
 
+// On a GPU host, 2 ranks: per_device puts a member on each GPU each rank sees (the members' calls
+// queue on their lanes there); any_of(cuda) spreads single actors by what was placed.
+void on_cuda() {
+  const int64_t gpus = backend(DeviceType::cuda).device_count();
+  Mesh m = spawn_mesh("test.cell", per_device(Device::cuda), int64_t{2});
+  REQUIRE(m.size() == static_cast<size_t>(2 * gpus));
+  CHECK(m.shape()[0].name == "device");
+  const std::vector<int64_t> where = all(m.call<int64_t>("where"));
+  for (size_t i = 0; i < where.size(); ++i) CHECK(where[i] == static_cast<int64_t>(i) / gpus);
+  CHECK(m.at({0}).rank() == 0);
+  const std::vector<int64_t> indices = all(m.call<int64_t>("plus_index", int64_t{0}));
+  for (size_t i = 0; i < indices.size(); ++i) CHECK(indices[i] == static_cast<int64_t>(i));
+  RemoteActor a = spawn_on(any_of(Device::cuda), "test.cell", MeshPoint{}, int64_t{1});
+  RemoteActor b = spawn_on(any_of(Device::cuda), "test.cell", MeshPoint{}, int64_t{1});
+  if (gpus == 1) CHECK(a.rank() != b.rank());  // each GPU had one member; a took one, b the other
+  m.stop();
+  a.stop();
+  b.stop();
+}
+
 template <class Drive>
 void mesh_rank(Drive&& drive) {
   InitOptions o;
@@ -210,3 +231,4 @@ void mesh_rank(Drive&& drive) {
 
 TEST_CASE("mesh rank: basic", "[.rank]") { mesh_rank(basic); }
 TEST_CASE("mesh rank: kill", "[.rank]") { mesh_rank(kill_rank); }
+TEST_CASE("mesh rank: cuda", "[.rank]") { mesh_rank(on_cuda); }

@@ -5,9 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "devices/backend.h"
 #include "net/remote/mesh_placement.h"
 #include "net/remote/mesh_tree.h"
 #include "support/ranks.h"
+#include "support/skip.h"
 #include "support/thrown.h"
 
 using namespace troupe;
@@ -112,4 +114,9 @@ TEST_CASE("mesh: mesh_serving's ensemble agrees with one process", "[net][mesh]"
   INFO(run.output);
   CHECK(run.result.exit_code == 0);
   CHECK_THAT(run.output, Catch::Contains("\"models\":4,\"ranks\":2"));
+}
+
+TEST_CASE("mesh: per_device(cuda) puts a member on each GPU of each rank; any_of(cuda) spreads", "[net][mesh][cuda]") {
+  if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
+  check_all_passed(run_ranks(2, "mesh rank: cuda"), 2);
 }
