@@ -56,12 +56,13 @@
 #include "dataflow/graph.h"
 #include "dataflow/value.h"
 
-// net/: process groups, p2p, collectives, the launcher, CURVE keys, remote actors.
+// net/: process groups, p2p, collectives, the launcher, CURVE keys, remote actors and their meshes.
 #include "net/collectives.h"
 #include "net/curve.h"
 #include "net/errors.h"
 #include "net/bootstrap/launcher.h"
 #include "net/process_group.h"
+#include "net/remote/mesh.h"
 #include "net/remote/remote_actor.h"
 #include "net/seed_ring_all_reduce.h"
 #include "net/work.h"

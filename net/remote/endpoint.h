@@ -260,4 +260,8 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   }
 };
 
+// This process's RemoteActors (ValueError naming `what` when it has none): for the actor meshes'
+// relays and callers (mesh_tree.cpp, mesh_call.cpp), which answer and await calls of their own.
+std::shared_ptr<RemoteActors::Impl> this_node(const char* what);
+
 }  // namespace troupe::net

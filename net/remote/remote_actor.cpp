@@ -181,6 +181,11 @@ RemoteActor lookup(std::string_view name, std::chrono::milliseconds wait_for) {
 
 void serve() { current("serve")->serve(); }
 
+std::shared_ptr<RemoteActors::Impl> this_node(const char* what) { return current(what); }
+
+int actors_rank() { return current("actors_rank")->rank; }
+int actors_world_size() { return current("actors_world_size")->size; }
+
 namespace detail {
 
 RemoteActor host(std::string_view name, std::shared_ptr<void> object, std::shared_ptr<const ActorType> methods) {
@@ -244,6 +249,16 @@ bool receive_for(ActorRef& actor, const troupe::detail::TaskBase& reply) {
   }
   return node->transport.try_drive([&] { return reply.is_done(); },
                                    deadline_after(std::chrono::milliseconds(2)));
+}
+
+bool receive_here(const troupe::detail::TaskBase& reply) {
+  std::shared_ptr<RemoteActors::Impl> node;
+  {
+    std::lock_guard lock(current_mutex);
+    node = current_node;
+  }
+  if (!node) return false;
+  return node->transport.try_drive([&] { return reply.is_done(); }, deadline_after(std::chrono::milliseconds(2)));
 }
 
 std::exception_ptr result_error(const std::shared_ptr<ActorRef>& actor, std::string_view method) {

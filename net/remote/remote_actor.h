@@ -93,6 +93,8 @@ void call(const std::shared_ptr<ActorRef>& actor, std::string_view method, WireV
 std::exception_ptr result_error(const std::shared_ptr<ActorRef>& actor, std::string_view method);
 // Receives for a while on the waiting thread, when no other thread does (see ReplyState).
 bool receive_for(ActorRef& actor, const troupe::detail::TaskBase& reply);
+// The same for an answer that may come from any rank (an actor mesh's).
+bool receive_here(const troupe::detail::TaskBase& reply);
 
 // The state behind a request's future, completed by the answer. A thread that waits for it
 // receives from the transport itself meanwhile, so the answer wakes no other thread first.
@@ -175,6 +177,12 @@ class RemoteActor {
   void send(std::string_view method, const Args&... args) const {
     detail::call(ref_, method, detail::list_of(args...), nullptr);
   }
+  // The call with its arguments already encoded as one list (code that forwards calls: actor
+  // meshes' relays); the answer goes to `answer` on the thread that receives it (keep it short),
+  // or nowhere when it is null (a send()).
+  void request_encoded(std::string_view method, WireValue arguments, detail::Answer answer) const {
+    detail::call(ref_, method, std::move(arguments), std::move(answer));
+  }
   // Calls fn(why) once when the actor is down for good: stopped (why is null) or its rank lost.
   void on_down(std::function<void(std::exception_ptr why)> fn) const;
   // Throws the kept failure of an earlier send() to this actor from this rank (once), if there is
@@ -218,6 +226,11 @@ RemoteActor host(std::string_view name, std::shared_ptr<T> object, const Method<
 
 // The actor called `name`. Not there yet: waits up to `wait` for it to appear, then ValueError.
 RemoteActor lookup(std::string_view name, std::chrono::milliseconds wait = std::chrono::milliseconds(0));
+
+// This rank, and the number of ranks in the job, as this process's RemoteActors knows them
+// (ValueError when it has none).
+int actors_rank();
+int actors_world_size();
 
 // Hosts this rank's actors on the calling thread until every rank that drives (does not serve)
 // is done. Throws PeerLostError when a driving rank is lost first.
