@@ -12,10 +12,10 @@
 // answered with the bytes each got, against one such call to one member (goal <= 1.3x).
 // reduce4: call_reduce(sum) of a 64 MiB answer from each of those 4 members; reduce4_gbs is
 // bytes / time, to hold against all_reduce_bench's busbw at 64 MiB on the same ranks (goal >= 0.8x).
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <map>
 
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 #include "examples/median_time.h"
 #include "examples/run_example.h"
@@ -50,13 +50,13 @@ int main(int argc, char** argv) {
   int reps = 200, big_reps = 7, one_rank = 1;
   std::vector<int> four = {1, 2, 3, 4};
   bool json = false;
-  CLI::App app{"actor mesh calls against one remote call"};
+  cli::App app{"actor mesh calls against one remote call"};
   app.add_option("--reps", reps, "timed small calls per figure");
   app.add_option("--big-reps", big_reps, "timed 64 MiB calls per figure");
   app.add_option("--one", one_rank, "the rank of the single remote actor (rtt, one 64 MiB call)");
   app.add_option("--four", four, "the ranks of the 4-member mesh (64 MiB broadcast and reduce)")->delimiter(',');
   app.add_flag("--json", json, "one JSON line");
-  CLI11_PARSE(app, argc, argv);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   return run_example("mesh_bench", [&] {
     auto world = init_process_group();
     const int n = world->size();

@@ -9,12 +9,12 @@
 //
 // mesh_s: a batch's median time through the mesh; requests_s: the same batch as one request per
 // member, all in flight, summed here (remote_ensemble's way).
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <vector>
 
 #include "devices/determinism.h"
 #include "devices/ops.h"
+#include "examples/command_line.h"
 #include "examples/json_line.h"
 #include "examples/lstm_example.h"
 #include "examples/median_time.h"
@@ -43,12 +43,12 @@ TROUPE_ACTOR(Member(const MeshPoint&, int64_t, int64_t), "serving.member", &Memb
 
 int main(int argc, char** argv) {
   set_deterministic_kernels(true);  // every rank picks the GEMM the one-process reference picks
-  CLI::App app{"An LSTM ensemble served by an actor mesh over the ranks"};
+  cli::App app{"An LSTM ensemble served by an actor mesh over the ranks"};
   LstmOptions o;
   int batches = 4;
   add_lstm_options(app, o);
-  app.add_option("--batches", batches, "batches served and checked")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--batches", batches, "batches served and checked")->check(cli::PositiveNumber);
+  TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   const auto [models, T, B, C, reps, json] = o;
 
   return run_example("mesh_serving", [&] {
