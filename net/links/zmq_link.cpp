@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "devices/error.h"
+#include "net/limits.h"
 #include "net/transport.h"
 #include "net/transport_internal.h"
 #include "net/zap_handler.h"
@@ -28,10 +29,22 @@ ZmqLink::ZmqLink(void* context, const TransportOptions& options, PeerAddress& ad
     set_int(router_, ZMQ_RCVHWM, 0);
     set_int(router_, ZMQ_LINGER, 0);
     set_int(router_, ZMQ_ROUTER_HANDOVER, 1);
+    // What a stranger may hold (net/limits.h): a frame past the limit is cut before it is
+    // allocated, a connection that does not finish its greeting or completes no message (pings
+    // every second go unanswered) is closed.
+    const NetLimits& limits = net_limits();
+    const int64_t max_frame = static_cast<int64_t>(limits.max_frame_bytes);
+    if (zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame) != 0) zmq_fail("ZMQ_MAXMSGSIZE");
+    set_int(router_, ZMQ_HANDSHAKE_IVL, static_cast<int>(limits.handshake_timeout.count()));
+    set_int(router_, ZMQ_HEARTBEAT_IVL, 1000);
+    set_int(router_, ZMQ_HEARTBEAT_TIMEOUT, static_cast<int>(limits.progress_timeout.count()));
+    // A ZAP domain makes libzmq refuse ZMTP 1.0 peers, which skip the greeting (and so its
+    // deadline) and the heartbeats: any bytes not starting 0xFF would pass for one.
+    set_string(router_, ZMQ_ZAP_DOMAIN, "troupe");
+    raise_descriptor_limit();
     if (curve_) {
       set_int(router_, ZMQ_CURVE_SERVER, 1);
       set_string(router_, ZMQ_CURVE_SECRETKEY, curve_->secret_key);
-      set_string(router_, ZMQ_ZAP_DOMAIN, "troupe");
     }
     if (!options.tcp_host.empty()) {
       const std::string endpoint = "tcp://" + options.tcp_host + ":*";
