@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "devices/error.h"
@@ -21,7 +22,9 @@ ZmqLink::ZmqLink(void* context, const TransportOptions& options, PeerAddress& ad
       sink_(sink),
       context_(context),
       dealers_(static_cast<size_t>(options.world_size), nullptr),
-      monitors_(static_cast<size_t>(options.world_size), nullptr) {
+      monitors_(static_cast<size_t>(options.world_size), nullptr),
+      rank_fd_(new std::atomic<int>[static_cast<size_t>(options.world_size)]) {
+  for (int r = 0; r < options.world_size; ++r) rank_fd_[r].store(-1);
   try {
     // The ZAP handler must exist before the ROUTER binds, or CURVE admits every client.
     if (curve_) zap_ = bind_zap_handler(context_);
@@ -58,6 +61,14 @@ ZmqLink::ZmqLink(void* context, const TransportOptions& options, PeerAddress& ad
       ipc_file_ = path;
       address.ipc = "ipc://" + path;
     }
+    const char* monitor_endpoint = "inproc://troupe-router-monitor";
+    if (zmq_socket_monitor(router_, monitor_endpoint,
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_DISCONNECTED) != 0)
+      zmq_fail("zmq_socket_monitor");
+    router_monitor_ = zmq_socket(context_, ZMQ_PAIR);
+    set_int(router_monitor_, ZMQ_LINGER, 0);
+    if (zmq_connect(router_monitor_, monitor_endpoint) != 0) zmq_fail("connect the ROUTER's monitor");
     size_t fd_size = sizeof router_fd_;
     if (zmq_getsockopt(router_, ZMQ_FD, &router_fd_, &fd_size) != 0) zmq_fail("ZMQ_FD");
   } catch (...) {
@@ -150,6 +161,10 @@ int ZmqLink::receive() {
     if (peer < 0 || peer == rank_) {
       sink_.drop();  // not one of our ranks (with CURVE, nobody unauthenticated gets here)
     } else {
+      // A rank's connection: not a stranger's when it closes (read_router_monitor).
+      if (const int fd = has_header ? zmq_msg_get(&header, ZMQ_SRCFD) : -1;
+          fd >= 0 && rank_fd_[peer].load(std::memory_order_relaxed) != fd)
+        rank_fd_[peer].store(fd, std::memory_order_relaxed);
       const auto* bytes = static_cast<const uint8_t*>(zmq_msg_data(&header));
       handled += sink_.accept(peer, zmq_path, {bytes, has_header ? zmq_msg_size(&header) : 0}, std::move(parts));
     }
@@ -175,7 +190,53 @@ void ZmqLink::read_monitor(int r) {
   zmq_msg_close(&endpoint);
 }
 
+void ZmqLink::read_router_monitor() {
+  zmq_msg_t event, endpoint;
+  zmq_msg_init(&event);
+  zmq_msg_init(&endpoint);
+  while (zmq_msg_recv(&event, router_monitor_, ZMQ_DONTWAIT) >= 0) {
+    if (zmq_msg_more(&event)) zmq_msg_recv(&endpoint, router_monitor_, 0);
+    if (zmq_msg_size(&event) < 6) continue;
+    uint16_t id = 0;
+    uint32_t value = 0;  // the connection's fd (accepted, closed), or why its handshake failed
+    std::memcpy(&id, zmq_msg_data(&event), 2);
+    std::memcpy(&value, static_cast<const char*>(zmq_msg_data(&event)) + 2, 4);
+    const int fd = static_cast<int>(value);
+    if (id == ZMQ_EVENT_ACCEPTED) {
+      accepted_[fd] = peer_address(fd);
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+      char code[16];
+      std::snprintf(code, sizeof code, "%#x", value);  // zmq.h's ZMQ_PROTOCOL_ERROR_*: ZMTP, CURVE, ZAP
+      handshake_failure_ = std::string("ZeroMQ handshake refused (protocol error ") + code + ")";
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+      handshake_failure_ = "no ZeroMQ handshake within TROUPE_HANDSHAKE_TIMEOUT_MS (or the peer left)";
+    } else if (id == ZMQ_EVENT_DISCONNECTED) {
+      const auto it = accepted_.find(fd);
+      const bool known = it != accepted_.end();
+      const std::string address = known ? it->second : "?";
+      if (known) accepted_.erase(it);
+      bool rank = false;
+      for (int r = 0; r < world_size_; ++r) {
+        int expected = fd;
+        rank = rank || rank_fd_[r].compare_exchange_strong(expected, -1);
+      }
+      if (!rank && known)
+        log_cut_off(address, !handshake_failure_.empty()
+                                 ? handshake_failure_
+                                 : "closed by the ROUTER (a message part over TROUPE_MAX_FRAME_BYTES, no message "
+                                   "within TROUPE_PROGRESS_TIMEOUT_MS) or by the peer");
+      handshake_failure_.clear();
+    }
+  }
+  zmq_msg_close(&event);
+  zmq_msg_close(&endpoint);
+}
+
 void ZmqLink::close_receiving() {
+  if (router_monitor_) {
+    if (router_) zmq_socket_monitor(router_, nullptr, 0);
+    zmq_close(std::exchange(router_monitor_, nullptr));
+  }
   for (void*& s : monitors_)
     if (s) zmq_close(std::exchange(s, nullptr));
   if (router_) zmq_close(std::exchange(router_, nullptr));
