@@ -16,6 +16,7 @@
 #include "actors/observe/metrics_server.h"
 #include "devices/error.h"
 #include "net/bootstrap/rendezvous_messages.h"
+#include "net/bootstrap/resolve.h"
 #include "net/limits.h"
 
 namespace troupe::net {
@@ -100,7 +101,9 @@ std::vector<PeerAddress> serve_tcp(const std::string& host, int port, int world,
   // when the user says so.
   const char* all = std::getenv("TROUPE_RENDEZVOUS_BIND_ALL");
   const bool bind_all = all && std::string(all) == "1";
-  std::string endpoint = "tcp://" + (bind_all ? std::string("*") : host) + ":" + std::to_string(port);
+  // A name (MASTER_ADDR=node-0) binds the address it resolves to: ZeroMQ binds no names.
+  const std::string numeric = bind_all ? "*" : detail::try_resolve_host(host).value_or(host);
+  std::string endpoint = "tcp://" + numeric + ":" + std::to_string(port);
   if (zmq_bind(server, endpoint.c_str()) != 0) {
     const int error = zmq_errno();
     throw CommError("rendezvous: rank 0 cannot serve " + endpoint + ": " + zmq_strerror(error) +
