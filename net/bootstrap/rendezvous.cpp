@@ -63,11 +63,6 @@ struct SocketCloser {
   ~SocketCloser() { zmq_close(socket); }
 };
 
-void send_reply(void* socket, const std::string& identity, const std::string& body) {
-  zmq_send(socket, identity.data(), identity.size(), ZMQ_SNDMORE);
-  zmq_send(socket, body.data(), body.size(), 0);
-}
-
 // One message part; `from`, when given, gets the sender's address (ZeroMQ's Peer-Address).
 std::string recv_string(void* socket, int flags, std::string* from = nullptr) {
   zmq_msg_t msg;
@@ -83,6 +78,11 @@ std::string recv_string(void* socket, int flags, std::string* from = nullptr) {
   }
   zmq_msg_close(&msg);
   return s;
+}
+
+void send_reply(void* socket, const std::string& identity, const std::string& body) {
+  zmq_send(socket, identity.data(), identity.size(), ZMQ_SNDMORE);
+  zmq_send(socket, body.data(), body.size(), 0);
 }
 
 // A registration rank 0 does not take: answered (when it parsed) and one line on stderr.
