@@ -134,13 +134,21 @@ TEST_CASE("direct link: a peer that takes none of the kept bytes is stalled sinc
   std::vector<uint8_t> header(72, 0);
   const std::vector<uint8_t> bytes(60'000, 7);
   const std::span<const uint8_t> part(bytes);
-  // Nobody reads the other end: the socket buffers fill, then the sender keeps the rest.
-  while (!out.send(header, {&part, 1})) {
+  // Nobody reads the other end: the socket buffers fill (the kernel grows them for a while), the
+  // sender keeps the rest, and then no byte moves: the stall goes on from when it began.
+  Clock::time_point since;
+  bool still = false;
+  for (int i = 0; i < 500 && !still; ++i) {
+    while (!out.backlogged() && !out.send(header, {&part, 1})) {
+    }
+    since = out.stalled_since();
+    std::this_thread::sleep_for(10ms);
+    still = out.flush() && out.stalled_since() == since;
   }
-  const Clock::time_point since = out.stalled_since();
+  REQUIRE(still);
   std::this_thread::sleep_for(20ms);
   CHECK(out.flush());
-  CHECK(out.stalled_since() == since);  // no byte taken: the stall goes on
+  CHECK(out.stalled_since() == since);
   // Once the peer reads, the kept bytes move and the stall ends.
   int fd = -1;
   for (int i = 0; i < 500 && fd < 0; ++i) {

@@ -59,6 +59,7 @@ struct Target {
 };
 
 struct Settings {
+  void* context = nullptr;  // one ZeroMQ context for every attack (libzmq's set-up is not for threads at once)
   int world = 2;
   std::chrono::milliseconds handshake{10'000};  // the job's TROUPE_HANDSHAKE_TIMEOUT_MS
   std::chrono::milliseconds progress{30'000};   // the job's TROUPE_PROGRESS_TIMEOUT_MS
@@ -258,8 +259,7 @@ Outcome actor_frame(const Target& t, const Settings& s, const troupe::net::CallF
     send_all(fd.fd, intro.data(), intro.size());
     return cut_within(fd.fd, s.handshake, s, doing);
   }
-  void* context = zmq_ctx_new();
-  void* dealer = zmq_socket(context, ZMQ_DEALER);
+  void* dealer = zmq_socket(s.context, ZMQ_DEALER);
   const std::string id = stranger_identity(s);
   zmq_setsockopt(dealer, ZMQ_ROUTING_ID, id.data(), id.size());
   const int linger = 0;
@@ -270,7 +270,6 @@ Outcome actor_frame(const Target& t, const Settings& s, const troupe::net::CallF
   zmq_pollitem_t item{dealer, 0, ZMQ_POLLIN, 0};
   const bool answered = zmq_poll(&item, 1, 1000) > 0;
   zmq_close(dealer);
-  zmq_ctx_term(context);
   return {!answered, doing + (answered ? ": answered" : ": dropped, no answer in 1 s")};
 }
 
@@ -295,8 +294,7 @@ Outcome unknown_method(const Target& t, const Settings& s) {
 
 // A registration at rank 0's rendezvous: refused with a reason naming the rank.
 Outcome registration(const Target& t, const Settings& s, int rank, const std::string& expect) {
-  void* context = zmq_ctx_new();
-  void* dealer = zmq_socket(context, ZMQ_DEALER);
+  void* dealer = zmq_socket(s.context, ZMQ_DEALER);
   const int linger = 0;
   zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
   zmq_connect(dealer, ("tcp://" + t.host + ":" + std::to_string(t.port)).c_str());
@@ -311,7 +309,6 @@ Outcome registration(const Target& t, const Settings& s, int rank, const std::st
     if (n > 0) answer.assign(buffer, std::min<size_t>(static_cast<size_t>(n), sizeof buffer));
   }
   zmq_close(dealer);
-  zmq_ctx_term(context);
   const std::string doing = "a registration as rank " + std::to_string(rank);
   if (answer.rfind("error\n", 0) == 0 && answer.find(expect) != std::string::npos)
     return {true, doing + ": refused: " + answer.substr(6)};
@@ -480,6 +477,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   raise_descriptor_limit();
+  settings.context = zmq_ctx_new();
   // The rendezvous is rank 0's until the others registered: wait until it listens.
   for (const Target& t : targets)
     if (t.kind == Kind::rendezvous) {
@@ -512,6 +510,7 @@ int main(int argc, char** argv) {
     }
     for (auto& t : running) t.join();
   }
+  zmq_ctx_term(settings.context);
   std::printf("hostile: %d passed, %d failed\n", passed.load(), failed.load());
   return failed.load() == 0 && passed.load() > 0 ? 0 : 1;
 }
