@@ -201,6 +201,7 @@ bool DirectSender::send(std::span<const uint8_t> header, std::span<const std::sp
     backlog_.insert(backlog_.end(), bytes + written, bytes + v.iov_len);
     written = 0;
   }
+  if (kept_ == sent_ && !backlog_.empty()) progress_ = Clock::now();  // the stall, if any, starts here
   kept_ = backlog_.size();
   if (hold) return backlogged();
   return backlogged() ? flush() : false;
@@ -211,6 +212,7 @@ bool DirectSender::flush() {
     const ssize_t n = ::send(fd_, backlog_.data() + sent_, kept_ - sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       sent_ += static_cast<size_t>(n);
+      progress_ = Clock::now();
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -231,11 +233,13 @@ void DirectSender::flush_until(Deadline deadline) {
   }
 }
 
+// A connection that has not introduced itself holds 16 bytes: a stranger's costs no more.
 DirectReceiver::DirectReceiver(int fd, int self, int world_size)
-    : owner_(share_fd(fd)), fd_(fd), self_(self), world_size_(world_size), buffer_(kReadChunk) {}
+    : owner_(share_fd(fd)), fd_(fd), self_(self), world_size_(world_size), buffer_(kIntroBytes), opened_(Clock::now()) {}
 
 DirectReceiver::DirectReceiver(SharedFd fd, int self, int world_size, int peer)
-    : owner_(std::move(fd)), fd_(*owner_), self_(self), world_size_(world_size), peer_(peer), buffer_(kReadChunk) {}
+    : owner_(std::move(fd)), fd_(*owner_), self_(self), world_size_(world_size), peer_(peer), buffer_(kReadChunk),
+      opened_(Clock::now()) {}
 
 DirectReceiver::~DirectReceiver() = default;
 
@@ -307,6 +311,8 @@ bool DirectReceiver::parse(const std::function<void(const DirectRecord&)>& on_re
                       ", at most " + std::to_string(kMaxStripes));
     stripe_ = stripe;
     begin_ = end_ = 0;
+    partial_since_.reset();
+    if (stripe_ == 0) buffer_.resize(kReadChunk);
     return false;
   }
   DirectRecord record;
@@ -340,9 +346,12 @@ bool DirectReceiver::parse(const std::function<void(const DirectRecord&)>& on_re
       at += size;
     }
     begin_ += total;
+    partial_since_.reset();
     on_record(record);
   }
+  // The progress deadline (net/limits.h) counts from when a record was first seen incomplete.
   if (begin_ == end_) begin_ = end_ = 0;
+  else if (!partial_since_) partial_since_ = Clock::now();
   return filled;
 }
 

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -99,6 +100,8 @@ class DirectSender {
   void flush_until(Deadline deadline);
   bool backlogged() const { return kept_ > sent_; }
   size_t kept_bytes() const { return kept_ - sent_; }
+  // Since when the peer took none of the kept bytes (meaningful while backlogged()).
+  Clock::time_point stalled_since() const { return progress_; }
   bool broken() const { return broken_; }
   int fd() const { return fd_; }
   const SharedFd& shared_fd() const { return owner_; }  // for the receiver of the same link
@@ -109,6 +112,7 @@ class DirectSender {
   bool broken_ = false;
   std::vector<uint8_t> backlog_;  // bytes not yet written, from sent_ on
   size_t sent_ = 0, kept_ = 0;
+  Clock::time_point progress_;    // when bytes were last kept after none were, or last written out
 };
 
 // One record as read: views into the receiver's buffer, valid during the callback only.
@@ -130,6 +134,9 @@ class DirectReceiver {
 
   int fd() const { return fd_; }
   int peer() const { return peer_; }  // the sender's rank, -1 until its introduction came
+  Clock::time_point opened() const { return opened_; }  // when it was accepted (or dialed)
+  // Since when part of a record waits for the rest; nullopt: none does.
+  std::optional<Clock::time_point> partial_since() const { return partial_since_; }
   int stripe() const { return stripe_; }  // 0: small frames; 1..: a stripe, for release() to hand on
   int release();                      // gives up the descriptor (nothing past the introduction read)
   const SharedFd& shared_fd() const { return owner_; }  // for a sender on the same connection
@@ -147,8 +154,10 @@ class DirectReceiver {
   const int self_, world_size_;
   int peer_ = -1;
   int stripe_ = 0;
-  std::vector<uint8_t> buffer_;
+  std::vector<uint8_t> buffer_;  // the introduction's 16 bytes until it came, then records
   size_t begin_ = 0, end_ = 0;  // unread bytes in buffer_
+  std::optional<Clock::time_point> partial_since_;
+  Clock::time_point opened_;
 };
 
 }  // namespace troupe::net

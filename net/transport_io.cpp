@@ -1,6 +1,7 @@
 // The transport's I/O thread (transport.h): what no waiting thread does. It polls the ZeroMQ
 // ROUTER when no thread leads, the direct links' listener and the links that keep unwritten bytes,
-// the ZAP handler and the peers' monitors, and sends the heartbeats each heartbeat_interval.
+// the ZAP handler, the ROUTER's monitor and the peers' monitors, and sends the heartbeats each
+// heartbeat_interval.
 #include <zmq.h>
 
 #include <algorithm>
@@ -16,11 +17,13 @@ void Transport::io_loop() {
   std::vector<zmq_pollitem_t> items;
   std::vector<int> monitor_peer;  // items[first_monitor + i] watches peer monitor_peer[i]
   void* const zap = zmq_->zap();
-  const size_t first_monitor = zap ? 3 : 2;
+  const size_t router_monitor = zap ? 3 : 2;  // the ROUTER's own monitor: strangers cut off
+  const size_t first_monitor = router_monitor + 1;
   bool monitoring = false;
   auto rebuild = [&] {
     items = {{nullptr, zmq_->router_fd(), ZMQ_POLLIN, 0}, {wake_rx_, 0, ZMQ_POLLIN, 0}};
     if (zap) items.push_back({zap, 0, ZMQ_POLLIN, 0});
+    items.push_back({zmq_->router_monitor(), 0, ZMQ_POLLIN, 0});
     monitor_peer.clear();
     for (int r = 0; r < world_size(); ++r)
       if (monitoring && zmq_->monitor(r)) {
@@ -91,6 +94,7 @@ void Transport::io_loop() {
         }
       }
       if (zap && (items[2].revents & ZMQ_POLLIN)) zmq_->answer_zap();
+      if (items[router_monitor].revents & ZMQ_POLLIN) zmq_->read_router_monitor();
       for (size_t i = 0; i < monitor_peer.size(); ++i)
         if (items[first_monitor + i].revents & ZMQ_POLLIN) zmq_->read_monitor(monitor_peer[i]);
     }

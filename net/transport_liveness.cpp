@@ -114,11 +114,17 @@ void Transport::tick(Clock::time_point now) {
   if (!connected_) return;
   for (int r = 0; r < world_size(); ++r) {
     if (r == rank() || live_.departed(r)) continue;
+    std::exception_ptr lost;
     {
       std::lock_guard lock(peers_[r]->send_mutex);
       send_control_locked(r, FrameKind::heartbeat);
+      if (direct_)
+        if (std::string why = direct_->stalled(r, now); !why.empty()) lost = std::make_exception_ptr(CommError(why));
     }
-    std::exception_ptr lost;
+    if (lost) {
+      lose_peer(r, lost);
+      continue;
+    }
     {
       std::lock_guard lock(mutex_);
       if (live_.lost(r)) continue;

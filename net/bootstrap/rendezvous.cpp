@@ -9,12 +9,15 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <thread>
 
 #include "actors/observe/metrics_server.h"
 #include "devices/error.h"
 #include "net/bootstrap/rendezvous_messages.h"
+#include "net/bootstrap/resolve.h"
+#include "net/limits.h"
 
 namespace troupe::net {
 
@@ -35,13 +38,19 @@ std::string list_missing(const std::vector<bool>& present) {
 void configure(void* socket, const Transport& transport, bool server) {
   int linger = 1000;  // long enough to flush the table to every rank
   zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);
+  if (server) {  // what one stranger may hold of rank 0 (net/limits.h)
+    const int64_t max_bytes = static_cast<int64_t>(net_limits().max_registration_bytes);
+    const int handshake_ms = static_cast<int>(net_limits().handshake_timeout.count());
+    zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &max_bytes, sizeof max_bytes);
+    zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms);
+    zmq_setsockopt(socket, ZMQ_ZAP_DOMAIN, "troupe", 6);  // refuses ZMTP 1.0 peers (links/zmq_link.cpp)
+  }
   const auto& keys = transport.curve();
   if (!keys) return;
   if (server) {
     int one = 1;
     zmq_setsockopt(socket, ZMQ_CURVE_SERVER, &one, sizeof one);
     zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, keys->secret_key.data(), keys->secret_key.size());
-    zmq_setsockopt(socket, ZMQ_ZAP_DOMAIN, "troupe", 6);
   } else {
     zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, keys->public_key.data(), keys->public_key.size());
     zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, keys->public_key.data(), keys->public_key.size());
@@ -54,7 +63,8 @@ struct SocketCloser {
   ~SocketCloser() { zmq_close(socket); }
 };
 
-std::string recv_string(void* socket, int flags) {
+// One message part; `from`, when given, gets the sender's address (ZeroMQ's Peer-Address).
+std::string recv_string(void* socket, int flags, std::string* from = nullptr) {
   zmq_msg_t msg;
   zmq_msg_init(&msg);
   if (zmq_msg_recv(&msg, socket, flags) < 0) {
@@ -62,6 +72,10 @@ std::string recv_string(void* socket, int flags) {
     throw CommError(std::string("rendezvous: receive failed: ") + zmq_strerror(zmq_errno()));
   }
   std::string s(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+  if (from) {
+    const char* address = zmq_msg_gets(&msg, "Peer-Address");
+    *from = address ? address : "?";
+  }
   zmq_msg_close(&msg);
   return s;
 }
@@ -71,16 +85,31 @@ void send_reply(void* socket, const std::string& identity, const std::string& bo
   zmq_send(socket, body.data(), body.size(), 0);
 }
 
+// A registration rank 0 does not take: answered (when it parsed) and one line on stderr.
+void refuse_registration(void* socket, const std::string& identity, const std::string& from, const std::string& why,
+                         bool answer) {
+  std::cerr << "rendezvous: refused a registration from " << from << ": " << why << std::endl;
+  if (answer) send_reply(socket, identity, format_error_answer("rendezvous: " + why));
+}
+
 std::vector<PeerAddress> serve_tcp(const std::string& host, int port, int world, Transport& transport,
                                    Deadline deadline, const std::string& method) {
   void* server = zmq_socket(transport.context(), ZMQ_ROUTER);
   SocketCloser closer{server};
   configure(server, transport, true);
-  // Bind the named address; a name that is not one of ours (NAT, aliases) falls back to all.
-  std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
+  // Bind the named address only: every interface (a name that is not one of ours: NAT, aliases)
+  // when the user says so.
+  const char* all = std::getenv("TROUPE_RENDEZVOUS_BIND_ALL");
+  const bool bind_all = all && std::string(all) == "1";
+  // A name (MASTER_ADDR=node-0) binds the address it resolves to: ZeroMQ binds no names.
+  const std::string numeric = bind_all ? "*" : detail::try_resolve_host(host).value_or(host);
+  std::string endpoint = "tcp://" + numeric + ":" + std::to_string(port);
   if (zmq_bind(server, endpoint.c_str()) != 0) {
-    if (zmq_errno() == EADDRINUSE || zmq_bind(server, ("tcp://*:" + std::to_string(port)).c_str()) != 0)
-      throw CommError("rendezvous: rank 0 cannot serve " + endpoint + ": " + zmq_strerror(zmq_errno()));
+    const int error = zmq_errno();
+    throw CommError("rendezvous: rank 0 cannot serve " + endpoint + ": " + zmq_strerror(error) +
+                    (error == EADDRNOTAVAIL ? " (not an address of this host: behind NAT, set "
+                                              "TROUPE_RENDEZVOUS_BIND_ALL=1 to listen on every interface)"
+                                            : ""));
   }
   std::vector<PeerAddress> table(world);
   std::vector<bool> present(world, false);
@@ -93,8 +122,8 @@ std::vector<PeerAddress> serve_tcp(const std::string& host, int port, int world,
     const long wait = ms_left(deadline);
     if (wait == 0) break;
     if (zmq_poll(&item, 1, wait) <= 0) continue;
-    std::string identity = recv_string(server, 0);
-    std::string body = recv_string(server, 0);
+    std::string identity = recv_string(server, 0), from;
+    std::string body = recv_string(server, 0, &from);
     int more = 0;
     size_t more_size = sizeof more;
     zmq_getsockopt(server, ZMQ_RCVMORE, &more, &more_size);
@@ -105,25 +134,28 @@ std::vector<PeerAddress> serve_tcp(const std::string& host, int port, int world,
     Registration reg;
     try {
       reg = parse_registration(body);
-    } catch (const CommError&) {
-      continue;  // not a registration: no answer
+    } catch (const CommError& e) {
+      refuse_registration(server, identity, from, e.what(), false);  // not a registration: no answer
+      continue;
     }
     const int r = reg.rank;
     if (reg.world != world) {
-      send_reply(server, identity,
-                 format_error_answer("rendezvous: rank " + std::to_string(r) + " says world size " +
-                                     std::to_string(reg.world) + ", rank 0 says " + std::to_string(world)));
+      refuse_registration(server, identity, from,
+                          "rank " + std::to_string(r) + " says world size " + std::to_string(reg.world) +
+                              ", rank 0 says " + std::to_string(world), true);
       continue;
     }
     if (r <= 0 || r >= world || present[r]) {
-      send_reply(server, identity,
-                 format_error_answer("rendezvous: rank " + std::to_string(r) + " is out of range or registered twice"));
+      refuse_registration(server, identity, from,
+                          "rank " + std::to_string(r) +
+                              (r >= 0 && r < world ? " is taken already" : " is outside a world of " + std::to_string(world)),
+                          true);
       continue;
     }
     try {
       table[r] = PeerAddress::parse(reg.address);
     } catch (const CommError& e) {
-      send_reply(server, identity, format_error_answer(e.what()));
+      refuse_registration(server, identity, from, e.what(), true);
       continue;
     }
     present[r] = true;

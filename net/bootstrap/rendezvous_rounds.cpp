@@ -10,6 +10,7 @@
 
 #include "devices/error.h"
 #include "devices/threads.h"
+#include "net/limits.h"
 
 namespace troupe::net {
 
@@ -52,6 +53,9 @@ bool receive_parts(void* socket, std::vector<std::string>& parts, int* fd = null
   }
   return true;
 }
+
+// The most ranks one node's launcher may bring (a join claiming more is refused, not a world of billions).
+constexpr int kMaxNodeRanks = 4096;
 
 enum class NodeState { waiting, running, stopping, done };
 
@@ -113,6 +117,13 @@ std::unique_ptr<RoundServer> RoundServer::try_serve(const std::string& numeric_h
   int one = 1, linger = 1000;
   zmq_setsockopt(socket, ZMQ_ROUTER_HANDOVER, &one, sizeof one);  // a launcher that reconnects keeps its id
   zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);
+  // What a stranger may hold (net/limits.h): small messages, the greeting by its deadline, no
+  // ZMTP 1.0 (which skips both).
+  const int64_t max_bytes = static_cast<int64_t>(net_limits().max_registration_bytes);
+  const int handshake_ms = static_cast<int>(net_limits().handshake_timeout.count());
+  zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &max_bytes, sizeof max_bytes);
+  zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms);
+  zmq_setsockopt(socket, ZMQ_ZAP_DOMAIN, "troupe", 6);
   const std::string endpoint = "tcp://" + numeric_host + ":" + std::to_string(port);
   if (zmq_bind(socket, endpoint.c_str()) != 0) {
     const int error = zmq_errno();
@@ -227,7 +238,8 @@ void RoundServer::serve() {
       RoundMessage m;
       try {
         m = parse_round_message(parts[1]);
-      } catch (const CommError&) {
+      } catch (const CommError& e) {
+        log_("refused a message: " + std::string(e.what()));
         continue;
       }
       if (end_code >= 0) {  // the job is over: whoever asks is told so
@@ -240,7 +252,11 @@ void RoundServer::serve() {
         try {
           joined.nproc = to_int(m.fields[0], "nproc");
           joined.port = to_int(m.fields[2], "port");
-        } catch (const CommError&) {
+          if (joined.nproc < 1 || joined.nproc > kMaxNodeRanks)
+            throw CommError("nproc " + m.fields[0] + ", expected 1.." + std::to_string(kMaxNodeRanks));
+          if (joined.port < 1 || joined.port > 65535) throw CommError("port " + m.fields[2]);
+        } catch (const CommError& e) {
+          log_("refused a join: " + std::string(e.what()));
           continue;
         }
         joined.host = m.fields[1];

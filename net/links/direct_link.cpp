@@ -5,6 +5,7 @@
 #include "devices/error.h"
 #include "devices/host_staging.h"
 #include "net/errors.h"
+#include "net/limits.h"
 #include "net/transport.h"
 
 namespace troupe::net {
@@ -136,13 +137,48 @@ bool DirectLink::flush_before_other(int r) {
   return p.sender && p.sender->backlogged() && flush(r);
 }
 
+std::string DirectLink::stalled(int r, Clock::time_point now) const {
+  const Peer& p = peer(r);
+  const auto limit = net_limits().send_stall_timeout;
+  if (!p.sender || !p.sender->backlogged() || p.broken.load() || now - p.sender->stalled_since() <= limit) return {};
+  return "transport: rank " + std::to_string(r) + " at " + peer_address(p.sender->fd()) + " took none of the " +
+         std::to_string(p.sender->kept_bytes()) + " bytes kept for it in " + std::to_string(limit.count()) +
+         " ms (TROUPE_SEND_STALL_TIMEOUT_MS): it does not read";
+}
+
 void DirectLink::flush_until(int r, Deadline deadline) {
   if (peer(r).sender) peer(r).sender->flush_until(deadline);
 }
 
 void DirectLink::accept_waiting() {
   std::lock_guard lock(accepted_mutex_);
-  for (int fd = listener_.accept(); fd >= 0; fd = listener_.accept()) accepted_.push_back(fd);
+  const size_t most = static_cast<size_t>(net_limits().max_pending);
+  for (int fd = listener_.accept(); fd >= 0; fd = listener_.accept()) {
+    if (accepted_.size() >= most) {  // a flood: the oldest goes (a rank's link introduces itself at once)
+      log_cut_off(peer_address(accepted_.front()), "more than " + std::to_string(most) +
+                                                       " connections waiting on the direct port, the oldest closed");
+      ::close(accepted_.front());
+      accepted_.erase(accepted_.begin());
+      sink_.drop();
+    }
+    accepted_.push_back(fd);
+  }
+}
+
+// A connection that took too long to say who it is, or to finish a record, or one too many
+// waiting (pending_after: the strangers that came after it): why it is cut off; empty: it stays.
+std::string DirectLink::overstays(const DirectReceiver& in, size_t pending_after, Clock::time_point& now) const {
+  const NetLimits& limits = net_limits();
+  if (in.peer() < 0 && pending_after >= static_cast<size_t>(limits.max_pending))
+    return "more than " + std::to_string(limits.max_pending) + " connections waiting on the direct port, the oldest closed";
+  if (in.peer() >= 0 && !in.partial_since()) return {};
+  if (now == Clock::time_point{}) now = Clock::now();
+  if (in.peer() < 0 && now - in.opened() > limits.handshake_timeout)
+    return "no introduction within " + std::to_string(limits.handshake_timeout.count()) + " ms";
+  if (in.peer() >= 0 && now - *in.partial_since() > limits.progress_timeout)
+    return "rank " + std::to_string(in.peer()) + "'s record not finished within " +
+           std::to_string(limits.progress_timeout.count()) + " ms";
+  return {};
 }
 
 void DirectLink::wait_fds(std::vector<int>& fds) const {
@@ -158,9 +194,20 @@ int DirectLink::receive() {
     dialed_.clear();
   }
   int handled = 0;
+  size_t pending = 0;  // strangers (no introduction yet) not looked at yet
+  for (const auto& in : inbound_) pending += in->peer() < 0;
+  Clock::time_point now{};  // read only when a stranger or a half-received record is there
   for (auto it = inbound_.begin(); it != inbound_.end();) {
     DirectReceiver& in = **it;
+    if (in.peer() < 0) --pending;
     bool open = true, refused = false;
+    if (const std::string why = overstays(in, pending, now); !why.empty()) {
+      log_cut_off(peer_address(in.fd()), why);
+      if (in.peer() >= 0) sink_.refuse(in.peer(), CommError("direct link: " + why));
+      else sink_.drop();
+      it = inbound_.erase(it);
+      continue;
+    }
     try {
       open = in.read([&](const DirectRecord& record) {
         if (refused) return;  // the link closes below: nothing after a bad frame is taken
@@ -169,9 +216,11 @@ int DirectLink::receive() {
           ++handled;
         else refused = true;
       });
+      if (refused) log_cut_off(peer_address(in.fd()), "rank " + std::to_string(in.peer()) + " sent a bad frame");
       open = open && !refused;
     } catch (const CommError& e) {  // a malformed introduction or record
       open = false;
+      log_cut_off(peer_address(in.fd()), e.what());
       if (in.peer() >= 0) sink_.refuse(in.peer(), e);
       else sink_.drop();  // a stranger's connection: closed, nothing else
     }

@@ -69,6 +69,9 @@ class DirectLink final : public Link {
   // Writes what r's link keeps before a frame that takes another link (true: still some kept).
   bool flush_before_other(int r);
   void flush_until(int r, Deadline deadline);  // with r's send lock held, before closing
+  // With r's send lock held: why r fails when it has taken none of the bytes kept for it for
+  // longer than the send-stall limit (net/limits.h), naming its rank and address; empty: it reads.
+  std::string stalled(int r, Clock::time_point now) const;
   // For the I/O thread: links whose socket did not take all they keep, and their descriptors.
   bool backlogged(int r) const { return peer(r).backlogged.load(); }
   int fd(int r) const { return peer(r).sender->fd(); }
@@ -89,6 +92,7 @@ class DirectLink final : public Link {
   Peer& peer(int r) { return *peers_[static_cast<size_t>(r)]; }
   const Peer& peer(int r) const { return *peers_[static_cast<size_t>(r)]; }
   bool holds_for_answers(const Peer& peer) const;
+  std::string overstays(const DirectReceiver& in, size_t pending_after, Clock::time_point& now) const;
   void stop_holding(Peer& peer);  // under the send lock
 
   const int rank_, world_size_;

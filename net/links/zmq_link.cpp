@@ -3,10 +3,12 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "devices/error.h"
 #include "devices/host_staging.h"
+#include "net/limits.h"
 #include "net/transport.h"
 #include "net/transport_internal.h"
 #include "net/zap_handler.h"
@@ -20,9 +22,11 @@ ZmqLink::ZmqLink(void* context, const TransportOptions& options, PeerAddress& ad
       curve_(options.curve),
       sink_(sink),
       context_(context),
-      peers_(static_cast<size_t>(options.world_size)) {
+      peers_(static_cast<size_t>(options.world_size)),
+      rank_fd_(new std::atomic<int>[static_cast<size_t>(options.world_size)]) {
   for (int r = 0; r < world_size_; ++r)
     if (r != rank_) peer(r).traffic = LinkTraffic(r, zmq_path);
+  for (int r = 0; r < options.world_size; ++r) rank_fd_[r].store(-1);
   try {
     // The ZAP handler must exist before the ROUTER binds, or CURVE admits every client.
     if (curve_) zap_ = bind_zap_handler(context_);
@@ -30,10 +34,22 @@ ZmqLink::ZmqLink(void* context, const TransportOptions& options, PeerAddress& ad
     set_int(router_, ZMQ_RCVHWM, 0);
     set_int(router_, ZMQ_LINGER, 0);
     set_int(router_, ZMQ_ROUTER_HANDOVER, 1);
+    // What a stranger may hold (net/limits.h): a frame past the limit is cut before it is
+    // allocated, a connection that does not finish its greeting or completes no message (pings
+    // every second go unanswered) is closed.
+    const NetLimits& limits = net_limits();
+    const int64_t max_frame = static_cast<int64_t>(limits.max_frame_bytes);
+    if (zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame) != 0) zmq_fail("ZMQ_MAXMSGSIZE");
+    set_int(router_, ZMQ_HANDSHAKE_IVL, static_cast<int>(limits.handshake_timeout.count()));
+    set_int(router_, ZMQ_HEARTBEAT_IVL, 1000);
+    set_int(router_, ZMQ_HEARTBEAT_TIMEOUT, static_cast<int>(limits.progress_timeout.count()));
+    // A ZAP domain makes libzmq refuse ZMTP 1.0 peers, which skip the greeting (and so its
+    // deadline) and the heartbeats: any bytes not starting 0xFF would pass for one.
+    set_string(router_, ZMQ_ZAP_DOMAIN, "troupe");
+    raise_descriptor_limit();
     if (curve_) {
       set_int(router_, ZMQ_CURVE_SERVER, 1);
       set_string(router_, ZMQ_CURVE_SECRETKEY, curve_->secret_key);
-      set_string(router_, ZMQ_ZAP_DOMAIN, "troupe");
     }
     if (!options.tcp_host.empty()) {
       const std::string endpoint = "tcp://" + options.tcp_host + ":*";
@@ -47,6 +63,14 @@ ZmqLink::ZmqLink(void* context, const TransportOptions& options, PeerAddress& ad
       ipc_file_ = path;
       address.ipc = "ipc://" + path;
     }
+    const char* monitor_endpoint = "inproc://troupe-router-monitor";
+    if (zmq_socket_monitor(router_, monitor_endpoint,
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_DISCONNECTED) != 0)
+      zmq_fail("zmq_socket_monitor");
+    router_monitor_ = zmq_socket(context_, ZMQ_PAIR);
+    set_int(router_monitor_, ZMQ_LINGER, 0);
+    if (zmq_connect(router_monitor_, monitor_endpoint) != 0) zmq_fail("connect the ROUTER's monitor");
     size_t fd_size = sizeof router_fd_;
     if (zmq_getsockopt(router_, ZMQ_FD, &router_fd_, &fd_size) != 0) zmq_fail("ZMQ_FD");
   } catch (...) {
@@ -152,6 +176,10 @@ int ZmqLink::receive() {
     if (peer < 0 || peer == rank_) {
       sink_.drop();  // not one of our ranks (with CURVE, nobody unauthenticated gets here)
     } else {
+      // A rank's connection: not a stranger's when it closes (read_router_monitor).
+      if (const int fd = has_header ? zmq_msg_get(&header, ZMQ_SRCFD) : -1;
+          fd >= 0 && rank_fd_[peer].load(std::memory_order_relaxed) != fd)
+        rank_fd_[peer].store(fd, std::memory_order_relaxed);
       const auto* bytes = static_cast<const uint8_t*>(zmq_msg_data(&header));
       handled += sink_.accept(peer, zmq_path, {bytes, has_header ? zmq_msg_size(&header) : 0}, std::move(parts));
     }
@@ -177,7 +205,53 @@ void ZmqLink::read_monitor(int r) {
   zmq_msg_close(&endpoint);
 }
 
+void ZmqLink::read_router_monitor() {
+  zmq_msg_t event, endpoint;
+  zmq_msg_init(&event);
+  zmq_msg_init(&endpoint);
+  while (zmq_msg_recv(&event, router_monitor_, ZMQ_DONTWAIT) >= 0) {
+    if (zmq_msg_more(&event)) zmq_msg_recv(&endpoint, router_monitor_, 0);
+    if (zmq_msg_size(&event) < 6) continue;
+    uint16_t id = 0;
+    uint32_t value = 0;  // the connection's fd (accepted, closed), or why its handshake failed
+    std::memcpy(&id, zmq_msg_data(&event), 2);
+    std::memcpy(&value, static_cast<const char*>(zmq_msg_data(&event)) + 2, 4);
+    const int fd = static_cast<int>(value);
+    if (id == ZMQ_EVENT_ACCEPTED) {
+      accepted_[fd] = peer_address(fd);
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+      char code[16];
+      std::snprintf(code, sizeof code, "%#x", value);  // zmq.h's ZMQ_PROTOCOL_ERROR_*: ZMTP, CURVE, ZAP
+      handshake_failure_ = std::string("ZeroMQ handshake refused (protocol error ") + code + ")";
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+      handshake_failure_ = "no ZeroMQ handshake within TROUPE_HANDSHAKE_TIMEOUT_MS (or the peer left)";
+    } else if (id == ZMQ_EVENT_DISCONNECTED) {
+      const auto it = accepted_.find(fd);
+      const bool known = it != accepted_.end();
+      const std::string address = known ? it->second : "?";
+      if (known) accepted_.erase(it);
+      bool rank = false;
+      for (int r = 0; r < world_size_; ++r) {
+        int expected = fd;
+        rank = rank || rank_fd_[r].compare_exchange_strong(expected, -1);
+      }
+      if (!rank && known)
+        log_cut_off(address, !handshake_failure_.empty()
+                                 ? handshake_failure_
+                                 : "closed by the ROUTER (a message part over TROUPE_MAX_FRAME_BYTES, no message "
+                                   "within TROUPE_PROGRESS_TIMEOUT_MS) or by the peer");
+      handshake_failure_.clear();
+    }
+  }
+  zmq_msg_close(&event);
+  zmq_msg_close(&endpoint);
+}
+
 void ZmqLink::close_receiving() {
+  if (router_monitor_) {
+    if (router_) zmq_socket_monitor(router_, nullptr, 0);
+    zmq_close(std::exchange(router_monitor_, nullptr));
+  }
   for (Peer& p : peers_)
     if (p.monitor) zmq_close(std::exchange(p.monitor, nullptr));
   if (router_) zmq_close(std::exchange(router_, nullptr));

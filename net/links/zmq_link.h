@@ -12,6 +12,9 @@
 //   zmq.receive();                                  // whoever holds the receiving side
 //
 // Internal to net/.
+#include <atomic>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +53,10 @@ class ZmqLink final : public Link {
   void* zap() const { return zap_; }
   void answer_zap();
   void* monitor(int r) const { return peer(r).monitor; }
+  // The ROUTER's monitor: reading it logs each connection the ROUTER closed that carried no rank's
+  // frames (a stranger's, cut off by the limits of net/limits.h), one line naming its address.
+  void* router_monitor() const { return router_monitor_; }
+  void read_router_monitor();
   // Reads one event of r's monitor: a closed connection makes the peer suspect (FrameSink).
   void read_monitor(int r);
 
@@ -78,6 +85,11 @@ class ZmqLink final : public Link {
   Peer& peer(int r) { return peers_[static_cast<size_t>(r)]; }
   const Peer& peer(int r) const { return peers_[static_cast<size_t>(r)]; }
   std::vector<Peer> peers_;  // by rank
+  void* router_monitor_ = nullptr;
+  // By rank: the ROUTER's connection its frames came on last (set by the receiving thread).
+  std::unique_ptr<std::atomic<int>[]> rank_fd_;
+  std::map<int, std::string> accepted_;  // the I/O thread's: the ROUTER's connections, by fd -> address
+  std::string handshake_failure_;         // the I/O thread's: the one that precedes the next close
 };
 
 }  // namespace troupe::net

@@ -128,6 +128,42 @@ TEST_CASE("direct link: a sender never blocks on a full socket, and what it keep
   CHECK(p.b->direct_frames() == kFrames);
 }
 
+TEST_CASE("direct link: a peer that takes none of the kept bytes is stalled since the first was kept", "[net][direct]") {
+  DirectListener listener("127.0.0.1");
+  DirectSender out(listener.endpoint(), /*self=*/0, deadline_after(5s));
+  std::vector<uint8_t> header(72, 0);
+  const std::vector<uint8_t> bytes(60'000, 7);
+  const std::span<const uint8_t> part(bytes);
+  // Nobody reads the other end: the socket buffers fill (the kernel grows them for a while), the
+  // sender keeps the rest, and then no byte moves: the stall goes on from when it began.
+  Clock::time_point since;
+  bool still = false;
+  for (int i = 0; i < 500 && !still; ++i) {
+    while (!out.backlogged() && !out.send(header, {&part, 1})) {
+    }
+    since = out.stalled_since();
+    std::this_thread::sleep_for(10ms);
+    still = out.flush() && out.stalled_since() == since;
+  }
+  REQUIRE(still);
+  std::this_thread::sleep_for(20ms);
+  CHECK(out.flush());
+  CHECK(out.stalled_since() == since);
+  // Once the peer reads, the kept bytes move and the stall ends.
+  int fd = -1;
+  for (int i = 0; i < 500 && fd < 0; ++i) {
+    fd = listener.accept();
+    if (fd < 0) std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(fd >= 0);
+  std::vector<uint8_t> sink(1 << 20);
+  while (::recv(fd, sink.data(), sink.size(), MSG_DONTWAIT) > 0) {
+  }
+  out.flush();
+  CHECK(out.stalled_since() > since);
+  ::close(fd);
+}
+
 TEST_CASE("direct link: off with direct_max 0 and under CURVE, the frames then all take ZeroMQ", "[net][direct]") {
   TransportOptions off;
   off.direct_max = 0;
