@@ -20,9 +20,6 @@ namespace troupe::net {
 
 namespace {
 
-constexpr uint32_t kIntroMagic = 0x44505254;  // "TRPD"
-constexpr uint32_t kIntroVersion = 3;  // 3: a link carries frames both ways
-constexpr size_t kIntroBytes = 16;
 constexpr size_t kHeaderMax = 1024;              // frame headers are ~100 bytes
 constexpr size_t kReadChunk = 256 << 10;         // the receive buffer's size while records are small
 
@@ -104,7 +101,7 @@ int DirectListener::accept() {
   }
 }
 
-int dial_direct(const std::string& endpoint, int self, int stripe, Deadline deadline) {
+int dial_direct(const std::string& endpoint, int self, int peer, int stripe, const JobKeys& keys, Deadline deadline) {
   addrinfo* found = resolve(endpoint, false);
   int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
@@ -133,18 +130,21 @@ int dial_direct(const std::string& endpoint, int self, int stripe, Deadline dead
     if (error != 0) give_up(std::strerror(error));
   }
   set_nodelay(fd);
-  uint8_t intro[kIntroBytes];
-  wire::put<uint32_t>(intro, 0, kIntroMagic);
-  wire::put<uint32_t>(intro, 4, kIntroVersion);
-  wire::put<uint32_t>(intro, 8, static_cast<uint32_t>(self));
-  wire::put<uint32_t>(intro, 12, static_cast<uint32_t>(stripe));
-  // A fresh connection's send buffer takes these few bytes at once.
-  if (::send(fd, intro, kIntroBytes, MSG_NOSIGNAL) != static_cast<ssize_t>(kIntroBytes)) give_up("introduction not sent");
+  HelloFields hello;
+  hello.path = kDirectPath;
+  hello.lane = static_cast<uint32_t>(stripe);
+  hello.client_rank = self;
+  hello.server_rank = peer;
+  try {
+    handshake_as_client(fd, keys, hello, deadline);
+  } catch (const CommError& e) {
+    give_up(e.what());
+  }
   return fd;
 }
 
-DirectSender::DirectSender(const std::string& endpoint, int self, Deadline deadline)
-    : owner_(share_fd(dial_direct(endpoint, self, 0, deadline))), fd_(*owner_) {}
+DirectSender::DirectSender(const std::string& endpoint, int self, int peer, const JobKeys& keys, Deadline deadline)
+    : owner_(share_fd(dial_direct(endpoint, self, peer, 0, keys, deadline))), fd_(*owner_) {}
 
 DirectSender::DirectSender(SharedFd fd) : owner_(std::move(fd)), fd_(*owner_) {}
 
@@ -231,8 +231,13 @@ void DirectSender::flush_until(Deadline deadline) {
   }
 }
 
-DirectReceiver::DirectReceiver(int fd, int self, int world_size)
-    : owner_(share_fd(fd)), fd_(fd), self_(self), world_size_(world_size), buffer_(kReadChunk) {}
+DirectReceiver::DirectReceiver(int fd, int self, int world_size, const JobKeys& keys)
+    : owner_(share_fd(fd)),
+      fd_(fd),
+      self_(self),
+      world_size_(world_size),
+      buffer_(kReadChunk),
+      handshake_(std::make_unique<HandshakeServer>(keys, self, world_size)) {}
 
 DirectReceiver::DirectReceiver(SharedFd fd, int self, int world_size, int peer)
     : owner_(std::move(fd)), fd_(*owner_), self_(self), world_size_(world_size), peer_(peer), buffer_(kReadChunk) {}
@@ -244,18 +249,54 @@ int DirectReceiver::release() {
   return std::exchange(*owner_, -1);
 }
 
-bool DirectReceiver::read(const std::function<void(const DirectRecord&)>& on_record) {
-  // The introduction alone first: a stripe's connection is handed on with nothing read past it.
+std::string DirectReceiver::remote() const {
+  sockaddr_storage addr{};
+  socklen_t size = sizeof addr;
+  char host[NI_MAXHOST] = "?", port[NI_MAXSERV] = "?";
+  if (::getpeername(fd_, reinterpret_cast<sockaddr*>(&addr), &size) == 0)
+    ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), size, host, sizeof host, port, sizeof port,
+                  NI_NUMERICHOST | NI_NUMERICSERV);
+  return std::string(host) + ":" + port;
+}
+
+// The handshake's server side, a message at a time, each read exactly: a stripe's connection is
+// handed on with nothing read past the proof.
+bool DirectReceiver::shake_hands() {
   while (peer_ < 0) {
-    const ssize_t n = ::recv(fd_, buffer_.data() + end_, kIntroBytes - end_, MSG_DONTWAIT);
-    if (n > 0) {
-      end_ += static_cast<size_t>(n);
-      parse(on_record);
+    const bool challenged = end_ >= kHelloBytes;
+    const size_t want = challenged ? kHelloBytes + kProofBytes : kHelloBytes;
+    const ssize_t n = ::recv(fd_, buffer_.data() + end_, want - end_, MSG_DONTWAIT);
+    if (n == 0) throw CommError("direct link: the connection closed during the handshake");
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+      fail("handshake");
+    }
+    end_ += static_cast<size_t>(n);
+    if (end_ < want) continue;
+    if (!challenged) {
+      const auto challenge = handshake_->challenge({buffer_.data(), kHelloBytes});
+      // A fresh connection's send buffer takes these few bytes at once.
+      if (::send(fd_, challenge.data(), challenge.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != ssize_t(challenge.size()))
+        throw CommError("direct link: the handshake's challenge could not be sent");
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    handshake_->verify({buffer_.data() + kHelloBytes, kProofBytes});
+    const HelloFields hello = handshake_->hello();
+    handshake_.reset();
+    peer_ = hello.client_rank;  // proven: from here on, what is wrong is that rank's doing
+    if (hello.path != kDirectPath || hello.lane > kMaxStripes)
+      throw CommError("direct link: rank " + std::to_string(peer_) + " introduced path " + std::to_string(hello.path) +
+                      " lane " + std::to_string(hello.lane) + ", at most lane " + std::to_string(kMaxStripes) +
+                      " of path " + std::to_string(kDirectPath));
+    stripe_ = static_cast<int>(hello.lane);
+    begin_ = end_ = 0;
   }
+  return true;
+}
+
+bool DirectReceiver::read(const std::function<void(const DirectRecord&)>& on_record) {
+  if (peer_ < 0 && !shake_hands()) return true;
   if (stripe_ > 0) return true;
   while (true) {
     if (buffer_.size() - end_ < kReadChunk / 4 && begin_ > 0) {  // make room: unread bytes to the front
@@ -291,24 +332,6 @@ bool DirectReceiver::make_room(size_t bytes) {
 // only when it just filled the buffer (more may be waiting).
 bool DirectReceiver::parse(const std::function<void(const DirectRecord&)>& on_record) {
   const bool filled = end_ == buffer_.size();
-  if (peer_ < 0) {
-    if (end_ - begin_ < kIntroBytes) return filled;
-    const uint8_t* in = buffer_.data() + begin_;
-    if (wire::get<uint32_t>(in, 0) != kIntroMagic || wire::get<uint32_t>(in, 4) != kIntroVersion)
-      throw CommError("direct link: a connection that is not a Troupe direct link (or another version)");
-    const auto rank = static_cast<int32_t>(wire::get<uint32_t>(in, 8));
-    const auto stripe = static_cast<int32_t>(wire::get<uint32_t>(in, 12));
-    if (rank < 0 || rank >= world_size_ || rank == self_)
-      throw CommError("direct link: a connection introduced as rank " + std::to_string(rank) + " (world of " +
-                      std::to_string(world_size_) + ", this is rank " + std::to_string(self_) + ")");
-    peer_ = rank;  // from here on, what is wrong is that rank's doing
-    if (stripe < 0 || stripe > kMaxStripes)
-      throw CommError("direct link: rank " + std::to_string(rank) + " introduced lane " + std::to_string(stripe) +
-                      ", at most " + std::to_string(kMaxStripes));
-    stripe_ = stripe;
-    begin_ = end_ = 0;
-    return false;
-  }
   DirectRecord record;
   while (end_ - begin_ >= 8) {
     const uint8_t* in = buffer_.data() + begin_;

@@ -199,11 +199,11 @@ StripeSenders::~StripeSenders() {
 
 int StripeSenders::stripes() const { return static_cast<int>(state_->stripes.size()); }
 
-bool StripeSenders::connect(int peer, const std::string& endpoint, int self, Deadline deadline) {
+bool StripeSenders::connect(int peer, const std::string& endpoint, int self, const JobKeys& keys, Deadline deadline) {
   std::vector<int> fds;
   try {
     for (int k = 0; k < stripes(); ++k) {
-      fds.push_back(dial_direct(endpoint, self, k + 1, deadline));
+      fds.push_back(dial_direct(endpoint, self, peer, k + 1, keys, deadline));
       set_blocking(fds.back(), std::chrono::seconds(10));
     }
   } catch (const CommError&) {

@@ -6,14 +6,14 @@
 // received tensors will use.
 //
 //   StripeSenders out(/*stripes=*/2, on_broken);             // its threads start here
-//   out.connect(/*peer=*/1, peer_direct_endpoint, /*self=*/0, deadline);
+//   out.connect(/*peer=*/1, peer_direct_endpoint, /*self=*/0, keys, deadline);
 //   out.send(1, seq, header_bytes, {payload_bytes}, {}, keep_alive, done);  // never blocks
-//   // on the peer, for each connection its DirectListener accepted and introduced as a stripe:
+//   // on the peer, for each connection its DirectListener accepted whose handshake named a stripe:
 //   StripeReceivers in(/*self=*/1, /*world_size=*/2, events);
 //   in.adopt(fd, /*peer=*/0, /*stripe=*/1);
 //   for (StripedFrame& f : in.take_ready()) ...;           // after events.on_ready()
 //
-// Wire, after the introduction (direct_link.h, stripe 1..): chunks, each
+// Wire, after the handshake (direct_link.h, handshake.h; lane 1..): chunks, each
 // `u64 seq, u64 total, u64 offset, u64 length, u32 header bytes, u32 part count, u64 bytes of each
 // part, the header, then length bytes`, little-endian. A frame's parts are laid out one after the
 // other, each starting at a multiple of 64 bytes (padding travels as zeros), `total` bytes in all;
@@ -22,7 +22,7 @@
 // in one block without waiting for the others, and the frame is whole when `total` bytes came.
 // The per-peer sequence number orders striped frames among the peer's other frames (transport.h).
 //
-// Not for CURVE jobs, like direct links: the connections are not encrypted.
+// Like direct links: authenticated by the handshake, not encrypted (not for encrypted jobs).
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -35,6 +35,7 @@
 #include "devices/event.h"
 #include "devices/tensor.h"
 #include "net/direct_link.h"
+#include "net/job_secret.h"
 #include "net/work.h"
 
 namespace troupe::net {
@@ -69,7 +70,7 @@ class StripeSenders {
   int stripes() const;
   // Opens the stripes' connections to a peer's direct-link endpoint; false when any cannot be made
   // by the deadline (the peer then gets no stripes).
-  bool connect(int peer, const std::string& endpoint, int self, Deadline deadline);
+  bool connect(int peer, const std::string& endpoint, int self, const JobKeys& keys, Deadline deadline);
   bool usable(int peer) const;  // connected and not broken
   // Queues a frame: its header and parts (bytes that `keep` holds alive until written), and the
   // gates of parts still being copied (one per part, or none). done, if given, finishes when every

@@ -76,7 +76,7 @@ Transport::Transport(TransportOptions options)
     zmq_ = std::make_unique<ZmqLink>(context_, options_, address_, sink);
     if (address_.tcp.empty() && address_.ipc.empty()) throw ValueError("transport: neither tcp nor ipc enabled");
     address_.host_id = host_id();
-    if (!options_.tcp_host.empty() && options_.direct_max > 0 && !options_.curve) {
+    if (!options_.tcp_host.empty() && options_.direct_max > 0 && !options_.encrypt) {
       DirectLink::Hooks hooks;
       hooks.send_mutex = [this](int r) -> std::mutex& { return peers_[r]->send_mutex; };
       hooks.wake = [this] { wake(); };
@@ -235,7 +235,7 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
   if (!live_.all_said_hello()) {
     const std::string missing = live_.not_heard();
     throw TimeoutError("init_process_group: rank " + std::to_string(rank()) + " heard no hello from rank(s) " +
-                       missing + " (not started, unreachable, or holding a different CURVE key)");
+                       missing + " (not started, unreachable, or holding a different job secret)");
   }
   lock.unlock();
   // The links lower ranks dialed came before their hellos: answer on them from the first frame.

@@ -35,7 +35,7 @@ std::string list_missing(const std::vector<bool>& present) {
 void configure(void* socket, const Transport& transport, bool server) {
   int linger = 1000;  // long enough to flush the table to every rank
   zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);
-  const auto& keys = transport.curve();
+  const auto* keys = transport.keys() ? &transport.keys()->curve : nullptr;
   if (!keys) return;
   if (server) {
     int one = 1;
@@ -162,7 +162,7 @@ std::vector<PeerAddress> join_tcp(const std::string& host, int port, int rank, i
     if (ms_left(verdict) == 0)
       throw TimeoutError("rendezvous " + method + ": rank " + std::to_string(rank) +
                          " got no answer from rank 0 within the timeout (is rank 0 running and serving " +
-                         endpoint + "? same CURVE key?)");
+                         endpoint + "? same job secret?)");
   }
   return parse_table(recv_string(client, 0), world);
 }

@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <iostream>
+#include <string_view>
+
 #include "devices/error.h"
 #include "net/errors.h"
 #include "net/transport.h"
@@ -23,6 +26,7 @@ DirectLink::DirectLink(const TransportOptions& options, PeerAddress& address, Fr
     : rank_(options.rank),
       world_size_(options.world_size),
       max_bytes_(options.direct_max),
+      keys_(options.keys.value_or(JobKeys{})),
       sink_(sink),
       hooks_(std::move(hooks)),
       listener_((check_options(options), options.tcp_host)) {
@@ -39,9 +43,14 @@ void DirectLink::connect(int r, const std::string& endpoint, Deadline deadline) 
   if (rank_ >= r) return;  // the higher rank answers on the link the lower one dialed (receive())
   Peer& p = peer(r);
   try {
-    p.sender = std::make_unique<DirectSender>(endpoint, rank_, deadline);
-  } catch (const CommError&) {
-    return;  // unreachable by plain TCP (a firewall, say): its frames all take ZeroMQ, which reached it
+    p.sender = std::make_unique<DirectSender>(endpoint, rank_, r, keys_, deadline);
+  } catch (const CommError& e) {
+    // Unreachable by plain TCP (a firewall, say): its frames all take ZeroMQ, which reached it. A
+    // failed handshake is worth a line: ZeroMQ's CURVE admitted the same peer.
+    if (std::string_view(e.what()).find("handshake") != std::string_view::npos)
+      std::cerr << "transport: rank " + std::to_string(rank_) + ": direct link to rank " + std::to_string(r) + " at " +
+                       endpoint + ": " + e.what() + "\n";
+    return;
   }
   p.linked = true;
   std::lock_guard lock(accepted_mutex_);
@@ -126,7 +135,7 @@ void DirectLink::wait_fds(std::vector<int>& fds) const {
 int DirectLink::receive() {
   {
     std::lock_guard lock(accepted_mutex_);
-    for (int fd : accepted_) inbound_.push_back(std::make_unique<DirectReceiver>(fd, rank_, world_size_));
+    for (int fd : accepted_) inbound_.push_back(std::make_unique<DirectReceiver>(fd, rank_, world_size_, keys_));
     accepted_.clear();
     for (auto& [fd, r] : dialed_) inbound_.push_back(std::make_unique<DirectReceiver>(std::move(fd), rank_, world_size_, r));
     dialed_.clear();
@@ -144,10 +153,15 @@ int DirectLink::receive() {
         else refused = true;
       });
       open = open && !refused;
-    } catch (const CommError& e) {  // a malformed introduction or record
+    } catch (const CommError& e) {  // a failed handshake or a malformed record
       open = false;
-      if (in.peer() >= 0) sink_.refuse(in.peer(), e);
-      else sink_.drop();  // a stranger's connection: closed, nothing else
+      if (in.peer() >= 0) {
+        sink_.refuse(in.peer(), e);
+      } else {  // a stranger's connection: one line, closed, nothing else
+        std::cerr << "transport: rank " + std::to_string(rank_) + " refused a connection from " + in.remote() + ": " +
+                         e.what() + "\n";
+        sink_.drop();
+      }
     }
     if (open && in.stripe() == 0 && in.peer() >= 0 && in.peer() < rank_ && !peer(in.peer()).linked.load()) {
       // A lower rank's link: this rank's frames to it go back on the same connection from now on.

@@ -13,7 +13,8 @@
 //
 // A request (OutgoingFrame::awaits_answer) may wait a little: while the peer still owes answers to
 // several frames, a small one is kept (16 KiB at most) until write_held time, so pipelined
-// requests cost one write per batch. Not for CURVE jobs: the link is not encrypted.
+// requests cost one write per batch. Every connection opens with the handshake (net/handshake.h);
+// not for encrypted jobs: the link is authenticated, not encrypted.
 //
 // Internal to net/.
 #include <atomic>
@@ -91,6 +92,7 @@ class DirectLink final : public Link {
 
   const int rank_, world_size_;
   const size_t max_bytes_;
+  const JobKeys keys_;  // the job's, or all zero in an insecure job
   FrameSink& sink_;
   Hooks hooks_;
   DirectListener listener_;

@@ -47,6 +47,7 @@ class StripeLink final : public Link {
  private:
   const int rank_, stripes_;
   const size_t min_bytes_;
+  const JobKeys keys_;  // the job's, or all zero in an insecure job
   FrameSink& sink_;
   int ready_fd_ = -1;  // eventfd: in_ has whole frames
   std::unique_ptr<std::atomic<bool>[]> broken_;  // by rank
