@@ -103,6 +103,18 @@ TEST_CASE("multiprocess: the job secret by default, strangers and wrong secrets 
   CHECK(run.count("refused a connection from") == 2);
 }
 
+TEST_CASE("multiprocess: an encrypted job keeps every frame on CURVE, bit for bit, collectives included",
+          "[net][secret]") {
+  LaunchOptions o;
+  o.encrypt = true;
+  o.env = {{"TROUPE_SHM", "0"}};
+  check_all_passed(run_ranks(2, "net rank: encrypted", o), 2);
+  check_all_passed(run_ranks(2, "collectives rank: all", o), 2);
+  o.insecure = true;
+  o.command = {"true"};
+  CHECK_THROWS_WITH(launch(o), Catch::Contains("--encrypt needs the job secret"));
+}
+
 TEST_CASE("multiprocess: a rank holding another job's secret cannot join, and every rank says why", "[net][secret]") {
   const std::string wrong =
       (std::filesystem::temp_directory_path() / ("troupe-wrong-" + std::to_string(::getpid()) + ".secret")).string();
