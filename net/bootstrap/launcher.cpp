@@ -441,7 +441,10 @@ LaunchResult launch(const LaunchOptions& o) {
   base_env["NODE_RANK"] = std::to_string(o.node_rank);
   base_env["TROUPE_RUN_ID"] = run_id;
   if (!key_file.empty()) base_env["TROUPE_JOB_SECRET_FILE"] = std::filesystem::absolute(key_file).string();
-  if (o.insecure) base_env["TROUPE_INSECURE"] = "1";
+  if (o.insecure) {  // as asked, whatever this launcher's environment holds
+    base_env.erase("TROUPE_JOB_SECRET_FILE");
+    base_env["TROUPE_INSECURE"] = "1";
+  }
   if (o.encrypt) base_env["TROUPE_ENCRYPT"] = "1";
   if (o.huge_pages) {
     std::string& tunables = base_env["GLIBC_TUNABLES"];
