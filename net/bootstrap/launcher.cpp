@@ -298,7 +298,8 @@ LaunchResult run_elastic(const LaunchOptions& o, const std::map<std::string, std
       }
       if (now - client.last_heard() > o.rdzv_timeout)
         return give_up(1, "the rendezvous at " + o.rdzv_endpoint + " has not answered for " +
-                              seconds(now - client.last_heard()) + " s: its host is down or unreachable");
+                              seconds(now - client.last_heard()) + " s: its host is down or unreachable" +
+                              (keys ? std::string(", or holds another job secret") : std::string()));
       auto m = client.receive(std::chrono::milliseconds(50));
       if (!m) continue;
       if (m->kind == "round") round = parse_round(*m);

@@ -179,6 +179,26 @@ TEST_CASE("elastic: the rendezvous host lost is a clear error on the other node,
   CHECK_THAT(other->output(), Catch::Contains("has not answered for") && Catch::Contains("is down or unreachable"));
 }
 
+TEST_CASE("elastic: a launcher holding another job's secret is never admitted to the rendezvous", "[net][elastic][secret]") {
+  TempDir dir;
+  const std::string secret = job_secret_in(dir), other = (dir.path / "other.secret").string();
+  troupe::net::write_job_secret_file(other, troupe::net::generate_job_secret());
+  const std::string port = std::to_string(29600 + ::getpid() % 90);
+  auto launcher = [&](const std::string& name, const std::string& key) {
+    return std::make_unique<Process>(kBin + "/troupe launch --nproc 1 --nnodes 2 --secret " + key +
+                                         " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-timeout 3 -- sleep 30",
+                                     dir.path / (name + ".log"));
+  };
+  auto server = launcher("server", secret);
+  std::this_thread::sleep_for(500ms);
+  auto stranger = launcher("stranger", other);
+  INFO(server->output() << "\n" << stranger->output());
+  CHECK(stranger->wait_exit(15s) == 1);
+  CHECK_THAT(stranger->output(), Catch::Contains("holds another job secret"));
+  CHECK(server->wait_exit(15s) == 1);  // alone: fewer than 2 nodes for --rdzv-timeout
+  CHECK_THAT(server->output(), !Catch::Contains("round 0"));
+}
+
 namespace {
 
 // 3 hosts of a test cluster, each running one launcher of dist_sgd --elastic (1 rank) with its own
