@@ -101,7 +101,8 @@ int DirectListener::accept() {
   }
 }
 
-int dial_direct(const std::string& endpoint, int self, int peer, int stripe, const JobKeys& keys, Deadline deadline) {
+int dial_direct(const std::string& endpoint, int self, int peer, int stripe, const JobKeys& keys, Deadline deadline,
+                SessionKeys* sealed) {
   addrinfo* found = resolve(endpoint, false);
   int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
@@ -135,18 +136,31 @@ int dial_direct(const std::string& endpoint, int self, int peer, int stripe, con
   hello.lane = static_cast<uint32_t>(stripe);
   hello.client_rank = self;
   hello.server_rank = peer;
+  hello.flags = sealed ? kHandshakeEncrypt : 0;
   try {
-    handshake_as_client(fd, keys, hello, deadline);
+    const SessionKeys session = handshake_as_client(fd, keys, hello, deadline);
+    if (sealed) *sealed = session;
   } catch (const CommError& e) {
     give_up(e.what());
   }
   return fd;
 }
 
-DirectSender::DirectSender(const std::string& endpoint, int self, int peer, const JobKeys& keys, Deadline deadline)
-    : owner_(share_fd(dial_direct(endpoint, self, peer, 0, keys, deadline))), fd_(*owner_) {}
+DirectSender::DirectSender(const std::string& endpoint, int self, int peer, const JobKeys& keys, Deadline deadline,
+                           bool encrypt) {
+  SessionKeys session;
+  owner_ = share_fd(dial_direct(endpoint, self, peer, 0, keys, deadline, encrypt ? &session : nullptr));
+  fd_ = *owner_;
+  if (encrypt) {
+    session_ = session;
+    sealer_ = std::make_unique<RecordSealer>(session.send);
+  }
+}
 
-DirectSender::DirectSender(SharedFd fd) : owner_(std::move(fd)), fd_(*owner_) {}
+DirectSender::DirectSender(SharedFd fd, const std::optional<SessionKeys>& session)
+    : owner_(std::move(fd)), fd_(*owner_), session_(session) {
+  if (session_) sealer_ = std::make_unique<RecordSealer>(session_->send);
+}
 
 DirectSender::~DirectSender() = default;
 
@@ -171,6 +185,18 @@ bool DirectSender::send(std::span<const uint8_t> header, std::span<const std::sp
   add(lengths.data(), lengths.size());
   add(header.data(), header.size());
   for (const auto& p : parts) add(p.data(), p.size());
+  std::vector<uint8_t> sealed;
+  if (sealer_) {  // the whole record as one sealed record
+    std::vector<std::span<const uint8_t>> pieces;
+    for (const iovec& v : iov) pieces.emplace_back(static_cast<const uint8_t*>(v.iov_base), v.iov_len);
+    try {
+      sealer_->seal(pieces, sealed);
+    } catch (const CommError&) {  // the key's records are spent: the link closes, the frames take ZeroMQ
+      broken_ = true;
+      return backlogged();
+    }
+    iov.assign(1, iovec{sealed.data(), sealed.size()});
+  }
 
   size_t written = 0;
   // Behind kept bytes the record must wait its turn; a long gather list is kept whole.
@@ -231,16 +257,30 @@ void DirectSender::flush_until(Deadline deadline) {
   }
 }
 
-DirectReceiver::DirectReceiver(int fd, int self, int world_size, const JobKeys& keys)
+DirectReceiver::DirectReceiver(int fd, int self, int world_size, const JobKeys& keys, bool encrypt)
     : owner_(share_fd(fd)),
       fd_(fd),
       self_(self),
       world_size_(world_size),
-      buffer_(kReadChunk),
-      handshake_(std::make_unique<HandshakeServer>(keys, self, world_size)) {}
+      encrypt_(encrypt),
+      handshake_(std::make_unique<HandshakeServer>(keys, self, world_size)),
+      buffer_(kReadChunk) {}
 
-DirectReceiver::DirectReceiver(SharedFd fd, int self, int world_size, int peer)
-    : owner_(std::move(fd)), fd_(*owner_), self_(self), world_size_(world_size), peer_(peer), buffer_(kReadChunk) {}
+DirectReceiver::DirectReceiver(SharedFd fd, int self, int world_size, int peer,
+                               const std::optional<SessionKeys>& session)
+    : owner_(std::move(fd)),
+      fd_(*owner_),
+      self_(self),
+      world_size_(world_size),
+      encrypt_(session.has_value()),
+      session_(session),
+      peer_(peer),
+      buffer_(kReadChunk) {
+  if (session_) {
+    opener_ = std::make_unique<RecordOpener>(session_->receive);
+    sealed_.resize(kReadChunk);
+  }
+}
 
 DirectReceiver::~DirectReceiver() = default;
 
@@ -249,11 +289,13 @@ int DirectReceiver::release() {
   return std::exchange(*owner_, -1);
 }
 
-std::string DirectReceiver::remote() const {
+std::string DirectReceiver::remote() const { return remote_address(fd_); }
+
+std::string remote_address(int fd) {
   sockaddr_storage addr{};
   socklen_t size = sizeof addr;
   char host[NI_MAXHOST] = "?", port[NI_MAXSERV] = "?";
-  if (::getpeername(fd_, reinterpret_cast<sockaddr*>(&addr), &size) == 0)
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &size) == 0)
     ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), size, host, sizeof host, port, sizeof port,
                   NI_NUMERICHOST | NI_NUMERICSERV);
   return std::string(host) + ":" + port;
@@ -283,6 +325,7 @@ bool DirectReceiver::shake_hands() {
     }
     handshake_->verify({buffer_.data() + kHelloBytes, kProofBytes});
     const HelloFields hello = handshake_->hello();
+    const SessionKeys handshake_session = handshake_->session();
     handshake_.reset();
     peer_ = hello.client_rank;  // proven: from here on, what is wrong is that rank's doing
     if (hello.path != kDirectPath || hello.lane > kMaxStripes)
@@ -291,6 +334,17 @@ bool DirectReceiver::shake_hands() {
                       " of path " + std::to_string(kDirectPath));
     stripe_ = static_cast<int>(hello.lane);
     begin_ = end_ = 0;
+    if (((hello.flags & kHandshakeEncrypt) != 0) != encrypt_)
+      throw CommError("direct link: rank " + std::to_string(peer_) + (encrypt_ ? " does not" : "") +
+                      " seal its records and this rank does" + (encrypt_ ? "" : " not") +
+                      ": both ranks need the same TROUPE_ENCRYPT");
+    if (encrypt_) {
+      session_ = handshake_session;
+      if (stripe_ == 0) {
+        opener_ = std::make_unique<RecordOpener>(session_->receive);
+        sealed_.resize(kReadChunk);
+      }
+    }
   }
   return true;
 }
@@ -298,6 +352,7 @@ bool DirectReceiver::shake_hands() {
 bool DirectReceiver::read(const std::function<void(const DirectRecord&)>& on_record) {
   if (peer_ < 0 && !shake_hands()) return true;
   if (stripe_ > 0) return true;
+  if (opener_) return read_sealed(on_record);
   while (true) {
     if (buffer_.size() - end_ < kReadChunk / 4 && begin_ > 0) {  // make room: unread bytes to the front
       std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
@@ -367,6 +422,71 @@ bool DirectReceiver::parse(const std::function<void(const DirectRecord&)>& on_re
   }
   if (begin_ == end_) begin_ = end_ = 0;
   return filled;
+}
+
+}  // namespace troupe::net
+
+namespace troupe::net {
+
+// Sealed links: bytes as they come into sealed_, each whole record opened into buffer_ and parsed
+// there (a record holds one frame's record, so parse() hands it out at once).
+bool DirectReceiver::read_sealed(const std::function<void(const DirectRecord&)>& on_record) {
+  while (true) {
+    if (sealed_.size() - sealed_end_ < kReadChunk / 4 && sealed_begin_ > 0) {
+      std::memmove(sealed_.data(), sealed_.data() + sealed_begin_, sealed_end_ - sealed_begin_);
+      sealed_end_ -= sealed_begin_;
+      sealed_begin_ = 0;
+    }
+    const ssize_t n = ::recv(fd_, sealed_.data() + sealed_end_, sealed_.size() - sealed_end_, MSG_DONTWAIT);
+    if (n > 0) {
+      sealed_end_ += static_cast<size_t>(n);
+      open_sealed(on_record);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    return false;  // closed, or reset: the peer is gone
+  }
+}
+
+void DirectReceiver::open_sealed(const std::function<void(const DirectRecord&)>& on_record) {
+  while (sealed_end_ - sealed_begin_ >= kSealedLengthBytes) {
+    const uint8_t* in = sealed_.data() + sealed_begin_;
+    const std::string from = "direct link: a record from rank " + std::to_string(peer_) + " at " + remote() + ": ";
+    uint32_t bytes = 0;
+    try {
+      bytes = sealed_length(in);
+    } catch (const CommError& e) {
+      throw CommError(from + e.what());
+    }
+    if (bytes > kDirectRecordMax)
+      throw CommError(from + std::to_string(bytes) + " bytes, at most " + std::to_string(kDirectRecordMax));
+    const size_t whole = kSealedLengthBytes + bytes + kSealTagBytes;
+    if (sealed_end_ - sealed_begin_ < whole) {
+      if (sealed_begin_ + whole > sealed_.size()) {
+        std::memmove(sealed_.data(), in, sealed_end_ - sealed_begin_);
+        sealed_end_ -= sealed_begin_;
+        sealed_begin_ = 0;
+        if (whole > sealed_.size()) sealed_.resize(whole);
+      }
+      return;
+    }
+    if (end_ + bytes > buffer_.size()) {
+      std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+      if (end_ + bytes > buffer_.size()) buffer_.resize(end_ + bytes);
+    }
+    try {
+      opener_->open(in, {in + kSealedLengthBytes, bytes + kSealTagBytes}, buffer_.data() + end_);
+    } catch (const CommError& e) {
+      throw CommError(from + e.what());
+    }
+    end_ += bytes;
+    sealed_begin_ += whole;
+    parse(on_record);
+  }
+  if (sealed_begin_ == sealed_end_) sealed_begin_ = sealed_end_ = 0;
 }
 
 }  // namespace troupe::net

@@ -24,17 +24,21 @@
 // A record holds one transport frame: its header (frame.h) and its parts (the payload, then an
 // actor frame's tensors). The receiver checks every length before use.
 //
-// Authenticated, not encrypted: an encrypted job keeps its frames on ZeroMQ's CURVE.
+// In an encrypted job (TransportOptions::encrypt) each record travels sealed (sealed_stream.h)
+// with the connection's session keys, one per direction; the hello says so (kHandshakeEncrypt),
+// and a receiver refuses a peer that does not agree. Otherwise nothing is added per record.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "net/handshake.h"
 #include "net/job_secret.h"
+#include "net/sealed_stream.h"
 #include "net/work.h"
 
 namespace troupe::net {
@@ -50,10 +54,16 @@ inline constexpr int kMaxStripes = 8;
 using SharedFd = std::shared_ptr<int>;
 SharedFd share_fd(int fd);  // takes ownership of fd
 
+// A connected socket's other end, "host:port", for messages ("?:?" when unknown).
+std::string remote_address(int fd);
+
 // Connects to rank `peer`'s endpoint ("host:port") and runs the handshake's client side as rank
 // `self`, lane `stripe`. Returns the connected non-blocking descriptor (the caller owns it).
 // CommError when the peer cannot be reached by the deadline or fails the handshake.
-int dial_direct(const std::string& endpoint, int self, int peer, int stripe, const JobKeys& keys, Deadline deadline);
+// sealed: the connection's records are sealed (an encrypted job): the hello says so, and the
+// handshake's session keys land there.
+int dial_direct(const std::string& endpoint, int self, int peer, int stripe, const JobKeys& keys, Deadline deadline,
+                SessionKeys* sealed = nullptr);
 
 // Listens on host:<any port> for peers' direct links.
 class DirectListener {
@@ -78,10 +88,12 @@ class DirectListener {
 class DirectSender {
  public:
   // Connects to rank `peer`'s endpoint ("host:port") as rank `self` (dial_direct). CommError when
-  // the peer cannot be reached by the deadline or fails the handshake.
-  DirectSender(const std::string& endpoint, int self, int peer, const JobKeys& keys, Deadline deadline);
-  // Sends on a connection a DirectReceiver reads too (the accepting end of a link).
-  explicit DirectSender(SharedFd fd);
+  // the peer cannot be reached by the deadline or fails the handshake. encrypt: records sealed.
+  DirectSender(const std::string& endpoint, int self, int peer, const JobKeys& keys, Deadline deadline,
+               bool encrypt = false);
+  // Sends on a connection a DirectReceiver reads too (the accepting end of a link); sealed with
+  // session's send key when given (the receiver's session()).
+  explicit DirectSender(SharedFd fd, const std::optional<SessionKeys>& session = std::nullopt);
   ~DirectSender();
   DirectSender(const DirectSender&) = delete;
   DirectSender& operator=(const DirectSender&) = delete;
@@ -102,11 +114,15 @@ class DirectSender {
   bool broken() const { return broken_; }
   int fd() const { return fd_; }
   const SharedFd& shared_fd() const { return owner_; }  // for the receiver of the same link
+  const std::optional<SessionKeys>& session() const { return session_; }  // sealed links: the keys
+  uint64_t sealed_records() const { return sealer_ ? sealer_->records() : 0; }
 
  private:
   SharedFd owner_;
   int fd_ = -1;
   bool broken_ = false;
+  std::optional<SessionKeys> session_;
+  std::unique_ptr<RecordSealer> sealer_;  // encrypted jobs only
   std::vector<uint8_t> backlog_;  // bytes not yet written, from sent_ on
   size_t sent_ = 0, kept_ = 0;
 };
@@ -122,9 +138,12 @@ struct DirectRecord {
 class DirectReceiver {
  public:
   // An accepted connection (takes ownership of fd): the handshake's server side runs first.
-  DirectReceiver(int fd, int self, int world_size, const JobKeys& keys);
+  // encrypt: the peer must say its records are sealed, and they are opened.
+  DirectReceiver(int fd, int self, int world_size, const JobKeys& keys, bool encrypt = false);
   // Reads a connection this end dialed to rank `peer` (a DirectSender writes it): no handshake comes.
-  DirectReceiver(SharedFd fd, int self, int world_size, int peer);
+  // session: the dialer's keys when its records are sealed.
+  DirectReceiver(SharedFd fd, int self, int world_size, int peer,
+                 const std::optional<SessionKeys>& session = std::nullopt);
   ~DirectReceiver();
   DirectReceiver(const DirectReceiver&) = delete;
   DirectReceiver& operator=(const DirectReceiver&) = delete;
@@ -135,6 +154,8 @@ class DirectReceiver {
   int release();                      // gives up the descriptor (nothing past the handshake read)
   std::string remote() const;         // the other end's address, for messages
   const SharedFd& shared_fd() const { return owner_; }  // for a sender on the same connection
+  // Sealed connections: this end's keys (set by the handshake), for the answering sender or a stripe.
+  const std::optional<SessionKeys>& session() const { return session_; }
   // Reads what the socket holds without blocking and hands each complete record to on_record.
   // False once the peer closed the link (everything it sent before has been handed out).
   // CommError for a failed handshake or a malformed record, naming what is wrong.
@@ -144,10 +165,17 @@ class DirectReceiver {
   bool shake_hands();  // true once done; false while bytes are missing
   bool parse(const std::function<void(const DirectRecord&)>& on_record);
   bool make_room(size_t bytes);
+  bool read_sealed(const std::function<void(const DirectRecord&)>& on_record);
+  void open_sealed(const std::function<void(const DirectRecord&)>& on_record);
 
   SharedFd owner_;
   int fd_ = -1;
   const int self_, world_size_;
+  const bool encrypt_ = false;
+  std::optional<SessionKeys> session_;
+  std::unique_ptr<RecordOpener> opener_;  // sealed links: records open into buffer_
+  std::vector<uint8_t> sealed_;           // sealed links: bytes as read, [sealed_begin_, sealed_end_) unopened
+  size_t sealed_begin_ = 0, sealed_end_ = 0;
   int peer_ = -1;
   int stripe_ = 0;
   std::unique_ptr<HandshakeServer> handshake_;  // accepted connections, until the handshake is done

@@ -57,7 +57,7 @@ struct InitOptions {
   // The job secret's file (job_secret.h); empty: $TROUPE_JOB_SECRET_FILE. A world of several ranks
   // without one is refused unless TROUPE_INSECURE=1; a world of one needs none.
   std::string secret_file;
-  // Every frame encrypted (ZeroMQ CURVE; direct links and stripes off); false: $TROUPE_ENCRYPT=1.
+  // Every frame encrypted (ZeroMQ CURVE; AES-256-GCM on direct links and stripes); false: $TROUPE_ENCRYPT=1.
   bool encrypt = false;
 };
 

@@ -22,12 +22,16 @@
 // in one block without waiting for the others, and the frame is whole when `total` bytes came.
 // The per-peer sequence number orders striped frames among the peer's other frames (transport.h).
 //
-// Like direct links: authenticated by the handshake, not encrypted (not for encrypted jobs).
+// Like direct links: authenticated by the handshake; in an encrypted job sealed (sealed_stream.h)
+// with the connection's session keys: a chunk's head is one record, its bytes records of at most
+// kStripeSealedBytes each, opened straight into the frame's block (a record that fails to open
+// closes the connection, and the frame is never handed out).
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,6 +46,8 @@ namespace troupe::net {
 
 // The most bytes one striped frame may claim (a bigger claim is a malformed chunk, not an allocation).
 inline constexpr uint64_t kStripedFrameMax = uint64_t(1) << 36;
+// The most plaintext bytes of a chunk one sealed record holds (encrypted jobs): sealed and opened in cache.
+inline constexpr size_t kStripeSealedBytes = 256 << 10;
 
 // A part whose bytes come ready over time (a device tensor's copy to host under way,
 // devices/host_staging.h): bytes [0, end) of the part are there once the event is done, in order.
@@ -69,8 +75,9 @@ class StripeSenders {
 
   int stripes() const;
   // Opens the stripes' connections to a peer's direct-link endpoint; false when any cannot be made
-  // by the deadline (the peer then gets no stripes).
-  bool connect(int peer, const std::string& endpoint, int self, const JobKeys& keys, Deadline deadline);
+  // by the deadline (the peer then gets no stripes). encrypt: chunks sealed.
+  bool connect(int peer, const std::string& endpoint, int self, const JobKeys& keys, Deadline deadline,
+               bool encrypt = false);
   bool usable(int peer) const;  // connected and not broken
   // Queues a frame: its header and parts (bytes that `keep` holds alive until written), and the
   // gates of parts still being copied (one per part, or none). done, if given, finishes when every
@@ -110,8 +117,8 @@ class StripeReceivers {
   StripeReceivers& operator=(const StripeReceivers&) = delete;
 
   // Takes a connection introduced as stripe `stripe` (1..kMaxStripes) of `peer`; its stripe's thread
-  // starts with the stripe's first connection.
-  void adopt(int fd, int peer, int stripe);
+  // starts with the stripe's first connection. session: its keys when its chunks are sealed.
+  void adopt(int fd, int peer, int stripe, const std::optional<SessionKeys>& session = std::nullopt);
   std::vector<StripedFrame> take_ready();
 
   struct State;

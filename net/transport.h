@@ -109,14 +109,15 @@ struct TransportOptions {
   std::string prefer = "auto";         // auto (ipc to same-host peers) | tcp | ipc
   // The job's keys (job_secret.h); unset: an insecure job (no CURVE, handshakes with a zero key).
   std::optional<JobKeys> keys;
-  // Confidentiality: every frame through ZeroMQ's CURVE (needs keys); direct links and stripes off.
+  // Confidentiality (needs keys): frames through ZeroMQ under CURVE, on direct links and stripes
+  // sealed with AES-256-GCM under the connection's session keys (sealed_stream.h).
   bool encrypt = false;
   std::chrono::milliseconds heartbeat_interval{200};
   std::chrono::milliseconds peer_timeout{3000};
   // Collectives between ranks on this host may use shared memory (net/collectives/shm_all_reduce.cpp).
   bool shared_memory = true;
   // Frames up to this many bytes go on the direct links (0: every frame through ZeroMQ). Direct
-  // links need tcp and are not used by encrypted jobs (they are authenticated, not encrypted).
+  // links need tcp.
   size_t direct_max = 64 << 10;
   // How long a waiting thread polls without sleeping, from when it starts waiting or last received.
   // Unset: chosen by the machine when the ranks are known (busy_poll_for).
@@ -126,7 +127,7 @@ struct TransportOptions {
   // and none when busy_poll is 0.
   std::optional<std::chrono::microseconds> small_collective_poll;
   // Frames from stripe_min bytes up go over this many connections per peer at once (0: off).
-  // Needs direct links (tcp, not encrypted).
+  // Needs direct links (tcp).
   int stripes = 2;
   size_t stripe_min = 1 << 20;
 };

@@ -50,7 +50,7 @@ struct LaunchOptions {
   // $TROUPE_JOB_SECRET_FILE, else a fresh one (a single-node job only).
   std::string secret_file;
   bool insecure = false;  // no secret: the ranks get TROUPE_INSECURE=1 (anyone reaching a port may join)
-  bool encrypt = false;   // the ranks get TROUPE_ENCRYPT=1: every frame encrypted (ZeroMQ CURVE)
+  bool encrypt = false;   // the ranks get TROUPE_ENCRYPT=1: every frame encrypted (CURVE, AES-GCM)
   // malloc backs its large blocks with transparent huge pages (glibc.malloc.hugetlb=1): ZeroMQ
   // receives every large message into a block of its own, and with 4 KiB pages faulting it in
   // costs more than the copy (a 64 MB message over loopback: ~0.9 GB/s, ~2.5 GB/s with them).

@@ -27,6 +27,7 @@ DirectLink::DirectLink(const TransportOptions& options, PeerAddress& address, Fr
       world_size_(options.world_size),
       max_bytes_(options.direct_max),
       keys_(options.keys.value_or(JobKeys{})),
+      encrypt_(options.encrypt),
       sink_(sink),
       hooks_(std::move(hooks)),
       listener_((check_options(options), options.tcp_host)) {
@@ -43,7 +44,7 @@ void DirectLink::connect(int r, const std::string& endpoint, Deadline deadline) 
   if (rank_ >= r) return;  // the higher rank answers on the link the lower one dialed (receive())
   Peer& p = peer(r);
   try {
-    p.sender = std::make_unique<DirectSender>(endpoint, rank_, r, keys_, deadline);
+    p.sender = std::make_unique<DirectSender>(endpoint, rank_, r, keys_, deadline, encrypt_);
   } catch (const CommError& e) {
     // Unreachable by plain TCP (a firewall, say): its frames all take ZeroMQ, which reached it. A
     // failed handshake is worth a line: ZeroMQ's CURVE admitted the same peer.
@@ -54,7 +55,7 @@ void DirectLink::connect(int r, const std::string& endpoint, Deadline deadline) 
   }
   p.linked = true;
   std::lock_guard lock(accepted_mutex_);
-  dialed_.emplace_back(p.sender->shared_fd(), r);
+  dialed_.push_back({p.sender->shared_fd(), r, p.sender->session()});
 }
 
 int DirectLink::links() const {
@@ -135,9 +136,10 @@ void DirectLink::wait_fds(std::vector<int>& fds) const {
 int DirectLink::receive() {
   {
     std::lock_guard lock(accepted_mutex_);
-    for (int fd : accepted_) inbound_.push_back(std::make_unique<DirectReceiver>(fd, rank_, world_size_, keys_));
+    for (int fd : accepted_) inbound_.push_back(std::make_unique<DirectReceiver>(fd, rank_, world_size_, keys_, encrypt_));
     accepted_.clear();
-    for (auto& [fd, r] : dialed_) inbound_.push_back(std::make_unique<DirectReceiver>(std::move(fd), rank_, world_size_, r));
+    for (auto& d : dialed_)
+      inbound_.push_back(std::make_unique<DirectReceiver>(std::move(d.fd), rank_, world_size_, d.peer, d.session));
     dialed_.clear();
   }
   int handled = 0;
@@ -167,12 +169,13 @@ int DirectLink::receive() {
       // A lower rank's link: this rank's frames to it go back on the same connection from now on.
       Peer& p = peer(in.peer());
       std::lock_guard lock(hooks_.send_mutex(in.peer()));
-      p.sender = std::make_unique<DirectSender>(in.shared_fd());
+      p.sender = std::make_unique<DirectSender>(in.shared_fd(), in.session());
       p.linked = true;
     }
     if (open && in.stripe() > 0) {  // a stripe: its own thread reads it from now on
       try {
-        hooks_.on_stripe(in.release(), in.peer(), in.stripe());
+        const auto session = in.session();
+        hooks_.on_stripe(in.release(), in.peer(), in.stripe(), session);
       } catch (const CommError& e) {
         sink_.refuse(in.peer(), e);
       }

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,7 +40,8 @@ class DirectLink final : public Link {
     std::function<std::mutex&(int peer)> send_mutex;  // the transport's lock of a peer's sends
     std::function<void()> wake;                       // the I/O thread writes what a link keeps
     std::function<bool()> turns_soon;  // a thread leads and the I/O thread turns within a millisecond
-    std::function<void(int fd, int peer, int stripe)> on_stripe;  // a stripe's connection came
+    // A stripe's connection came (session: its keys when its records are sealed).
+    std::function<void(int fd, int peer, int stripe, const std::optional<SessionKeys>& session)> on_stripe;
   };
   DirectLink(const TransportOptions& options, PeerAddress& address, FrameSink& sink, Hooks hooks);
   ~DirectLink() override;
@@ -93,6 +95,7 @@ class DirectLink final : public Link {
   const int rank_, world_size_;
   const size_t max_bytes_;
   const JobKeys keys_;  // the job's, or all zero in an insecure job
+  const bool encrypt_;  // records sealed (sealed_stream.h)
   FrameSink& sink_;
   Hooks hooks_;
   DirectListener listener_;
@@ -101,7 +104,12 @@ class DirectLink final : public Link {
   std::vector<std::unique_ptr<DirectReceiver>> inbound_;  // under the receiving side
   std::mutex accepted_mutex_;
   std::vector<int> accepted_;  // connections the I/O thread accepted, for the next receive()
-  std::vector<std::pair<SharedFd, int>> dialed_;  // links connect() dialed (and their peer), read the same way
+  struct Dialed {
+    SharedFd fd;
+    int peer;
+    std::optional<SessionKeys> session;
+  };
+  std::vector<Dialed> dialed_;  // links connect() dialed (and their peer), read the same way
 };
 
 }  // namespace troupe::net

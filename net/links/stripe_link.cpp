@@ -12,6 +12,7 @@ StripeLink::StripeLink(const TransportOptions& options, FrameSink& sink)
       stripes_(options.stripes),
       min_bytes_(options.stripe_min),
       keys_(options.keys.value_or(JobKeys{})),
+      encrypt_(options.encrypt),
       sink_(sink),
       broken_(new std::atomic<bool>[static_cast<size_t>(options.world_size)]{}) {
   ready_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -41,7 +42,7 @@ void StripeLink::connect(int r, const std::string& endpoint, Deadline deadline) 
   if (stripes_ <= 0) return;
   if (!out_)
     out_ = std::make_unique<StripeSenders>(stripes_, [this](int p) { broken_[static_cast<size_t>(p)] = true; });
-  out_->connect(r, endpoint, rank_, keys_, deadline);  // false: its large frames take ZeroMQ
+  out_->connect(r, endpoint, rank_, keys_, deadline, encrypt_);  // false: its large frames take ZeroMQ
 }
 
 bool StripeLink::takes(int dst, std::span<const std::span<const uint8_t>> parts, bool copies_pending) const {

@@ -40,7 +40,9 @@ class StripeLink final : public Link {
   // when r cannot be reached by them: its large frames take ZeroMQ).
   void connect(int r, const std::string& endpoint, Deadline deadline);
   // A stripe connection rank `peer` opened (introduced as stripe `stripe`, 1..), for its thread.
-  void adopt(int fd, int peer, int stripe) { in_->adopt(fd, peer, stripe); }
+  void adopt(int fd, int peer, int stripe, const std::optional<SessionKeys>& session) {
+    in_->adopt(fd, peer, stripe, session);
+  }
   bool broken(int r) const { return broken_[static_cast<size_t>(r)].load(); }  // the peer is suspect
   void flush_until(Deadline deadline);
 
@@ -48,6 +50,7 @@ class StripeLink final : public Link {
   const int rank_, stripes_;
   const size_t min_bytes_;
   const JobKeys keys_;  // the job's, or all zero in an insecure job
+  const bool encrypt_;  // chunks sealed (sealed_stream.h)
   FrameSink& sink_;
   int ready_fd_ = -1;  // eventfd: in_ has whole frames
   std::unique_ptr<std::atomic<bool>[]> broken_;  // by rank

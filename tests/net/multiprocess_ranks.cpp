@@ -401,13 +401,16 @@ TEST_CASE("net rank: secret", "[.rank]") {
   barrier(world);
 }
 
-// An encrypted job (troupe launch --encrypt): no direct link or stripe, every frame through
-// ZeroMQ's CURVE, and what arrives is bit for bit what was sent, small to striped sizes.
+// An encrypted job (troupe launch --encrypt): small frames on the direct link and large ones on
+// the stripes, sealed (net/sealed_stream.h), medium ones through ZeroMQ's CURVE; what arrives is
+// bit for bit what was sent, on every path.
 TEST_CASE("net rank: encrypted", "[.rank]") {
   auto group = init_process_group(init_options());
   ProcessGroup& world = *group;
   REQUIRE(world.transport().keys().has_value());
-  CHECK(world.transport().direct_links() == 0);
+  CHECK(world.transport().direct_links() == 1);
+  const uint64_t direct_before = world.transport().direct_frames();
+  const uint64_t striped_before = world.transport().striped_frames();
   const int peer = 1 - world.rank();
   int tag = 0;
   for (const Shape& shape : {Shape{1}, Shape{25000}, Shape{1 << 21}}) {  // 4 B, 100 KB, 8 MB
@@ -423,6 +426,8 @@ TEST_CASE("net rank: encrypted", "[.rank]") {
     const Tensor expected = pattern_seeded(DType::f32, shape, tag * 2 + peer);
     CHECK(std::memcmp(got.data<float>(), expected.data<float>(), expected.numel() * sizeof(float)) == 0);
   }
+  CHECK(world.transport().direct_frames() > direct_before);      // the 4 B frame, sealed
+  CHECK(world.transport().striped_frames() == striped_before + 1);  // the 8 MB frame, sealed
   barrier(world);
 }
 

@@ -103,7 +103,7 @@ TEST_CASE("multiprocess: the job secret by default, strangers and wrong secrets 
   CHECK(run.count("refused a connection from") == 2);
 }
 
-TEST_CASE("multiprocess: an encrypted job keeps every frame on CURVE, bit for bit, collectives included",
+TEST_CASE("multiprocess: an encrypted job seals its direct links and stripes, bit for bit, collectives included",
           "[net][secret]") {
   LaunchOptions o;
   o.encrypt = true;
