@@ -452,15 +452,15 @@ bool DirectReceiver::read_sealed(const std::function<void(const DirectRecord&)>&
 void DirectReceiver::open_sealed(const std::function<void(const DirectRecord&)>& on_record) {
   while (sealed_end_ - sealed_begin_ >= kSealedLengthBytes) {
     const uint8_t* in = sealed_.data() + sealed_begin_;
-    const std::string from = "direct link: a record from rank " + std::to_string(peer_) + " at " + remote() + ": ";
+    auto from = [&] { return "direct link: a record from rank " + std::to_string(peer_) + " at " + remote() + ": "; };
     uint32_t bytes = 0;
     try {
       bytes = sealed_length(in);
     } catch (const CommError& e) {
-      throw CommError(from + e.what());
+      throw CommError(from() + e.what());
     }
     if (bytes > kDirectRecordMax)
-      throw CommError(from + std::to_string(bytes) + " bytes, at most " + std::to_string(kDirectRecordMax));
+      throw CommError(from() + std::to_string(bytes) + " bytes, at most " + std::to_string(kDirectRecordMax));
     const size_t whole = kSealedLengthBytes + bytes + kSealTagBytes;
     if (sealed_end_ - sealed_begin_ < whole) {
       if (sealed_begin_ + whole > sealed_.size()) {
@@ -480,7 +480,7 @@ void DirectReceiver::open_sealed(const std::function<void(const DirectRecord&)>&
     try {
       opener_->open(in, {in + kSealedLengthBytes, bytes + kSealTagBytes}, buffer_.data() + end_);
     } catch (const CommError& e) {
-      throw CommError(from + e.what());
+      throw CommError(from() + e.what());
     }
     end_ += bytes;
     sealed_begin_ += whole;
