@@ -643,8 +643,8 @@ ReadResult StripeReceivers::State::read_sealed_record(const Connection& c, std::
   std::vector<uint8_t> sealed;
   try {
     const uint32_t bytes = sealed_length(length);
-    if (bytes > kChunkFixed + 8 * kDirectPartsMax + kHeaderMax && bytes > kStripeSealedBytes)
-      throw CommError("a record of " + std::to_string(bytes) + " bytes");
+    if (bytes > kChunkFixed + 8 * kDirectPartsMax + kHeaderMax)
+      throw CommError("a chunk's head of " + std::to_string(bytes) + " bytes");
     sealed.resize(bytes + kSealTagBytes);
     if (read_all(c.fd, sealed.data(), sealed.size()) != ReadResult::ok) throw CommError("cut short");
     plain.resize(bytes);
