@@ -1,6 +1,6 @@
 // Sealed records (net/sealed_stream.h), the AEAD of an encrypted job's direct links and stripes:
 // what is sealed opens bit for bit and only once, in order; a nonce never repeats under a key; a
-// record altered on the wire is refused, and on a real direct link that breaks the link with a
+// record altered on the wire is refused, and on a real direct link or stripe that breaks it with a
 // CommError naming the peer's rank and address; an encrypted pair of transports carries frames
 // over its direct link and stripes, bit for bit.
 #include <sys/socket.h>
@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <thread>
 #include <set>
@@ -192,4 +193,47 @@ TEST_CASE("sealed records: an encrypted pair sends over its direct link and stri
   CHECK(receive_message(*p.a, 6, 1).payload.to_vector<float>() == values((1 << 20) + 1, 8).to_vector<float>());
   CHECK(p.a->direct_frames() == 1);
   CHECK(p.a->striped_frames() == 1);
+}
+
+namespace {
+
+// Rank 0 of an encrypted pair (never connected) taking one stripe from "rank 1", which dials with
+// `seal` (or says it does not seal) and writes `wire`: the error rank 0 breaks with.
+std::string stripe_refusal(bool seal, const std::function<std::vector<uint8_t>(const SessionKeys&)>& wire) {
+  TransportOptions o = unconnected_rank0();
+  o.keys = derive_job_keys(generate_job_secret());
+  o.encrypt = true;
+  Transport t(o);
+  auto slot = t.post(0, Inbox::p2p, 1, -1);
+  SessionKeys session;
+  const int fd = dial_direct(t.address().direct, 1, 0, /*lane=*/1, *o.keys, deadline_after(5s), seal ? &session : nullptr);
+  const std::vector<uint8_t> bytes = wire(session);
+  ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  std::string what;
+  try {
+    t.wait(slot, deadline_after(10s));
+    what = "nothing";
+  } catch (const CommError& e) {
+    what = e.what();
+  }
+  ::close(fd);
+  return what;
+}
+
+}  // namespace
+
+TEST_CASE("sealed records: a stripe's tampered chunk, or a stripe that does not seal, breaks it with CommError",
+          "[net][sealed]") {
+  // A chunk head (40 bytes) sealed with the right key and number, one bit flipped on the way.
+  const std::string tampered = stripe_refusal(true, [](const SessionKeys& k) {
+    RecordSealer sealer(k.send);
+    std::vector<uint8_t> wire;
+    sealer.seal(bytes_of(40, 2), wire);
+    wire[kSealedLengthBytes + 3] ^= 0x04;
+    return wire;
+  });
+  CHECK_THAT(tampered, Catch::Contains("rank 1") && Catch::Contains("127.0.0.1:") &&
+                           Catch::Contains("failed authentication"));
+  const std::string plain = stripe_refusal(false, [](const SessionKeys&) { return bytes_of(40, 2); });
+  CHECK_THAT(plain, Catch::Contains("rank 1 does not seal its records"));
 }
