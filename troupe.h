@@ -56,9 +56,9 @@
 #include "dataflow/graph.h"
 #include "dataflow/value.h"
 
-// net/: process groups, p2p, collectives, the launcher, CURVE keys, remote actors and their meshes.
+// net/: process groups, p2p, collectives, the launcher, the job secret, remote actors and their meshes.
 #include "net/collectives.h"
-#include "net/curve.h"
+#include "net/job_secret.h"
 #include "net/errors.h"
 #include "net/bootstrap/launcher.h"
 #include "net/process_group.h"

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-packages=(build-essential cmake ccache pkg-config libcaf-dev libzmq3-dev cppzmq-dev catch2 libdnnl-dev
+packages=(build-essential cmake ccache pkg-config libcaf-dev libzmq3-dev cppzmq-dev libsodium-dev libssl-dev catch2 libdnnl-dev
           libopenblas-dev nlohmann-json3-dev libcli11-dev zlib1g-dev dataset-fashion-mnist
           libsentencepiece-dev sentencepiece openmpi-bin slurm-wlm munge clang-14 libclang-rt-14-dev
           python3-prometheus-client tmux)

@@ -20,9 +20,6 @@ namespace troupe::net {
 
 namespace {
 
-constexpr uint32_t kIntroMagic = 0x44505254;  // "TRPD"
-constexpr uint32_t kIntroVersion = 3;  // 3: a link carries frames both ways
-constexpr size_t kIntroBytes = 16;
 constexpr size_t kHeaderMax = 1024;              // frame headers are ~100 bytes
 constexpr size_t kReadChunk = 256 << 10;         // the receive buffer's size while records are small
 
@@ -104,7 +101,8 @@ int DirectListener::accept() {
   }
 }
 
-int dial_direct(const std::string& endpoint, int self, int stripe, Deadline deadline) {
+int dial_direct(const std::string& endpoint, int self, int peer, int stripe, const JobKeys& keys, Deadline deadline,
+                SessionKeys* sealed) {
   addrinfo* found = resolve(endpoint, false);
   int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
@@ -133,20 +131,36 @@ int dial_direct(const std::string& endpoint, int self, int stripe, Deadline dead
     if (error != 0) give_up(std::strerror(error));
   }
   set_nodelay(fd);
-  uint8_t intro[kIntroBytes];
-  wire::put<uint32_t>(intro, 0, kIntroMagic);
-  wire::put<uint32_t>(intro, 4, kIntroVersion);
-  wire::put<uint32_t>(intro, 8, static_cast<uint32_t>(self));
-  wire::put<uint32_t>(intro, 12, static_cast<uint32_t>(stripe));
-  // A fresh connection's send buffer takes these few bytes at once.
-  if (::send(fd, intro, kIntroBytes, MSG_NOSIGNAL) != static_cast<ssize_t>(kIntroBytes)) give_up("introduction not sent");
+  HelloFields hello;
+  hello.path = kDirectPath;
+  hello.lane = static_cast<uint32_t>(stripe);
+  hello.client_rank = self;
+  hello.server_rank = peer;
+  hello.flags = sealed ? kHandshakeEncrypt : 0;
+  try {
+    const SessionKeys session = handshake_as_client(fd, keys, hello, deadline);
+    if (sealed) *sealed = session;
+  } catch (const CommError& e) {
+    give_up(e.what());
+  }
   return fd;
 }
 
-DirectSender::DirectSender(const std::string& endpoint, int self, Deadline deadline)
-    : owner_(share_fd(dial_direct(endpoint, self, 0, deadline))), fd_(*owner_) {}
+DirectSender::DirectSender(const std::string& endpoint, int self, int peer, const JobKeys& keys, Deadline deadline,
+                           bool encrypt) {
+  SessionKeys session;
+  owner_ = share_fd(dial_direct(endpoint, self, peer, 0, keys, deadline, encrypt ? &session : nullptr));
+  fd_ = *owner_;
+  if (encrypt) {
+    session_ = session;
+    sealer_ = std::make_unique<RecordSealer>(session.send);
+  }
+}
 
-DirectSender::DirectSender(SharedFd fd) : owner_(std::move(fd)), fd_(*owner_) {}
+DirectSender::DirectSender(SharedFd fd, const std::optional<SessionKeys>& session)
+    : owner_(std::move(fd)), fd_(*owner_), session_(session) {
+  if (session_) sealer_ = std::make_unique<RecordSealer>(session_->send);
+}
 
 DirectSender::~DirectSender() = default;
 
@@ -171,6 +185,18 @@ bool DirectSender::send(std::span<const uint8_t> header, std::span<const std::sp
   add(lengths.data(), lengths.size());
   add(header.data(), header.size());
   for (const auto& p : parts) add(p.data(), p.size());
+  std::vector<uint8_t> sealed;
+  if (sealer_) {  // the whole record as one sealed record
+    std::vector<std::span<const uint8_t>> pieces;
+    for (const iovec& v : iov) pieces.emplace_back(static_cast<const uint8_t*>(v.iov_base), v.iov_len);
+    try {
+      sealer_->seal(pieces, sealed);
+    } catch (const CommError&) {  // the key's records are spent: the link closes, the frames take ZeroMQ
+      broken_ = true;
+      return backlogged();
+    }
+    iov.assign(1, iovec{sealed.data(), sealed.size()});
+  }
 
   size_t written = 0;
   // Behind kept bytes the record must wait its turn; a long gather list is kept whole.
@@ -233,13 +259,32 @@ void DirectSender::flush_until(Deadline deadline) {
   }
 }
 
-// A connection that has not introduced itself holds 16 bytes: a stranger's costs no more.
-DirectReceiver::DirectReceiver(int fd, int self, int world_size)
-    : owner_(share_fd(fd)), fd_(fd), self_(self), world_size_(world_size), buffer_(kIntroBytes), opened_(Clock::now()) {}
-
-DirectReceiver::DirectReceiver(SharedFd fd, int self, int world_size, int peer)
-    : owner_(std::move(fd)), fd_(*owner_), self_(self), world_size_(world_size), peer_(peer), buffer_(kReadChunk),
+DirectReceiver::DirectReceiver(int fd, int self, int world_size, const JobKeys& keys, bool encrypt)
+    : owner_(share_fd(fd)),
+      fd_(fd),
+      self_(self),
+      world_size_(world_size),
+      encrypt_(encrypt),
+      handshake_(std::make_unique<HandshakeServer>(keys, self, world_size)),
+      buffer_(kReadChunk),
       opened_(Clock::now()) {}
+
+DirectReceiver::DirectReceiver(SharedFd fd, int self, int world_size, int peer,
+                               const std::optional<SessionKeys>& session)
+    : owner_(std::move(fd)),
+      fd_(*owner_),
+      self_(self),
+      world_size_(world_size),
+      encrypt_(session.has_value()),
+      session_(session),
+      peer_(peer),
+      buffer_(kReadChunk),
+      opened_(Clock::now()) {
+  if (session_) {
+    opener_ = std::make_unique<RecordOpener>(session_->receive);
+    sealed_.resize(kReadChunk);
+  }
+}
 
 DirectReceiver::~DirectReceiver() = default;
 
@@ -248,19 +293,70 @@ int DirectReceiver::release() {
   return std::exchange(*owner_, -1);
 }
 
-bool DirectReceiver::read(const std::function<void(const DirectRecord&)>& on_record) {
-  // The introduction alone first: a stripe's connection is handed on with nothing read past it.
+std::string DirectReceiver::remote() const { return remote_address(fd_); }
+
+std::string remote_address(int fd) {
+  sockaddr_storage addr{};
+  socklen_t size = sizeof addr;
+  char host[NI_MAXHOST] = "?", port[NI_MAXSERV] = "?";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &size) == 0)
+    ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), size, host, sizeof host, port, sizeof port,
+                  NI_NUMERICHOST | NI_NUMERICSERV);
+  return std::string(host) + ":" + port;
+}
+
+// The handshake's server side, a message at a time, each read exactly: a stripe's connection is
+// handed on with nothing read past the proof.
+bool DirectReceiver::shake_hands() {
   while (peer_ < 0) {
-    const ssize_t n = ::recv(fd_, buffer_.data() + end_, kIntroBytes - end_, MSG_DONTWAIT);
-    if (n > 0) {
-      end_ += static_cast<size_t>(n);
-      parse(on_record);
+    const bool challenged = end_ >= kHelloBytes;
+    const size_t want = challenged ? kHelloBytes + kProofBytes : kHelloBytes;
+    const ssize_t n = ::recv(fd_, buffer_.data() + end_, want - end_, MSG_DONTWAIT);
+    if (n == 0) throw CommError("direct link: the connection closed during the handshake");
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+      fail("handshake");
+    }
+    end_ += static_cast<size_t>(n);
+    if (end_ < want) continue;
+    if (!challenged) {
+      const auto challenge = handshake_->challenge({buffer_.data(), kHelloBytes});
+      // A fresh connection's send buffer takes these few bytes at once.
+      if (::send(fd_, challenge.data(), challenge.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != ssize_t(challenge.size()))
+        throw CommError("direct link: the handshake's challenge could not be sent");
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    handshake_->verify({buffer_.data() + kHelloBytes, kProofBytes});
+    const HelloFields hello = handshake_->hello();
+    const SessionKeys handshake_session = handshake_->session();
+    handshake_.reset();
+    peer_ = hello.client_rank;  // proven: from here on, what is wrong is that rank's doing
+    if (hello.path != kDirectPath || hello.lane > kMaxStripes)
+      throw CommError("direct link: rank " + std::to_string(peer_) + " introduced path " + std::to_string(hello.path) +
+                      " lane " + std::to_string(hello.lane) + ", at most lane " + std::to_string(kMaxStripes) +
+                      " of path " + std::to_string(kDirectPath));
+    stripe_ = static_cast<int>(hello.lane);
+    begin_ = end_ = 0;
+    if (((hello.flags & kHandshakeEncrypt) != 0) != encrypt_)
+      throw CommError("direct link: rank " + std::to_string(peer_) + (encrypt_ ? " does not" : "") +
+                      " seal its records and this rank does" + (encrypt_ ? "" : " not") +
+                      ": both ranks need the same TROUPE_ENCRYPT");
+    if (encrypt_) {
+      session_ = handshake_session;
+      if (stripe_ == 0) {
+        opener_ = std::make_unique<RecordOpener>(session_->receive);
+        sealed_.resize(kReadChunk);
+      }
+    }
   }
+  return true;
+}
+
+bool DirectReceiver::read(const std::function<void(const DirectRecord&)>& on_record) {
+  if (peer_ < 0 && !shake_hands()) return true;
   if (stripe_ > 0) return true;
+  if (opener_) return read_sealed(on_record);
   while (true) {
     if (buffer_.size() - end_ < kReadChunk / 4 && begin_ > 0) {  // make room: unread bytes to the front
       std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
@@ -295,26 +391,6 @@ bool DirectReceiver::make_room(size_t bytes) {
 // only when it just filled the buffer (more may be waiting).
 bool DirectReceiver::parse(const std::function<void(const DirectRecord&)>& on_record) {
   const bool filled = end_ == buffer_.size();
-  if (peer_ < 0) {
-    if (end_ - begin_ < kIntroBytes) return filled;
-    const uint8_t* in = buffer_.data() + begin_;
-    if (wire::get<uint32_t>(in, 0) != kIntroMagic || wire::get<uint32_t>(in, 4) != kIntroVersion)
-      throw CommError("direct link: a connection that is not a Troupe direct link (or another version)");
-    const auto rank = static_cast<int32_t>(wire::get<uint32_t>(in, 8));
-    const auto stripe = static_cast<int32_t>(wire::get<uint32_t>(in, 12));
-    if (rank < 0 || rank >= world_size_ || rank == self_)
-      throw CommError("direct link: a connection introduced as rank " + std::to_string(rank) + " (world of " +
-                      std::to_string(world_size_) + ", this is rank " + std::to_string(self_) + ")");
-    peer_ = rank;  // from here on, what is wrong is that rank's doing
-    if (stripe < 0 || stripe > kMaxStripes)
-      throw CommError("direct link: rank " + std::to_string(rank) + " introduced lane " + std::to_string(stripe) +
-                      ", at most " + std::to_string(kMaxStripes));
-    stripe_ = stripe;
-    begin_ = end_ = 0;
-    partial_since_.reset();
-    if (stripe_ == 0) buffer_.resize(kReadChunk);
-    return false;
-  }
   DirectRecord record;
   while (end_ - begin_ >= 8) {
     const uint8_t* in = buffer_.data() + begin_;
@@ -353,6 +429,71 @@ bool DirectReceiver::parse(const std::function<void(const DirectRecord&)>& on_re
   if (begin_ == end_) begin_ = end_ = 0;
   else if (!partial_since_) partial_since_ = Clock::now();
   return filled;
+}
+
+}  // namespace troupe::net
+
+namespace troupe::net {
+
+// Sealed links: bytes as they come into sealed_, each whole record opened into buffer_ and parsed
+// there (a record holds one frame's record, so parse() hands it out at once).
+bool DirectReceiver::read_sealed(const std::function<void(const DirectRecord&)>& on_record) {
+  while (true) {
+    if (sealed_.size() - sealed_end_ < kReadChunk / 4 && sealed_begin_ > 0) {
+      std::memmove(sealed_.data(), sealed_.data() + sealed_begin_, sealed_end_ - sealed_begin_);
+      sealed_end_ -= sealed_begin_;
+      sealed_begin_ = 0;
+    }
+    const ssize_t n = ::recv(fd_, sealed_.data() + sealed_end_, sealed_.size() - sealed_end_, MSG_DONTWAIT);
+    if (n > 0) {
+      sealed_end_ += static_cast<size_t>(n);
+      open_sealed(on_record);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    return false;  // closed, or reset: the peer is gone
+  }
+}
+
+void DirectReceiver::open_sealed(const std::function<void(const DirectRecord&)>& on_record) {
+  while (sealed_end_ - sealed_begin_ >= kSealedLengthBytes) {
+    const uint8_t* in = sealed_.data() + sealed_begin_;
+    auto from = [&] { return "direct link: a record from rank " + std::to_string(peer_) + " at " + remote() + ": "; };
+    uint32_t bytes = 0;
+    try {
+      bytes = sealed_length(in);
+    } catch (const CommError& e) {
+      throw CommError(from() + e.what());
+    }
+    if (bytes > kDirectRecordMax)
+      throw CommError(from() + std::to_string(bytes) + " bytes, at most " + std::to_string(kDirectRecordMax));
+    const size_t whole = kSealedLengthBytes + bytes + kSealTagBytes;
+    if (sealed_end_ - sealed_begin_ < whole) {
+      if (sealed_begin_ + whole > sealed_.size()) {
+        std::memmove(sealed_.data(), in, sealed_end_ - sealed_begin_);
+        sealed_end_ -= sealed_begin_;
+        sealed_begin_ = 0;
+        if (whole > sealed_.size()) sealed_.resize(whole);
+      }
+      return;
+    }
+    if (end_ + bytes > buffer_.size()) {
+      std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+      if (end_ + bytes > buffer_.size()) buffer_.resize(end_ + bytes);
+    }
+    try {
+      opener_->open(in, {in + kSealedLengthBytes, bytes + kSealTagBytes}, buffer_.data() + end_);
+    } catch (const CommError& e) {
+      throw CommError(from() + e.what());
+    }
+    end_ += bytes;
+    sealed_begin_ += whole;
+    parse(on_record);
+  }
+  if (sealed_begin_ == sealed_end_) sealed_begin_ = sealed_end_ = 0;
 }
 
 }  // namespace troupe::net

@@ -8,22 +8,25 @@
 // a bare ACK through the whole network stack (2 segments per 4-byte exchange instead of 1).
 //
 //   DirectListener listener("127.0.0.1");            // in the transport's constructor
-//   DirectSender to_peer(peer_endpoint, /*self=*/0, deadline_after(5s));
+//   DirectSender to_peer(peer_endpoint, /*self=*/0, /*peer=*/1, keys, deadline_after(5s));
 //   to_peer.send(header, {payload});                 // written now, or kept for flush()
 //   DirectReceiver from_peer(to_peer.shared_fd(), /*self=*/0, /*world_size=*/2, /*peer=*/1);
 //   // on the peer, once listener.accept() gave a connection:
-//   DirectReceiver in(fd, /*self=*/1, /*world_size=*/2);
-//   in.read([](const DirectRecord& r) { ... });      // the introduction, then records
+//   DirectReceiver in(fd, /*self=*/1, /*world_size=*/2, keys);
+//   in.read([](const DirectRecord& r) { ... });      // the handshake, then records
 //   DirectSender back(in.shared_fd());               // answers on the same connection
 //
-// Wire: the connecting side first introduces itself (magic, version, its rank, its stripe: 0 for the
-// link of small frames, 1.. for a stripe of large ones, stripes.h, which the transport hands on);
-// then records, each
+// Wire: the connecting side first proves it holds the job's secret, and learns that the other end
+// does (net/handshake.h: hello, challenge, proof); its hello names its rank and its lane: 0 for the
+// link of small frames, 1.. for a stripe of large ones, stripes.h, which the transport hands on.
+// Nothing is read from a connection before its handshake succeeded. Then records, each
 // `u32 header bytes, u32 part count, u64 bytes of each part, the header, the parts`, little-endian.
 // A record holds one transport frame: its header (frame.h) and its parts (the payload, then an
-// actor frame's tensors). The receiver checks the introduction and every length before use.
+// actor frame's tensors). The receiver checks every length before use.
 //
-// Not for CURVE jobs: the link is not encrypted (the transport keeps those frames on ZeroMQ).
+// In an encrypted job (TransportOptions::encrypt) each record travels sealed (sealed_stream.h)
+// with the connection's session keys, one per direction; the hello says so (kHandshakeEncrypt),
+// and a receiver refuses a peer that does not agree. Otherwise nothing is added per record.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -33,6 +36,9 @@
 #include <string>
 #include <vector>
 
+#include "net/handshake.h"
+#include "net/job_secret.h"
+#include "net/sealed_stream.h"
 #include "net/work.h"
 
 namespace troupe::net {
@@ -48,10 +54,16 @@ inline constexpr int kMaxStripes = 8;
 using SharedFd = std::shared_ptr<int>;
 SharedFd share_fd(int fd);  // takes ownership of fd
 
-// Connects to a peer's endpoint ("host:port") and introduces this end as rank `self`, stripe `stripe`.
-// Returns the connected non-blocking descriptor (the caller owns it). CommError when the peer
-// cannot be reached by the deadline.
-int dial_direct(const std::string& endpoint, int self, int stripe, Deadline deadline);
+// A connected socket's other end, "host:port", for messages ("?:?" when unknown).
+std::string remote_address(int fd);
+
+// Connects to rank `peer`'s endpoint ("host:port") and runs the handshake's client side as rank
+// `self`, lane `stripe`. Returns the connected non-blocking descriptor (the caller owns it).
+// CommError when the peer cannot be reached by the deadline or fails the handshake.
+// sealed: the connection's records are sealed (an encrypted job): the hello says so, and the
+// handshake's session keys land there.
+int dial_direct(const std::string& endpoint, int self, int peer, int stripe, const JobKeys& keys, Deadline deadline,
+                SessionKeys* sealed = nullptr);
 
 // Listens on host:<any port> for peers' direct links.
 class DirectListener {
@@ -75,11 +87,13 @@ class DirectListener {
 // transport holds the peer's send mutex).
 class DirectSender {
  public:
-  // Connects to a peer's endpoint ("host:port") and introduces itself as rank `self`. CommError
-  // when the peer cannot be reached by the deadline.
-  DirectSender(const std::string& endpoint, int self, Deadline deadline);
-  // Sends on a connection a DirectReceiver reads too (the accepting end of a link).
-  explicit DirectSender(SharedFd fd);
+  // Connects to rank `peer`'s endpoint ("host:port") as rank `self` (dial_direct). CommError when
+  // the peer cannot be reached by the deadline or fails the handshake. encrypt: records sealed.
+  DirectSender(const std::string& endpoint, int self, int peer, const JobKeys& keys, Deadline deadline,
+               bool encrypt = false);
+  // Sends on a connection a DirectReceiver reads too (the accepting end of a link); sealed with
+  // session's send key when given (the receiver's session()).
+  explicit DirectSender(SharedFd fd, const std::optional<SessionKeys>& session = std::nullopt);
   ~DirectSender();
   DirectSender(const DirectSender&) = delete;
   DirectSender& operator=(const DirectSender&) = delete;
@@ -105,11 +119,15 @@ class DirectSender {
   bool broken() const { return broken_; }
   int fd() const { return fd_; }
   const SharedFd& shared_fd() const { return owner_; }  // for the receiver of the same link
+  const std::optional<SessionKeys>& session() const { return session_; }  // sealed links: the keys
+  uint64_t sealed_records() const { return sealer_ ? sealer_->records() : 0; }
 
  private:
   SharedFd owner_;
   int fd_ = -1;
   bool broken_ = false;
+  std::optional<SessionKeys> session_;
+  std::unique_ptr<RecordSealer> sealer_;  // encrypted jobs only
   std::vector<uint8_t> backlog_;  // bytes not yet written, from sent_ on
   size_t sent_ = 0, kept_ = 0;
   Clock::time_point progress_;    // when bytes were last kept after none were, or last written out
@@ -125,36 +143,52 @@ struct DirectRecord {
 // transport's leader or I/O thread).
 class DirectReceiver {
  public:
-  DirectReceiver(int fd, int self, int world_size);  // takes ownership of fd
-  // Reads a connection this end dialed to rank `peer` (a DirectSender writes it): no introduction comes.
-  DirectReceiver(SharedFd fd, int self, int world_size, int peer);
+  // An accepted connection (takes ownership of fd): the handshake's server side runs first.
+  // encrypt: the peer must say its records are sealed, and they are opened.
+  DirectReceiver(int fd, int self, int world_size, const JobKeys& keys, bool encrypt = false);
+  // Reads a connection this end dialed to rank `peer` (a DirectSender writes it): no handshake comes.
+  // session: the dialer's keys when its records are sealed.
+  DirectReceiver(SharedFd fd, int self, int world_size, int peer,
+                 const std::optional<SessionKeys>& session = std::nullopt);
   ~DirectReceiver();
   DirectReceiver(const DirectReceiver&) = delete;
   DirectReceiver& operator=(const DirectReceiver&) = delete;
 
   int fd() const { return fd_; }
-  int peer() const { return peer_; }  // the sender's rank, -1 until its introduction came
+  int peer() const { return peer_; }  // the sender's rank, -1 until its handshake succeeded
   Clock::time_point opened() const { return opened_; }  // when it was accepted (or dialed)
   // Since when part of a record waits for the rest; nullopt: none does.
   std::optional<Clock::time_point> partial_since() const { return partial_since_; }
   int stripe() const { return stripe_; }  // 0: small frames; 1..: a stripe, for release() to hand on
-  int release();                      // gives up the descriptor (nothing past the introduction read)
+  int release();                      // gives up the descriptor (nothing past the handshake read)
+  std::string remote() const;         // the other end's address, for messages
   const SharedFd& shared_fd() const { return owner_; }  // for a sender on the same connection
+  // Sealed connections: this end's keys (set by the handshake), for the answering sender or a stripe.
+  const std::optional<SessionKeys>& session() const { return session_; }
   // Reads what the socket holds without blocking and hands each complete record to on_record.
   // False once the peer closed the link (everything it sent before has been handed out).
-  // CommError for a malformed introduction or record, naming what is wrong.
+  // CommError for a failed handshake or a malformed record, naming what is wrong.
   bool read(const std::function<void(const DirectRecord&)>& on_record);
 
  private:
+  bool shake_hands();  // true once done; false while bytes are missing
   bool parse(const std::function<void(const DirectRecord&)>& on_record);
   bool make_room(size_t bytes);
+  bool read_sealed(const std::function<void(const DirectRecord&)>& on_record);
+  void open_sealed(const std::function<void(const DirectRecord&)>& on_record);
 
   SharedFd owner_;
   int fd_ = -1;
   const int self_, world_size_;
+  const bool encrypt_ = false;
+  std::optional<SessionKeys> session_;
+  std::unique_ptr<RecordOpener> opener_;  // sealed links: records open into buffer_
+  std::vector<uint8_t> sealed_;           // sealed links: bytes as read, [sealed_begin_, sealed_end_) unopened
+  size_t sealed_begin_ = 0, sealed_end_ = 0;
   int peer_ = -1;
   int stripe_ = 0;
-  std::vector<uint8_t> buffer_;  // the introduction's 16 bytes until it came, then records
+  std::unique_ptr<HandshakeServer> handshake_;  // accepted connections, until the handshake is done
+  std::vector<uint8_t> buffer_;
   size_t begin_ = 0, end_ = 0;  // unread bytes in buffer_
   std::optional<Clock::time_point> partial_since_;
   Clock::time_point opened_;

@@ -1,6 +1,7 @@
 #include "net/process_group.h"
 
 #include <cstdlib>
+#include <iostream>
 #include <numeric>
 #include <set>
 
@@ -228,9 +229,23 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
     // file://: no host to aim at; the default route's interface, loopback on a host without one.
     t.tcp_host = detail::default_route_address().value_or("127.0.0.1");
   }
-  const std::string key_file =
-      !options.curve_key_file.empty() ? options.curve_key_file : env_string("TROUPE_CURVE_SECRET_FILE");
-  if (!key_file.empty()) t.curve = load_curve_key_file(key_file);
+  if (!env_string("TROUPE_CURVE_SECRET_FILE").empty())
+    throw ValueError("init_process_group: TROUPE_CURVE_SECRET_FILE is gone: set TROUPE_JOB_SECRET_FILE to a job "
+                     "secret (`troupe secret FILE`), which now keys CURVE and every other connection");
+  const std::string secret_file = !options.secret_file.empty() ? options.secret_file : env_string("TROUPE_JOB_SECRET_FILE");
+  const bool insecure = env_string("TROUPE_INSECURE") == "1";
+  t.encrypt = options.encrypt || env_string("TROUPE_ENCRYPT") == "1";
+  if (!secret_file.empty()) {
+    t.keys = derive_job_keys(load_job_secret_file(secret_file));
+  } else if (t.encrypt) {
+    throw ValueError("init_process_group: encryption (TROUPE_ENCRYPT=1) needs the job secret: " +
+                     missing_job_secret_message());
+  } else if (options.world_size > 1 && !insecure) {
+    throw ValueError("init_process_group: " + missing_job_secret_message());
+  } else if (options.world_size > 1 && options.rank == 0) {
+    std::cerr << "troupe: warning: TROUPE_INSECURE=1: this job has no secret; any process that reaches its ports "
+                 "can join it, spawn its actors and read its frames\n";
+  }
 
   auto transport = std::make_shared<Transport>(t);
   std::vector<PeerAddress> table = rendezvous(method, options.rank, options.world_size, *transport, deadline);

@@ -54,8 +54,11 @@ struct InitOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
   // auto (ipc:// to peers on this host, tcp:// to others) | tcp | ipc; empty: $TROUPE_TRANSPORT or auto.
   std::string transport;
-  // A CURVE key file (see curve.h); empty: $TROUPE_CURVE_SECRET_FILE, or no CURVE when unset.
-  std::string curve_key_file;
+  // The job secret's file (job_secret.h); empty: $TROUPE_JOB_SECRET_FILE. A world of several ranks
+  // without one is refused unless TROUPE_INSECURE=1; a world of one needs none.
+  std::string secret_file;
+  // Every frame encrypted (ZeroMQ CURVE; AES-256-GCM on direct links and stripes); false: $TROUPE_ENCRYPT=1.
+  bool encrypt = false;
 };
 
 std::shared_ptr<class ProcessGroup> init_process_group(InitOptions options = {});

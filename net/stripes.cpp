@@ -23,6 +23,7 @@
 #include "net/errors.h"
 #include "net/wire_bytes.h"
 #include "net/direct_link.h"
+#include "net/sealed_stream.h"
 
 namespace troupe::net {
 
@@ -167,11 +168,12 @@ struct StripeSenders::State {
   std::condition_variable changed;
   std::vector<Stripe> stripes;
   std::map<int, std::vector<int>> fds;  // peer -> one connection per stripe
+  std::map<int, std::vector<std::shared_ptr<RecordSealer>>> sealers;  // encrypted jobs: one per connection
   std::map<int, bool> broken;
   bool stopping = false;
 
   void run(int k);
-  bool write_chunk(int fd, Chunk& chunk);
+  bool write_chunk(int fd, Chunk& chunk, RecordSealer* sealer);
   void finish(Chunk& chunk, bool ok);
 };
 
@@ -199,11 +201,15 @@ StripeSenders::~StripeSenders() {
 
 int StripeSenders::stripes() const { return static_cast<int>(state_->stripes.size()); }
 
-bool StripeSenders::connect(int peer, const std::string& endpoint, int self, Deadline deadline) {
+bool StripeSenders::connect(int peer, const std::string& endpoint, int self, const JobKeys& keys, Deadline deadline,
+                            bool encrypt) {
   std::vector<int> fds;
+  std::vector<std::shared_ptr<RecordSealer>> sealers;
   try {
     for (int k = 0; k < stripes(); ++k) {
-      fds.push_back(dial_direct(endpoint, self, k + 1, deadline));
+      SessionKeys session;
+      fds.push_back(dial_direct(endpoint, self, peer, k + 1, keys, deadline, encrypt ? &session : nullptr));
+      if (encrypt) sealers.push_back(std::make_shared<RecordSealer>(session.send));
       set_blocking(fds.back(), std::chrono::seconds(10));
     }
   } catch (const CommError&) {
@@ -212,6 +218,7 @@ bool StripeSenders::connect(int peer, const std::string& endpoint, int self, Dea
   }
   std::lock_guard lock(state_->mutex);
   state_->fds[peer] = std::move(fds);
+  state_->sealers[peer] = std::move(sealers);
   state_->broken[peer] = false;
   return true;
 }
@@ -302,9 +309,10 @@ void StripeSenders::State::run(int k) {
     stripes[k].queue.pop_front();
     const bool skip = broken[chunk.peer];
     const int fd = fds[chunk.peer][k];
+    RecordSealer* sealer = sealers[chunk.peer].empty() ? nullptr : sealers[chunk.peer][k].get();
     stripes[k].busy = true;
     lock.unlock();
-    const bool ok = !skip && write_chunk(fd, chunk);
+    const bool ok = !skip && write_chunk(fd, chunk, sealer);
     if (!ok && !skip) {
       ::shutdown(fd, SHUT_RDWR);  // a chunk cut short: the peer must not take what came of it
       on_broken(chunk.peer);
@@ -330,10 +338,43 @@ void take_front(std::vector<iovec>& iov, size_t& first, uint64_t bytes, std::vec
   }
 }
 
+// Writes iov's bytes (consumed) as sealed records of at most kStripeSealedBytes each.
+bool write_sealed(int fd, std::vector<iovec>& iov, RecordSealer& sealer) {
+  std::vector<uint8_t> sealed;
+  std::vector<std::span<const uint8_t>> pieces;
+  size_t first = 0;
+  while (first < iov.size()) {
+    pieces.clear();
+    size_t bytes = 0;
+    while (first < iov.size() && bytes < kStripeSealedBytes) {
+      iovec& v = iov[first];
+      const size_t n = std::min(v.iov_len, kStripeSealedBytes - bytes);
+      pieces.emplace_back(static_cast<const uint8_t*>(v.iov_base), n);
+      v.iov_base = static_cast<uint8_t*>(v.iov_base) + n;
+      v.iov_len -= n;
+      bytes += n;
+      if (v.iov_len == 0) ++first;
+    }
+    sealed.clear();
+    try {
+      sealer.seal(pieces, sealed);
+    } catch (const CommError&) {  // the key's records are spent
+      return false;
+    }
+    std::vector<iovec> out{{sealed.data(), sealed.size()}};
+    if (!write_all(fd, out)) return false;
+  }
+  iov.clear();
+  return true;
+}
+
 // The head, then the body: up to each gate's end once its event is done, so the bytes a device
-// still copies go out as soon as they land, and the ones before them meanwhile.
-bool StripeSenders::State::write_chunk(int fd, Chunk& chunk) {
+// still copies go out as soon as they land, and the ones before them meanwhile. Sealed: the head
+// one record, the body's bytes others.
+bool StripeSenders::State::write_chunk(int fd, Chunk& chunk, RecordSealer* sealer) {
+  auto write = [&](std::vector<iovec>& iov) { return sealer ? write_sealed(fd, iov, *sealer) : write_all(fd, iov); };
   std::vector<iovec> iov{{chunk.head.data(), chunk.head.size()}};
+  if (sealer && !write(iov)) return false;
   size_t first = 0;
   uint64_t at = chunk.lo;
   for (const Gate& g : chunk.gates) {
@@ -345,11 +386,11 @@ bool StripeSenders::State::write_chunk(int fd, Chunk& chunk) {
     }
     take_front(chunk.body, first, g.end - at, iov);
     at = g.end;
-    if (!write_all(fd, iov)) return false;
+    if (!write(iov)) return false;
     iov.clear();
   }
   take_front(chunk.body, first, UINT64_MAX, iov);
-  return iov.empty() || write_all(fd, iov);
+  return iov.empty() || write(iov);
 }
 
 void StripeSenders::State::finish(Chunk& chunk, bool ok) {
@@ -381,6 +422,7 @@ struct StripeReceivers::State {
   };
   struct Connection {
     int fd, peer;
+    std::shared_ptr<RecordOpener> opener;  // encrypted jobs
   };
   struct Stripe {
     std::thread thread;
@@ -402,6 +444,10 @@ struct StripeReceivers::State {
   void run(Stripe& stripe);
   // Reads one chunk; closed: the peer closed the connection between chunks.
   ReadResult read_chunk(const Connection& c);
+  // Sealed connections: one record whole into a vector (closed: between chunks), or `bytes` of
+  // records opened into out.
+  ReadResult read_sealed_record(const Connection& c, std::vector<uint8_t>& plain, const std::string& from);
+  void read_sealed_into(const Connection& c, uint8_t* out, uint64_t bytes, const std::string& from);
 };
 
 StripeReceivers::StripeReceivers(int self, int world_size, Events events, std::chrono::milliseconds stall_timeout)
@@ -432,7 +478,7 @@ StripeReceivers::~StripeReceivers() {
   }
 }
 
-void StripeReceivers::adopt(int fd, int peer, int stripe) {
+void StripeReceivers::adopt(int fd, int peer, int stripe, const std::optional<SessionKeys>& session) {
   if (stripe < 1 || stripe > kMaxStripes) {
     ::close(fd);
     throw CommError("stripes: rank " + std::to_string(peer) + " opened stripe " + std::to_string(stripe) + ", at most " +
@@ -441,7 +487,7 @@ void StripeReceivers::adopt(int fd, int peer, int stripe) {
   set_blocking(fd, state_->stall_timeout);
   State::Stripe& l = state_->stripes[stripe - 1];
   std::lock_guard lock(state_->mutex);
-  l.adopted.push_back({fd, peer});
+  l.adopted.push_back({fd, peer, session ? std::make_shared<RecordOpener>(session->receive) : nullptr});
   if (!l.thread.joinable()) {
     l.wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     l.thread = std::thread([s = state_.get(), &l] { s->run(l); });
@@ -493,7 +539,14 @@ void StripeReceivers::State::run(Stripe& stripe) {
 ReadResult StripeReceivers::State::read_chunk(const Connection& c) {
   const std::string from = "stripes: a chunk from rank " + std::to_string(c.peer) + ": ";
   uint8_t fixed[kChunkFixed];
-  if (const ReadResult r = read_all(c.fd, fixed, kChunkFixed); r != ReadResult::ok) return r;
+  std::vector<uint8_t> head;  // sealed: fixed part, part sizes and header, opened together
+  if (c.opener) {
+    if (const ReadResult r = read_sealed_record(c, head, from); r != ReadResult::ok) return r;
+    if (head.size() < kChunkFixed) throw CommError(from + "a head of " + std::to_string(head.size()) + " bytes");
+    std::memcpy(fixed, head.data(), kChunkFixed);
+  } else if (const ReadResult r = read_all(c.fd, fixed, kChunkFixed); r != ReadResult::ok) {
+    return r;
+  }
   const auto seq = wire::get<uint64_t>(fixed, 0), total = wire::get<uint64_t>(fixed, 8);
   const auto offset = wire::get<uint64_t>(fixed, 16), length = wire::get<uint64_t>(fixed, 24);
   const uint32_t header_bytes = wire::get<uint32_t>(fixed, 32), part_count = wire::get<uint32_t>(fixed, 36);
@@ -510,8 +563,14 @@ ReadResult StripeReceivers::State::read_chunk(const Connection& c) {
     throw CommError(from + "at offset " + std::to_string(offset) + " with a header of " + std::to_string(header_bytes) +
                     " bytes and " + std::to_string(part_count) + " parts");
   std::vector<uint8_t> layout(8 * size_t(part_count) + header_bytes);
-  if (!layout.empty() && read_all(c.fd, layout.data(), layout.size()) != ReadResult::ok)
+  if (c.opener) {
+    if (head.size() != kChunkFixed + layout.size())
+      throw CommError(from + "a head of " + std::to_string(head.size()) + " bytes for " + std::to_string(part_count) +
+                      " parts and a header of " + std::to_string(header_bytes));
+    std::copy(head.begin() + kChunkFixed, head.end(), layout.begin());
+  } else if (!layout.empty() && read_all(c.fd, layout.data(), layout.size()) != ReadResult::ok) {
     throw CommError(from + "cut short");
+  }
   std::vector<std::pair<uint64_t, uint64_t>> parts;
   if (described) {
     std::vector<uint64_t> sizes, offsets;
@@ -555,8 +614,11 @@ ReadResult StripeReceivers::State::read_chunk(const Connection& c) {
     block = t.block;
   }
   // Stripes write disjoint ranges of the block; only the bookkeeping is shared.
-  if (length > 0 && read_all(c.fd, static_cast<uint8_t*>(block->data()) + offset, length) != ReadResult::ok)
+  if (c.opener) {
+    read_sealed_into(c, static_cast<uint8_t*>(block->data()) + offset, length, from);
+  } else if (length > 0 && read_all(c.fd, static_cast<uint8_t*>(block->data()) + offset, length) != ReadResult::ok) {
     throw CommError(from + "cut short");
+  }
   bool whole = false;
   {
     std::lock_guard lock(mutex);
@@ -572,6 +634,47 @@ ReadResult StripeReceivers::State::read_chunk(const Connection& c) {
   }
   if (whole) events.on_ready();
   return ReadResult::ok;
+}
+
+ReadResult StripeReceivers::State::read_sealed_record(const Connection& c, std::vector<uint8_t>& plain,
+                                                     const std::string& from) {
+  uint8_t length[kSealedLengthBytes];
+  if (const ReadResult r = read_all(c.fd, length, sizeof length); r != ReadResult::ok) return r;
+  std::vector<uint8_t> sealed;
+  try {
+    const uint32_t bytes = sealed_length(length);
+    if (bytes > kChunkFixed + 8 * kDirectPartsMax + kHeaderMax)
+      throw CommError("a chunk's head of " + std::to_string(bytes) + " bytes");
+    sealed.resize(bytes + kSealTagBytes);
+    if (read_all(c.fd, sealed.data(), sealed.size()) != ReadResult::ok) throw CommError("cut short");
+    plain.resize(bytes);
+    c.opener->open(length, sealed, plain.data());
+  } catch (const CommError& e) {
+    throw CommError(from + "at " + remote_address(c.fd) + ": " + e.what());
+  }
+  return ReadResult::ok;
+}
+
+void StripeReceivers::State::read_sealed_into(const Connection& c, uint8_t* out, uint64_t bytes,
+                                              const std::string& from) {
+  std::vector<uint8_t> sealed;
+  try {
+    while (bytes > 0) {
+      uint8_t length[kSealedLengthBytes];
+      if (read_all(c.fd, length, sizeof length) != ReadResult::ok) throw CommError("cut short");
+      const uint32_t n = sealed_length(length);
+      if (n == 0 || n > bytes || n > kStripeSealedBytes)
+        throw CommError("a record of " + std::to_string(n) + " bytes where " + std::to_string(bytes) +
+                        " are to come, at most " + std::to_string(kStripeSealedBytes) + " a record");
+      sealed.resize(n + kSealTagBytes);
+      if (read_all(c.fd, sealed.data(), sealed.size()) != ReadResult::ok) throw CommError("cut short");
+      c.opener->open(length, sealed, out);
+      out += n;
+      bytes -= n;
+    }
+  } catch (const CommError& e) {
+    throw CommError(from + "at " + remote_address(c.fd) + ": " + e.what());
+  }
 }
 
 }  // namespace troupe::net

@@ -6,14 +6,14 @@
 // received tensors will use.
 //
 //   StripeSenders out(/*stripes=*/2, on_broken);             // its threads start here
-//   out.connect(/*peer=*/1, peer_direct_endpoint, /*self=*/0, deadline);
+//   out.connect(/*peer=*/1, peer_direct_endpoint, /*self=*/0, keys, deadline);
 //   out.send(1, seq, header_bytes, {payload_bytes}, {}, keep_alive, done);  // never blocks
-//   // on the peer, for each connection its DirectListener accepted and introduced as a stripe:
+//   // on the peer, for each connection its DirectListener accepted whose handshake named a stripe:
 //   StripeReceivers in(/*self=*/1, /*world_size=*/2, events);
 //   in.adopt(fd, /*peer=*/0, /*stripe=*/1);
 //   for (StripedFrame& f : in.take_ready()) ...;           // after events.on_ready()
 //
-// Wire, after the introduction (direct_link.h, stripe 1..): chunks, each
+// Wire, after the handshake (direct_link.h, handshake.h; lane 1..): chunks, each
 // `u64 seq, u64 total, u64 offset, u64 length, u32 header bytes, u32 part count, u64 bytes of each
 // part, the header, then length bytes`, little-endian. A frame's parts are laid out one after the
 // other, each starting at a multiple of 64 bytes (padding travels as zeros), `total` bytes in all;
@@ -22,12 +22,16 @@
 // in one block without waiting for the others, and the frame is whole when `total` bytes came.
 // The per-peer sequence number orders striped frames among the peer's other frames (transport.h).
 //
-// Not for CURVE jobs, like direct links: the connections are not encrypted.
+// Like direct links: authenticated by the handshake; in an encrypted job sealed (sealed_stream.h)
+// with the connection's session keys: a chunk's head is one record, its bytes records of at most
+// kStripeSealedBytes each, opened straight into the frame's block (a record that fails to open
+// closes the connection, and the frame is never handed out).
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,12 +39,15 @@
 #include "devices/event.h"
 #include "devices/tensor.h"
 #include "net/direct_link.h"
+#include "net/job_secret.h"
 #include "net/work.h"
 
 namespace troupe::net {
 
 // The most bytes one striped frame may claim (a bigger claim is a malformed chunk, not an allocation).
 inline constexpr uint64_t kStripedFrameMax = uint64_t(1) << 36;
+// The most plaintext bytes of a chunk one sealed record holds (encrypted jobs): sealed and opened in cache.
+inline constexpr size_t kStripeSealedBytes = 256 << 10;
 
 // A part whose bytes come ready over time (a device tensor's copy to host under way,
 // devices/host_staging.h): bytes [0, end) of the part are there once the event is done, in order.
@@ -68,8 +75,9 @@ class StripeSenders {
 
   int stripes() const;
   // Opens the stripes' connections to a peer's direct-link endpoint; false when any cannot be made
-  // by the deadline (the peer then gets no stripes).
-  bool connect(int peer, const std::string& endpoint, int self, Deadline deadline);
+  // by the deadline (the peer then gets no stripes). encrypt: chunks sealed.
+  bool connect(int peer, const std::string& endpoint, int self, const JobKeys& keys, Deadline deadline,
+               bool encrypt = false);
   bool usable(int peer) const;  // connected and not broken
   // Queues a frame: its header and parts (bytes that `keep` holds alive until written), and the
   // gates of parts still being copied (one per part, or none). done, if given, finishes when every
@@ -109,8 +117,8 @@ class StripeReceivers {
   StripeReceivers& operator=(const StripeReceivers&) = delete;
 
   // Takes a connection introduced as stripe `stripe` (1..kMaxStripes) of `peer`; its stripe's thread
-  // starts with the stripe's first connection.
-  void adopt(int fd, int peer, int stripe);
+  // starts with the stripe's first connection. session: its keys when its chunks are sealed.
+  void adopt(int fd, int peer, int stripe, const std::optional<SessionKeys>& session = std::nullopt);
   std::vector<StripedFrame> take_ready();
 
   struct State;

@@ -59,7 +59,7 @@ Transport::Transport(TransportOptions options)
     zmq_ = std::make_unique<ZmqLink>(context_, options_, address_, sink);
     if (address_.tcp.empty() && address_.ipc.empty()) throw ValueError("transport: neither tcp nor ipc enabled");
     address_.host_id = host_id();
-    if (!options_.tcp_host.empty() && options_.direct_max > 0 && !options_.curve) {
+    if (!options_.tcp_host.empty() && options_.direct_max > 0) {
       DirectLink::Hooks hooks;
       hooks.send_mutex = [this](int r) -> std::mutex& { return peers_[r]->send_mutex; };
       hooks.wake = [this] { wake(); };
@@ -68,7 +68,9 @@ Transport::Transport(TransportOptions options)
                Clock::now() - Clock::time_point(Clock::duration(last_lead_.load(std::memory_order_relaxed))) <
                    kLeadSlice;
       };
-      hooks.on_stripe = [this](int fd, int peer, int stripe) { stripes_->adopt(fd, peer, stripe); };
+      hooks.on_stripe = [this](int fd, int peer, int stripe, const std::optional<SessionKeys>& session) {
+        stripes_->adopt(fd, peer, stripe, session);
+      };
       direct_ = std::make_unique<DirectLink>(options_, address_, sink, std::move(hooks));
       stripes_ = std::make_unique<StripeLink>(options_, sink);
     }
@@ -218,7 +220,7 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
   if (!live_.all_said_hello()) {
     const std::string missing = live_.not_heard();
     throw TimeoutError("init_process_group: rank " + std::to_string(rank()) + " heard no hello from rank(s) " +
-                       missing + " (not started, unreachable, or holding a different CURVE key)");
+                       missing + " (not started, unreachable, or holding a different job secret)");
   }
   lock.unlock();
   // The links lower ranks dialed came before their hellos: answer on them from the first frame.

@@ -45,9 +45,11 @@
 //   pending and later operation throws PeerLostError naming it. A peer that said goodbye only
 //   fails operations that need it. Actor frames to the surviving ranks still go: remote actors
 //   are supervised per rank (net/remote/).
-// - CURVE: with keys, the ROUTER is a CURVE server and a ZAP handler admits only clients holding
-//   the job's key pair (one pair per job; see curve.h), so a process without the secret key can
-//   neither connect nor inject frames.
+// - Authentication: with the job's keys (job_secret.h), the ROUTER is a CURVE server and a ZAP
+//   handler admits only clients holding the job's key pair, and every direct link and stripe opens
+//   with a handshake (handshake.h) proving both ends hold the secret, so a process without it can
+//   neither connect nor inject frames. Without keys (an insecure job) the handshakes still run,
+//   with an all-zero key: they then only name the ranks.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -65,7 +67,7 @@
 
 #include "devices/host_staging.h"
 #include "devices/tensor.h"
-#include "net/curve.h"
+#include "net/job_secret.h"
 #include "net/link.h"
 #include "net/peer_liveness.h"
 #include "net/links/direct_link.h"
@@ -105,13 +107,17 @@ struct TransportOptions {
   std::string tcp_host = "127.0.0.1";  // interface address to bind tcp:// on; empty: no tcp
   bool ipc = true;                     // also bind an ipc:// endpoint
   std::string prefer = "auto";         // auto (ipc to same-host peers) | tcp | ipc
-  std::optional<CurveKeys> curve;
+  // The job's keys (job_secret.h); unset: an insecure job (no CURVE, handshakes with a zero key).
+  std::optional<JobKeys> keys;
+  // Confidentiality (needs keys): frames through ZeroMQ under CURVE, on direct links and stripes
+  // sealed with AES-256-GCM under the connection's session keys (sealed_stream.h).
+  bool encrypt = false;
   std::chrono::milliseconds heartbeat_interval{200};
   std::chrono::milliseconds peer_timeout{3000};
   // Collectives between ranks on this host may use shared memory (net/collectives/shm_all_reduce.cpp).
   bool shared_memory = true;
   // Frames up to this many bytes go on the direct links (0: every frame through ZeroMQ). Direct
-  // links need tcp and are never used with CURVE (they are not encrypted).
+  // links need tcp.
   size_t direct_max = 64 << 10;
   // How long a waiting thread polls without sleeping, from when it starts waiting or last received.
   // Unset: chosen by the machine when the ranks are known (busy_poll_for).
@@ -121,7 +127,7 @@ struct TransportOptions {
   // and none when busy_poll is 0.
   std::optional<std::chrono::microseconds> small_collective_poll;
   // Frames from stripe_min bytes up go over this many connections per peer at once (0: off).
-  // Needs direct links (tcp, no CURVE).
+  // Needs direct links (tcp).
   int stripes = 2;
   size_t stripe_min = 1 << 20;
 };
@@ -147,7 +153,7 @@ class Transport : private FrameSink {
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }
   const PeerAddress& address() const { return address_; }
-  const std::optional<CurveKeys>& curve() const { return options_.curve; }
+  const std::optional<JobKeys>& keys() const { return options_.keys; }
   // The busy-poll in use: TransportOptions::busy_poll, or busy_poll_for this host once connected.
   std::chrono::microseconds busy_poll() const { return std::chrono::microseconds(busy_poll_us_.load(std::memory_order_relaxed)); }
   // The poll of a small collective's wait: TransportOptions::small_collective_poll, or chosen once connected.

@@ -1,11 +1,11 @@
 #pragma once
-// The ZAP handler of a CURVE job (curve.h): the transport's ROUTER serves CURVE, and ZeroMQ asks
+// The ZAP handler of a job with a secret (job_secret.h): the transport's ROUTER serves CURVE, and ZeroMQ asks
 // this handler about every client that completed the handshake; it admits only clients holding the
 // job's key pair. Internal to net/.
 //
 //   void* zap = bind_zap_handler(context);  // before any CURVE server binds, or all are admitted
 //   answer_zap_requests(zap, keys);          // whenever zap is readable (the transport's I/O thread)
-#include "net/curve.h"
+#include "net/job_secret.h"
 
 namespace troupe::net {
 

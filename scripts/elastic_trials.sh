@@ -31,6 +31,7 @@ work=$(mktemp -d)
 trap 'scripts/netns_cluster.sh down $p; rm -rf "$work"' EXIT
 scripts/netns_cluster.sh up 3 $p >/dev/null || exit 2
 rdzv=$(scripts/netns_cluster.sh addr 0 $p)
+build/bin/troupe secret "$work/job.secret" >/dev/null  # every host's launcher holds the same one
 
 stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
 # torch 1.13's torchrun, with two fixes: under Python 3.11 Std.from_str("0") finds no flag 0
@@ -52,7 +53,7 @@ node() {
   local sys=$1 h=$2 dir=$3 log=$4 seed=${5:-1234}
   if [ "$sys" = troupe ]; then
     ip netns exec $p-h$h timeout 600 build/bin/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 9 \
-      --rdzv-endpoint $rdzv:29400 -- build/bin/dist_sgd --elastic --seed "$seed" --subset $subset --epochs $epochs \
+      --secret "$work/job.secret" --rdzv-endpoint $rdzv:29400 -- build/bin/dist_sgd --elastic --seed "$seed" --subset $subset --epochs $epochs \
       --json --log-every 1 --checkpoint-dir "$dir/h$h" --checkpoint-every $every --resume 2>&1 | stamp >"$log"
   else
     TORCH_HOST_ADDR=$(scripts/netns_cluster.sh addr $h $p) GLOO_SOCKET_IFNAME=eth0 \

@@ -8,7 +8,8 @@
 # Each run: the raw stream (256 MiB, python3 sockets, one connection) and the raw 4-byte exchange
 # (tcp_floor: plain sockets, busy-polling, the median of REPS as all_reduce_bench takes it), then
 # all_reduce_bench with the transport's own choices and with each of $SETTINGS (default: stripes
-# off and on, busy-poll off and on), sizes 4 B and 64 MiB. Prints one line per run and setting:
+# off and on, busy-poll off and on, no job secret: TROUPE_INSECURE=1, the cost of authentication),
+# sizes 4 B and 64 MiB. The ranks share a job secret made for the run (README, "Security"). Prints one line per run and setting:
 # 4 B latency (us) beside the raw exchange's, 64 MiB bus bandwidth (GB/s) and its ratio to the
 # stream measured in the same run.
 set -euo pipefail
@@ -21,6 +22,8 @@ trap 'scripts/netns_cluster.sh down $p >/dev/null 2>&1; rm -rf "$work"' EXIT
 scripts/netns_cluster.sh up 2 $p >/dev/null
 a0=$(scripts/netns_cluster.sh addr 0 $p)
 a1=$(scripts/netns_cluster.sh addr 1 $p)
+build/bin/troupe secret "$work/job.secret" >/dev/null
+export TROUPE_JOB_SECRET_FILE="$work/job.secret"
 
 # GB/s of one TCP stream of 256 MiB from host 0 to host 1, timed at the receiver.
 raw_stream() {
@@ -58,7 +61,8 @@ raw_exchange() {
 all_reduce() {
   local out
   for r in 1 0; do
-    ip netns exec $p-h$r env "$@" RANK=$r WORLD_SIZE=2 MASTER_ADDR=$a0 MASTER_PORT=29400 \
+    local secret=(); [ "${1:-}" = TROUPE_INSECURE=1 ] && secret=(-u TROUPE_JOB_SECRET_FILE)
+    ip netns exec $p-h$r env "${secret[@]}" "$@" RANK=$r WORLD_SIZE=2 MASTER_ADDR=$a0 MASTER_PORT=29400 \
       build/bin/all_reduce_bench --sizes 4,67108864 --reps $reps --json >"$work/rank$r" 2>&1 &
   done
   wait
@@ -71,7 +75,7 @@ echo "|---|---|---|---|---|---|---|"
 for run in $(seq 1 "$runs"); do
   raw=$(raw_stream)
   floor=$(raw_exchange)
-  for setting in ${SETTINGS:-chosen TROUPE_STRIPES=0 TROUPE_STRIPES=2 TROUPE_BUSY_POLL_US=0 TROUPE_BUSY_POLL_US=50}; do
+  for setting in ${SETTINGS:-chosen TROUPE_STRIPES=0 TROUPE_STRIPES=2 TROUPE_BUSY_POLL_US=0 TROUPE_BUSY_POLL_US=50 TROUPE_INSECURE=1}; do
     env_set=(); [ $setting = chosen ] || env_set=("$setting")
     read -r small_us _ _ big_gbs < <(all_reduce "${env_set[@]}"; echo) || true
     ratio=$(awk -v a="$big_gbs" -v b="$raw" 'BEGIN { printf "%.2f", a / b }')

@@ -21,6 +21,7 @@ Command add_launch_command(CLI::App& parent);  // troupe launch --nproc N [...] 
 Command add_serve_command(CLI::App& parent);   // troupe serve --load LIBRARY.so...
 Command add_trace_command(CLI::App& parent);   // troupe trace merge DIR -o job.json
 Command add_top_command(CLI::App& parent);     // troupe top --port P --ranks N | --endpoints host:port,...
+Command add_secret_command(CLI::App& parent);  // troupe secret FILE
 
 // Usage errors found after parsing (exit code 2, like CLI11's own).
 struct UsageError : std::runtime_error {

@@ -1,7 +1,7 @@
 // `troupe launch`: start this node's ranks of a distributed program, like torchrun.
 //
 //   troupe launch --nproc 2 -- build/bin/p2p_blocking
-//   troupe launch --nproc 4 --nnodes 2 --node-rank 0 --master 10.0.0.1:29500 --curve-key job.key -- prog
+//   troupe launch --nproc 4 --nnodes 2 --node-rank 0 --master 10.0.0.1:29500 --secret job.secret -- prog
 //   troupe launch --nproc 2 --max-restarts 3 -- build/bin/dist_sgd --checkpoint-dir ckpt --resume
 //   troupe launch --nproc 2 --nnodes 2:3 --max-restarts 10 --rdzv-endpoint 10.0.0.1:29400 --  # every node
 //       build/bin/dist_sgd --elastic --checkpoint-dir ckpt --resume
@@ -42,9 +42,12 @@ Command add_launch_command(CLI::App& parent) {
   app->add_option("--rdzv-timeout", *rdzv_timeout_s,
                   "Elastic: seconds a silent rendezvous, or fewer than MIN nodes, is waited for before the job fails")
       ->check(CLI::PositiveNumber);
-  app->add_flag("--curve", o->curve, "Authenticate and encrypt with a fresh CURVE key (single node)");
+  app->add_option("--secret", o->secret_file,
+                  "Job secret file shared by every node (`troupe secret FILE`; default: $TROUPE_JOB_SECRET_FILE, or "
+                  "a fresh one for a single-node job)");
+  app->add_flag("--insecure", o->insecure, "No job secret: any process that reaches the ranks' ports may join");
+  app->add_flag("--encrypt", o->encrypt, "Encrypt every frame (TROUPE_ENCRYPT=1)");
   app->add_flag("!--no-huge-pages", o->huge_pages, "Leave malloc's pages as they are (no glibc.malloc.hugetlb=1)");
-  app->add_option("--curve-key", o->curve_key_file, "CURVE key file shared by every node (created if missing)");
   app->add_option("--metrics-port", *metrics_port,
                   "Serve Prometheus metrics: rank r on port P+r (GET /metrics; TROUPE_METRICS_ADDR, default 127.0.0.1)")
       ->check(CLI::Range(1, 65535));

@@ -1,4 +1,4 @@
-// The `troupe` command: `troupe info`, `op`, `launch`, `serve`, `trace merge` and `top` (see commands.h). Errors go
+// The `troupe` command: `troupe info`, `op`, `launch`, `serve`, `trace merge`, `top` and `secret` (see commands.h). Errors go
 // to stderr as "troupe <command>: <message>"; exit code 1 for failures, 2 for usage errors.
 #include <iostream>
 
@@ -10,7 +10,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION);
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_info_command(app), add_op_command(app), add_launch_command(app),
-                                         add_serve_command(app), add_trace_command(app), add_top_command(app)};
+                                         add_serve_command(app), add_trace_command(app), add_top_command(app),
+                                         add_secret_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

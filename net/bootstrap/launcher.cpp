@@ -23,7 +23,7 @@
 #include <tuple>
 
 #include "devices/error.h"
-#include "net/curve.h"
+#include "net/job_secret.h"
 #include "net/bootstrap/rendezvous.h"
 #include "net/bootstrap/rendezvous_rounds.h"
 #include "net/bootstrap/resolve.h"
@@ -261,12 +261,16 @@ LaunchResult run_elastic(const LaunchOptions& o, const std::map<std::string, std
   settings.max_restarts = o.max_restarts;
   settings.settle = o.rdzv_settle;
   settings.join_timeout = o.rdzv_timeout;
-  auto server = RoundServer::try_serve(numeric, port, settings, [&](const std::string& line) {
+  // The launchers prove the job secret to each other as the ranks do (CURVE keys from it).
+  std::optional<CurveKeys> keys;
+  if (auto secret = base_env.find("TROUPE_JOB_SECRET_FILE"); secret != base_env.end())
+    keys = derive_job_keys(load_job_secret_file(secret->second)).curve;
+  auto server = RoundServer::try_serve(numeric, port, keys, settings, [&](const std::string& line) {
     print(-1, true, "rendezvous: " + line);
   });
   const std::string mine = detail::local_address_towards(numeric, port, what);
   const std::string name = mine + "/" + std::to_string(::getpid());
-  RoundClient client(numeric, port);
+  RoundClient client(numeric, port, keys);
   const auto seconds = [](Clock::duration d) {
     return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count() / 1000.0).substr(0, 4);
   };
@@ -294,7 +298,8 @@ LaunchResult run_elastic(const LaunchOptions& o, const std::map<std::string, std
       }
       if (now - client.last_heard() > o.rdzv_timeout)
         return give_up(1, "the rendezvous at " + o.rdzv_endpoint + " has not answered for " +
-                              seconds(now - client.last_heard()) + " s: its host is down or unreachable");
+                              seconds(now - client.last_heard()) + " s: its host is down or unreachable" +
+                              (keys ? std::string(", or holds another job secret") : std::string()));
       auto m = client.receive(std::chrono::milliseconds(50));
       if (!m) continue;
       if (m->kind == "round") round = parse_round(*m);
@@ -387,8 +392,7 @@ LaunchResult launch(const LaunchOptions& o) {
   if (!elastic && o.max_restarts > 0 && o.nnodes > 1)
     throw ValueError("launch: --max-restarts with --nnodes " + std::to_string(o.nnodes) +
                      " needs --rdzv-endpoint HOST:PORT, where the nodes' launchers meet to restart together");
-  if (o.curve && o.nnodes > 1)
-    throw ValueError("launch: --curve makes a key for one node; pass the same --curve-key FILE on every node");
+  if (o.insecure && o.encrypt) throw ValueError("launch: --encrypt needs the job secret: leave out --insecure");
 
   auto print = o.on_line ? o.on_line : [](int rank, bool is_stderr, const std::string& line) {
     const std::string text = (rank < 0 ? "[launch] " : "[rank " + std::to_string(rank) + "] ") + line + "\n";
@@ -401,16 +405,25 @@ LaunchResult launch(const LaunchOptions& o) {
   int master_port = 0;
   if (!o.master.empty()) std::tie(master_addr, master_port) = split_host_port(o.master);
 
-  // The key file the ranks read: given (created when missing) or generated for this job.
-  std::string key_file = o.curve_key_file;
+  // The secret the ranks read: given, from the environment, or made for this job.
+  if (const char* old = std::getenv("TROUPE_CURVE_SECRET_FILE"); old && *old)
+    throw ValueError("launch: TROUPE_CURVE_SECRET_FILE is gone: the job secret (TROUPE_JOB_SECRET_FILE, --secret "
+                     "FILE, made by `troupe secret FILE`) now keys CURVE and every other connection");
+  std::string key_file = o.secret_file;
+  if (const char* env = std::getenv("TROUPE_JOB_SECRET_FILE"); key_file.empty() && env && *env) key_file = env;
   bool remove_key_file = false;
-  if (!key_file.empty()) {
-    if (!std::filesystem::exists(key_file)) write_curve_key_file(key_file, generate_curve_keys());
-    load_curve_key_file(key_file);  // validates before any rank starts
-  } else if (o.curve) {
+  if (o.insecure) {
+    key_file.clear();
+  } else if (!key_file.empty()) {
+    load_job_secret_file(key_file);  // validates before any rank starts
+  } else if (o.nnodes > 1 || elastic) {
+    throw ValueError("launch: a job of several nodes needs the same secret on every node: make one with `troupe "
+                     "secret FILE`, copy it to every node and pass --secret FILE (or set TROUPE_JOB_SECRET_FILE); "
+                     "or --insecure");
+  } else {
     const char* tmp = std::getenv("TMPDIR");
-    key_file = std::string(tmp && *tmp ? tmp : "/tmp") + "/troupe-key-" + random_hex(8);
-    write_curve_key_file(key_file, generate_curve_keys());
+    key_file = std::string(tmp && *tmp ? tmp : "/tmp") + "/troupe-secret-" + random_hex(8);
+    write_job_secret_file(key_file, generate_job_secret());
     remove_key_file = true;
   }
 
@@ -428,7 +441,12 @@ LaunchResult launch(const LaunchOptions& o) {
   base_env["LOCAL_WORLD_SIZE"] = std::to_string(o.nproc);
   base_env["NODE_RANK"] = std::to_string(o.node_rank);
   base_env["TROUPE_RUN_ID"] = run_id;
-  if (!key_file.empty()) base_env["TROUPE_CURVE_SECRET_FILE"] = std::filesystem::absolute(key_file).string();
+  if (!key_file.empty()) base_env["TROUPE_JOB_SECRET_FILE"] = std::filesystem::absolute(key_file).string();
+  if (o.insecure) {  // as asked, whatever this launcher's environment holds
+    base_env.erase("TROUPE_JOB_SECRET_FILE");
+    base_env["TROUPE_INSECURE"] = "1";
+  }
+  if (o.encrypt) base_env["TROUPE_ENCRYPT"] = "1";
   if (o.huge_pages) {
     std::string& tunables = base_env["GLIBC_TUNABLES"];
     if (tunables.find("glibc.malloc.hugetlb") == std::string::npos)

@@ -22,7 +22,9 @@
 //   o.rdzv_endpoint = "10.0.0.1:29400"; o.min_nodes = 2; o.nnodes = 3; o.max_restarts = 5;
 //
 // Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
-// MASTER_PORT, TROUPE_RUN_ID and TROUPE_RESTART_COUNT (0, then 1, 2... on restarts); with curve, TROUPE_CURVE_SECRET_FILE too; with huge_pages,
+// MASTER_PORT, TROUPE_RUN_ID, TROUPE_RESTART_COUNT (0, then 1, 2... on restarts) and TROUPE_JOB_SECRET_FILE
+// (the job secret, net/job_secret.h: secret_file, $TROUPE_JOB_SECRET_FILE, or one made for a
+// single-node job, 0600 in $TMPDIR, removed at the end; none with insecure); with huge_pages,
 // glibc.malloc.hugetlb=1 added to GLIBC_TUNABLES. Without a master,
 // the job is single-node on loopback and a free port is picked.
 #include <chrono>
@@ -44,8 +46,11 @@ struct LaunchOptions {
   // Restarts of the whole job after a rank fails (not after an interrupt); several nodes only with
   // rdzv_endpoint, where their launchers meet to restart together.
   int max_restarts = 0;
-  bool curve = false;                     // generate a job key for this (single-node) job
-  std::string curve_key_file;             // use this key file (created if missing); for multi-node jobs
+  // The job secret every rank gets (job_secret.h): this file (the same on every node), else
+  // $TROUPE_JOB_SECRET_FILE, else a fresh one (a single-node job only).
+  std::string secret_file;
+  bool insecure = false;  // no secret: the ranks get TROUPE_INSECURE=1 (anyone reaching a port may join)
+  bool encrypt = false;   // the ranks get TROUPE_ENCRYPT=1: every frame encrypted (CURVE, AES-GCM)
   // malloc backs its large blocks with transparent huge pages (glibc.malloc.hugetlb=1): ZeroMQ
   // receives every large message into a block of its own, and with 4 KiB pages faulting it in
   // costs more than the copy (a 64 MB message over loopback: ~0.9 GB/s, ~2.5 GB/s with them).

@@ -45,7 +45,7 @@ void configure(void* socket, const Transport& transport, bool server) {
     zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms);
     zmq_setsockopt(socket, ZMQ_ZAP_DOMAIN, "troupe", 6);  // refuses ZMTP 1.0 peers (links/zmq_link.cpp)
   }
-  const auto& keys = transport.curve();
+  const auto* keys = transport.keys() ? &transport.keys()->curve : nullptr;
   if (!keys) return;
   if (server) {
     int one = 1;
@@ -194,7 +194,7 @@ std::vector<PeerAddress> join_tcp(const std::string& host, int port, int rank, i
     if (ms_left(verdict) == 0)
       throw TimeoutError("rendezvous " + method + ": rank " + std::to_string(rank) +
                          " got no answer from rank 0 within the timeout (is rank 0 running and serving " +
-                         endpoint + "? same CURVE key?)");
+                         endpoint + "? same job secret?)");
   }
   return parse_table(recv_string(client, 0), world);
 }

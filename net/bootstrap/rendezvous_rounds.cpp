@@ -11,6 +11,7 @@
 #include "devices/error.h"
 #include "devices/threads.h"
 #include "net/limits.h"
+#include "net/zap_handler.h"
 
 namespace troupe::net {
 
@@ -110,9 +111,12 @@ Round parse_round(const RoundMessage& m) {
   return r;
 }
 
-std::unique_ptr<RoundServer> RoundServer::try_serve(const std::string& numeric_host, int port, RoundSettings settings,
+std::unique_ptr<RoundServer> RoundServer::try_serve(const std::string& numeric_host, int port,
+                                                    const std::optional<CurveKeys>& keys, RoundSettings settings,
                                                     Log log) {
   void* context = zmq_ctx_new();
+  // The ZAP handler first: a CURVE server bound before it admits everyone.
+  void* zap = keys ? bind_zap_handler(context) : nullptr;
   void* socket = zmq_socket(context, ZMQ_ROUTER);
   int one = 1, linger = 1000;
   zmq_setsockopt(socket, ZMQ_ROUTER_HANDOVER, &one, sizeof one);  // a launcher that reconnects keeps its id
@@ -124,19 +128,25 @@ std::unique_ptr<RoundServer> RoundServer::try_serve(const std::string& numeric_h
   zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &max_bytes, sizeof max_bytes);
   zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms);
   zmq_setsockopt(socket, ZMQ_ZAP_DOMAIN, "troupe", 6);
+  if (keys) {
+    zmq_setsockopt(socket, ZMQ_CURVE_SERVER, &one, sizeof one);
+    zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, keys->secret_key.data(), keys->secret_key.size());
+  }
   const std::string endpoint = "tcp://" + numeric_host + ":" + std::to_string(port);
   if (zmq_bind(socket, endpoint.c_str()) != 0) {
     const int error = zmq_errno();
     zmq_close(socket);
+    if (zap) zmq_close(zap);
     zmq_ctx_term(context);
     if (error == EADDRNOTAVAIL || error == EADDRINUSE) return nullptr;
     throw CommError("launch: cannot serve the rendezvous on " + endpoint + ": " + zmq_strerror(error));
   }
-  return std::unique_ptr<RoundServer>(new RoundServer(context, socket, settings, std::move(log)));
+  return std::unique_ptr<RoundServer>(new RoundServer(context, socket, zap, keys, settings, std::move(log)));
 }
 
-RoundServer::RoundServer(void* context, void* socket, RoundSettings settings, Log log)
-    : context_(context), socket_(socket), settings_(settings), log_(std::move(log)) {
+RoundServer::RoundServer(void* context, void* socket, void* zap, std::optional<CurveKeys> keys, RoundSettings settings,
+                         Log log)
+    : context_(context), socket_(socket), zap_(zap), keys_(std::move(keys)), settings_(settings), log_(std::move(log)) {
   thread_ = std::thread([this] { serve(); });
 }
 
@@ -144,6 +154,7 @@ RoundServer::~RoundServer() {
   stop_ = true;
   thread_.join();
   zmq_close(socket_);
+  if (zap_) zmq_close(zap_);
   zmq_ctx_term(context_);
 }
 
@@ -221,8 +232,9 @@ void RoundServer::serve() {
 
   std::vector<std::string> parts;
   while (!stop_) {
-    zmq_pollitem_t items[] = {{socket_, 0, ZMQ_POLLIN, 0}, {monitor, 0, ZMQ_POLLIN, 0}};
-    zmq_poll(items, 2, 50);
+    zmq_pollitem_t items[] = {{socket_, 0, ZMQ_POLLIN, 0}, {monitor, 0, ZMQ_POLLIN, 0}, {zap_, 0, ZMQ_POLLIN, 0}};
+    zmq_poll(items, zap_ ? 3 : 2, 50);
+    if (zap_) answer_zap_requests(zap_, *keys_);
     const auto now = Clock::now();
     while (receive_parts(monitor, parts)) {
       if (parts.empty() || parts[0].size() < 6) continue;
@@ -346,13 +358,19 @@ void RoundServer::serve() {
   zmq_close(monitor);
 }
 
-RoundClient::RoundClient(const std::string& numeric_host, int port) : last_heard_(Clock::now()) {
+RoundClient::RoundClient(const std::string& numeric_host, int port, const std::optional<CurveKeys>& keys)
+    : last_heard_(Clock::now()) {
   context_ = zmq_ctx_new();
   socket_ = zmq_socket(context_, ZMQ_DEALER);
   const std::string id = random_id();
   int linger = 1000;
   zmq_setsockopt(socket_, ZMQ_ROUTING_ID, id.data(), id.size());
   zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof linger);
+  if (keys) {
+    zmq_setsockopt(socket_, ZMQ_CURVE_SERVERKEY, keys->public_key.data(), keys->public_key.size());
+    zmq_setsockopt(socket_, ZMQ_CURVE_PUBLICKEY, keys->public_key.data(), keys->public_key.size());
+    zmq_setsockopt(socket_, ZMQ_CURVE_SECRETKEY, keys->secret_key.data(), keys->secret_key.size());
+  }
   const std::string endpoint = "tcp://" + numeric_host + ":" + std::to_string(port);
   if (zmq_connect(socket_, endpoint.c_str()) != 0) {
     const std::string why = zmq_strerror(zmq_errno());

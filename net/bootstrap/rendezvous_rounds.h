@@ -5,8 +5,8 @@
 // launcher serves it (RoundServer: the one whose host owns HOST, or the first to bind it); every
 // launcher, that one too, talks to it as a RoundClient. Internal to net/ (net/bootstrap/launcher.cpp).
 //
-//   auto server = RoundServer::try_serve("10.0.0.1", 29400, settings, log);  // null: not ours to serve
-//   RoundClient client("10.0.0.1", 29400);
+//   auto server = RoundServer::try_serve("10.0.0.1", 29400, keys, settings, log);  // null: not ours to serve
+//   RoundClient client("10.0.0.1", 29400, keys);
 //   client.send("join", {"2", "10.0.0.2", "41234", "10.0.0.2/777"});
 //   if (auto m = client.receive(50ms); m && m->kind == "round") Round r = parse_round(*m);
 //
@@ -23,6 +23,10 @@
 // for kBeatTimeout: killed, or its link cut) stops the round and counts against max_restarts; a node
 // that joins while a round of fewer than MAX nodes runs stops it too, without counting (the job
 // grows). Fewer than MIN nodes for join_timeout: the job ends with an error.
+//
+// With the job's CURVE keys (job_secret.h: the launchers hold the job secret), the server admits
+// only launchers holding them (a ZAP check), as the ranks' ROUTERs do; without (an insecure job),
+// anyone reaching HOST:PORT may join.
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -32,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "net/job_secret.h"
 #include "net/work.h"
 
 namespace troupe::net {
@@ -52,18 +57,20 @@ class RoundServer {
   using Log = std::function<void(const std::string&)>;
   // Serves tcp://numeric_host:port from a thread of its own, or returns null when the address is
   // not this host's or is taken (another launcher serves it). CommError on any other failure.
-  static std::unique_ptr<RoundServer> try_serve(const std::string& numeric_host, int port, RoundSettings settings,
-                                                Log log);
+  static std::unique_ptr<RoundServer> try_serve(const std::string& numeric_host, int port,
+                                                const std::optional<CurveKeys>& keys, RoundSettings settings, Log log);
   ~RoundServer();  // stops serving; answers already queued are still sent (for up to a second)
   RoundServer(const RoundServer&) = delete;
   RoundServer& operator=(const RoundServer&) = delete;
 
  private:
-  RoundServer(void* context, void* socket, RoundSettings settings, Log log);
+  RoundServer(void* context, void* socket, void* zap, std::optional<CurveKeys> keys, RoundSettings settings, Log log);
   void serve();
 
   void* context_;
   void* socket_;
+  void* zap_;  // the ZAP handler, null without keys
+  std::optional<CurveKeys> keys_;
   RoundSettings settings_;
   Log log_;
   std::atomic<bool> stop_{false};
@@ -89,7 +96,7 @@ Round parse_round(const RoundMessage& message);  // CommError when malformed
 
 class RoundClient {
  public:
-  RoundClient(const std::string& numeric_host, int port);
+  RoundClient(const std::string& numeric_host, int port, const std::optional<CurveKeys>& keys);
   ~RoundClient();
   RoundClient(const RoundClient&) = delete;
   RoundClient& operator=(const RoundClient&) = delete;

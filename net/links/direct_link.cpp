@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <iostream>
+#include <string_view>
+
 #include "devices/error.h"
 #include "devices/host_staging.h"
 #include "net/errors.h"
@@ -25,6 +28,8 @@ DirectLink::DirectLink(const TransportOptions& options, PeerAddress& address, Fr
     : rank_(options.rank),
       world_size_(options.world_size),
       max_bytes_(options.direct_max),
+      keys_(options.keys.value_or(JobKeys{})),
+      encrypt_(options.encrypt),
       sink_(sink),
       hooks_(std::move(hooks)),
       listener_((check_options(options), options.tcp_host)) {
@@ -44,13 +49,18 @@ void DirectLink::connect(int r, const std::string& endpoint, Deadline deadline) 
   if (rank_ >= r) return;  // the higher rank answers on the link the lower one dialed (receive())
   Peer& p = peer(r);
   try {
-    p.sender = std::make_unique<DirectSender>(endpoint, rank_, deadline);
-  } catch (const CommError&) {
-    return;  // unreachable by plain TCP (a firewall, say): its frames all take ZeroMQ, which reached it
+    p.sender = std::make_unique<DirectSender>(endpoint, rank_, r, keys_, deadline, encrypt_);
+  } catch (const CommError& e) {
+    // Unreachable by plain TCP (a firewall, say): its frames all take ZeroMQ, which reached it. A
+    // failed handshake is worth a line: ZeroMQ's CURVE admitted the same peer.
+    if (std::string_view(e.what()).find("handshake") != std::string_view::npos)
+      std::cerr << "transport: rank " + std::to_string(rank_) + ": direct link to rank " + std::to_string(r) + " at " +
+                       endpoint + ": " + e.what() + "\n";
+    return;
   }
   p.linked = true;
   std::lock_guard lock(accepted_mutex_);
-  dialed_.emplace_back(p.sender->shared_fd(), r);
+  dialed_.push_back({p.sender->shared_fd(), r, p.sender->session()});
 }
 
 int DirectLink::links() const {
@@ -188,9 +198,10 @@ void DirectLink::wait_fds(std::vector<int>& fds) const {
 int DirectLink::receive() {
   {
     std::lock_guard lock(accepted_mutex_);
-    for (int fd : accepted_) inbound_.push_back(std::make_unique<DirectReceiver>(fd, rank_, world_size_));
+    for (int fd : accepted_) inbound_.push_back(std::make_unique<DirectReceiver>(fd, rank_, world_size_, keys_, encrypt_));
     accepted_.clear();
-    for (auto& [fd, r] : dialed_) inbound_.push_back(std::make_unique<DirectReceiver>(std::move(fd), rank_, world_size_, r));
+    for (auto& d : dialed_)
+      inbound_.push_back(std::make_unique<DirectReceiver>(std::move(d.fd), rank_, world_size_, d.peer, d.session));
     dialed_.clear();
   }
   int handled = 0;
@@ -218,9 +229,9 @@ int DirectLink::receive() {
       });
       if (refused) log_cut_off(peer_address(in.fd()), "rank " + std::to_string(in.peer()) + " sent a bad frame");
       open = open && !refused;
-    } catch (const CommError& e) {  // a malformed introduction or record
+    } catch (const CommError& e) {  // a failed handshake or a malformed record
       open = false;
-      log_cut_off(peer_address(in.fd()), e.what());
+      log_cut_off(in.remote(), e.what());
       if (in.peer() >= 0) sink_.refuse(in.peer(), e);
       else sink_.drop();  // a stranger's connection: closed, nothing else
     }
@@ -228,12 +239,13 @@ int DirectLink::receive() {
       // A lower rank's link: this rank's frames to it go back on the same connection from now on.
       Peer& p = peer(in.peer());
       std::lock_guard lock(hooks_.send_mutex(in.peer()));
-      p.sender = std::make_unique<DirectSender>(in.shared_fd());
+      p.sender = std::make_unique<DirectSender>(in.shared_fd(), in.session());
       p.linked = true;
     }
     if (open && in.stripe() > 0) {  // a stripe: its own thread reads it from now on
       try {
-        hooks_.on_stripe(in.release(), in.peer(), in.stripe());
+        const auto session = in.session();
+        hooks_.on_stripe(in.release(), in.peer(), in.stripe(), session);
       } catch (const CommError& e) {
         sink_.refuse(in.peer(), e);
       }

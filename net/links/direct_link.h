@@ -13,13 +13,15 @@
 //
 // A request (OutgoingFrame::awaits_answer) may wait a little: while the peer still owes answers to
 // several frames, a small one is kept (16 KiB at most) until write_held time, so pipelined
-// requests cost one write per batch. Not for CURVE jobs: the link is not encrypted.
+// requests cost one write per batch. Every connection opens with the handshake (net/handshake.h);
+// not for encrypted jobs: the link is authenticated, not encrypted.
 //
 // Internal to net/.
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,7 +40,8 @@ class DirectLink final : public Link {
     std::function<std::mutex&(int peer)> send_mutex;  // the transport's lock of a peer's sends
     std::function<void()> wake;                       // the I/O thread writes what a link keeps
     std::function<bool()> turns_soon;  // a thread leads and the I/O thread turns within a millisecond
-    std::function<void(int fd, int peer, int stripe)> on_stripe;  // a stripe's connection came
+    // A stripe's connection came (session: its keys when its records are sealed).
+    std::function<void(int fd, int peer, int stripe, const std::optional<SessionKeys>& session)> on_stripe;
   };
   DirectLink(const TransportOptions& options, PeerAddress& address, FrameSink& sink, Hooks hooks);
   ~DirectLink() override;
@@ -97,6 +100,8 @@ class DirectLink final : public Link {
 
   const int rank_, world_size_;
   const size_t max_bytes_;
+  const JobKeys keys_;  // the job's, or all zero in an insecure job
+  const bool encrypt_;  // records sealed (sealed_stream.h)
   FrameSink& sink_;
   Hooks hooks_;
   DirectListener listener_;
@@ -105,7 +110,12 @@ class DirectLink final : public Link {
   std::vector<std::unique_ptr<DirectReceiver>> inbound_;  // under the receiving side
   std::mutex accepted_mutex_;
   std::vector<int> accepted_;  // connections the I/O thread accepted, for the next receive()
-  std::vector<std::pair<SharedFd, int>> dialed_;  // links connect() dialed (and their peer), read the same way
+  struct Dialed {
+    SharedFd fd;
+    int peer;
+    std::optional<SessionKeys> session;
+  };
+  std::vector<Dialed> dialed_;  // links connect() dialed (and their peer), read the same way
 };
 
 }  // namespace troupe::net

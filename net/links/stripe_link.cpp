@@ -12,6 +12,8 @@ StripeLink::StripeLink(const TransportOptions& options, FrameSink& sink)
     : rank_(options.rank),
       stripes_(options.stripes),
       min_bytes_(options.stripe_min),
+      keys_(options.keys.value_or(JobKeys{})),
+      encrypt_(options.encrypt),
       sink_(sink) {
   for (int r = 0; r < options.world_size; ++r) {
     peers_.push_back(std::make_unique<Peer>());
@@ -44,7 +46,7 @@ void StripeLink::connect(int r, const std::string& endpoint, Deadline deadline) 
   if (stripes_ <= 0) return;
   if (!out_)
     out_ = std::make_unique<StripeSenders>(stripes_, [this](int p) { peer(p).broken = true; });
-  out_->connect(r, endpoint, rank_, deadline);  // false: its large frames take ZeroMQ
+  out_->connect(r, endpoint, rank_, keys_, deadline, encrypt_);  // false: its large frames take ZeroMQ
 }
 
 bool StripeLink::takes(const OutgoingFrame& frame) const {

@@ -42,13 +42,17 @@ class StripeLink final : public Link {
   // when r cannot be reached by them: its large frames take ZeroMQ).
   void connect(int r, const std::string& endpoint, Deadline deadline);
   // A stripe connection rank `peer` opened (introduced as stripe `stripe`, 1..), for its thread.
-  void adopt(int fd, int peer, int stripe) { in_->adopt(fd, peer, stripe); }
+  void adopt(int fd, int peer, int stripe, const std::optional<SessionKeys>& session) {
+    in_->adopt(fd, peer, stripe, session);
+  }
   bool broken(int r) const { return peer(r).broken.load(); }  // the peer is suspect
   void flush_until(Deadline deadline);
 
  private:
   const int rank_, stripes_;
   const size_t min_bytes_;
+  const JobKeys keys_;  // the job's, or all zero in an insecure job
+  const bool encrypt_;  // chunks sealed (sealed_stream.h)
   FrameSink& sink_;
   int ready_fd_ = -1;  // eventfd: in_ has whole frames
   // A peer's state on this path; its connections are the stripes' threads' (stripes.h), each

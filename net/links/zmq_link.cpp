@@ -19,7 +19,7 @@ namespace troupe::net {
 ZmqLink::ZmqLink(void* context, const TransportOptions& options, PeerAddress& address, FrameSink& sink)
     : rank_(options.rank),
       world_size_(options.world_size),
-      curve_(options.curve),
+      curve_(options.keys ? std::optional<CurveKeys>(options.keys->curve) : std::nullopt),
       sink_(sink),
       context_(context),
       peers_(static_cast<size_t>(options.world_size)),

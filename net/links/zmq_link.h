@@ -1,10 +1,10 @@
 #pragma once
 // The ZeroMQ link (link.h): a DEALER to each peer's ROUTER carries the frames that take neither a
-// direct link nor the stripes (all of them under CURVE), and this rank's one ROUTER, bound to
+// direct link nor the stripes (all of them in an encrypted job), and this rank's one ROUTER, bound to
 // tcp:// and ipc://, receives every peer's. Payloads go by reference (zmq_msg_init_data keeps the
 // tensor's Storage alive until ZeroMQ lets go) and come adopted (a Storage owning the zmq_msg_t).
 // A monitor per DEALER reports a closed connection; with CURVE keys the ROUTER is a CURVE server
-// and a ZAP handler admits only clients holding the job's key pair (curve.h).
+// and a ZAP handler admits only clients holding the job's key pair (job_secret.h).
 //
 //   ZmqLink zmq(context, options, address, sink);  // binds; fills address.tcp and address.ipc
 //   zmq.connect(1, table[1].tcp);                   // a DEALER (and its monitor) to rank 1
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "net/curve.h"
+#include "net/job_secret.h"
 #include "net/bootstrap/host_identity.h"
 #include "net/link.h"
 

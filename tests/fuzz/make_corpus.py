@@ -130,3 +130,27 @@ put("rendezvous", "file_line_ipv6", file_line("troupe1 - 2 3 %s" % a6))
 put("rendezvous", "file_line_crlf", file_line("troupe1\trun-7  0 2 %s\r\n" % tcp_only))
 put("rendezvous", "file_line_extra_field", file_line("troupe1 run-7 1 2 %s extra" % a1))
 put("rendezvous", "file_line_other_magic", file_line("troupe2 run-7 1 2 %s" % a1))
+
+# Handshake messages (net/handshake.h; input layout of handshake_fuzz.cpp: byte 0 % 2: 0 the server
+# end, a hello then a proof; 1 the client end, a challenge). The job id is libsodium's KDF
+# (BLAKE2b, subkey id 3 as salt, context "troupejb") of the fuzz target's secret, bytes 0..31.
+import hashlib
+fuzz_secret = bytes(range(32))
+job_id = hashlib.blake2b(b"", digest_size=16, key=fuzz_secret, salt=struct.pack("<Q", 3) + bytes(8),
+                         person=b"troupejb" + bytes(8)).digest()
+
+def hello(client, server, lane=0, path=1, flags=0, version=1, jid=job_id, magic=b"TRPH"):
+    return magic + struct.pack("<I", version) + jid + struct.pack("<IIiiI", path, lane, client, server, flags) + bytes(range(32))
+
+put("handshake", "hello_then_proof", b"\x00" + hello(0, 1) + b"TRPP" + bytes(32))
+put("handshake", "hello_stripe", b"\x00" + hello(2, 1, lane=3) + b"TRPP" + bytes(32))
+put("handshake", "hello_other_job", b"\x00" + hello(0, 1, jid=bytes(16)))
+put("handshake", "hello_wrong_server", b"\x00" + hello(0, 2))
+put("handshake", "hello_as_itself", b"\x00" + hello(1, 1))
+put("handshake", "hello_rank_beyond", b"\x00" + hello(9, 1))
+put("handshake", "hello_version_2", b"\x00" + hello(0, 1, version=2))
+put("handshake", "hello_short", b"\x00" + hello(0, 1)[:40])
+put("handshake", "http", b"\x00GET / HTTP/1.0\r\nHost: x\r\n\r\n" + bytes(60))
+put("handshake", "challenge", b"\x01TRPC" + bytes(64))
+put("handshake", "challenge_short", b"\x01TRPC" + bytes(10))
+put("handshake", "challenge_as_proof", b"\x01TRPP" + bytes(64))

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <future>
 #include <thread>
 
 #include "devices/error.h"
@@ -55,7 +56,11 @@ TEST_CASE("direct link: small frames skip ZeroMQ, large ones do not, the order p
 TEST_CASE("direct link: one connection carries records both ways and closes with the last of its ends",
           "[net][direct]") {
   DirectListener listener("127.0.0.1");
-  DirectSender out(listener.endpoint(), /*self=*/0, deadline_after(5s));
+  const JobKeys keys = derive_job_keys(generate_job_secret());
+  // The dialer waits for the handshake's challenge: the accepting end answers meanwhile.
+  auto dialed = std::async(std::launch::async, [&] {
+    return std::make_unique<DirectSender>(listener.endpoint(), /*self=*/0, /*peer=*/1, keys, deadline_after(5s));
+  });
   int fd = -1;
   for (int i = 0; i < 500 && fd < 0; ++i) {
     pollfd p{listener.fd(), POLLIN, 0};
@@ -63,7 +68,14 @@ TEST_CASE("direct link: one connection carries records both ways and closes with
     fd = listener.accept();
   }
   REQUIRE(fd >= 0);
-  auto in = std::make_unique<DirectReceiver>(fd, /*self=*/1, /*world_size=*/2);
+  auto in = std::make_unique<DirectReceiver>(fd, /*self=*/1, /*world_size=*/2, keys);
+  for (int i = 0; i < 500 && in->peer() < 0; ++i) {
+    REQUIRE(in->read([](const DirectRecord&) { FAIL("a record before the handshake ended"); }));
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(in->peer() == 0);
+  std::unique_ptr<DirectSender> dialer = dialed.get();
+  DirectSender& out = *dialer;
   std::vector<std::string> got;
   const auto keep = [&](const DirectRecord& r) {
     got.emplace_back(r.header.begin(), r.header.end());
@@ -87,7 +99,7 @@ TEST_CASE("direct link: one connection carries records both ways and closes with
   CHECK(in->peer() == 0);
   CHECK(in->stripe() == 0);
 
-  // The answer goes back on the same connection: no introduction, the dialing end knows its peer.
+  // The answer goes back on the same connection: no handshake, the dialing end knows its peer.
   auto back = std::make_unique<DirectSender>(in->shared_fd());
   DirectReceiver replies(out.shared_fd(), /*self=*/0, /*world_size=*/2, /*peer=*/1);
   CHECK(back->fd() == in->fd());
@@ -129,8 +141,10 @@ TEST_CASE("direct link: a sender never blocks on a full socket, and what it keep
 }
 
 TEST_CASE("direct link: a peer that takes none of the kept bytes is stalled since the first was kept", "[net][direct]") {
-  DirectListener listener("127.0.0.1");
-  DirectSender out(listener.endpoint(), /*self=*/0, deadline_after(5s));
+  // A connection past its handshake, whose other end nobody reads.
+  int ends[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, ends) == 0);
+  DirectSender out(share_fd(ends[0]));
   std::vector<uint8_t> header(72, 0);
   const std::vector<uint8_t> bytes(60'000, 7);
   const std::span<const uint8_t> part(bytes);
@@ -150,12 +164,7 @@ TEST_CASE("direct link: a peer that takes none of the kept bytes is stalled sinc
   CHECK(out.flush());
   CHECK(out.stalled_since() == since);
   // Once the peer reads, the kept bytes move and the stall ends.
-  int fd = -1;
-  for (int i = 0; i < 500 && fd < 0; ++i) {
-    fd = listener.accept();
-    if (fd < 0) std::this_thread::sleep_for(1ms);
-  }
-  REQUIRE(fd >= 0);
+  const int fd = ends[1];
   std::vector<uint8_t> sink(1 << 20);
   while (::recv(fd, sink.data(), sink.size(), MSG_DONTWAIT) > 0) {
   }
@@ -164,7 +173,7 @@ TEST_CASE("direct link: a peer that takes none of the kept bytes is stalled sinc
   ::close(fd);
 }
 
-TEST_CASE("direct link: off with direct_max 0 and under CURVE, the frames then all take ZeroMQ", "[net][direct]") {
+TEST_CASE("direct link: off with direct_max 0, the frames then all take ZeroMQ", "[net][direct]") {
   TransportOptions off;
   off.direct_max = 0;
   TransportPair p = connect_pair("tcp", off, off);
@@ -184,12 +193,6 @@ TEST_CASE("direct link: off with direct_max 0 and under CURVE, the frames then a
   q.b->send(0, data_header(1), filled(3, 4.0f));
   CHECK(receive(*q.a, 1, 1).to_vector<float>() == std::vector<float>({4, 4, 4}));
 
-  TransportOptions curve;
-  curve.curve = generate_curve_keys();
-  TransportPair c = connect_pair("tcp", curve, curve);
-  CHECK(c.a->address().direct.empty());
-  CHECK(c.a->direct_links() == 0);
-
   TransportOptions too_big;
   too_big.direct_max = kDirectRecordMax;
   CHECK_THROWS_AS(Transport(too_big), ValueError);
@@ -208,21 +211,22 @@ TEST_CASE("direct link: strangers are dropped, a rank's malformed record breaks 
     to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     to.sin_port = htons(static_cast<uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1))));
     REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
-    const char garbage[] = "GET / HTTP/1.0\r\n\r\n";
+    // Longer than a hello, so the listener judges it at once.
+    const char garbage[] = "GET /index.html HTTP/1.0\r\nHost: 127.0.0.1\r\nUser-Agent: not-a-rank/1.0\r\nAccept: */*\r\n\r\n";
     REQUIRE(::send(fd, garbage, sizeof garbage, 0) == sizeof garbage);
     for (int i = 0; i < 200 && t.dropped_frames() == 0; ++i) std::this_thread::sleep_for(10ms);
     ::close(fd);
   }
   CHECK(t.dropped_frames() == 1);
   CHECK_FALSE(t.is_ready(*slot));
-  {  // Introduced as rank 0 (the transport itself): refused too.
-    DirectSender self(endpoint, 0, deadline_after(5s));
+  {  // Introduced as rank 0 (the transport itself): refused too, and the dialer hears it.
+    CHECK_THROWS_WITH(DirectSender(endpoint, 0, 0, JobKeys{}, deadline_after(5s)), Catch::Contains("closed"));
     for (int i = 0; i < 200 && t.dropped_frames() < 2; ++i) std::this_thread::sleep_for(10ms);
   }
   CHECK(t.dropped_frames() == 2);
   CHECK_NOTHROW(t.check_healthy());
 
-  DirectSender rank1(endpoint, 1, deadline_after(5s));
+  DirectSender rank1(endpoint, 1, 0, JobKeys{}, deadline_after(5s));
   const uint8_t not_a_header[] = {1, 2, 3, 4, 5, 6, 7, 8};
   rank1.send(not_a_header, {});
   CHECK_THROWS_AS(t.wait(slot, deadline_after(5s)), CommError);
@@ -232,7 +236,7 @@ TEST_CASE("direct link: strangers are dropped, a rank's malformed record breaks 
 TEST_CASE("direct link: a record's lengths are checked before use", "[net][direct]") {
   Transport t(unconnected_rank0());
   auto slot = t.post(0, Inbox::p2p, 1, -1);
-  DirectSender rank1(t.address().direct, 1, deadline_after(5s));
+  DirectSender rank1(t.address().direct, 1, 0, JobKeys{}, deadline_after(5s));
   // One part claiming 2 GB: refused from its length, without waiting for (or allocating) it.
   std::vector<uint8_t> lengths = {16, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0x80, 0, 0, 0, 0};
   const int fd = rank1.fd();

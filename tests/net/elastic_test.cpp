@@ -22,6 +22,7 @@
 
 #include "devices/error.h"
 #include "net/bootstrap/rendezvous_rounds.h"
+#include "net/job_secret.h"
 #include "support/skip.h"
 
 using namespace troupe;
@@ -91,6 +92,13 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
+// The secret every launcher of one test's job is given (`--secret`): several nodes share one.
+std::string job_secret_in(const TempDir& dir) {
+  const std::string path = (dir.path / "job.secret").string();
+  troupe::net::write_job_secret_file(path, troupe::net::generate_job_secret());
+  return path;
+}
+
 }  // namespace
 
 TEST_CASE("elastic: round messages round-trip, an empty last field included", "[net][elastic]") {
@@ -117,12 +125,13 @@ TEST_CASE("elastic: round messages round-trip, an empty last field included", "[
 TEST_CASE("elastic: a killed node's launcher, the job goes on with two nodes and grows back to three on loopback",
           "[net][elastic]") {
   TempDir dir;
+  const std::string secret = job_secret_in(dir);
   const std::string port = std::to_string(29700 + ::getpid() % 200);
   // Each rank says its round's view, then works for a while (all nodes' ranks end together).
   auto launcher = [&](const std::string& name) {
     return std::make_unique<Process>(
-        kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 3 --rdzv-endpoint 127.0.0.1:" + port +
-            " --rdzv-timeout 20 --rdzv-settle 3 -- sh -c 'echo \"world=$WORLD_SIZE rank=$RANK restart=$TROUPE_RESTART_COUNT\"; "
+        kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 3 --secret " + secret +
+            " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-timeout 20 --rdzv-settle 3 -- sh -c 'echo \"world=$WORLD_SIZE rank=$RANK restart=$TROUPE_RESTART_COUNT\"; "
             "exec sleep 4'",
         dir.path / (name + ".log"));
   };
@@ -150,10 +159,11 @@ TEST_CASE("elastic: a killed node's launcher, the job goes on with two nodes and
 
 TEST_CASE("elastic: the rendezvous host lost is a clear error on the other node, not a hang", "[net][elastic]") {
   TempDir dir;
+  const std::string secret = job_secret_in(dir);
   const std::string port = std::to_string(29900 + ::getpid() % 90);
   auto launcher = [&](const std::string& name) {
-    return std::make_unique<Process>(kBin + "/troupe launch --nproc 1 --nnodes 2 --max-restarts 3 --rdzv-endpoint 127.0.0.1:" +
-                                         port + " --rdzv-timeout 3 -- sleep 60",
+    return std::make_unique<Process>(kBin + "/troupe launch --nproc 1 --nnodes 2 --max-restarts 3 --secret " + secret +
+                                         " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-timeout 3 -- sleep 60",
                                      dir.path / (name + ".log"));
   };
   auto server = launcher("server");
@@ -169,6 +179,26 @@ TEST_CASE("elastic: the rendezvous host lost is a clear error on the other node,
   CHECK_THAT(other->output(), Catch::Contains("has not answered for") && Catch::Contains("is down or unreachable"));
 }
 
+TEST_CASE("elastic: a launcher holding another job's secret is never admitted to the rendezvous", "[net][elastic][secret]") {
+  TempDir dir;
+  const std::string secret = job_secret_in(dir), other = (dir.path / "other.secret").string();
+  troupe::net::write_job_secret_file(other, troupe::net::generate_job_secret());
+  const std::string port = std::to_string(29600 + ::getpid() % 90);
+  auto launcher = [&](const std::string& name, const std::string& key) {
+    return std::make_unique<Process>(kBin + "/troupe launch --nproc 1 --nnodes 2 --secret " + key +
+                                         " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-timeout 3 -- sleep 30",
+                                     dir.path / (name + ".log"));
+  };
+  auto server = launcher("server", secret);
+  std::this_thread::sleep_for(500ms);
+  auto stranger = launcher("stranger", other);
+  INFO(server->output() << "\n" << stranger->output());
+  CHECK(stranger->wait_exit(15s) == 1);
+  CHECK_THAT(stranger->output(), Catch::Contains("holds another job secret"));
+  CHECK(server->wait_exit(15s) == 1);  // alone: fewer than 2 nodes for --rdzv-timeout
+  CHECK_THAT(server->output(), !Catch::Contains("round 0"));
+}
+
 namespace {
 
 // 3 hosts of a test cluster, each running one launcher of dist_sgd --elastic (1 rank) with its own
@@ -177,6 +207,7 @@ struct ElasticCluster {
   std::string prefix = "te" + std::to_string(::getpid() % 100000);
   bool ok = sh(kScript + " up 3 " + prefix);
   TempDir dir;
+  const std::string secret = job_secret_in(dir);
   ~ElasticCluster() { sh(kScript + " down " + prefix); }
 
   std::unique_ptr<Process> start(int host, const std::string& log) {
@@ -187,7 +218,7 @@ struct ElasticCluster {
     rdzv += ":29400";
     return std::make_unique<Process>(
         "ip netns exec " + prefix + "-h" + std::to_string(host) + " " + kBin +
-            "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 6 --rdzv-endpoint " + rdzv + " --rdzv-timeout 30 -- " +
+            "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 6 --secret " + secret + " --rdzv-endpoint " + rdzv + " --rdzv-timeout 30 -- " +
             kBin + "/dist_sgd --elastic --subset 6400 --epochs 8 --json --log-every 1 --checkpoint-every 10 --resume " +
             "--checkpoint-dir " + (dir.path / ("h" + std::to_string(host))).string(),
         dir.path / log);

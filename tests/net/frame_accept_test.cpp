@@ -63,7 +63,7 @@ std::string refused_on_router(const std::vector<uint8_t>& header, const Parts& p
 std::string refused_on_direct(const std::vector<uint8_t>& header, const Parts& parts) {
   Transport t(unconnected_rank0());
   auto slot = t.post(0, Inbox::p2p, 1, -1);
-  DirectSender rank1(t.address().direct, 1, deadline_after(5s));
+  DirectSender rank1(t.address().direct, 1, 0, JobKeys{}, deadline_after(5s));
   std::vector<std::span<const uint8_t>> spans(parts.begin(), parts.end());
   rank1.send(header, spans);
   return refusal(t, slot);
@@ -81,7 +81,7 @@ std::string refused_on_stripe(const std::vector<uint8_t>& header, const std::vec
   append_u64(chunk, payload.size());
   chunk.insert(chunk.end(), header.begin(), header.end());
   chunk.insert(chunk.end(), payload.begin(), payload.end());
-  const int fd = dial_direct(t.address().direct, 1, /*lane=*/1, deadline_after(5s));
+  const int fd = dial_direct(t.address().direct, 1, 0, /*lane=*/1, JobKeys{}, deadline_after(5s));
   ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
   std::string what = refusal(t, slot);
   ::close(fd);

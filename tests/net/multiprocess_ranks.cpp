@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <thread>
 
 #include "devices/threads.h"
 #include "net/channel.h"
+#include "net/direct_link.h"
 #include "net/collectives/group_state.h"
 #include "net/process_group.h"
 #include "net/transport.h"
@@ -336,18 +338,21 @@ TEST_CASE("net rank: kill", "[.rank]") {
   CHECK_THROWS_AS(world.send(t, 0, 0), PeerLostError);
 }
 
-// With CURVE on: p2p works, and processes without the job's keys cannot get a frame in.
-TEST_CASE("net rank: curve", "[.rank]") {
+// With the job secret (troupe launch makes one): p2p works, and processes without it cannot get a
+// frame in, through the ROUTER (no keys, another job's keys) or a direct link (another job's
+// secret, the insecure zero key); the job's own frames still come.
+TEST_CASE("net rank: secret", "[.rank]") {
   auto group = init_process_group(init_options());
   ProcessGroup& world = *group;
-  CHECK(world.transport().curve().has_value());
+  REQUIRE(world.transport().keys().has_value());
+  const JobKeys& keys = *world.transport().keys();
   Tensor t = Tensor::zeros({4}, DType::f32);
   if (world.rank() == 0) {
     world.send(pattern_seeded(DType::f32, {4}, 1), 1, 1);
-    // Forged frames claiming to be rank 1, from a socket without keys and one with wrong keys.
+    // Forged frames claiming to be rank 1, from a socket without keys and one with another job's keys.
     const std::string endpoint = world.transport().address().tcp;
     void* context = zmq_ctx_new();
-    CurveKeys wrong = generate_curve_keys();
+    const JobKeys wrong = derive_job_keys(generate_job_secret());
     for (int attempt = 0; attempt < 2; ++attempt) {
       void* rogue = zmq_socket(context, ZMQ_DEALER);
       std::string id = "T";
@@ -355,9 +360,9 @@ TEST_CASE("net rank: curve", "[.rank]") {
       id.append(reinterpret_cast<const char*>(&one), 4);
       zmq_setsockopt(rogue, ZMQ_ROUTING_ID, id.data(), id.size());
       if (attempt == 1) {
-        zmq_setsockopt(rogue, ZMQ_CURVE_SERVERKEY, world.transport().curve()->public_key.data(), 40);
-        zmq_setsockopt(rogue, ZMQ_CURVE_PUBLICKEY, wrong.public_key.data(), 40);
-        zmq_setsockopt(rogue, ZMQ_CURVE_SECRETKEY, wrong.secret_key.data(), 40);
+        zmq_setsockopt(rogue, ZMQ_CURVE_SERVERKEY, keys.curve.public_key.data(), 40);
+        zmq_setsockopt(rogue, ZMQ_CURVE_PUBLICKEY, wrong.curve.public_key.data(), 40);
+        zmq_setsockopt(rogue, ZMQ_CURVE_SECRETKEY, wrong.curve.secret_key.data(), 40);
       }
       zmq_connect(rogue, endpoint.c_str());
       FrameHeader h;
@@ -378,6 +383,12 @@ TEST_CASE("net rank: curve", "[.rank]") {
     }
     zmq_ctx_term(context);
     CHECK_THROWS_AS(world.recv(t, 1, 99, 300ms), TimeoutError);
+    // This rank's direct-link port, dialed as rank 1 with another job's secret, then with the
+    // insecure zero key: refused (one line each here), and the dialer is told.
+    const std::string direct = world.transport().address().direct;
+    REQUIRE_FALSE(direct.empty());
+    CHECK_THROWS_WITH(dial_direct(direct, 1, 0, 0, wrong, deadline_after(5s)), Catch::Contains("closed"));
+    CHECK_THROWS_WITH(dial_direct(direct, 1, 0, 0, JobKeys{}, deadline_after(5s)), Catch::Contains("closed"));
     world.send(t, 1, 2);  // now rank 1 sends the real one
     world.recv(t, 1, 99);
     check_close(t, pattern_seeded(DType::f32, {4}, 2));
@@ -388,6 +399,48 @@ TEST_CASE("net rank: curve", "[.rank]") {
     world.send(pattern_seeded(DType::f32, {4}, 2), 0, 99);
   }
   barrier(world);
+}
+
+// An encrypted job (troupe launch --encrypt): small frames on the direct link and large ones on
+// the stripes, sealed (net/sealed_stream.h), medium ones through ZeroMQ's CURVE; what arrives is
+// bit for bit what was sent, on every path.
+TEST_CASE("net rank: encrypted", "[.rank]") {
+  auto group = init_process_group(init_options());
+  ProcessGroup& world = *group;
+  REQUIRE(world.transport().keys().has_value());
+  CHECK(world.transport().direct_links() == 1);
+  const uint64_t direct_before = world.transport().direct_frames();
+  const uint64_t striped_before = world.transport().striped_frames();
+  const int peer = 1 - world.rank();
+  int tag = 0;
+  for (const Shape& shape : {Shape{1}, Shape{25000}, Shape{1 << 21}}) {  // 4 B, 100 KB, 8 MB
+    const Tensor mine = pattern_seeded(DType::f32, shape, ++tag * 2 + world.rank());
+    Tensor got = Tensor::zeros(shape, DType::f32);
+    if (world.rank() == 0) {
+      world.send(mine, peer, tag);
+      world.recv(got, peer, tag);
+    } else {
+      world.recv(got, peer, tag);
+      world.send(mine, peer, tag);
+    }
+    const Tensor expected = pattern_seeded(DType::f32, shape, tag * 2 + peer);
+    CHECK(std::memcmp(got.data<float>(), expected.data<float>(), expected.numel() * sizeof(float)) == 0);
+  }
+  CHECK(world.transport().direct_frames() > direct_before);      // the 4 B frame, sealed
+  CHECK(world.transport().striped_frames() == striped_before + 1);  // the 8 MB frame, sealed
+  barrier(world);
+}
+
+// Rank 1 holds another job's secret (TROUPE_TEST_WRONG_SECRET, taken by rank 1 alone): it cannot
+// join, and both sides say why, naming the secret and the missing rank.
+TEST_CASE("net rank: wrong secret", "[.rank]") {
+  InitOptions o = init_options();
+  o.timeout = 3s;
+  const bool rank1 = std::getenv("RANK") == std::string("1");
+  if (const char* wrong = std::getenv("TROUPE_TEST_WRONG_SECRET"); wrong && rank1) o.secret_file = wrong;
+  const std::string why = thrown<TimeoutError>([&] { init_process_group(o); });
+  if (rank1) CHECK_THAT(why, Catch::Contains("same job secret?"));
+  else CHECK_THAT(why, Catch::Contains("rank(s) 1"));
 }
 
 // The collectives' channel: matching descriptors pass, mismatched ones fail on both ranks.

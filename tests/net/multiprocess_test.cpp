@@ -1,5 +1,5 @@
 // Real processes on loopback, started by the launcher: p2p with 2 and 4 ranks, init methods,
-// timeouts, kill -9 of a rank, CURVE, the collectives' channel (the ranks: multiprocess_ranks.cpp),
+// timeouts, kill -9 of a rank, the job secret, the collectives' channel (the ranks: multiprocess_ranks.cpp),
 // and the launcher itself.
 #include <unistd.h>
 
@@ -14,6 +14,7 @@
 #include <set>
 
 #include "net/bootstrap/launcher.h"
+#include "net/job_secret.h"
 #include "support/ranks.h"
 
 using namespace troupe::net;
@@ -94,11 +95,36 @@ TEST_CASE("multiprocess: kill -9 of a rank fails every survivor with PeerLostErr
   CHECK(run.seconds < 15);
 }
 
-TEST_CASE("multiprocess: CURVE on, forged frames from keyless processes never arrive", "[net][curve]") {
-  LaunchOptions o;
-  o.curve = true;
-  RankRun run = run_ranks(2, "net rank: curve", o);
+TEST_CASE("multiprocess: the job secret by default, strangers and wrong secrets never get a frame in",
+          "[net][secret]") {
+  RankRun run = run_ranks(2, "net rank: secret");
   check_all_passed(run, 2);
+  // One line on the rank whose port a stranger tried (handshake.h), none of the job's frames lost.
+  CHECK(run.count("refused a connection from") == 2);
+}
+
+TEST_CASE("multiprocess: an encrypted job seals its direct links and stripes, bit for bit, collectives included",
+          "[net][secret]") {
+  LaunchOptions o;
+  o.encrypt = true;
+  o.env = {{"TROUPE_SHM", "0"}};
+  check_all_passed(run_ranks(2, "net rank: encrypted", o), 2);
+  check_all_passed(run_ranks(2, "collectives rank: all", o), 2);
+  o.insecure = true;
+  o.command = {"true"};
+  CHECK_THROWS_WITH(launch(o), Catch::Contains("--encrypt needs the job secret"));
+}
+
+TEST_CASE("multiprocess: a rank holding another job's secret cannot join, and every rank says why", "[net][secret]") {
+  const std::string wrong =
+      (std::filesystem::temp_directory_path() / ("troupe-wrong-" + std::to_string(::getpid()) + ".secret")).string();
+  write_job_secret_file(wrong, generate_job_secret());
+  LaunchOptions o;
+  o.env = {{"TROUPE_TEST_WRONG_SECRET", wrong}};
+  o.stop_on_failure = false;
+  RankRun run = run_ranks(2, "net rank: wrong secret", o);
+  std::filesystem::remove(wrong);
+  check_all_passed(run, 2);  // each rank's case checks its own error
 }
 
 TEST_CASE("multiprocess: the collectives' channel detects mismatched calls on both ranks", "[net][channel]") {
@@ -127,16 +153,20 @@ TEST_CASE("launcher: environment, prefixed output, exit codes", "[net][launch]")
     CHECK(std::count(out.begin(), out.end(), std::to_string(rank) + " O tail") == 1);  // unterminated last line
   }
 
-  // Multi-node numbering: node 1 of 2 with 2 ranks each holds ranks 2 and 3.
+  // Multi-node numbering: node 1 of 2 with 2 ranks each holds ranks 2 and 3. Several nodes share
+  // one secret, which the launcher cannot make for them: refused without one, saying how.
   o.nproc = 2;
   o.nnodes = 2;
   o.node_rank = 1;
   o.master = "127.0.0.1:29999";
-  o.command = {"sh", "-c", "echo $RANK/$WORLD_SIZE/$MASTER_PORT/$NODE_RANK"};
+  o.command = {"sh", "-c", "echo $RANK/$WORLD_SIZE/$MASTER_PORT/$NODE_RANK/${TROUPE_INSECURE:-}"};
+  ::unsetenv("TROUPE_JOB_SECRET_FILE");
+  CHECK_THROWS_WITH(launch(o), Catch::Contains("troupe secret FILE") && Catch::Contains("--insecure"));
+  o.insecure = true;
   out.clear();
   CHECK(launch(o).exit_code == 0);
-  CHECK(std::count(out.begin(), out.end(), "2 O 2/4/29999/1") == 1);
-  CHECK(std::count(out.begin(), out.end(), "3 O 3/4/29999/1") == 1);
+  CHECK(std::count(out.begin(), out.end(), "2 O 2/4/29999/1/1") == 1);
+  CHECK(std::count(out.begin(), out.end(), "3 O 3/4/29999/1/1") == 1);
 
   // Huge pages for malloc's large blocks, added to the tunables a user set; off on request.
   ::unsetenv("GLIBC_TUNABLES");

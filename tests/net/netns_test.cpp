@@ -1,5 +1,5 @@
 // Two ranks in two network namespaces joined by a veth pair: p2p and remote actors over tcp://
-// with CURVE, as across two hosts (the ranks: multiprocess_ranks.cpp, remote_ranks.cpp). Needs
+// with the job secret, as across two hosts (the ranks: multiprocess_ranks.cpp, remote_ranks.cpp). Needs
 // root and `ip netns`; skipped otherwise.
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "net/curve.h"
+#include "net/job_secret.h"
 #include "net/bootstrap/launcher.h"
 #include "support/ranks.h"
 #include "support/skip.h"
@@ -42,17 +42,17 @@ struct Namespaces {
 
 }  // namespace
 
-TEST_CASE("netns: two namespaces over a veth pair, tcp:// with CURVE, p2p and remote actors", "[net][netns]") {
+TEST_CASE("netns: two namespaces over a veth pair, tcp:// with the job secret, p2p and remote actors", "[net][netns]") {
   if (::geteuid() != 0 || !sh("ip netns list")) SKIP_TEST("needs root and `ip netns` (iproute2)");
   Namespaces ns;
   if (!ns.ok) SKIP_TEST("could not create network namespaces and a veth pair here");
   const std::string key =
-      (std::filesystem::temp_directory_path() / ("troupe-netns-" + std::to_string(::getpid()) + ".key")).string();
-  write_curve_key_file(key, generate_curve_keys());
-  for (const char* rank_test : {"net rank: p2p", "net rank: curve", "remote rank: basic"}) {
+      (std::filesystem::temp_directory_path() / ("troupe-netns-" + std::to_string(::getpid()) + ".secret")).string();
+  write_job_secret_file(key, generate_job_secret());
+  for (const char* rank_test : {"net rank: p2p", "net rank: secret", "remote rank: basic"}) {
     LaunchOptions o;
     o.master = "10.231.0.1:29500";
-    o.curve_key_file = key;
+    o.secret_file = key;
     o.env = {{"TROUPE_TRANSPORT", "tcp"}};
     // Rank 0 runs in the first namespace, rank 1 in the second.
     o.command = {"sh", "-c",

@@ -58,7 +58,7 @@ std::vector<uint8_t> chunk(uint64_t seq, uint64_t total, uint64_t offset, uint64
 std::string refusal(const std::vector<uint8_t>& bytes, int lane = 1) {
   Transport t(unconnected_rank0());
   auto slot = t.post(0, net::Inbox::p2p, 1, -1);
-  const int fd = dial_direct(t.address().direct, 1, lane, deadline_after(5s));
+  const int fd = dial_direct(t.address().direct, 1, 0, lane, JobKeys{}, deadline_after(5s));
   ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   std::string what;
   try {
@@ -194,7 +194,7 @@ TEST_CASE("stripes: malformed chunks break the transport with CommError naming t
   CHECK_THAT(refusal(chunk(0, 1000, 900, 200, 0, {})), Catch::Contains("bytes 900+200 of a frame of 1000"));
   CHECK_THAT(refusal(chunk(0, 1000, 64, 10, 100, {1000})), Catch::Contains("at offset 64 with a header"));
   CHECK_THAT(refusal(chunk(0, 1000, 0, 10, 100, {10, 10})), Catch::Contains("parts that do not fill"));
-  CHECK_THAT(refusal({}, kMaxStripes + 1), Catch::Contains("introduced lane 9"));
+  CHECK_THAT(refusal({}, kMaxStripes + 1), Catch::Contains("introduced path 1 lane 9"));
   // A sender that goes quiet in the middle of a chunk is cut off once it made no progress for the
   // stall timeout (the peer timeout, 3 s), not waited for forever.
   std::vector<uint8_t> cut = chunk(0, 4096, 0, 4096, 100, {4096});
@@ -214,7 +214,7 @@ struct GatedSend {
   std::unique_ptr<troupe::Lane> writer = troupe::Lane::make(Device::cpu(), "writer");
   std::shared_ptr<net::detail::Completion> done = std::make_shared<net::detail::Completion>();
 
-  GatedSend() { REQUIRE(out.connect(0, receiver.address().direct, 1, deadline_after(5s))); }
+  GatedSend() { REQUIRE(out.connect(0, receiver.address().direct, 1, JobKeys{}, deadline_after(5s))); }
 
   // Sends x as rank 1's frame 0 on tag 7, its bytes gated by `gates`.
   void send(const Tensor& x, const PartGates& gates) {

@@ -1,4 +1,4 @@
-// Two transports in one process (no fork): p2p both ways over tcp:// and ipc://, CURVE admission,
+// Two transports in one process (no fork): p2p both ways over tcp:// and ipc://, the job secret's admission,
 // bad frames from a peer, strangers' frames, init_process_group's argument errors.
 #include <zmq.h>
 
@@ -22,12 +22,12 @@ namespace {
 
 using Pair = TransportPair;
 
-// keys_b lets rank 1 hold a different CURVE key.
-Pair connect_pair(const std::string& prefer, std::optional<CurveKeys> keys_a = std::nullopt,
-                  std::optional<CurveKeys> keys_b = std::nullopt, std::chrono::milliseconds timeout = 5s) {
+// keys_b lets rank 1 hold a different job secret's keys.
+Pair connect_pair(const std::string& prefer, std::optional<JobKeys> keys_a = std::nullopt,
+                  std::optional<JobKeys> keys_b = std::nullopt, std::chrono::milliseconds timeout = 5s) {
   TransportOptions oa, ob;
-  oa.curve = keys_a;
-  ob.curve = keys_b;
+  oa.keys = keys_a;
+  ob.keys = keys_b;
   return net::connect_pair(prefer, oa, ob, timeout);
 }
 
@@ -124,18 +124,20 @@ TEST_CASE("transport: a receive that times out is cancelled and consumes nothing
   CHECK(m->source == 0);
 }
 
-TEST_CASE("transport: CURVE admits the job's key and nothing else", "[net][transport][curve]") {
-  const CurveKeys job = generate_curve_keys();
-  CHECK(job.public_key.size() == 40);
+TEST_CASE("transport: the job secret's keys admit the job and nothing else", "[net][transport][secret]") {
+  const JobKeys job = derive_job_keys(generate_job_secret());
+  CHECK(job.curve.public_key.size() == 40);
+  auto other = [] { return derive_job_keys(generate_job_secret()); };
   {
     Pair p = connect_pair("tcp", job, job);
+    CHECK(p.a->direct_links() == 1);  // the direct link's handshake passed too
     p.a->send(1, data_header(1), Tensor::scalar<int64_t>(42));
     CHECK(receive(*p.b, 1, 0).item<int64_t>() == 42);
   }
-  // A rank holding another key is never admitted: init times out naming it.
-  CHECK_THROWS_AS(connect_pair("tcp", job, generate_curve_keys(), 1s), TimeoutError);
-  CHECK_THROWS_WITH(connect_pair("tcp", job, generate_curve_keys(), 1s), Catch::Contains("rank(s) 1"));
-  // And a rank without CURVE cannot talk to one with it.
+  // A rank holding another secret is never admitted: init times out naming it.
+  CHECK_THROWS_AS(connect_pair("tcp", job, other(), 1s), TimeoutError);
+  CHECK_THROWS_WITH(connect_pair("tcp", job, other(), 1s), Catch::Contains("rank(s) 1"));
+  // And a rank without the secret cannot talk to one with it.
   CHECK_THROWS_AS(connect_pair("tcp", job, std::nullopt, 1s), TimeoutError);
 }
 
@@ -179,7 +181,7 @@ TEST_CASE("init_process_group: missing or bad settings are typed errors", "[net]
     o.world_size = world;
     o.timeout = 1s;
     o.transport = std::move(transport);
-    o.curve_key_file = std::move(key);
+    o.secret_file = std::move(key);
     return o;
   };
   CHECK_THROWS_AS(init_process_group({}), ValueError);
@@ -187,7 +189,15 @@ TEST_CASE("init_process_group: missing or bad settings are typed errors", "[net]
   CHECK_THROWS_WITH(init_process_group(opts("env://", 0, -1)), Catch::Contains("WORLD_SIZE"));
   CHECK_THROWS_WITH(init_process_group(opts("env://", 3, 2)), Catch::Contains("rank 3 (InitOptions::rank)"));
   CHECK_THROWS_WITH(init_process_group(opts("env://", 0, 1)), Catch::Contains("MASTER_ADDR"));
+  // Several ranks and no secret: refused, saying how to make one and how to opt out.
+  CHECK_THROWS_WITH(init_process_group(opts("tcp://127.0.0.1:1", 0, 2)),
+                    Catch::Contains("troupe secret FILE") && Catch::Contains("TROUPE_INSECURE=1"));
+  ::setenv("TROUPE_CURVE_SECRET_FILE", "/x", 1);
+  CHECK_THROWS_WITH(init_process_group(opts("tcp://127.0.0.1:1", 0, 1)), Catch::Contains("TROUPE_JOB_SECRET_FILE"));
+  ::unsetenv("TROUPE_CURVE_SECRET_FILE");
+  ::setenv("TROUPE_INSECURE", "1", 1);
   CHECK_THROWS_WITH(init_process_group(opts("udp://x", 0, 2)), Catch::Contains("unknown init method"));
+  ::unsetenv("TROUPE_INSECURE");
   CHECK_THROWS_WITH(init_process_group(opts("tcp://127.0.0.1:1", 0, 1, "carrier-pigeon")),
                     Catch::Contains("auto, tcp or ipc"));
   CHECK_THROWS_WITH(init_process_group(opts("tcp://nohost", 0, 2)), Catch::Contains("HOST:PORT"));
@@ -204,9 +214,9 @@ TEST_CASE("init_process_group: missing or bad settings are typed errors", "[net]
   ::setenv("TROUPE_SMALL_COLLECTIVE_POLL_US", "700", 1);
   CHECK(init_process_group(opts("tcp://127.0.0.1:1", 0, 1))->transport().small_collective_poll() == 700us);
   ::unsetenv("TROUPE_SMALL_COLLECTIVE_POLL_US");
-  // A key file others can read is refused.
-  const std::string key = (std::filesystem::temp_directory_path() / "troupe-test-open.key").string();
-  write_curve_key_file(key, generate_curve_keys());
+  // A secret file others can read is refused.
+  const std::string key = (std::filesystem::temp_directory_path() / "troupe-test-open.secret").string();
+  write_job_secret_file(key, generate_job_secret());
   std::filesystem::permissions(key, std::filesystem::perms::group_read, std::filesystem::perm_options::add);
   CHECK_THROWS_WITH(init_process_group(opts("tcp://127.0.0.1:1", 0, 1, "", key)),
                     Catch::Contains("readable by group or others"));
