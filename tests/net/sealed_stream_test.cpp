@@ -207,17 +207,7 @@ std::string stripe_refusal(bool seal, const std::function<std::vector<uint8_t>(c
   auto slot = t.post(0, Inbox::p2p, 1, -1);
   SessionKeys session;
   const int fd = dial_direct(t.address().direct, 1, 0, /*lane=*/1, *o.keys, deadline_after(5s), seal ? &session : nullptr);
-  const std::vector<uint8_t> bytes = wire(session);
-  ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  std::string what;
-  try {
-    t.wait(slot, deadline_after(10s));
-    what = "nothing";
-  } catch (const CommError& e) {
-    what = e.what();
-  }
-  ::close(fd);
-  return what;
+  return refusal_of(t, slot, fd, wire(session));
 }
 
 }  // namespace

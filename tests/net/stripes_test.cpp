@@ -59,16 +59,7 @@ std::string refusal(const std::vector<uint8_t>& bytes, int lane = 1) {
   Transport t(unconnected_rank0());
   auto slot = t.post(0, net::Inbox::p2p, 1, -1);
   const int fd = dial_direct(t.address().direct, 1, 0, lane, JobKeys{}, deadline_after(5s));
-  ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  std::string what;
-  try {
-    t.wait(slot, deadline_after(10s));
-    what = "nothing";
-  } catch (const CommError& e) {
-    what = e.what();
-  }
-  ::close(fd);
-  return what;
+  return refusal_of(t, slot, fd, bytes);
 }
 
 // A TCP connection from `from` to a listener on `to` (loopback addresses): {dialing end, accepted end}.

@@ -4,10 +4,16 @@
 //   TransportOptions a, b;  // rank, world size and prefer are set here
 //   TransportPair p = connect_pair("tcp", a, b);
 //   p.a->send(1, header, tensor);
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <future>
 #include <memory>
+#include <span>
+#include <string>
 
 #include "devices/error.h"
+#include "net/errors.h"
 #include "net/transport.h"
 
 namespace troupe::net {
@@ -64,6 +70,22 @@ inline TransportOptions unconnected_rank0() {
   o.world_size = 2;
   o.prefer = "tcp";
   return o;
+}
+
+// Sends bytes on fd, a connection dialed to t's direct port, and says how t's posted receive slot
+// ended: the CommError's message when the transport refused what came, "nothing" when it took it.
+template <class Slot>
+std::string refusal_of(Transport& t, const Slot& slot, int fd, std::span<const uint8_t> bytes) {
+  ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  std::string what;
+  try {
+    t.wait(slot, deadline_after(std::chrono::seconds(10)));
+    what = "nothing";
+  } catch (const CommError& e) {
+    what = e.what();
+  }
+  ::close(fd);
+  return what;
 }
 
 }  // namespace troupe::net
