@@ -99,23 +99,9 @@ std::shared_ptr<MeshState> spawn_mesh(const MeshOptions& options, std::string_vi
                                       WireValue arguments);
 RemoteActor spawn_placed(const Placement& place, std::string_view type, WireValue arguments);
 
-// A mesh call's future: completed by the answers, which the waiting thread receives itself while
-// no other thread receives (as a request's, remote_actor.h's ReplyState).
+// A mesh call's future: a request's (remote_actor.h), whose answers may come from any rank.
 template <class T>
-class MeshReply final : public troupe::detail::TaskResult<T> {
- public:
-  MeshReply() : troupe::detail::TaskResult<T>(troupe::detail::TaskBase::External{}) {}
-  template <class... V>
-  void set_value(V&&... value) {
-    if constexpr (!std::is_void_v<T>) this->value_.emplace(std::forward<V>(value)...);
-    this->finish(nullptr);
-  }
-  void set_exception(std::exception_ptr error) { this->finish(std::move(error)); }
-
- private:
-  void execute() override {}
-  bool help_complete() override { return receive_here(*this); }
-};
+using MeshReply = ReplyState<T>;
 }  // namespace detail
 
 class Mesh {

@@ -97,11 +97,12 @@ bool receive_for(ActorRef& actor, const troupe::detail::TaskBase& reply);
 bool receive_here(const troupe::detail::TaskBase& reply);
 
 // The state behind a request's future, completed by the answer. A thread that waits for it
-// receives from the transport itself meanwhile, so the answer wakes no other thread first.
+// receives from the transport itself meanwhile, so the answer wakes no other thread first. Without
+// an actor (an actor mesh's call), the answers may come from any rank.
 template <class T>
 class ReplyState final : public troupe::detail::TaskResult<T> {
  public:
-  explicit ReplyState(std::shared_ptr<ActorRef> actor)
+  explicit ReplyState(std::shared_ptr<ActorRef> actor = nullptr)
       : troupe::detail::TaskResult<T>(troupe::detail::TaskBase::External{}), actor_(std::move(actor)) {}
   template <class... V>
   void set_value(V&&... value) {
@@ -112,7 +113,7 @@ class ReplyState final : public troupe::detail::TaskResult<T> {
 
  private:
   void execute() override {}
-  bool help_complete() override { return receive_for(*actor_, *this); }
+  bool help_complete() override { return actor_ ? receive_for(*actor_, *this) : receive_here(*this); }
   std::shared_ptr<ActorRef> actor_;
 };
 }  // namespace detail
