@@ -266,7 +266,7 @@ DirectReceiver::DirectReceiver(int fd, int self, int world_size, const JobKeys& 
       world_size_(world_size),
       encrypt_(encrypt),
       handshake_(std::make_unique<HandshakeServer>(keys, self, world_size)),
-      buffer_(kReadChunk),
+      buffer_(kHelloBytes + kProofBytes),  // a stranger costs no more than its handshake's bytes
       opened_(Clock::now()) {}
 
 DirectReceiver::DirectReceiver(SharedFd fd, int self, int world_size, int peer,
@@ -338,6 +338,7 @@ bool DirectReceiver::shake_hands() {
                       " of path " + std::to_string(kDirectPath));
     stripe_ = static_cast<int>(hello.lane);
     begin_ = end_ = 0;
+    if (stripe_ == 0) buffer_.resize(kReadChunk);
     if (((hello.flags & kHandshakeEncrypt) != 0) != encrypt_)
       throw CommError("direct link: rank " + std::to_string(peer_) + (encrypt_ ? " does not" : "") +
                       " seal its records and this rank does" + (encrypt_ ? "" : " not") +
