@@ -36,8 +36,13 @@ case "${1:-}" in
     examples/tour.sh
     ;;
   test)
+    # The parts' times, last: a CI log keeps the end of what it printed.
+    trap 'echo "troupe.sh test: set-up ${set_up_s:-?} s, build ${build_s:-?} s, tests $((SECONDS - ${tests_from:-SECONDS})) s ($(nproc) cores)"' EXIT
     install_missing
+    set_up_s=$SECONDS
     build
+    build_s=$((SECONDS - set_up_s))
+    tests_from=$SECONDS
     ctest --test-dir build --output-on-failure -j"$(nproc)"
     ;;
   *)

@@ -201,6 +201,13 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
     if (*v < 0) throw ValueError("init_process_group: TROUPE_DIRECT_MAX=" + std::to_string(*v) + " is negative");
     t.direct_max = static_cast<size_t>(*v);
   }
+  if (auto v = env_int({"TROUPE_PEER_TIMEOUT_MS"}, &used)) {
+    const auto least = 4 * t.heartbeat_interval.count();  // a few heartbeats may be late, not all
+    if (*v < least)
+      throw ValueError("init_process_group: TROUPE_PEER_TIMEOUT_MS=" + std::to_string(*v) + " is under " +
+                       std::to_string(least) + " ms (4 heartbeats)");
+    t.peer_timeout = std::chrono::milliseconds(*v);
+  }
   if (auto v = env_int({"TROUPE_STRIPES"}, &used)) {
     if (*v < 0 || *v > kMaxStripes)
       throw ValueError("init_process_group: TROUPE_STRIPES=" + std::to_string(*v) + ", expected 0.." +

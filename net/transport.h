@@ -113,7 +113,7 @@ struct TransportOptions {
   // sealed with AES-256-GCM under the connection's session keys (sealed_stream.h).
   bool encrypt = false;
   std::chrono::milliseconds heartbeat_interval{200};
-  std::chrono::milliseconds peer_timeout{3000};
+  std::chrono::milliseconds peer_timeout{3000};  // silent this long: lost ($TROUPE_PEER_TIMEOUT_MS)
   // Collectives between ranks on this host may use shared memory (net/collectives/shm_all_reduce.cpp).
   bool shared_memory = true;
   // Frames up to this many bytes go on the direct links (0: every frame through ZeroMQ). Direct

@@ -3,6 +3,8 @@
 // link goes down mid-collective, and the Kubernetes example's rendezvous with rank 0's name
 // appearing late or never. Needs root and iproute2; skipped otherwise.
 
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -71,13 +73,21 @@ TEST_CASE("cluster: a host's link goes down mid-collective, every survivor gets 
   REQUIRE_CLUSTER(cluster);
   LaunchOptions o = cluster.options(1);
   o.stop_on_failure = false;
-  // The ranks all-reduce in a loop; host 1's cable comes out once they are well under way.
+  // The ranks all-reduce in a loop; host 1's cable comes out once they are well under way: a second
+  // after rank 0 says they met (a fixed delay from the launch cut it before the rendezvous, under
+  // ThreadSanitizer on a loaded machine).
+  const std::filesystem::path under_way =
+      std::filesystem::temp_directory_path() / ("troupe-link-down-" + std::to_string(::getpid()));
+  std::filesystem::remove(under_way);
+  o.env.emplace_back("TROUPE_TEST_UNDER_WAY_FILE", under_way.string());
   std::thread cut([&] {
-    std::this_thread::sleep_for(3s);
+    for (int i = 0; i < 1200 && !std::filesystem::exists(under_way); ++i) std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(1s);
     cluster.link(1, false);
   });
   RankRun run = run_ranks(3, "collectives rank: link down", o);
   cut.join();
+  std::filesystem::remove(under_way);
   check_all_passed(run, 3);
 }
 

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
@@ -390,6 +391,8 @@ TEST_CASE("collectives rank: link down", "[.rank]") {
   auto group = launched_world();
   ProcessGroup& world = *group;
   barrier(world);
+  if (const char* under_way = std::getenv("TROUPE_TEST_UNDER_WAY_FILE"); under_way && world.rank() == 0)
+    std::fclose(std::fopen(under_way, "w"));  // the test cuts the cable from now on
   Tensor t = Tensor::ones({1 << 20});
   double call_s = 0;
   const std::string m = thrown<PeerLostError>([&] {
