@@ -59,7 +59,10 @@ find_ports() {
         python3 - "${entry#*:}" "${entry%%:*}" >"$work/port.$n" <<'PY'
 import socket, sys
 port, rank = int(sys.argv[1]), sys.argv[2]
-s = socket.create_connection(("127.0.0.1", port))
+try:
+    s = socket.create_connection(("127.0.0.1", port))
+except ConnectionRefusedError:
+    sys.exit(0)  # closed since ss saw it (rank 0's rendezvous): not a port of the running job
 s.settimeout(0.5)
 try:
     greeted = s.recv(1) == b"\xff"
@@ -68,7 +71,8 @@ except socket.timeout:
 print(f"zmq {rank} tcp://127.0.0.1:{port}" if greeted else f"direct {rank} 127.0.0.1:{port}")
 PY
       done
-      echo $n >"$work/ports"
+      find "$work" -name 'port.*' -empty -delete
+      ls "$work"/port.* | wc -l >"$work/ports"
       return 0
     fi
     sleep 0.1

@@ -7,7 +7,7 @@
 //
 //   troupe_hostile_peer --rendezvous 127.0.0.1:29500 --world 2   # while rank 0 waits for rank 1
 //                                                                # (the rendezvous closes after)
-//   troupe_hostile_peer --world 2 --ports ports.0 --ports ports.1 --handshake-ms 1000 --progress-ms 2000 \
+//   troupe_hostile_peer --world 2 --ports ports.0 --ports ports.1 --handshake-ms 1000 --progress-ms 2000
 //                       --record-secret job.secret
 //   troupe_hostile_peer --ports ports --only "1,000 connections at once" --only "one byte a second" --until-gone
 //                       # a load, not a test: those attacks again and again until the job is gone
@@ -28,6 +28,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sodium.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -39,16 +40,12 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <span>
 #include <mutex>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <sodium.h>
-
-#include <optional>
 
 #include "net/bootstrap/rendezvous_messages.h"
 #include "net/frame.h"
@@ -448,6 +445,11 @@ troupe::net::HelloFields hello_to(const Target& t, const Settings& s) {
   return {troupe::net::kDirectPath, lane_of(t), (server + s.world - 1) % s.world, server, 0};
 }
 
+// The recorded transcript of a rank dialing the target (--record-secret), or none.
+const Transcript* transcript_for(const Target& t, const Settings& s) {
+  return s.transcript(std::stoi(t.rank), lane_of(t));
+}
+
 enum class Got { all, closed, timed_out };
 
 Got receive_exact(int fd, std::span<uint8_t> bytes, std::chrono::milliseconds most) {
@@ -487,9 +489,9 @@ Outcome handshake_attempt(const Target& t, const Settings& s, std::span<const ui
 }
 
 std::vector<uint8_t> proof_of(std::span<const uint8_t> mac) {
-  std::vector<uint8_t> proof(4);
+  std::vector<uint8_t> proof(4 + mac.size());
   troupe::net::wire::put<uint32_t>(proof.data(), 0, 0x50505254);  // "TRPP"
-  proof.insert(proof.end(), mac.begin(), mac.end());
+  std::memcpy(proof.data() + 4, mac.data(), mac.size());
   return proof;
 }
 
@@ -613,7 +615,7 @@ Outcome wrong_secret(const Target& t, const Settings& s) {
   if (t.kind == Kind::zmq || t.kind == Kind::rendezvous)
     return zmq_attempt(t, s, &other.curve, s.job_curve_public.empty() ? other.curve.public_key : s.job_curve_public,
                        "another job's CURVE keys");
-  const Transcript* seen = s.transcript(std::stoi(t.rank), lane_of(t));
+  const Transcript* seen = transcript_for(t, s);
   JobKeys posing = other;
   if (seen) std::memcpy(posing.job_id.data(), seen->hello.data() + 8, posing.job_id.size());
   HandshakeClient client(posing, hello_to(t, s));
@@ -632,10 +634,6 @@ Outcome wrong_secret(const Target& t, const Settings& s) {
                                      : "a hello of another job (no --record-secret)");
   if (fooled) o = {false, o.what + "; and the job's challenge passed under another secret"};
   return o;
-}
-
-const Transcript* transcript_for(const Target& t, const Settings& s) {
-  return s.transcript(std::stoi(t.rank), lane_of(t));
 }
 
 // A genuine rank's hello and proof, recorded beforehand, sent again: the job's challenge carries a
