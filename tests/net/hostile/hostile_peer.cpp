@@ -560,7 +560,7 @@ Outcome zmq_attempt(const Target& t, const Settings& s, const troupe::net::Curve
     zmq_send(dealer, encoded.bytes.data(), encoded.bytes.size(), ZMQ_DONTWAIT);
   }
   Outcome o{false, doing + ": neither refused nor cut off"};
-  const auto until = Clock::now() + s.handshake + s.slack;
+  const auto start = Clock::now(), until = start + s.handshake + s.slack;
   for (bool done = false; !done && Clock::now() < until;) {
     zmq_pollitem_t items[] = {{events, 0, ZMQ_POLLIN, 0}, {dealer, 0, ZMQ_POLLIN, 0}};
     if (zmq_poll(items, 2, 50) <= 0) continue;
@@ -583,7 +583,8 @@ Outcome zmq_attempt(const Target& t, const Settings& s, const troupe::net::Curve
       if (kind == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) o = {false, doing + ": its handshake succeeded"};
       else if (kind == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) o = {true, doing + ": refused by the job's ZAP handler (status " + std::to_string(value) + ")"};
       else if (kind == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) o = {true, doing + ": handshake refused (protocol error " + code + ")"};
-      else o = {true, doing + ": cut off during the handshake"};
+      else if (kind == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) o = {true, doing + ": handshake failed (no detail)"};
+      else o = {true, doing + ": disconnected before its handshake completed"};
     }
     zmq_msg_close(&event);
     zmq_msg_close(&endpoint);
@@ -591,6 +592,7 @@ Outcome zmq_attempt(const Target& t, const Settings& s, const troupe::net::Curve
   zmq_socket_monitor(dealer, nullptr, 0);
   zmq_close(events);
   zmq_close(dealer);
+  o.what += " after " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()) + " ms";
   return o;
 }
 
