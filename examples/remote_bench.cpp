@@ -6,9 +6,14 @@
 //   {"rtt_us_4B":..,"gbs_64MB":..,"requests_per_s":..}
 //
 // The setting: TROUPE_TRANSPORT=tcp TROUPE_SHM=0 (tcp:// on one host, no shared memory).
+// --wait-for FILE: rank 0 measures only once FILE exists, so that a load started beside the job
+// once its ports listen (scripts/hostile_flood_bench.sh: a flood of strangers) is on throughout.
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
+#include <string>
+#include <thread>
 
 #include "examples/command_line.h"
 #include "examples/json_line.h"
@@ -31,11 +36,13 @@ int main(int argc, char** argv) {
   using namespace troupe::net;
   int round_trips = 2000, requests = 50000, window = 256, big_reps = 11;
   bool json = false;
+  std::string wait_for;
   cli::App app{"remote actor round trip, bandwidth and pipelined requests"};
   app.add_option("--round-trips", round_trips, "timed 4-byte round trips");
   app.add_option("--requests", requests, "pipelined requests");
   app.add_option("--window", window, "pipelined requests in flight");
   app.add_option("--big-reps", big_reps, "timed 64 MB requests");
+  app.add_option("--wait-for", wait_for, "measure once this file exists");
   app.add_flag("--json", json, "one JSON line");
   TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   return run_example("remote_bench", [&] {
@@ -47,6 +54,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     RemoteActor sink = spawn_on(1, "bench.sink");
+    while (!wait_for.empty() && !std::filesystem::exists(wait_for))
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const Tensor small = Tensor::scalar<float>(1.0f);
     const double rtt = median_seconds([&] { sink.request<Tensor>("echo", small).get(); }, round_trips, 200);
 

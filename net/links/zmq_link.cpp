@@ -66,7 +66,7 @@ ZmqLink::ZmqLink(void* context, const TransportOptions& options, PeerAddress& ad
     const char* monitor_endpoint = "inproc://troupe-router-monitor";
     if (zmq_socket_monitor(router_, monitor_endpoint,
                            ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                               ZMQ_EVENT_DISCONNECTED) != 0)
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED) != 0)
       zmq_fail("zmq_socket_monitor");
     router_monitor_ = zmq_socket(context_, ZMQ_PAIR);
     set_int(router_monitor_, ZMQ_LINGER, 0);
@@ -223,6 +223,9 @@ void ZmqLink::read_router_monitor() {
       char code[16];
       std::snprintf(code, sizeof code, "%#x", value);  // zmq.h's ZMQ_PROTOCOL_ERROR_*: ZMTP, CURVE, ZAP
       handshake_failure_ = std::string("ZeroMQ handshake refused (protocol error ") + code + ")";
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      handshake_failure_ = "ZeroMQ handshake refused: its CURVE key is not the job's (another job secret; ZAP status " +
+                           std::to_string(value) + ")";
     } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
       handshake_failure_ = "no ZeroMQ handshake within TROUPE_HANDSHAKE_TIMEOUT_MS (or the peer left)";
     } else if (id == ZMQ_EVENT_DISCONNECTED) {

@@ -154,3 +154,33 @@ put("handshake", "http", b"\x00GET / HTTP/1.0\r\nHost: x\r\n\r\n" + bytes(60))
 put("handshake", "challenge", b"\x01TRPC" + bytes(64))
 put("handshake", "challenge_short", b"\x01TRPC" + bytes(10))
 put("handshake", "challenge_as_proof", b"\x01TRPP" + bytes(64))
+
+# Sealed records (net/sealed_stream.h; input layout of sealed_fuzz.cpp: byte 0 % 2: 0 the wire, records
+# under the key bytes 0..31; 1 a round trip, byte 1 a bit to flip, then a plaintext). AES-256-GCM,
+# the record's number as the nonce (8 bytes little-endian, 4 zero), its length field as associated
+# data. Whole records need the `cryptography` package (Debian: python3-cryptography); without it
+# only the malformed ones are written.
+seal_key = bytes(range(32))
+
+def sealed(number, plain):
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    length = struct.pack("<I", len(plain))
+    return length + AESGCM(seal_key).encrypt(struct.pack("<Q", number) + bytes(4), plain, length)
+
+put("sealed", "announces_too_much", b"\x00" + struct.pack("<I", 0xFFFFFFFF) + bytes(32))
+put("sealed", "just_past_the_limit", b"\x00" + struct.pack("<I", (16 << 20) + 1) + bytes(32))
+put("sealed", "forged", b"\x00" + struct.pack("<I", 8) + bytes(8 + 16))
+put("sealed", "length_only", b"\x00" + struct.pack("<I", 3))
+put("sealed", "round_trip_empty", b"\x01\x00")
+put("sealed", "round_trip_header", b"\x01\x07" + b"TRPF" + bytes(60))
+put("sealed", "round_trip_text", b"\x01\xff" + b"a record of an encrypted job's direct link")
+try:
+    first, second = sealed(0, b"frame header and payload"), sealed(1, bytes(100))
+    put("sealed", "two_records", b"\x00" + first + second)
+    put("sealed", "empty_record", b"\x00" + sealed(0, b""))
+    put("sealed", "out_of_order", b"\x00" + second + first)
+    put("sealed", "replayed", b"\x00" + first + first)
+    put("sealed", "cut_short", b"\x00" + first + second[:40])
+    put("sealed", "tag_altered", b"\x00" + first[:-1] + bytes([first[-1] ^ 1]))
+except ImportError:
+    pass

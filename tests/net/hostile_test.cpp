@@ -2,6 +2,8 @@
 // port of a running 2-rank job while the job serves remote actors and runs all_reduce in a loop.
 // The attacker reports each attack as refused or cut off; the ranks count their own requests and
 // reductions (every one answered right), the frames they dropped, and their VmRSS before and after.
+// The first rows try the authentication: no secret, a wrong one, a replayed and a reflected
+// handshake, on the direct ports (as links and as stripes), the ROUTERs and the rendezvous.
 //
 // The deadlines are shortened for the test (net/limits.h): the handshake deadline to 1 s, the
 // progress deadline to 4 s (room for the job's own heartbeats, a second apart, on a loaded CI
@@ -18,6 +20,7 @@
 
 #include "devices/tensor.h"
 #include "net/collectives.h"
+#include "net/job_secret.h"
 #include "net/remote/remote_actor.h"
 #include "net/transport.h"
 #include "support/ranks.h"
@@ -152,7 +155,12 @@ TEST_CASE("hostile peers: every port of a running 2-rank job refuses or cuts off
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string rendezvous = "127.0.0.1:" + std::to_string(free_tcp_port());
-  const std::string attacker = std::string(TROUPE_BIN_DIR) + "/troupe_hostile_peer --world 2";
+  // The job's secret, made here so that the attacker may record a genuine rank's handshake (for the
+  // replay and reflection rows) against a handshake server of its own: never on the job's ports.
+  const fs::path secret = dir / "job.secret";
+  write_job_secret_file(secret.string(), generate_job_secret());
+  const std::string attacker =
+      std::string(TROUPE_BIN_DIR) + "/troupe_hostile_peer --world 2 --record-secret " + secret.string();
 
   std::string attacks_output;
   int rendezvous_status = -1, ports_status = -1;
@@ -167,6 +175,7 @@ TEST_CASE("hostile peers: every port of a running 2-rank job refuses or cuts off
   });
   LaunchOptions o;
   o.master = rendezvous;
+  o.secret_file = secret.string();
   o.env = {{"HOSTILE_DIR", dir.string()},
            {"TROUPE_TRANSPORT", "tcp"},  // the ZeroMQ tcp:// path in use, not only listening
            {"TROUPE_HANDSHAKE_TIMEOUT_MS", "1000"},
@@ -180,13 +189,19 @@ TEST_CASE("hostile peers: every port of a running 2-rank job refuses or cuts off
   CHECK(rendezvous_status == 0);
   CHECK(ports_status == 0);
   CHECK(attacks_output.find("FAILED") == std::string::npos);
-  // Every attack met every port it applies to: 4 on the rendezvous, 30 on the two ranks' 4 ports.
-  CHECK(attacks_output.find("hostile: 4 passed, 0 failed") != std::string::npos);
-  CHECK(attacks_output.find("hostile: 30 passed, 0 failed") != std::string::npos);
+  // Every attack met every port it applies to: 6 on the rendezvous; 50 on the two ranks' ROUTERs
+  // and direct ports, each direct port attacked as a direct link's and as a stripe's.
+  CHECK(attacks_output.find("hostile: 6 passed, 0 failed") != std::string::npos);
+  CHECK(attacks_output.find("hostile: 50 passed, 0 failed") != std::string::npos);
   // The job has a secret the attacker lacks: its registrations never reach rank 0's rendezvous
   // (rendezvous_test.cpp checks the refusals an insider gets). The ports' cut-offs, a line each.
   CHECK(run.count("rendezvous: refused a registration") == 0);
   CHECK(run.count("troupe: cut off 127.0.0.1") >= 10);
+  // The authentication's refusals (the first rows, before the flood fills the log's rate limit): a
+  // zero key's hello; proofs under another secret, replayed or reflected; another job's CURVE keys.
+  CHECK(run.count("a connection from another job") >= 1);
+  CHECK(run.count("proof is wrong") >= 1);
+  CHECK(run.count("its CURVE key is not the job's") >= 1);
   // What strangers sent each rank (the spawn and the call on its ROUTER among it): dropped unread.
   for (int r : {0, 1}) CHECK(frames_dropped(run.output, r) >= 2);
 }

@@ -8,19 +8,27 @@
 //   troupe_hostile_peer --rendezvous 127.0.0.1:29500 --world 2   # while rank 0 waits for rank 1
 //                                                                # (the rendezvous closes after)
 //   troupe_hostile_peer --world 2 --ports ports.0 --ports ports.1 --handshake-ms 1000 --progress-ms 2000
+//                       --record-secret job.secret
+//   troupe_hostile_peer --ports ports --only "1,000 connections at once" --only "one byte a second" --until-gone
+//                       # a load, not a test: those attacks again and again until the job is gone
+//                       # (scripts/hostile_flood_bench.sh)
 //
 // A ports file has lines "zmq RANK tcp://HOST:PORT" and "direct RANK HOST:PORT" (hostile_test.cpp
-// writes them from each rank's address); --rendezvous adds "rendezvous - HOST:PORT".
+// writes them from each rank's address); --rendezvous adds "rendezvous - HOST:PORT". A direct port
+// is attacked twice: as a direct link's (lane 0) and as a stripe's (lane 1, the same listener).
 //
-// Without the job secret (secure-auth), a process that presents a member rank's identity is taken
-// for it: the attacks here present none (or a rank outside the world), so they exercise the
-// bounds, not the authentication. The handshake attacks (no secret, wrong secret, replayed,
-// reflected) join the table as more rows.
+// The authentication rows: no secret (a zero key), a wrong secret, a replayed handshake and a
+// reflected one. The last two need a genuine rank's transcript, as an eavesdropper on the job's
+// network would have it: --record-secret FILE lets this process record one against a handshake
+// server of its own (record_transcript), and read the job's CURVE public key (public by design:
+// every client is given it). It never uses the secret on the job's ports. Without it those rows
+// use a hello of another job, refused before any MAC is checked.
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sodium.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -31,7 +39,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <mutex>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -39,6 +49,8 @@
 
 #include "net/bootstrap/rendezvous_messages.h"
 #include "net/frame.h"
+#include "net/handshake.h"
+#include "net/job_secret.h"
 #include "net/remote/call_frame.h"
 #include "net/wire_bytes.h"
 
@@ -47,8 +59,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-enum class Kind { rendezvous, zmq, direct };
-const char* name(Kind k) { return k == Kind::rendezvous ? "rendezvous" : k == Kind::zmq ? "zmq" : "direct"; }
+enum class Kind { rendezvous, zmq, direct, stripe };
+const char* name(Kind k) {
+  switch (k) {
+    case Kind::rendezvous: return "rendezvous";
+    case Kind::zmq: return "zmq";
+    case Kind::direct: return "direct";
+    case Kind::stripe: return "stripe";
+  }
+  return "?";
+}
 
 struct Target {
   Kind kind;
@@ -58,6 +78,11 @@ struct Target {
   std::string label() const { return std::string(name(kind)) + " " + rank + " " + host + ":" + std::to_string(port); }
 };
 
+// A genuine client's half of a handshake: what a rank sent, as seen on the wire.
+struct Transcript {
+  std::vector<uint8_t> hello, proof;
+};
+
 struct Settings {
   void* context = nullptr;  // one ZeroMQ context for every attack (libzmq's set-up is not for threads at once)
   int world = 2;
@@ -65,6 +90,15 @@ struct Settings {
   std::chrono::milliseconds progress{30'000};   // the job's TROUPE_PROGRESS_TIMEOUT_MS
   // Longer than this past the deadline that should cut a connection: it was not cut (a hang).
   std::chrono::milliseconds slack{8'000};
+  // From --record-secret: the job's CURVE public key, and each (server rank, lane)'s transcript of
+  // the rank before it dialing it.
+  std::string job_curve_public;
+  std::vector<std::pair<std::pair<int, uint32_t>, Transcript>> transcripts;
+  const Transcript* transcript(int server_rank, uint32_t lane) const {
+    for (const auto& [key, t] : transcripts)
+      if (key == std::pair{server_rank, lane}) return &t;
+    return nullptr;
+  }
 };
 
 struct Outcome {
@@ -401,6 +435,262 @@ Outcome never_reads(const Target& t, const Settings& s) {
   return cut_within(fd.fd, deadline, s, "a peer that never reads", false);
 }
 
+// ---- the authentication: the handshake (net/handshake.h) on direct and stripe ports, CURVE on ZeroMQ ----
+
+uint32_t lane_of(const Target& t) { return t.kind == Kind::stripe ? 1 : 0; }
+
+// The hello a rank would send to the target: from the rank before it, on the target's lane.
+troupe::net::HelloFields hello_to(const Target& t, const Settings& s) {
+  const int server = std::stoi(t.rank);
+  return {troupe::net::kDirectPath, lane_of(t), (server + s.world - 1) % s.world, server, 0};
+}
+
+// The recorded transcript of a rank dialing the target (--record-secret), or none.
+const Transcript* transcript_for(const Target& t, const Settings& s) {
+  return s.transcript(std::stoi(t.rank), lane_of(t));
+}
+
+enum class Got { all, closed, timed_out };
+
+Got receive_exact(int fd, std::span<uint8_t> bytes, std::chrono::milliseconds most) {
+  const auto until = Clock::now() + most;
+  size_t got = 0;
+  while (got < bytes.size()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    if (left <= 0ms) return Got::timed_out;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    const ssize_t n = ::recv(fd, bytes.data() + got, bytes.size() - got, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return Got::closed;
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  return Got::all;
+}
+
+// Sends `hello`; when the job challenges it, sends what proof_for makes of the challenge. Passes
+// when the job cuts the connection (at the hello, or at the proof if `challenged` says the hello
+// was a genuine one that must get past the job's first check).
+Outcome handshake_attempt(const Target& t, const Settings& s, std::span<const uint8_t> hello, bool challenged,
+                          const std::function<std::vector<uint8_t>(std::span<const uint8_t>)>& proof_for,
+                          const std::string& doing) {
+  Fd fd = dial(t);
+  if (fd.fd < 0) return {true, std::string("refused: ") + std::strerror(errno)};
+  send_all(fd.fd, hello.data(), hello.size());
+  std::array<uint8_t, troupe::net::kChallengeBytes> challenge{};
+  switch (receive_exact(fd.fd, challenge, s.handshake + s.slack)) {
+    case Got::closed:
+      return {!challenged, doing + ": cut off at the hello" + (challenged ? ", a genuine one (not the check meant)" : "")};
+    case Got::timed_out: return {false, doing + ": neither challenged nor cut off"};
+    case Got::all: break;
+  }
+  const std::vector<uint8_t> proof = proof_for(challenge);
+  send_all(fd.fd, proof.data(), proof.size());
+  return cut_within(fd.fd, s.handshake, s, doing + ", challenged, its proof");
+}
+
+std::vector<uint8_t> proof_of(std::span<const uint8_t> mac) {
+  std::vector<uint8_t> proof(4 + mac.size());
+  troupe::net::wire::put<uint32_t>(proof.data(), 0, 0x50505254);  // "TRPP"
+  std::memcpy(proof.data() + 4, mac.data(), mac.size());
+  return proof;
+}
+
+// The client's MAC as handshake.cpp makes it, under whatever key the attacker has.
+std::vector<uint8_t> client_mac(const std::array<uint8_t, 32>& key, std::span<const uint8_t> hello,
+                                std::span<const uint8_t> challenge) {
+  static const char label[] = "troupe handshake client";
+  std::vector<uint8_t> mac(crypto_generichash_BYTES);
+  crypto_generichash_state state;
+  crypto_generichash_init(&state, key.data(), key.size(), mac.size());
+  crypto_generichash_update(&state, reinterpret_cast<const uint8_t*>(label), sizeof label);
+  crypto_generichash_update(&state, hello.data(), hello.size());
+  crypto_generichash_update(&state, challenge.data() + 4, troupe::net::kNonceBytes);
+  crypto_generichash_final(&state, mac.data(), mac.size());
+  return mac;
+}
+
+// A DEALER presenting the identity of a member rank (the rank before the target's; rank 1 at the
+// rendezvous), with CURVE client keys and the server key it believes in (none: ZeroMQ's NULL
+// mechanism), that sends a rank's first message (a registration, or a spawn) and watches its own
+// handshake. Passes when the handshake fails or the connection drops before it succeeds, and
+// nothing comes back.
+Outcome zmq_attempt(const Target& t, const Settings& s, const troupe::net::CurveKeys* client,
+                    const std::string& server_key, const std::string& doing) {
+  using namespace troupe::net;
+  static std::atomic<int> monitors{0};
+  const int claimed = t.kind == Kind::rendezvous ? 1 : (std::stoi(t.rank) + s.world - 1) % s.world;
+  void* dealer = zmq_socket(s.context, ZMQ_DEALER);
+  std::string id(5, 'T');
+  std::memcpy(id.data() + 1, &claimed, 4);
+  zmq_setsockopt(dealer, ZMQ_ROUTING_ID, id.data(), id.size());
+  const int linger = 0, never = -1;
+  zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(dealer, ZMQ_RECONNECT_IVL, &never, sizeof never);  // one attempt: its fate is the outcome
+  if (client) {
+    zmq_setsockopt(dealer, ZMQ_CURVE_SERVERKEY, server_key.data(), server_key.size());
+    zmq_setsockopt(dealer, ZMQ_CURVE_PUBLICKEY, client->public_key.data(), client->public_key.size());
+    zmq_setsockopt(dealer, ZMQ_CURVE_SECRETKEY, client->secret_key.data(), client->secret_key.size());
+  }
+  const std::string watch = "inproc://hostile-monitor-" + std::to_string(monitors++);
+  zmq_socket_monitor(dealer, watch.c_str(),
+                     ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED);
+  void* events = zmq_socket(s.context, ZMQ_PAIR);
+  zmq_setsockopt(events, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_connect(events, watch.c_str());
+  zmq_connect(dealer, ("tcp://" + t.host + ":" + std::to_string(t.port)).c_str());
+  if (t.kind == Kind::rendezvous) {
+    const std::string body = format_registration({claimed, s.world, "tcp://127.0.0.1:1|ipc:///nonexistent|hostile"});
+    zmq_send(dealer, body.data(), body.size(), ZMQ_DONTWAIT);
+  } else {
+    CallFrame call;
+    call.kind = CallKind::spawn;
+    call.request = 3;
+    call.text = "hostile.echo";
+    call.value = WireValue::list({WireValue(), WireValue::list({})});
+    const EncodedCall encoded = encode_call(call);
+    FrameHeader h;
+    h.kind = FrameKind::actor;
+    h.source = claimed;
+    h.dtype = troupe::DType::u8;
+    h.shape = {static_cast<int64_t>(encoded.bytes.size())};
+    h.payload_bytes = encoded.bytes.size();
+    const std::vector<uint8_t> header = encode_header(h);
+    zmq_send(dealer, header.data(), header.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(dealer, encoded.bytes.data(), encoded.bytes.size(), ZMQ_DONTWAIT);
+  }
+  Outcome o{false, doing + ": neither refused nor cut off"};
+  const auto start = Clock::now(), until = start + s.handshake + s.slack;
+  for (bool done = false; !done && Clock::now() < until;) {
+    zmq_pollitem_t items[] = {{events, 0, ZMQ_POLLIN, 0}, {dealer, 0, ZMQ_POLLIN, 0}};
+    if (zmq_poll(items, 2, 50) <= 0) continue;
+    if (items[1].revents & ZMQ_POLLIN) {
+      o = {false, doing + ": answered"};
+      break;
+    }
+    zmq_msg_t event, endpoint;
+    zmq_msg_init(&event);
+    zmq_msg_init(&endpoint);
+    if (zmq_msg_recv(&event, events, 0) >= 6 && zmq_msg_recv(&endpoint, events, 0) >= 0) {
+      const auto* e = static_cast<const uint8_t*>(zmq_msg_data(&event));
+      uint16_t kind;
+      uint32_t value;
+      std::memcpy(&kind, e, 2);
+      std::memcpy(&value, e + 2, 4);
+      char code[16];
+      std::snprintf(code, sizeof code, "%#x", value);
+      done = true;
+      if (kind == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) o = {false, doing + ": its handshake succeeded"};
+      else if (kind == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) o = {true, doing + ": refused by the job's ZAP handler (status " + std::to_string(value) + ")"};
+      else if (kind == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) o = {true, doing + ": handshake refused (protocol error " + code + ")"};
+      else if (kind == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) o = {true, doing + ": handshake failed (no detail)"};
+      else o = {true, doing + ": disconnected before its handshake completed"};
+    }
+    zmq_msg_close(&event);
+    zmq_msg_close(&endpoint);
+  }
+  zmq_socket_monitor(dealer, nullptr, 0);
+  zmq_close(events);
+  zmq_close(dealer);
+  o.what += " after " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()) + " ms";
+  return o;
+}
+
+// No secret: a zero key (a zero job id and MAC key) on a direct or stripe port; ZeroMQ's NULL
+// mechanism, no CURVE keys at all, on the ROUTER and the rendezvous.
+Outcome no_secret(const Target& t, const Settings& s) {
+  if (t.kind == Kind::zmq || t.kind == Kind::rendezvous)
+    return zmq_attempt(t, s, nullptr, {}, "a member rank's identity without CURVE keys");
+  troupe::net::HandshakeClient client(troupe::net::JobKeys{}, hello_to(t, s));
+  const std::vector<uint8_t> hello(client.hello().begin(), client.hello().end());
+  return handshake_attempt(t, s, hello, false, [](std::span<const uint8_t>) { return proof_of(std::vector<uint8_t>(32)); },
+                           "a hello under a zero key");
+}
+
+// A wrong secret: keys derived from another job's secret. On a direct or stripe port the hello
+// carries this job's id as the wire shows it (a transcript's hello), so that the job challenges it
+// and the MAC is what refuses it; this end also finds the job's challenge false under its key. On
+// ZeroMQ the client's key pair is another job's, the server key the job's own: its ZAP handler refuses.
+Outcome wrong_secret(const Target& t, const Settings& s) {
+  using namespace troupe::net;
+  const JobKeys other = derive_job_keys(generate_job_secret());
+  if (t.kind == Kind::zmq || t.kind == Kind::rendezvous)
+    return zmq_attempt(t, s, &other.curve, s.job_curve_public.empty() ? other.curve.public_key : s.job_curve_public,
+                       "another job's CURVE keys");
+  const Transcript* seen = transcript_for(t, s);
+  JobKeys posing = other;
+  if (seen) std::memcpy(posing.job_id.data(), seen->hello.data() + 8, posing.job_id.size());
+  HandshakeClient client(posing, hello_to(t, s));
+  const std::vector<uint8_t> hello(client.hello().begin(), client.hello().end());
+  bool fooled = false;
+  Outcome o = handshake_attempt(t, s, hello, seen != nullptr,
+                                [&](std::span<const uint8_t> challenge) {
+                                  try {
+                                    client.answer(challenge);
+                                    fooled = true;  // the job's MAC verified under another secret
+                                  } catch (const troupe::CommError&) {
+                                  }
+                                  return proof_of(client_mac(other.handshake, hello, challenge));
+                                },
+                                seen ? "a hello with this job's id, MACs under another secret"
+                                     : "a hello of another job (no --record-secret)");
+  if (fooled) o = {false, o.what + "; and the job's challenge passed under another secret"};
+  return o;
+}
+
+// A genuine rank's hello and proof, recorded beforehand, sent again: the job's challenge carries a
+// fresh nonce, which the recorded proof does not cover.
+Outcome replayed(const Target& t, const Settings& s) {
+  const Transcript* seen = transcript_for(t, s);
+  if (!seen) return {false, "no transcript to replay (run with --record-secret)"};
+  return handshake_attempt(t, s, seen->hello, true, [&](std::span<const uint8_t>) { return seen->proof; },
+                           "a recorded hello and proof");
+}
+
+// A genuine rank's hello; then the job's own MAC from its challenge sent back as the proof: the
+// role is in the MAC, so the server's never passes for the client's.
+Outcome reflected(const Target& t, const Settings& s) {
+  const Transcript* seen = transcript_for(t, s);
+  if (!seen) return {false, "no transcript to reflect (run with --record-secret)"};
+  return handshake_attempt(t, s, seen->hello, true,
+                           [](std::span<const uint8_t> challenge) {
+                             return proof_of(challenge.subspan(4 + troupe::net::kNonceBytes));
+                           },
+                           "a recorded hello, the job's challenge MAC sent back");
+}
+
+// What a rank sends when it dials `hello.server_rank` (its hello, its proof), recorded against a
+// handshake server of this process's own over a socketpair: the only use of --record-secret.
+Transcript record_transcript(const troupe::net::JobKeys& keys, const troupe::net::HelloFields& hello, int world) {
+  int ends[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0) throw std::runtime_error("socketpair failed");
+  Fd client(ends[0]), server(ends[1]);
+  std::exception_ptr failed;
+  std::thread dialer([&] {
+    try {
+      troupe::net::handshake_as_client(client.fd, keys, hello, Clock::now() + 5s);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  Transcript t{std::vector<uint8_t>(troupe::net::kHelloBytes), std::vector<uint8_t>(troupe::net::kProofBytes)};
+  try {
+    troupe::net::HandshakeServer own(keys, hello.server_rank, world);
+    if (receive_exact(server.fd, t.hello, 5s) != Got::all) throw std::runtime_error("no hello to record");
+    const auto challenge = own.challenge(t.hello);
+    send_all(server.fd, challenge.data(), challenge.size());
+    if (receive_exact(server.fd, t.proof, 5s) != Got::all) throw std::runtime_error("no proof to record");
+    own.verify(t.proof);
+  } catch (...) {
+    ::shutdown(server.fd, SHUT_RDWR);  // the dialer fails at once
+    dialer.join();
+    throw;
+  }
+  dialer.join();
+  if (failed) std::rethrow_exception(failed);
+  return t;
+}
+
 struct Attack {
   const char* name;
   Outcome (*run)(const Target&, const Settings&);
@@ -410,6 +700,10 @@ struct Attack {
 
 const std::vector<Attack>& attacks() {
   static const std::vector<Attack> table = {
+      {"no secret", no_secret, {Kind::rendezvous, Kind::zmq, Kind::direct, Kind::stripe}},
+      {"a wrong secret", wrong_secret, {Kind::rendezvous, Kind::zmq, Kind::direct, Kind::stripe}},
+      {"a replayed handshake", replayed, {Kind::direct, Kind::stripe}},
+      {"a reflected handshake", reflected, {Kind::direct, Kind::stripe}},
       {"garbage", garbage, {Kind::rendezvous, Kind::zmq, Kind::direct}},
       {"frame of 2^40 bytes", huge_frame, {Kind::rendezvous, Kind::zmq, Kind::direct}},
       {"spawn of an unregistered type", spawn_unregistered, {Kind::zmq, Kind::direct}},
@@ -436,6 +730,7 @@ std::vector<Target> read_ports(const std::string& path) {
     Target t{kind == "zmq" ? Kind::zmq : kind == "direct" ? Kind::direct : Kind::rendezvous, rank,
              endpoint.substr(0, colon), std::stoi(endpoint.substr(colon + 1))};
     targets.push_back(t);
+    if (t.kind == Kind::direct) targets.push_back({Kind::stripe, t.rank, t.host, t.port});
   }
   return targets;
 }
@@ -455,6 +750,9 @@ void raise_descriptor_limit() {
 int main(int argc, char** argv) {
   Settings settings;
   std::vector<Target> targets;
+  std::string record_secret;
+  std::vector<std::string> only;  // attack names; empty: all
+  bool until_gone = false;
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
@@ -465,6 +763,9 @@ int main(int argc, char** argv) {
       if (arg == "--world") settings.world = std::stoi(value());
       else if (arg == "--handshake-ms") settings.handshake = std::chrono::milliseconds(std::stoi(value()));
       else if (arg == "--progress-ms") settings.progress = std::chrono::milliseconds(std::stoi(value()));
+      else if (arg == "--record-secret") record_secret = value();
+      else if (arg == "--only") only.push_back(value());
+      else if (arg == "--until-gone") until_gone = true;
       else if (arg == "--ports") {
         for (Target& t : read_ports(value())) targets.push_back(t);
       } else if (arg == "--rendezvous") {
@@ -474,6 +775,14 @@ int main(int argc, char** argv) {
       } else {
         throw std::runtime_error("unknown argument " + arg);
       }
+    }
+    if (!record_secret.empty()) {
+      const troupe::net::JobKeys keys = troupe::net::derive_job_keys(troupe::net::load_job_secret_file(record_secret));
+      settings.job_curve_public = keys.curve.public_key;
+      for (const Target& t : targets)
+        if (t.kind == Kind::direct || t.kind == Kind::stripe)
+          settings.transcripts.push_back(
+              {{std::stoi(t.rank), lane_of(t)}, record_transcript(keys, hello_to(t, settings), settings.world)});
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "troupe_hostile_peer: %s\n", e.what());
@@ -495,7 +804,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     (o.passed ? passed : failed)++;
   };
-  for (const Attack& attack : attacks()) {
+  auto run_attack = [&](const Attack& attack) {
     std::vector<std::thread> running;
     for (const Target& target : targets) {
       if (std::find(attack.kinds.begin(), attack.kinds.end(), target.kind) == attack.kinds.end()) continue;
@@ -512,7 +821,16 @@ int main(int argc, char** argv) {
       else running.emplace_back(run);
     }
     for (auto& t : running) t.join();
-  }
+  };
+  auto job_gone = [&] {
+    return std::none_of(targets.begin(), targets.end(), [](const Target& t) { return dial(t).fd >= 0; });
+  };
+  do {
+    for (const Attack& attack : attacks()) {
+      if (!only.empty() && std::find(only.begin(), only.end(), attack.name) == only.end()) continue;
+      run_attack(attack);
+    }
+  } while (until_gone && !job_gone());
   zmq_ctx_term(settings.context);
   std::printf("hostile: %d passed, %d failed\n", passed.load(), failed.load());
   return failed.load() == 0 && passed.load() > 0 ? 0 : 1;
