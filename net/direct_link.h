@@ -159,6 +159,7 @@ class DirectReceiver {
   Clock::time_point opened() const { return opened_; }  // when it was accepted (or dialed)
   // Since when part of a record waits for the rest; nullopt: none does.
   std::optional<Clock::time_point> partial_since() const { return partial_since_; }
+  bool spoke() const { return peer_ >= 0 || end_ > 0; }  // sent bytes of its handshake already
   int stripe() const { return stripe_; }  // 0: small frames; 1..: a stripe, for release() to hand on
   int release();                      // gives up the descriptor (nothing past the handshake read)
   std::string remote() const;         // the other end's address, for messages

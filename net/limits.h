@@ -16,7 +16,8 @@
 //                                        (ZMTP heartbeats: ping every second, unanswered -> closed),
 //                                        a direct-link record half-received for this long.
 //   TROUPE_MAX_PENDING            64     connections per direct-link port that have not introduced
-//                                        themselves yet: past it the oldest is closed (libzmq has no
+//                                        themselves yet: past it the oldest silent one is closed
+//                                        (twice as many once they have sent bytes; libzmq has no
 //                                        such cap: a ZeroMQ port's silent connections each live until
 //                                        the handshake deadline).
 //   TROUPE_SEND_STALL_TIMEOUT_MS  60 s   a direct link whose peer takes none of the bytes kept for it
@@ -25,10 +26,11 @@
 //   TROUPE_MAX_REGISTRATION_BYTES 64 KiB a rendezvous message (ZMQ_MAXMSGSIZE on its ROUTER).
 //
 // Stripes (connections a rank introduced, stripes.h) time out each blocked write after 10 s and
-// each blocked read after the transport's peer timeout (3 s), which fails that peer.
+// each blocked read after the transport's peer timeout (3 s, TROUPE_PEER_TIMEOUT_MS), which fails
+// that peer.
 //
-// What a stranger holds at most: per pending direct connection a 16-byte introduction buffer and a
-// descriptor (TROUPE_MAX_PENDING of them per port); per ZeroMQ connection libzmq's buffers (tens
+// What a stranger holds at most: per pending direct connection its handshake's 112 bytes and a
+// descriptor (2 x TROUPE_MAX_PENDING of them per port at most); per ZeroMQ connection libzmq's buffers (tens
 // of KiB) until the handshake deadline, then of a part it announced (allocated whole: pages it did
 // not fill cost nothing) the bytes it sent, until the progress deadline. Whole messages under an
 // identity that names no rank are dropped one by one, the connection kept (libzmq cannot close one

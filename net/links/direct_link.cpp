@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <string_view>
 
@@ -165,11 +166,16 @@ void DirectLink::accept_waiting() {
   std::lock_guard lock(accepted_mutex_);
   const size_t most = static_cast<size_t>(net_limits().max_pending);
   for (int fd = listener_.accept(); fd >= 0; fd = listener_.accept()) {
-    if (accepted_.size() >= most) {  // a flood: the oldest goes (a rank's link introduces itself at once)
-      log_cut_off(peer_address(accepted_.front()), "more than " + std::to_string(most) +
-                                                       " connections waiting on the direct port, the oldest closed");
-      ::close(accepted_.front());
-      accepted_.erase(accepted_.begin());
+    if (accepted_.size() >= most) {  // a flood: the oldest silent one goes (a rank's link speaks at once)
+      auto silent = std::find_if(accepted_.begin(), accepted_.end(), [](int waiting) {
+        pollfd p{waiting, POLLIN, 0};
+        return ::poll(&p, 1, 0) == 0;
+      });
+      if (silent == accepted_.end()) silent = accepted_.begin();
+      log_cut_off(peer_address(*silent), "more than " + std::to_string(most) +
+                                             " connections waiting on the direct port, the oldest silent one closed");
+      ::close(*silent);
+      accepted_.erase(silent);
       sink_.drop();
     }
     accepted_.push_back(fd);
@@ -178,10 +184,16 @@ void DirectLink::accept_waiting() {
 
 // A connection that took too long to say who it is, or to finish a record, or one too many
 // waiting (pending_after: the strangers that came after it): why it is cut off; empty: it stays.
-std::string DirectLink::overstays(const DirectReceiver& in, size_t pending_after, Clock::time_point& now) const {
+// A stranger that has spoken (speaking: bytes of its handshake read or waiting) is let wait behind
+// twice as many: a flood of silent connections cannot push out a rank's link before its hello is
+// read, and one that speaks is judged within a round trip.
+std::string DirectLink::overstays(const DirectReceiver& in, bool speaking, size_t pending_after,
+                                  Clock::time_point& now) const {
   const NetLimits& limits = net_limits();
-  if (in.peer() < 0 && pending_after >= static_cast<size_t>(limits.max_pending))
-    return "more than " + std::to_string(limits.max_pending) + " connections waiting on the direct port, the oldest closed";
+  const size_t most = static_cast<size_t>(limits.max_pending) * (speaking ? 2 : 1);
+  if (in.peer() < 0 && pending_after >= most)
+    return "more than " + std::to_string(most) + " connections waiting on the direct port, the oldest " +
+           (speaking ? "closed" : "silent ones closed");
   if (in.peer() >= 0 && !in.partial_since()) return {};
   if (now == Clock::time_point{}) now = Clock::now();
   if (in.peer() < 0 && now - in.opened() > limits.handshake_timeout)
@@ -226,7 +238,7 @@ int DirectLink::receive() {
     const bool quiet_stranger = in.peer() < 0 && strangers[stranger++].revents == 0;
     if (in.peer() < 0) --pending;
     bool open = true, refused = false;
-    if (const std::string why = overstays(in, pending, now); !why.empty()) {
+    if (const std::string why = overstays(in, !quiet_stranger || in.spoke(), pending, now); !why.empty()) {
       log_cut_off(peer_address(in.fd()), why);
       if (in.peer() >= 0) sink_.refuse(in.peer(), CommError("direct link: " + why));
       else sink_.drop();

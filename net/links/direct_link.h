@@ -95,7 +95,7 @@ class DirectLink final : public Link {
   Peer& peer(int r) { return *peers_[static_cast<size_t>(r)]; }
   const Peer& peer(int r) const { return *peers_[static_cast<size_t>(r)]; }
   bool holds_for_answers(const Peer& peer) const;
-  std::string overstays(const DirectReceiver& in, size_t pending_after, Clock::time_point& now) const;
+  std::string overstays(const DirectReceiver& in, bool speaking, size_t pending_after, Clock::time_point& now) const;
   void stop_holding(Peer& peer);  // under the send lock
 
   const int rank_, world_size_;
