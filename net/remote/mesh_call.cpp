@@ -270,8 +270,13 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
   }
   const int64_t call = fan.call;
   std::vector<uint64_t> replies;  // requests this rank awaits: one per rank, or per subtree (reduce)
-  if (mode == Mode::answers)
+  if (mode == Mode::answers) {
     for (MeshNode& node : nodes) replies.push_back(node.reply = state.await_reply(call, static_cast<int>(node.rank), false));
+  } else if (span) {  // a request number no answer comes for: the id of the arrow to each rank's relay
+    auto here = this_node("Mesh::call");
+    std::lock_guard lock(here->mutex);
+    for (MeshNode& node : nodes) node.reply = static_cast<int64_t>(here->next_request++);
+  }
   auto subtree = [&](size_t begin, size_t end) {  // positions in the tree with this rank at 0
     return std::vector<MeshNode>(nodes.begin() + static_cast<ptrdiff_t>(begin - 1),
                                  nodes.begin() + static_cast<ptrdiff_t>(end - 1));
