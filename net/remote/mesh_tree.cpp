@@ -333,13 +333,31 @@ class MeshRelay {
       if (a.position < 0 || static_cast<size_t>(a.position) >= f.arguments.as_list().size())
         throw ValueError("mesh relay '" + mesh_ + "': a streamed argument at " + std::to_string(a.position) +
                          " of a call with " + std::to_string(f.arguments.as_list().size()));
-      in->buffers.push_back(Tensor::empty(Shape(a.shape.begin(), a.shape.end()), static_cast<DType>(a.dtype)));
-      in->bytes.push_back(static_cast<uint8_t*>(in->buffers.back().mutable_raw_data()));
+      in->buffers.push_back(buffer(Shape(a.shape.begin(), a.shape.end()), static_cast<DType>(a.dtype)));
+      // Written in place, though the spare list shares it (mutable_raw_data would copy it): the
+      // members see it only once whole; the version tells what was derived from it before.
+      const std::shared_ptr<Storage>& storage = in->buffers.back().storage();
+      storage->bump_version();
+      in->bytes.push_back(static_cast<uint8_t*>(storage->data()));
       in->left += in->buffers.back().nbytes();
     }
     std::lock_guard lock(mutex_);
     incoming_[{f.origin, f.call}] = in;
     return in;
+  }
+
+  // A tensor for a streamed argument: a kept one of its size that nobody holds any more (its
+  // pages are already mapped: a fresh 64 MiB costs 16,384 page faults), else a new one, kept.
+  Tensor buffer(const Shape& shape, DType dtype) {
+    std::lock_guard lock(mutex_);
+    const size_t nbytes = itemsize(dtype) * static_cast<size_t>(numel(shape));
+    for (Tensor& kept : spare_)
+      if (kept.storage()->nbytes() == nbytes && kept.storage().use_count() == 1)
+        return Tensor(kept.storage(), dtype, shape, contiguous_strides(shape), 0);
+    Tensor made = Tensor::empty(shape, dtype);
+    if (spare_.size() == kSpares) spare_.erase(spare_.begin());
+    spare_.push_back(made);
+    return made;
   }
 
   // The caller sent a streamed call again, whole, after a loss above this rank: the chunks that
@@ -398,6 +416,8 @@ class MeshRelay {
   std::deque<std::pair<int64_t, int64_t>> order_;
   std::map<std::pair<int64_t, int64_t>, std::shared_ptr<Incoming>> incoming_;
   std::map<std::string, uint64_t> ids_;  // hosted_id's
+  static constexpr size_t kSpares = 4;   // streamed arguments' buffers kept for the next calls
+  std::vector<Tensor> spare_;
   std::shared_ptr<Reductions> reductions_ = std::make_shared<Reductions>();
 };
 
