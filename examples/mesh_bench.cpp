@@ -3,13 +3,15 @@
 //
 //   build/bin/troupe launch --nproc 9 -- build/bin/mesh_bench [--json]
 //   {"ranks":9,"rtt_us":..,"mesh8_us":..,"mesh8_ratio":..,"mesh64_us":..,"mesh64_ratio":..,
-//    "call_64MiB_ms":..,"bcast4_64MiB_ms":..,"bcast4_ratio":..,"reduce4_64MiB_ms":..,"reduce4_gbs":..}
+//    "call_64MiB_ms":..,"bcast4_64MiB_ms":..,"bcast4_ratio":..,"chunk_bytes":..,"bcast4_tree_64MiB_ms":..,
+//    "bcast4_tree_ratio":..,"reduce4_64MiB_ms":..,"reduce4_gbs":..}
 //
 // rtt: one request with a 4-byte tensor to an actor on rank 1 (--one), answered with it. meshK: the same
 // call to every member of a K-member mesh, until all answers are in (issue 47's goal: <= 3x rtt for
 // 8 members on 8 ranks, <= 6x for 64); direct_k: the same K calls as K requests in flight.
-// bcast4: a call carrying 64 MiB to 4 members on ranks 1-4 (--four),
-// answered with the bytes each got, against one such call to one member (goal <= 1.3x).
+// bcast4: a call carrying 64 MiB to 4 members on ranks 1-4 (--four), the tensor in chunks of --chunk
+// bytes down a chain of their ranks, answered with the bytes each got, against one such call to
+// one member (goal <= 1.3x); bcast4_tree: the same with the tensor whole down the binomial tree.
 // reduce4: call_reduce(sum) of a 64 MiB answer from each of those 4 members; reduce4_gbs is
 // bytes / time, to hold against all_reduce_bench's busbw at 64 MiB on the same ranks (goal >= 0.8x).
 #include <cstdio>
@@ -50,11 +52,13 @@ int main(int argc, char** argv) {
   int reps = 200, big_reps = 7, one_rank = 1;
   std::vector<int> four = {1, 2, 3, 4};
   bool json = false;
+  size_t chunk = MeshOptions{}.chunk_bytes;
   cli::App app{"actor mesh calls against one remote call"};
   app.add_option("--reps", reps, "timed small calls per figure");
   app.add_option("--big-reps", big_reps, "timed 64 MiB calls per figure");
   app.add_option("--one", one_rank, "the rank of the single remote actor (rtt, one 64 MiB call)");
   app.add_option("--four", four, "the ranks of the 4-member mesh (64 MiB broadcast and reduce)")->delimiter(',');
+  app.add_option("--chunk", chunk, "bytes per chunk of the streamed 64 MiB broadcast (MeshOptions::chunk_bytes)");
   app.add_flag("--json", json, "one JSON line");
   TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   return run_example("mesh_bench", [&] {
@@ -91,8 +95,15 @@ int main(int argc, char** argv) {
     const Tensor big = Tensor::ones({16 << 20});  // 64 MiB
     const double call_big = median_seconds([&] { one.request<int64_t>("bytes", big).get(); }, big_reps, 1);
     if (four.size() != 4) throw ValueError("mesh_bench: --four takes 4 ranks");
-    Mesh four_mesh = spawn_mesh("bench.mesh_member", four);
+    MeshOptions streamed;
+    streamed.ranks = four;
+    streamed.chunk_bytes = chunk;
+    Mesh four_mesh = spawn_mesh(streamed, "bench.mesh_member", {{"rank", 4}});
     const double bcast_4 = median_seconds([&] { all(four_mesh.call("bytes", big)); }, big_reps, 1);
+    MeshOptions whole = streamed;
+    whole.chunk_bytes = 0;  // the tensor whole, down the binomial tree
+    Mesh four_tree = spawn_mesh(whole, "bench.mesh_member", {{"rank", 4}});
+    const double bcast_4_tree = median_seconds([&] { all(four_tree.call("bytes", big)); }, big_reps, 1);
     const int64_t floats = 16 << 20;
     const double reduce_4 =
         median_seconds([&] { wait(four_mesh.call_reduce(ReduceOp::sum, "held", floats)); }, big_reps, 1);
@@ -106,7 +117,8 @@ int main(int argc, char** argv) {
           {"direct_k_us", rounded(direct_k * 1e6, 1)},
           {"mesh64_us", rounded(mesh_64 * 1e6, 1)}, {"mesh64_ratio", rounded(mesh_64 / rtt, 2)},
           {"call_64MiB_ms", rounded(call_big * 1e3, 2)}, {"bcast4_64MiB_ms", rounded(bcast_4 * 1e3, 2)},
-          {"bcast4_ratio", rounded(bcast_4 / call_big, 2)}, {"reduce4_64MiB_ms", rounded(reduce_4 * 1e3, 2)},
+          {"bcast4_ratio", rounded(bcast_4 / call_big, 2)}, {"chunk_bytes", chunk},
+          {"bcast4_tree_64MiB_ms", rounded(bcast_4_tree * 1e3, 2)}, {"bcast4_tree_ratio", rounded(bcast_4_tree / call_big, 2)}, {"reduce4_64MiB_ms", rounded(reduce_4 * 1e3, 2)},
           {"reduce4_gbs", rounded(bytes / reduce_4 / 1e9, 3)}});
     } else {
       std::printf("one remote call, 4 B:               %9.1f us\n", rtt * 1e6);
@@ -114,10 +126,11 @@ int main(int argc, char** argv) {
       std::printf("the same %2.0f requests, all in flight: %9.1f us  (%.2fx)\n", k, direct_k * 1e6, direct_k / rtt);
       std::printf("mesh of 64 on %2.0f ranks, 4 B:        %9.1f us  (%.2fx)\n", k, mesh_64 * 1e6, mesh_64 / rtt);
       std::printf("one call, 64 MiB:                   %9.2f ms\n", call_big * 1e3);
-      std::printf("mesh of 4, 64 MiB to each:          %9.2f ms  (%.2fx)\n", bcast_4 * 1e3, bcast_4 / call_big);
+      std::printf("mesh of 4, 64 MiB to each, chunked: %9.2f ms  (%.2fx)\n", bcast_4 * 1e3, bcast_4 / call_big);
+      std::printf("the same, whole, down a binomial tree: %6.2f ms  (%.2fx)\n", bcast_4_tree * 1e3, bcast_4_tree / call_big);
       std::printf("call_reduce(sum) of 64 MiB from 4:  %9.2f ms  (%.3f GB/s)\n", reduce_4 * 1e3, bytes / reduce_4 / 1e9);
     }
-    for (Mesh* m : {&per_rank, &sixty_four, &four_mesh}) m->stop();
+    for (Mesh* m : {&per_rank, &sixty_four, &four_mesh, &four_tree}) m->stop();
     one.stop();
     return 0;
   });

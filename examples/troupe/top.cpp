@@ -1,6 +1,7 @@
-// `troupe top`: every rank's actors and links in a running job, refreshed every second, from each
-// rank's /metrics (actors/observe/metrics_server.h): per actor its rank, mailbox, calls/s, p50/p99 of the
-// time its calls ran, errors; per link the bytes/s each way. Keys: c calls/s, m mailbox, e errors,
+// `troupe top`: every rank's actors, actor meshes and links in a running job, refreshed every second,
+// from each rank's /metrics (actors/observe/metrics_server.h): per actor its rank, mailbox, calls/s,
+// p50/p99 of the time its calls ran, errors; per mesh the rank that spawned it, its shape, calls/s
+// and its members per rank; per link the bytes/s each way. Keys: c calls/s, m mailbox, e errors,
 // p p99 (sort, largest first), q quits. The ranks: --job HOST:PORT, rank 0's metrics endpoint,
 // which lists every rank's (GET /ranks: what the rendezvous told it, actors/observe/metrics_server.h), or
 // --endpoints host:port,... (rank = position), or --port P --ranks N as `troupe launch
@@ -126,9 +127,18 @@ struct LinkRow {
   double sent_per_s = 0, received_per_s = 0;
 };
 
+// An actor mesh (net/remote/mesh.h), from the /metrics of the rank that spawned it.
+struct MeshRow {
+  int rank = 0;
+  std::string mesh, shape;
+  std::map<int, double> members;  // by the rank that hosts them
+  double calls = 0, calls_per_s = 0;
+};
+
 struct Snapshot {
   Clock::time_point at;
   std::map<std::pair<int, std::string>, ActorRow> actors;
+  std::map<std::pair<int, std::string>, MeshRow> meshes;
   std::map<std::pair<int, int>, LinkRow> links;
   std::vector<std::string> errors;  // per unreachable rank
 };
@@ -154,7 +164,16 @@ Snapshot poll_ranks(const std::vector<std::string>& endpoints) {
       continue;
     }
     for (const Sample& m : parse(text)) {
-      if (m.labels.count("actor")) {
+      if (m.labels.count("mesh")) {
+        MeshRow& row = s.meshes[{rank, m.labels.at("mesh")}];
+        row.rank = rank;
+        row.mesh = m.labels.at("mesh");
+        if (m.name == "troupe_mesh_calls_total") row.calls = m.value;
+        else if (m.name == "troupe_mesh_members" && m.value > 0) {
+          row.shape = m.labels.count("shape") ? m.labels.at("shape") : "";
+          row.members[std::stoi(m.labels.at("rank"))] = m.value;
+        }
+      } else if (m.labels.count("actor")) {
         ActorRow& row = s.actors[{rank, m.labels.at("actor")}];
         row.rank = rank;
         row.actor = m.labels.at("actor");
@@ -191,6 +210,8 @@ void rates(Snapshot& now, const Snapshot* before) {
     row.p50 = quantile(window, 0.5);
     row.p99 = quantile(window, 0.99);
   }
+  for (auto& [key, row] : now.meshes)
+    if (before && dt > 0 && before->meshes.count(key)) row.calls_per_s = (row.calls - before->meshes.at(key).calls) / dt;
   for (auto& [key, row] : now.links) {
     if (!before || dt <= 0 || !before->links.count(key)) continue;
     row.sent_per_s = (row.sent - before->links.at(key).sent) / dt;
@@ -246,6 +267,22 @@ std::string render(const Snapshot& s, char sort, size_t ranks, bool ansi) {
     std::snprintf(line, sizeof line, "%-5d %-32.32s %8.0f %10.1f %9s %9s %8.0f", r->rank, r->actor.c_str(), r->mailbox,
                   r->calls_per_s, duration(r->p50).c_str(), duration(r->p99).c_str(), r->errors);
     out << (r->errors > 0 ? red : "") << line << plain << "\n";
+  }
+  // Meshes (stopped ones, whose members are all gone, left out): where each rank's members are.
+  bool meshes = false;
+  for (const auto& [k, m] : s.meshes) {
+    if (m.members.empty()) continue;
+    if (!meshes) {
+      std::snprintf(line, sizeof line, "%-5s %-32s %-16s %10s %10s  %s", "RANK", "MESH", "SHAPE", "CALLS/S", "CALLS",
+                    "MEMBERS (rank:n)");
+      out << "\n" << reverse << line << plain << "\n";
+      meshes = true;
+    }
+    std::string where;
+    for (const auto& [r, n] : m.members) where += (where.empty() ? "" : " ") + std::to_string(r) + ":" + std::to_string(static_cast<int64_t>(n));
+    std::snprintf(line, sizeof line, "%-5d %-32.32s %-16.16s %10.1f %10.0f  %s", m.rank, m.mesh.c_str(), m.shape.c_str(),
+                  m.calls_per_s, m.calls, where.c_str());
+    out << line << "\n";
   }
   std::snprintf(line, sizeof line, "%-5s %-6s %14s %14s %14s %14s", "RANK", "PEER", "SENT", "RECEIVED", "SENT/S",
                 "RECEIVED/S");

@@ -6,6 +6,7 @@
 #include "actors/lane_call.h"
 #include "actors/module_actor.h"
 #include "actors/observe/profiler.h"
+#include "net/remote/on_receipt.h"
 
 namespace troupe::net {
 
@@ -40,6 +41,21 @@ WireValue call_on_lane(troupe::Lane& lane, const ActorType::Method& method, void
 
 namespace detail {
 thread_local ServeLoop* serve_loop_here = nullptr;
+
+namespace {
+std::vector<const ActorType*>& on_receipt_types() {
+  static std::vector<const ActorType*> types;
+  return types;
+}
+}  // namespace
+
+void run_on_receipt(const ActorType& type) { on_receipt_types().push_back(&type); }
+
+bool runs_on_receipt(const ActorType& type) {
+  for (const ActorType* t : on_receipt_types())
+    if (t == &type) return true;
+  return false;
+}
 }  // namespace detail
 
 std::shared_ptr<detail::Hosted> RemoteActors::Impl::find_hosted(uint64_t id) {
@@ -58,6 +74,10 @@ void RemoteActors::Impl::deliver(int source, CallFrame&& call) {
                              "no such actor (it was stopped, or never spawned here)"),
            call.actor);
     return;
+  }
+  if (call.kind != CallKind::stop && detail::runs_on_receipt(*actor->type)) {
+    QueuedCall now{source, std::move(call)};
+    return run(*actor, now);
   }
   bool start;
   {
@@ -123,12 +143,17 @@ void RemoteActors::Impl::run(Hosted& actor, QueuedCall& queued) {
   std::optional<RemoteSpan> span;  // the end of the caller's arrow in a trace
   if (Profiler::global().recording())
     span.emplace(actor.name + "." + call.text, call.request ? Profiler::remote_flow_id(source, call.request) : 0);
+  std::shared_ptr<void> object;  // held: an on_receipt actor's call may run while it is stopped
+  {
+    std::lock_guard lock(actor.mutex);
+    object = actor.object;
+  }
   WireValue result;
   std::exception_ptr failure;
   const bool snapshot = call.text == detail::kSnapshotMethod;  // taken in the mailbox's order
   const ActorType::Method* method = !snapshot ? actor.type->method(call.text)
                                     : actor.type->snapshot ? &*actor.type->snapshot : nullptr;
-  if (!actor.object) {
+  if (!object) {
     failure = error<ValueError>(what + "the actor was stopped");
   } else if (snapshot && !method) {
     failure = error<ValueError>(what + (actor.type->name.empty() ? "it" : actor.type->name) + " declares no TROUPE_STATE");
@@ -137,8 +162,8 @@ void RemoteActors::Impl::run(Hosted& actor, QueuedCall& queued) {
                                 " has " + actor.type->method_names());
   } else {
     try {
-      result = actor.lane ? call_on_lane(*actor.lane, *method, actor.object.get(), call.value)
-                          : method->call(actor.object.get(), call.value);
+      result = actor.lane ? call_on_lane(*actor.lane, *method, object.get(), call.value)
+                          : method->call(object.get(), call.value);
     } catch (...) {
       failure = with_context(what, std::current_exception());
     }
@@ -159,8 +184,13 @@ void RemoteActors::Impl::end(Hosted& actor, const QueuedCall& stop) {
     hosted.erase(actor.id);
     watchers.swap(actor.watchers);
   }
-  if (actor.object) {
-    actor.object.reset();  // its destructor runs here, in the mailbox's order
+  std::shared_ptr<void> object;
+  {
+    std::lock_guard lock(actor.mutex);
+    object.swap(actor.object);
+  }
+  if (object) {
+    object.reset();  // its destructor runs here, in the mailbox's order (or after a call on receipt)
     if (rank == 0) withdraw(rank, actor.name);
     else post_quietly(0, CallFrame{CallKind::withdraw, 0, 0, actor.name, WireValue()});
   }

@@ -25,11 +25,20 @@
 // - Calls: one message per rank that hosts members of the (sliced) mesh, carried down a tree of
 //   those ranks rooted at the caller (each hop forwards before it runs its own members): 8-ary for
 //   calls of up to 64 KiB of tensors (log8 hops), binomial for larger ones (log2 copies per sender),
-//   with the tensors as zero-copy parts as in a single call (remote_actor.h, "Values"). Each rank's
+//   with the tensors as zero-copy parts as in a single call (remote_actor.h, "Values"). A call with
+//   a large host tensor (top-level argument of two MeshOptions::chunk_bytes or more) goes down a
+//   chain of the ranks instead, the tensor after it in chunks that each rank forwards as they
+//   arrive (a pipeline: about one transfer of the tensor plus a chunk per hop, not log2 copies of
+//   it from the caller); a member's call starts once its whole argument is there. Each rank's
 //   relay actor ("<mesh>.relay/<rank>") calls its members and sends their answers to the caller in
 //   one message; call_reduce combines them on the way back up the same tree (ReduceOp on the answer
 //   tensors, which must match in shape and dtype), so the caller receives one tensor per child.
-//   A member's calls run in its mailbox, in the order calls through the mesh were made from a rank.
+//   A member's calls run in its mailbox, in the order calls through the mesh were made from a rank,
+//   among calls that take the same way there: a large or streamed call goes down another tree than
+//   a small one, and may reach a member after a small call made later (wait for its answers first
+//   when that order matters). A relay forwards on the thread that receives the call, without a hop
+//   through a scheduler (ActorType::on_receipt), and puts its members' calls straight into their
+//   mailboxes.
 // - Errors: a member's exception fails that member's future (the same type, naming the member);
 //   call_gather and call_reduce fail with the first member error.
 // - Supervision: when a rank is lost, the futures of exactly the members it hosted fail with
@@ -88,6 +97,9 @@ struct MeshOptions {
   std::vector<int> ranks;  // the ranks the points are laid over; empty: every rank of the job
   Placement place;         // per_device: one member per device (the shape given must be empty)
   int max_restarts = 0;    // per member (SpawnOptions::max_restarts)
+  // A call's host tensor arguments of at least two chunks go down a chain of the ranks in chunks
+  // of this many bytes, each rank forwarding a chunk as it arrives (see "Calls"); 0: never.
+  size_t chunk_bytes = size_t{2} << 20;
 };
 
 namespace detail {

@@ -62,8 +62,16 @@ RemoteActor MeshState::relay(int rank) {
     if (!why) return;  // stopped with the mesh
     if (auto state = weak.lock()) state->rank_lost(rank, why);
   });
+  const auto id = static_cast<uint64_t>(made.request<int64_t>("id").get());
   std::lock_guard lock(mutex);
+  relay_ids[rank] = id;
   return relays.emplace(rank, made).first->second;
+}
+
+uint64_t MeshState::relay_id(int rank) {
+  relay(rank);
+  std::lock_guard lock(mutex);
+  return relay_ids.at(rank);
 }
 
 uint64_t MeshState::await_reply(int64_t call, int rank, bool reduce) {
@@ -177,6 +185,7 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
   if (!state_) throw ValueError("Mesh: the handle is empty");
   MeshState& state = *state_;
   const int me = actors_rank();
+  if (state.calls) state.calls->add();
   // In a trace: the call as one span here, with an arrow to each rank's relay that runs it.
   std::optional<ProfileScope> span;
   if (Profiler::global().recording())
@@ -184,6 +193,7 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
   // Where each member runs now: through its rank's relay, or, while its rank is lost (a restart
   // under way), directly through its handle, which holds the call until the member is back.
   std::map<int, std::vector<size_t>> by_rank;  // rank -> positions
+  std::map<int, uint64_t> relay_ids;          // rank -> its relay's actor id
   std::vector<int> routed(members_.size(), -1);
   for (size_t p = 0; p < members_.size(); ++p) {
     const int r = state.members[members_[p]].actor.rank();
@@ -193,10 +203,12 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
       lost = state.lost.count(r) > 0;
     }
     if (lost) continue;
-    try {
-      state.relay(r);
-    } catch (const CommError&) {  // lost just now
-      continue;
+    if (!relay_ids.count(r)) {
+      try {
+        relay_ids[r] = state.relay_id(r);
+      } catch (const CommError&) {  // lost just now
+        continue;
+      }
     }
     routed[p] = r;
     by_rank[r].push_back(p);
@@ -206,6 +218,7 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
   auto add_node = [&](int r, const std::vector<size_t>& positions) {
     MeshNode node;
     node.rank = r;
+    node.relay = static_cast<int64_t>(relay_ids.at(r));
     for (size_t p : positions) {
       node.members.push_back(static_cast<int64_t>(members_[p]));
       node.names.push_back(state.members[members_[p]].name);
@@ -223,7 +236,22 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
   collect_tensors(arguments, tensors);
   for (const WireValue& first : scattered) collect_tensors(first, tensors);
   for (const Tensor& t : tensors) bytes += t.nbytes();
-  const size_t fanout = bytes <= detail::kSmallCall ? detail::kSmallFanout : 0;
+  // Large host tensors among the arguments go after the call, in chunks down a chain.
+  std::vector<detail::StreamedArgument> streamed;
+  std::vector<Tensor> streamed_tensors;
+  if (state.chunk_bytes > 0 && arguments.kind() == WireValue::Kind::list)
+    for (size_t i = 0; i < arguments.as_list().size(); ++i) {
+      const WireValue& a = arguments.as_list()[i];
+      if (a.kind() != WireValue::Kind::tensor) continue;
+      const Tensor& t = a.as_tensor();
+      if (!t.device().is_cpu() || t.nbytes() < 2 * state.chunk_bytes) continue;
+      streamed.push_back({static_cast<int64_t>(i), static_cast<int64_t>(t.dtype()),
+                          std::vector<int64_t>(t.shape().begin(), t.shape().end())});
+      streamed_tensors.push_back(host_contiguous(t));
+    }
+  const size_t fanout = !streamed.empty()           ? detail::kChainFanout
+                        : bytes <= detail::kSmallCall ? detail::kSmallFanout
+                                                      : 0;
   const auto subtrees = detail::tree_children(nodes.size() + 1, fanout);  // position 0: this rank, when it hosts none
 
   FanCall fan;
@@ -242,8 +270,13 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
   }
   const int64_t call = fan.call;
   std::vector<uint64_t> replies;  // requests this rank awaits: one per rank, or per subtree (reduce)
-  if (mode == Mode::answers)
+  if (mode == Mode::answers) {
     for (MeshNode& node : nodes) replies.push_back(node.reply = state.await_reply(call, static_cast<int>(node.rank), false));
+  } else if (span) {  // a request number no answer comes for: the id of the arrow to each rank's relay
+    auto here = this_node("Mesh::call");
+    std::lock_guard lock(here->mutex);
+    for (MeshNode& node : nodes) node.reply = static_cast<int64_t>(here->next_request++);
+  }
   auto subtree = [&](size_t begin, size_t end) {  // positions in the tree with this rank at 0
     return std::vector<MeshNode>(nodes.begin() + static_cast<ptrdiff_t>(begin - 1),
                                  nodes.begin() + static_cast<ptrdiff_t>(end - 1));
@@ -285,7 +318,24 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
     const int r = static_cast<int>(part[0].rank);
     if (!send_replies.empty()) fan.reply = static_cast<int64_t>(send_replies[i]);
     try {
-      state.send_fan(fan, std::move(part));
+      if (streamed.empty()) {
+        state.send_fan(fan, std::move(part));
+        continue;
+      }
+      FanCall head = fan;  // the call without the streamed tensors, which follow it
+      head.streamed = streamed;
+      for (const detail::StreamedArgument& a : streamed) head.arguments.as_list()[static_cast<size_t>(a.position)] = WireValue();
+      RemoteActor root = state.relay(r);
+      state.send_fan(std::move(head), std::move(part));
+      for (size_t k = 0; k < streamed_tensors.size(); ++k) {
+        const Tensor& t = streamed_tensors[k];  // contiguous: its bytes, viewed without a copy
+        const int64_t base = static_cast<const char*>(t.raw_data()) - static_cast<const char*>(t.storage()->data());
+        for (auto [begin, end] : detail::chunk_ranges(t.nbytes(), state.chunk_bytes)) {
+          const int64_t n = static_cast<int64_t>(end - begin);
+          root.send("chunk", fan.origin, call, static_cast<int64_t>(k), static_cast<int64_t>(begin),
+                    Tensor(t.storage(), DType::u8, {n}, {1}, base + static_cast<int64_t>(begin)));
+        }
+      }
     } catch (const CommError&) {  // its rank was lost meanwhile: rank_lost fails its members and re-sends the rest
       state.rank_lost(r, std::current_exception());
     }

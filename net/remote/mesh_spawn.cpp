@@ -80,6 +80,7 @@ std::shared_ptr<MeshState> spawn_mesh(const MeshOptions& options, std::string_vi
   state->type = std::string(type);
   state->shape = shape;
   state->home = me;
+  state->chunk_bytes = options.chunk_bytes;
   const size_t n = points.size();
   try {
     for (size_t i = 0; i < n; ++i) {
@@ -93,9 +94,19 @@ std::shared_ptr<MeshState> spawn_mesh(const MeshOptions& options, std::string_vi
       RemoteActor actor = spawn(spawn_options, type, std::move(member_arguments));
       state->members.push_back(MeshMember{points[i], spawn_options.name, actor});
     }
-    std::set<int> hosting;
-    for (const MeshMember& m : state->members) hosting.insert(m.actor.rank());
-    for (int r : hosting) state->relay(r);
+    std::map<int, int64_t> hosting;  // rank -> members
+    for (const MeshMember& m : state->members) ++hosting[m.actor.rank()];
+    for (const auto& [r, count] : hosting) state->relay(r);
+    std::string dims;
+    for (const MeshDim& d : shape) dims += (dims.empty() ? "" : ",") + d.name + "=" + std::to_string(d.size);
+    state->calls = &metrics::counter("troupe_mesh_calls_total", "Calls made to an actor mesh from this rank",
+                                     {{"mesh", state->name}});
+    for (const auto& [r, count] : hosting) {
+      metrics::Gauge& g = metrics::gauge("troupe_mesh_members", "An actor mesh's members on a rank, as spawned",
+                                         {{"mesh", state->name}, {"shape", dims}, {"rank", std::to_string(r)}});
+      g.set(count);
+      state->members_on[r] = &g;
+    }
   } catch (...) {
     std::exception_ptr failed = with_context(what, std::current_exception());
     try {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/observe/metrics.h"
 #include "net/remote/mesh.h"
 #include "net/remote/mesh_tree.h"
 
@@ -34,7 +35,7 @@ struct MeshPendingCall {
   int partials_left = 0;           // reduce: contributions still coming (child relays, direct members)
   Tensor reduced;
   int64_t reduced_members = 0;
-  FanCall fan;                     // as sent, without nodes: what a re-send to one rank starts from
+  FanCall fan;                     // as sent, without nodes or streaming: what a re-send to one rank starts from
   std::vector<MeshNode> nodes;     // the ranks it went to
   std::vector<uint64_t> replies;   // the requests this rank awaits for it (dropped if it fails first)
 };
@@ -44,10 +45,16 @@ struct MeshState : std::enable_shared_from_this<MeshState> {
   MeshShape shape;
   std::vector<MeshMember> members;  // by index over the whole mesh
   int home = 0;                     // the rank that spawned it, and holds this state
+  size_t chunk_bytes = 0;           // MeshOptions::chunk_bytes
+  // For `troupe top` (this rank's /metrics): calls made through it, and its members per rank as
+  // spawned (zero once stopped).
+  metrics::Counter* calls = nullptr;
+  std::map<int, metrics::Gauge*> members_on;
 
   std::mutex spawning;  // one relay spawn at a time
   std::mutex mutex;     // guards the below
   std::map<int, RemoteActor> relays;  // by rank
+  std::map<int, uint64_t> relay_ids;  // their actor ids, by rank
   std::set<int> lost;                 // ranks lost since the spawn
   std::map<int64_t, MeshPendingCall> pending;
   int64_t next_call = 1;
@@ -67,6 +74,8 @@ struct MeshState : std::enable_shared_from_this<MeshState> {
   void on_direct(int64_t call, size_t position, WireValue&& result, std::exception_ptr error);
   // The relay on `rank`, spawned and watched on first use (blocking: not under the mutex).
   RemoteActor relay(int rank);
+  // Its actor id (spawning it first when needed).
+  uint64_t relay_id(int rank);
   // The call to the subtree rooted at nodes[0], through that rank's relay.
   void send_fan(FanCall fan, std::vector<MeshNode> nodes);
 

@@ -116,6 +116,7 @@ void Mesh::stop() const {
     relays.swap(state_->relays);
   }
   for (auto& [rank, relay] : relays) relay.stop();
+  for (auto& [rank, members] : state_->members_on) members->set(0);
 }
 
 }  // namespace troupe::net

@@ -1,6 +1,7 @@
 #include "net/remote/mesh_tree.h"
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <iostream>
 #include <map>
@@ -14,6 +15,7 @@
 #include "devices/ops.h"
 #include "net/remote/actor_type.h"
 #include "net/remote/endpoint.h"
+#include "net/remote/on_receipt.h"
 
 namespace troupe::net::detail {
 
@@ -53,7 +55,19 @@ Tensor combine(const Tensor& a, const Tensor& b, ReduceOp op) {
 
 std::string relay_name(const std::string& mesh, int rank) { return mesh + ".relay/" + std::to_string(rank); }
 
+std::vector<std::pair<size_t, size_t>> chunk_ranges(size_t bytes, size_t chunk) {
+  if (chunk == 0) throw ValueError("mesh: chunks of 0 bytes");
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (size_t offset = 0; offset < bytes; offset += chunk) ranges.emplace_back(offset, std::min(bytes, offset + chunk));
+  return ranges;
+}
+
 namespace {
+
+// A tell to an actor by its address, as a relay sends it (no lookup, no handle).
+void tell(RemoteActors::Impl& node, int64_t rank, int64_t actor, const char* method, WireValue arguments) {
+  node.post(static_cast<int>(rank), CallFrame{CallKind::tell, static_cast<uint64_t>(actor), 0, method, std::move(arguments)});
+}
 
 // A reduction in progress on one relay: its members' answers and its children's partials, then
 // one partial to its parent.
@@ -64,8 +78,8 @@ struct Reduction {
   std::exception_ptr error;  // the first
   int64_t members = 0;
   ReduceOp op = ReduceOp::sum;
-  RemoteActor parent;                      // a relay; none: the caller, answered as its request `reply`
-  std::weak_ptr<RemoteActors::Impl> node;  // this rank's, to answer the caller
+  int64_t parent_rank = -1, parent_relay = 0;  // a relay; rank -1: the caller, answered as its request `reply`
+  std::weak_ptr<RemoteActors::Impl> node;      // this rank's
   int64_t origin = 0, call = 0, reply = 0;
 
   // Returns true when this was the last contribution.
@@ -84,15 +98,15 @@ struct Reduction {
     return --waiting == 0;
   }
   void finish() {
+    auto here = node.lock();
+    if (!here) return;
     WireValue out = error ? Codec<std::exception_ptr>::encode(error) : WireValue::tensor(value);
-    if (!parent.valid()) {
-      if (auto here = node.lock())
-        here->respond(static_cast<int>(origin), static_cast<uint64_t>(reply),
-                      WireValue::list({std::move(out), WireValue::integer(members)}), "mesh relay: ");
-      return;
-    }
+    if (parent_rank < 0)
+      return here->respond(static_cast<int>(origin), static_cast<uint64_t>(reply),
+                           WireValue::list({std::move(out), WireValue::integer(members)}), "mesh relay: ");
     try {
-      parent.send("partial", origin, call, out, members);
+      tell(*here, parent_rank, parent_relay, "partial",
+           WireValue::list({WireValue::integer(origin), WireValue::integer(call), std::move(out), WireValue::integer(members)}));
     } catch (const std::exception& e) {  // the parent's rank is gone: its caller hears of that loss
       std::cerr << "mesh relay: a reduction's partial found no parent: " << e.what() << std::endl;
     }
@@ -125,15 +139,34 @@ struct Answers {
   int64_t origin = 0, reply = 0;
 };
 
+// A call whose streamed arguments are still coming: the chunks go on to the children's roots
+// as they arrive, and into the arguments' buffers; the members' call starts with the last.
+struct Incoming {
+  std::mutex mutex;
+  FanCall call;  // without its nodes
+  MeshNode mine;
+  std::shared_ptr<Reduction> reduction;
+  std::vector<std::pair<int64_t, int64_t>> next;  // the children's roots: (rank, relay)
+  std::vector<Tensor> buffers;                    // by streamed argument
+  std::vector<uint8_t*> bytes;                    // their storage
+  size_t left = 0;                                // bytes still to come, of all of them
+};
+
 // A mesh's actor on each rank that hosts its members: it forwards calls down the tree and runs
-// them on its members. Its handlers never wait for another rank.
+// them on its members. It runs on the receiving thread (on_receipt, registered below): its
+// handlers never wait, and take its mutex for what they share.
 class MeshRelay {
  public:
-  explicit MeshRelay(std::string mesh) : mesh_(std::move(mesh)) {}
+  explicit MeshRelay(std::string mesh) : mesh_(std::move(mesh)), node_(this_node("mesh relay")) {}
 
   void fan(FanCall f) {
     if (f.nodes.empty()) throw ValueError("mesh relay '" + mesh_ + "': a call with no ranks");
-    if (!first_time(f.origin, f.call)) return;  // sent again after a loss, and run already
+    auto here = node_.lock();
+    if (!here) return;  // this rank is closing
+    if (!first_time(f.origin, f.call)) {  // sent again after a loss, and run already
+      if (f.streamed.empty()) finish_from_resend(*here, f);
+      return;
+    }
     std::vector<MeshNode> nodes = std::move(f.nodes);
     const MeshNode mine = nodes[0];
     std::optional<RemoteSpan> span;  // the end of the caller's arrow (mesh_call.cpp), in a trace
@@ -146,26 +179,82 @@ class MeshRelay {
       reduction = std::make_shared<Reduction>();
       reduction->waiting = static_cast<int>(children.size() + mine.members.size());
       reduction->op = static_cast<ReduceOp>(f.op);
-      if (!f.parent.empty()) reduction->parent = actor(f.parent);
-      reduction->node = this_node("mesh relay");
+      reduction->parent_rank = f.parent_rank;
+      reduction->parent_relay = f.parent_relay;
+      reduction->node = node_;
       reduction->origin = f.origin;
       reduction->call = f.call;
       reduction->reply = f.reply;
       std::lock_guard lock(reductions_->mutex);
       reductions_->by_call[{f.origin, f.call}] = reduction;
     }
-    const std::string parent = f.parent;
-    f.parent = relay_name(mesh_, static_cast<int>(mine.rank));
+    const int64_t parent_rank = f.parent_rank, parent_relay = f.parent_relay;
+    f.parent_rank = mine.rank;
+    f.parent_relay = mine.relay;
+    std::shared_ptr<Incoming> incoming;
+    if (!f.streamed.empty()) incoming = expect_chunks(f, mine, reduction);
     for (auto [begin, end] : children) {
+      if (incoming) incoming->next.emplace_back(nodes[begin].rank, nodes[begin].relay);
       f.nodes.assign(nodes.begin() + static_cast<ptrdiff_t>(begin), nodes.begin() + static_cast<ptrdiff_t>(end));
       try {
-        actor(relay_name(mesh_, static_cast<int>(f.nodes[0].rank))).send("fan", f);
+        tell(*here, f.nodes[0].rank, f.nodes[0].relay, "fan", WireValue::list({to_value(f)}));
       } catch (...) {  // its rank is gone: the caller re-sends answers; a reduction fails
         if (reduction) reductions_->contribute(reduction, Codec<std::exception_ptr>::encode(std::current_exception()), 0);
       }
     }
-    f.parent = parent;
-    run_members(f, mine, reduction);
+    f.parent_rank = parent_rank;
+    f.parent_relay = parent_relay;
+    if (!incoming) run_members(*here, f, mine, reduction);
+  }
+
+  // A piece of streamed argument `which` of a call, at byte `offset`: on to the children, then
+  // into its buffer; the last one starts the members' call.
+  void chunk(int64_t origin, int64_t call, int64_t which, int64_t offset, Tensor piece) {
+    std::shared_ptr<Incoming> in;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = incoming_.find({origin, call});
+      if (it == incoming_.end()) return;  // completed from a re-send after a loss
+      in = it->second;
+    }
+    auto here = node_.lock();
+    if (!here) return;
+    for (auto [rank, relay] : in->next) {
+      try {
+        tell(*here, rank, relay, "chunk",
+             WireValue::list({WireValue::integer(origin), WireValue::integer(call), WireValue::integer(which),
+                              WireValue::integer(offset), WireValue::tensor(piece)}));
+      } catch (const CommError&) {  // that child's rank is gone: the caller hears of it and re-sends below it
+      }
+    }
+    const size_t at = static_cast<size_t>(offset), n = piece.nbytes();
+    if (which < 0 || static_cast<size_t>(which) >= in->buffers.size() || offset < 0 ||
+        at + n > in->buffers[static_cast<size_t>(which)].nbytes())
+      throw ValueError("mesh relay '" + mesh_ + "': a chunk of " + std::to_string(n) + " bytes at " +
+                       std::to_string(offset) + " for streamed argument " + std::to_string(which) +
+                       ", outside it");
+    std::memcpy(in->bytes[static_cast<size_t>(which)] + at, host_contiguous(piece).raw_data(), n);
+    bool last;
+    {
+      std::lock_guard lock(in->mutex);
+      last = (in->left -= n) == 0;
+    }
+    if (!last) return;
+    {
+      std::lock_guard lock(mutex_);
+      if (incoming_.erase({origin, call}) == 0) return;  // a re-send completed it meanwhile
+    }
+    for (size_t i = 0; i < in->buffers.size(); ++i)
+      in->call.arguments.as_list().at(static_cast<size_t>(in->call.streamed[i].position)) = WireValue::tensor(in->buffers[i]);
+    run_members(*here, in->call, in->mine, in->reduction);
+  }
+
+  // This relay's actor id, which the caller puts in its calls (nodes[i].relay) so that relays
+  // address each other without a lookup.
+  int64_t id() {
+    auto here = node_.lock();
+    if (!here) throw ValueError("mesh relay '" + mesh_ + "': its rank is closing");
+    return static_cast<int64_t>(hosted_id(*here, relay_name(mesh_, here->rank)));
   }
 
   void partial(int64_t origin, int64_t call, WireValue value, int64_t count) {
@@ -180,12 +269,16 @@ class MeshRelay {
   }
 
  private:
-  void run_members(const FanCall& f, const MeshNode& mine, const std::shared_ptr<Reduction>& reduction) {
+  void run_members(RemoteActors::Impl& here, const FanCall& f, const MeshNode& mine,
+                   const std::shared_ptr<Reduction>& reduction) {
+    if (mine.names.size() != mine.members.size())
+      throw ValueError("mesh relay '" + mesh_ + "': a call naming " + std::to_string(mine.members.size()) +
+                       " members with " + std::to_string(mine.names.size()) + " names");
     std::shared_ptr<Answers> answers;
     if (f.mode == kFanAnswers) {
       answers = std::make_shared<Answers>();
       answers->left = mine.members.size();
-      answers->node = this_node("mesh relay");
+      answers->node = node_;
       answers->origin = f.origin;
       answers->reply = mine.reply;
     }
@@ -213,14 +306,89 @@ class MeshRelay {
           table->contribute(reduction, error ? Codec<std::exception_ptr>::encode(error) : std::move(result), 1);
         };
       }
+      // The member is on this rank: the call goes straight into its mailbox.
+      CallFrame call{answer ? CallKind::request : CallKind::tell, hosted_id(here, mine.names[j]), 0, f.method,
+                     std::move(arguments)};
+      if (answer) {
+        here.ask(here.rank, std::move(call), RemoteActors::Impl::describe(mine.names[j], here.rank, f.method), answer);
+        continue;
+      }
       try {
-        actor(mine.names.at(j)).request_encoded(f.method, std::move(arguments), answer);
+        here.post(here.rank, std::move(call));
       } catch (...) {
-        if (answer) answer({}, std::current_exception());
-        else std::cerr << "mesh relay '" << mesh_ << "': a send to " << mine.names.at(j) << " failed: "
-                       << encode_error(std::current_exception()).message << std::endl;
+        std::cerr << "mesh relay '" << mesh_ << "': a send to " << mine.names.at(j) << " failed: "
+                  << encode_error(std::current_exception()).message << std::endl;
       }
     }
+  }
+
+  // The buffers for a call's streamed arguments, kept until their last chunk.
+  std::shared_ptr<Incoming> expect_chunks(const FanCall& f, const MeshNode& mine, const std::shared_ptr<Reduction>& reduction) {
+    auto in = std::make_shared<Incoming>();
+    in->call = f;
+    in->call.nodes.clear();
+    in->mine = mine;
+    in->reduction = reduction;
+    for (const StreamedArgument& a : f.streamed) {
+      if (a.position < 0 || static_cast<size_t>(a.position) >= f.arguments.as_list().size())
+        throw ValueError("mesh relay '" + mesh_ + "': a streamed argument at " + std::to_string(a.position) +
+                         " of a call with " + std::to_string(f.arguments.as_list().size()));
+      in->buffers.push_back(buffer(Shape(a.shape.begin(), a.shape.end()), static_cast<DType>(a.dtype)));
+      // Written in place, though the spare list shares it (mutable_raw_data would copy it): the
+      // members see it only once whole; the version tells what was derived from it before.
+      const std::shared_ptr<Storage>& storage = in->buffers.back().storage();
+      storage->bump_version();
+      in->bytes.push_back(static_cast<uint8_t*>(storage->data()));
+      in->left += in->buffers.back().nbytes();
+    }
+    std::lock_guard lock(mutex_);
+    incoming_[{f.origin, f.call}] = in;
+    return in;
+  }
+
+  // A tensor for a streamed argument: a kept one of its size that nobody holds any more (its
+  // pages are already mapped: a fresh 64 MiB costs 16,384 page faults), else a new one, kept.
+  Tensor buffer(const Shape& shape, DType dtype) {
+    std::lock_guard lock(mutex_);
+    const size_t nbytes = itemsize(dtype) * static_cast<size_t>(numel(shape));
+    for (Tensor& kept : spare_)
+      if (kept.storage()->nbytes() == nbytes && kept.storage().use_count() == 1)
+        return Tensor(kept.storage(), dtype, shape, contiguous_strides(shape), 0);
+    Tensor made = Tensor::empty(shape, dtype);
+    if (spare_.size() == kSpares) spare_.erase(spare_.begin());
+    spare_.push_back(made);
+    return made;
+  }
+
+  // The caller sent a streamed call again, whole, after a loss above this rank: the chunks that
+  // went with the loss will not come.
+  void finish_from_resend(RemoteActors::Impl& here, const FanCall& f) {
+    std::shared_ptr<Incoming> in;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = incoming_.find({f.origin, f.call});
+      if (it == incoming_.end()) return;
+      in = std::move(it->second);
+      incoming_.erase(it);
+    }
+    in->call.arguments = f.arguments;
+    run_members(here, in->call, in->mine, in->reduction);
+  }
+
+  // The id of an actor this rank hosts, by name (0: none, which its call is refused for): found
+  // here, as a lookup in rank 0's directory would wait. Remembered while it is hosted.
+  uint64_t hosted_id(RemoteActors::Impl& here, const std::string& name) {
+    uint64_t id = 0;
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = ids_.find(name); it != ids_.end()) id = it->second;
+    }
+    std::lock_guard lock(here.mutex);
+    if (id != 0 && here.hosted.count(id)) return id;
+    for (const auto& [candidate, actor] : here.hosted)
+      if (actor->name == name) id = candidate;
+    std::lock_guard mine(mutex_);
+    return ids_[name] = id;
   }
 
   static void send_answers(Answers& answers) {
@@ -240,28 +408,22 @@ class MeshRelay {
     return true;
   }
 
-  // A handle by name, looked up once (rank 0's directory); a restarted member lands on a rank
-  // whose relay has not looked it up before.
-  RemoteActor actor(const std::string& name) {
-    {
-      std::lock_guard lock(mutex_);
-      if (auto it = handles_.find(name); it != handles_.end()) return it->second;
-    }
-    RemoteActor found = lookup(name, std::chrono::seconds(5));
-    std::lock_guard lock(mutex_);
-    return handles_.emplace(name, found).first->second;
-  }
-
   static constexpr size_t kRemembered = 4096;  // calls remembered as run: far more than are ever re-sent
   const std::string mesh_;
-  std::mutex mutex_;  // guards the below (answers and partials arrive on other threads)
-  std::map<std::string, RemoteActor> handles_;
+  const std::weak_ptr<RemoteActors::Impl> node_;
+  std::mutex mutex_;  // guards the below
   std::set<std::pair<int64_t, int64_t>> seen_;
   std::deque<std::pair<int64_t, int64_t>> order_;
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<Incoming>> incoming_;
+  std::map<std::string, uint64_t> ids_;  // hosted_id's
+  static constexpr size_t kSpares = 4;   // streamed arguments' buffers kept for the next calls
+  std::vector<Tensor> spare_;
   std::shared_ptr<Reductions> reductions_ = std::make_shared<Reductions>();
 };
 
-TROUPE_ACTOR(MeshRelay(std::string), "troupe.mesh.relay", &MeshRelay::fan, &MeshRelay::partial);
+TROUPE_ACTOR(MeshRelay(std::string), "troupe.mesh.relay", &MeshRelay::fan, &MeshRelay::chunk, &MeshRelay::partial,
+             &MeshRelay::id);
+const bool relay_on_receipt = (run_on_receipt(*find_actor_type("troupe.mesh.relay")), true);
 
 }  // namespace
 }  // namespace troupe::net::detail

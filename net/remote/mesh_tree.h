@@ -5,6 +5,9 @@
 // calls its own members; the answers go to the caller in one message per rank (the answer to a
 // request the caller made for that rank, so that a lost rank fails it as it fails any request), or,
 // for a reduction, up the same tree, each relay combining its members' answers with its children's.
+// A relay runs on the thread that receives the call (ActorType::on_receipt): a hop costs a frame,
+// not a frame and a wake-up of a scheduler's thread. So it never looks a name up in rank 0's
+// directory: the caller puts each relay's id in the call, and a relay finds its members here.
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -18,11 +21,21 @@ namespace troupe::net::detail {
 // One rank of a call's tree and the members it runs.
 struct MeshNode {
   int64_t rank = 0;
+  int64_t relay = 0;                // the id of the mesh's relay on that rank
   std::vector<int64_t> members;     // whole-mesh indices
   std::vector<std::string> names;   // their actors' names
   std::vector<WireValue> firsts;    // scatter: each member's first argument; else empty
   int64_t reply = 0;                // the caller's request its answers go to (kFanAnswers)
-  TROUPE_FIELDS(rank, members, names, firsts, reply)
+  TROUPE_FIELDS(rank, relay, members, names, firsts, reply)
+};
+
+// A large tensor argument that comes after its call, in chunks ("chunk" to the relay, each one
+// forwarded down the tree as it arrives): the call's place for it, and what it is.
+struct StreamedArgument {
+  int64_t position = 0;  // in FanCall::arguments, which holds none there
+  int64_t dtype = 0;     // a DType
+  std::vector<int64_t> shape;
+  TROUPE_FIELDS(position, dtype, shape)
 };
 
 // The message a relay gets: the call, and the subtree it roots (nodes[0] is its own rank).
@@ -33,11 +46,13 @@ struct FanCall {
   WireValue arguments;         // a list (after each member's first, for a scatter)
   int64_t mode = 0;            // kFanAnswers, kFanReduce or kFanTell
   int64_t op = 0;              // ReduceOp, for a reduction
-  std::string parent;          // a reduction's partial goes to this relay; empty: to the caller,
+  int64_t parent_rank = -1;    // a reduction's partial goes to the relay parent_relay there;
+  int64_t parent_relay = 0;    // -1: to the caller,
   int64_t reply = 0;           // as the answer to this request of its
   int64_t fanout = 0;          // the tree's shape (tree_children)
   std::vector<MeshNode> nodes;
-  TROUPE_FIELDS(origin, call, method, arguments, mode, op, parent, reply, fanout, nodes)
+  std::vector<StreamedArgument> streamed;  // the members' call starts once they are all here
+  TROUPE_FIELDS(origin, call, method, arguments, mode, op, parent_rank, parent_relay, reply, fanout, nodes, streamed)
 };
 inline constexpr int64_t kFanAnswers = 0, kFanReduce = 1, kFanTell = 2;
 
@@ -47,8 +62,13 @@ inline constexpr int64_t kFanAnswers = 0, kFanReduce = 1, kFanTell = 2;
 // the other n - 1 split into k ranges (n = 9, k = 8: eight of one), log_k(n) hops: for small
 // calls, where every hop is a wake-up of a process and copies cost nothing.
 std::vector<std::pair<size_t, size_t>> tree_children(size_t n, size_t fanout = 0);
-// The fanout for a call whose tensors hold `bytes`: k-ary up to kSmallCall bytes, else binomial.
-inline constexpr size_t kSmallCall = 64 << 10, kSmallFanout = 8;
+// The fanout for a call whose tensors hold `bytes`: k-ary up to kSmallCall bytes, else binomial;
+// a call with streamed arguments goes down a chain (fanout 1), where every rank receives and sends
+// each chunk once, so the time is one transfer of the whole plus one chunk per hop.
+inline constexpr size_t kSmallCall = 64 << 10, kSmallFanout = 8, kChainFanout = 1;
+
+// The chunks of a streamed argument of `bytes`: [offset, end) each, `chunk` bytes but the last.
+std::vector<std::pair<size_t, size_t>> chunk_ranges(size_t bytes, size_t chunk);
 
 // a op b for two answers of a reduction (avg sums; the caller divides). ShapeError / DTypeError
 // when they differ.

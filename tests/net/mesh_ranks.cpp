@@ -147,7 +147,29 @@ void basic() {
   // A mesh spawned and called by a member, on ranks 2 and 3.
   CHECK(m.at({0, 1}).request<int64_t>("nested", std::vector<int>{2, 3}).get() == 5);
 
-  for (Mesh* mesh : {&m, &per_rank, &eight}) mesh->stop();
+  // Streamed arguments: chunks of 1,000 bytes down a chain of the ranks, 10,004 bytes not a
+  // multiple of them; from a caller that hosts none of the members, and from one that hosts one.
+  MeshOptions chunked;
+  chunked.name = "chunked";
+  chunked.ranks = {1, 2, 3};
+  chunked.chunk_bytes = 1000;
+  Mesh streamed = spawn_mesh(chunked, "test.cell", {{"member", 3}}, int64_t{1});
+  const Tensor odd = Tensor::arange(2501, DType::f32);
+  std::vector<Tensor> got = all(streamed.call<Tensor>("scaled", odd));
+  for (int i = 0; i < 3; ++i) check_close(got[i], mul(odd, i + 1.0));
+  check_close(wait(streamed.call_reduce(ReduceOp::sum, "scaled", odd)), mul(odd, 6.0));
+  check_close(wait(streamed.call_gather("scaled", odd)), stack({odd, mul(odd, 2.0), mul(odd, 3.0)}));
+  const Tensor rows = Tensor::arange(3 * 667, DType::f32).reshape({3, 667});  // 8,004 bytes, 2-D
+  got = all(streamed.call<Tensor>("scaled", rows));
+  for (int i = 0; i < 3; ++i) check_close(got[i], mul(rows, i + 1.0));
+  chunked.name = "chunked_here";
+  chunked.ranks = {0, 1, 2, 3};
+  Mesh here = spawn_mesh(chunked, "test.cell", {{"member", 4}}, int64_t{1});
+  check_close(wait(here.call_reduce(ReduceOp::sum, "scaled", odd)), mul(odd, 10.0));
+  here.send("add", 1);
+  CHECK((all(here.call<int64_t>("total")) == std::vector<int64_t>{1, 1, 1, 1}));
+
+  for (Mesh* mesh : {&m, &per_rank, &eight, &streamed, &here}) mesh->stop();
   a.stop();
   b.stop();
 }

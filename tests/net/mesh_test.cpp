@@ -54,6 +54,16 @@ TEST_CASE("mesh: the call tree reaches every rank once, in log2 hops (binomial) 
   }
 }
 
+TEST_CASE("mesh: a streamed argument's chunks cover it once, the last one short", "[net][mesh]") {
+  using Ranges = std::vector<std::pair<size_t, size_t>>;
+  CHECK(net::detail::chunk_ranges(0, 1000).empty());
+  CHECK((net::detail::chunk_ranges(2000, 1000) == Ranges{{0, 1000}, {1000, 2000}}));
+  CHECK((net::detail::chunk_ranges(10004, 1000).back() == std::pair<size_t, size_t>{10000, 10004}));
+  CHECK(net::detail::chunk_ranges(10004, 1000).size() == 11);
+  CHECK((net::detail::tree_children(5, net::detail::kChainFanout) == Ranges{{1, 5}}));  // a chain
+  CHECK_THAT(thrown<ValueError>([] { net::detail::chunk_ranges(10, 0); }), Catch::Contains("chunks of 0 bytes"));
+}
+
 TEST_CASE("mesh: placement by devices and by what was placed; an unmeetable request names what is missing",
           "[net][mesh]") {
   net::detail::RankReport cpu0{0, 0, "no CUDA driver", 1000}, cpu1{1, 0, "no CUDA driver", 2000};

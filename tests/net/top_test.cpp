@@ -1,5 +1,5 @@
 // `troupe top` in a terminal: tmux runs it against a 2-rank job whose rank 0 keeps calling an
-// actor on rank 1, finding the ranks from rank 0 (--job: the endpoints its rendezvous gave it);
+// actor on rank 1 and a mesh over both ranks, finding the ranks from rank 0 (--job: the endpoints its rendezvous gave it);
 // capture-pane must show that actor on rank 1 and both links, a sort key must redraw, and q must
 // end it.
 #include <sys/socket.h>
@@ -16,6 +16,7 @@
 
 #include "devices/ops.h"
 #include "net/bootstrap/launcher.h"
+#include "net/remote/mesh.h"
 #include "net/remote/remote_actor.h"
 #include "support/ranks.h"
 #include "support/skip.h"
@@ -29,6 +30,12 @@ namespace {
 struct Worker {
   int64_t work(const Tensor& x) { return x.numel(); }
 };
+
+struct MeshWorker {
+  explicit MeshWorker(const MeshPoint&) {}
+  int64_t work(const Tensor& x) { return x.numel(); }
+};
+TROUPE_ACTOR(MeshWorker(const MeshPoint&), "top.mesh_worker", &MeshWorker::work);
 
 std::string output_of(const std::string& command) {
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
@@ -65,11 +72,16 @@ TEST_CASE("top rank: busy for a while", "[.rank]") {
     return;
   }
   RemoteActor worker = lookup("top.worker", 10s);
+  MeshOptions named;
+  named.name = "top.mesh";
+  Mesh mesh = spawn_mesh(named, "top.mesh_worker", {{"host", 2}, {"gpu", 2}});  // 2 members on each rank
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(std::atoi(std::getenv("TOP_BUSY_S")));
   while (std::chrono::steady_clock::now() < end) {
     CHECK(worker.request<int64_t>("work", Tensor::ones({256})).get() == 256);
+    for (Future<int64_t>& f : mesh.call<int64_t>("work", Tensor::ones({2}))) CHECK(f.get() == 2);
     std::this_thread::sleep_for(1ms);
   }
+  mesh.stop();
 }
 
 TEST_CASE("top: troupe top in tmux shows a running job's actors, sorts on a key and quits on q", "[net][top]") {
@@ -104,6 +116,9 @@ TEST_CASE("top: troupe top in tmux shows a running job's actors, sorts on a key 
   CHECK_THAT(screen, Catch::Contains("top.worker"));
   CHECK_THAT(screen, Catch::Contains("calls/s"));
   CHECK_THAT(screen, Catch::Contains("PEER"));
+  const std::string with_mesh = screen_with("top.mesh ");  // the mesh's row: its shape, members per rank
+  INFO(with_mesh);
+  CHECK_THAT(with_mesh, Catch::Contains("MESH") && Catch::Contains("host=2,gpu=2") && Catch::Contains("0:2 1:2"));
   std::system(("tmux send-keys -t " + session + " e").c_str());
   const std::string sorted = screen_with("sort: errors");
   INFO(sorted);

@@ -2,7 +2,8 @@
 // merge`: every call's arrow leaves the caller's span on rank 0 and ends in the callee's on rank 1,
 // each lane's spans stay in order, a collective is a span on both ranks with its bytes and
 // algorithm, a host lane's ops are a track of their rank, and the clocks' error bound is printed.
-// Then 4 ranks calling round a ring: every arrow matched, every rank's collectives the same.
+// Then 4 ranks calling round a ring: every arrow matched, every rank's collectives the same; and a
+// mesh call: one span on the caller, an arrow from it to the relay on each rank it reaches.
 //
 // The ring is also the load of the merge's timing (a 4-rank, 60 s job):
 //   TROUPE_TRACE_LOAD_SECONDS=60 build/bin/troupe launch --nproc 4 --trace /tmp/t --
@@ -26,6 +27,7 @@
 #include "devices/lane.h"
 #include "devices/ops.h"
 #include "net/collectives.h"
+#include "net/remote/mesh.h"
 #include "net/remote/remote_actor.h"
 #include "support/ranks.h"
 
@@ -181,6 +183,68 @@ TEST_CASE("trace: a 2-rank remote-actor run merges into one trace with matched a
     if (e.value("cat", "") == "remote" && e["ph"] == "s" && e["pid"] == 0) ++from_rank_0;
   CHECK(from_rank_0 >= kCalls);
   CHECK(check_arrows(trace, error_us) >= kCalls);
+  std::filesystem::remove_all(dir);
+}
+
+struct MeshDoubler {
+  explicit MeshDoubler(const MeshPoint&) {}
+  Tensor twice(const Tensor& x) { return mul(x, 2.0); }
+};
+TROUPE_ACTOR(MeshDoubler(const MeshPoint&), "trace.mesh_doubler", &MeshDoubler::twice);
+
+TEST_CASE("trace rank: mesh calls", "[.rank]") {
+  InitOptions o;
+  o.timeout = 30s;
+  auto world = init_process_group(o);
+  RemoteActors actors(world);
+  if (world->rank() != 0) {
+    CHECK_NOTHROW(serve());
+    return;
+  }
+  MeshOptions named;
+  named.name = "trace.mesh";
+  named.ranks = {1, 2, 3};
+  Mesh mesh = spawn_mesh(named, "trace.mesh_doubler", {{"rank", 3}});
+  const Tensor x = Tensor::full({4}, 1.0f);
+  for (Future<Tensor>& f : mesh.call<Tensor>("twice", x)) CHECK(f.get().to_vector<float>()[0] == 2.0f);
+  CHECK(wait(mesh.call_reduce(ReduceOp::sum, "twice", x)).to_vector<float>()[0] == 6.0f);
+  mesh.stop();
+}
+
+TEST_CASE("trace: a mesh call is one span on the caller with an arrow to the relay of each rank", "[net][trace][mesh]") {
+  const std::string dir = temp_dir("troupe-trace-mesh");
+  LaunchOptions o;
+  o.env = {{"TROUPE_TRACE", dir}};
+  RankRun run = run_ranks(4, "trace rank: mesh calls", o);
+  check_all_passed(run, 4);
+  std::string printed;
+  const nlohmann::json trace = merge(dir, printed);
+  INFO(printed);
+  // An arrow's ends sit at the start of a span of their thread: the caller's "mesh call twice",
+  // and the relay's span on the rank it reaches.
+  using At = std::tuple<int, int, double>;  // pid, tid, ts
+  auto at = [](const nlohmann::json& e) { return At{e["pid"], e["tid"], e["ts"]}; };
+  int calls = 0;  // the caller's spans, one per mesh call
+  std::map<At, std::string> spans;
+  std::map<uint64_t, nlohmann::json> starts, ends;  // arrows by id
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X" && e["pid"] == 0 && e["name"] == "mesh trace.mesh.twice") ++calls;
+    if (e["ph"] == "X") spans[at(e)] = e["name"];
+    if (e.value("cat", "") != "remote") continue;
+    if (e["ph"] == "s") starts[e["id"]] = e;
+    if (e["ph"] == "f") ends[e["id"]] = e;
+  }
+  CHECK(calls == 2);  // call and call_reduce
+  std::map<int, int> reached;  // rank -> arrows from the caller's mesh calls to its relay
+  for (const auto& [id, s] : starts) {
+    if (spans[at(s)] != "mesh call twice") continue;
+    INFO("mesh call " << s.dump());
+    REQUIRE(ends.count(id) == 1);
+    const int rank = ends[id]["pid"];
+    CHECK(spans[at(ends[id])] == "trace.mesh.relay/" + std::to_string(rank) + " twice");
+    ++reached[rank];
+  }
+  CHECK((reached == std::map<int, int>{{1, 2}, {2, 2}, {3, 2}}));  // each rank, from both calls
   std::filesystem::remove_all(dir);
 }
 
