@@ -31,6 +31,9 @@ inline constexpr size_t kSealTagBytes = 16;
 inline constexpr uint32_t kSealedRecordMax = 16 << 20;            // the most plaintext one record holds
 inline constexpr uint64_t kSealedRecordsMax = uint64_t(1) << 32;  // records under one key
 
+// Bytes a record holding `plain` bytes takes on the wire: length field, ciphertext, tag.
+constexpr size_t sealed_record_bytes(size_t plain) { return kSealedLengthBytes + plain + kSealTagBytes; }
+
 using SealKey = std::array<uint8_t, 32>;
 
 // The ciphertext bytes a record's length field announces. CommError past kSealedRecordMax.
@@ -49,6 +52,9 @@ class RecordSealer {
   // pieces hold more than kSealedRecordMax bytes or the key sealed kSealedRecordsMax records.
   void seal(std::span<const std::span<const uint8_t>> pieces, std::vector<uint8_t>& out);
   void seal(std::span<const uint8_t> piece, std::vector<uint8_t>& out) { seal({&piece, 1}, out); }
+  // The same into out, which has room for sealed_record_bytes(the pieces' bytes): a buffer kept
+  // across records is neither zeroed nor grown per record. Returns the bytes written.
+  size_t seal_into(std::span<const std::span<const uint8_t>> pieces, std::span<uint8_t> out);
   uint64_t records() const { return next_; }  // sealed so far: the next record's nonce
 
  private:
