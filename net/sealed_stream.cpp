@@ -2,7 +2,6 @@
 
 #include <openssl/evp.h>
 
-#include <algorithm>
 #include <string>
 
 #include "net/errors.h"
@@ -57,9 +56,9 @@ void RecordSealer::seal(std::span<const std::span<const uint8_t>> pieces, std::v
   size_t bytes = 0;
   for (const auto& p : pieces) bytes += p.size();
   const size_t at = out.size();
-  out.resize(at + sealed_record_bytes(std::min<size_t>(bytes, kSealedRecordMax)));
+  if (bytes <= kSealedRecordMax) out.resize(at + sealed_record_bytes(bytes));  // past it seal_into refuses
   try {
-    seal_into(pieces, {out.data() + at, out.size() - at});
+    seal_into(pieces, std::span<uint8_t>(out).subspan(at));
   } catch (const CommError&) {
     out.resize(at);
     throw;
