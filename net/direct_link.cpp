@@ -185,17 +185,23 @@ bool DirectSender::send(std::span<const uint8_t> header, std::span<const std::sp
   add(lengths.data(), lengths.size());
   add(header.data(), header.size());
   for (const auto& p : parts) add(p.data(), p.size());
-  std::vector<uint8_t> sealed;
-  if (sealer_) {  // the whole record as one sealed record
+  if (sealer_) {  // the whole record as one sealed record, in a buffer kept for the next
     std::vector<std::span<const uint8_t>> pieces;
-    for (const iovec& v : iov) pieces.emplace_back(static_cast<const uint8_t*>(v.iov_base), v.iov_len);
+    size_t bytes = 0;
+    for (const iovec& v : iov) {
+      pieces.emplace_back(static_cast<const uint8_t*>(v.iov_base), v.iov_len);
+      bytes += v.iov_len;
+    }
+    if (bytes <= kSealedRecordMax && sealed_.size() < sealed_record_bytes(bytes))
+      sealed_.resize(sealed_record_bytes(bytes));
+    size_t sealed = 0;
     try {
-      sealer_->seal(pieces, sealed);
+      sealed = sealer_->seal_into(pieces, sealed_);
     } catch (const CommError&) {  // the key's records are spent: the link closes, the frames take ZeroMQ
       broken_ = true;
       return backlogged();
     }
-    iov.assign(1, iovec{sealed.data(), sealed.size()});
+    iov.assign(1, iovec{sealed_.data(), sealed});
   }
 
   size_t written = 0;

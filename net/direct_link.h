@@ -128,6 +128,7 @@ class DirectSender {
   bool broken_ = false;
   std::optional<SessionKeys> session_;
   std::unique_ptr<RecordSealer> sealer_;  // encrypted jobs only
+  std::vector<uint8_t> sealed_;           // encrypted jobs: the record being sent, sealed
   std::vector<uint8_t> backlog_;  // bytes not yet written, from sent_ on
   size_t sent_ = 0, kept_ = 0;
   Clock::time_point progress_;    // when bytes were last kept after none were, or last written out

@@ -53,17 +53,31 @@ RecordSealer::RecordSealer(const SealKey& key, uint64_t first_record)
 RecordSealer::~RecordSealer() { EVP_CIPHER_CTX_free(static_cast<EVP_CIPHER_CTX*>(context_)); }
 
 void RecordSealer::seal(std::span<const std::span<const uint8_t>> pieces, std::vector<uint8_t>& out) {
+  size_t bytes = 0;
+  for (const auto& p : pieces) bytes += p.size();
+  const size_t at = out.size();
+  if (bytes <= kSealedRecordMax) out.resize(at + sealed_record_bytes(bytes));  // past it seal_into refuses
+  try {
+    seal_into(pieces, std::span<uint8_t>(out).subspan(at));
+  } catch (const CommError&) {
+    out.resize(at);
+    throw;
+  }
+}
+
+size_t RecordSealer::seal_into(std::span<const std::span<const uint8_t>> pieces, std::span<uint8_t> out) {
   check_count(next_);
   size_t bytes = 0;
   for (const auto& p : pieces) bytes += p.size();
   if (bytes > kSealedRecordMax)
     throw CommError("sealed records: a record of " + std::to_string(bytes) + " bytes, at most " +
                     std::to_string(kSealedRecordMax));
+  if (out.size() < sealed_record_bytes(bytes))
+    throw CommError("sealed records: " + std::to_string(out.size()) + " bytes of room for a record of " +
+                    std::to_string(sealed_record_bytes(bytes)));
   auto* ctx = static_cast<EVP_CIPHER_CTX*>(context_);
   const auto nonce = nonce_of(next_++);
-  const size_t at = out.size();
-  out.resize(at + kSealedLengthBytes + bytes + kSealTagBytes);
-  uint8_t* length_field = out.data() + at;
+  uint8_t* length_field = out.data();
   wire::put<uint32_t>(length_field, 0, static_cast<uint32_t>(bytes));
   uint8_t* cipher = length_field + kSealedLengthBytes;
   int n = 0;
@@ -77,6 +91,7 @@ void RecordSealer::seal(std::span<const std::span<const uint8_t>> pieces, std::v
   ok = ok && EVP_EncryptFinal_ex(ctx, cipher, &n) == 1 &&
        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kSealTagBytes, cipher + n) == 1;
   if (!ok) throw CommError("sealed records: OpenSSL failed to seal a record");
+  return sealed_record_bytes(bytes);
 }
 
 RecordOpener::RecordOpener(const SealKey& key, uint64_t first_record)

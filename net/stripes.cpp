@@ -33,6 +33,9 @@ constexpr size_t kChunkFixed = 40;        // seq, total, offset, length, header 
 constexpr size_t kHeaderMax = 1024;       // frame headers are ~100 bytes
 constexpr uint64_t kPartAlign = 64;       // each part starts here: views of any dtype need no copy
 constexpr size_t kOpenPerPeer = 256;      // frames of one peer partly received at once
+// A sealed record of a chunk's bytes as it travels, and with the next record's length field after it.
+constexpr size_t kSealedRecordWire = sealed_record_bytes(kStripeSealedBytes);
+constexpr size_t kSealedReadAhead = kSealedRecordWire + kSealedLengthBytes;
 
 
 uint64_t align_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
@@ -173,7 +176,7 @@ struct StripeSenders::State {
   bool stopping = false;
 
   void run(int k);
-  bool write_chunk(int fd, Chunk& chunk, RecordSealer* sealer);
+  bool write_chunk(int fd, Chunk& chunk, RecordSealer* sealer, std::span<uint8_t> staging);
   void finish(Chunk& chunk, bool ok);
 };
 
@@ -301,6 +304,7 @@ void StripeSenders::flush_until(Deadline deadline) {
 
 void StripeSenders::State::run(int k) {
   name_this_thread(("troupe-send" + std::to_string(k)).c_str());
+  std::unique_ptr<uint8_t[]> staging;  // encrypted jobs: each record sealed here, then written
   std::unique_lock lock(mutex);
   while (true) {
     changed.wait(lock, [&] { return stopping || !stripes[k].queue.empty(); });
@@ -312,7 +316,8 @@ void StripeSenders::State::run(int k) {
     RecordSealer* sealer = sealers[chunk.peer].empty() ? nullptr : sealers[chunk.peer][k].get();
     stripes[k].busy = true;
     lock.unlock();
-    const bool ok = !skip && write_chunk(fd, chunk, sealer);
+    if (sealer && !staging) staging = std::make_unique_for_overwrite<uint8_t[]>(kSealedRecordWire);
+    const bool ok = !skip && write_chunk(fd, chunk, sealer, {staging.get(), sealer ? kSealedRecordWire : 0});
     if (!ok && !skip) {
       ::shutdown(fd, SHUT_RDWR);  // a chunk cut short: the peer must not take what came of it
       on_broken(chunk.peer);
@@ -338,9 +343,10 @@ void take_front(std::vector<iovec>& iov, size_t& first, uint64_t bytes, std::vec
   }
 }
 
-// Writes iov's bytes (consumed) as sealed records of at most kStripeSealedBytes each.
-bool write_sealed(int fd, std::vector<iovec>& iov, RecordSealer& sealer) {
-  std::vector<uint8_t> sealed;
+// Writes iov's bytes (consumed) as sealed records of at most kStripeSealedBytes each, each sealed
+// into `staging` (the stripe thread's, sealed_record_bytes(kStripeSealedBytes)) and written while
+// it is still in cache.
+bool write_sealed(int fd, std::vector<iovec>& iov, RecordSealer& sealer, std::span<uint8_t> staging) {
   std::vector<std::span<const uint8_t>> pieces;
   size_t first = 0;
   while (first < iov.size()) {
@@ -355,13 +361,13 @@ bool write_sealed(int fd, std::vector<iovec>& iov, RecordSealer& sealer) {
       bytes += n;
       if (v.iov_len == 0) ++first;
     }
-    sealed.clear();
+    size_t sealed = 0;
     try {
-      sealer.seal(pieces, sealed);
+      sealed = sealer.seal_into(pieces, staging);
     } catch (const CommError&) {  // the key's records are spent
       return false;
     }
-    std::vector<iovec> out{{sealed.data(), sealed.size()}};
+    std::vector<iovec> out{{staging.data(), sealed}};
     if (!write_all(fd, out)) return false;
   }
   iov.clear();
@@ -371,8 +377,10 @@ bool write_sealed(int fd, std::vector<iovec>& iov, RecordSealer& sealer) {
 // The head, then the body: up to each gate's end once its event is done, so the bytes a device
 // still copies go out as soon as they land, and the ones before them meanwhile. Sealed: the head
 // one record, the body's bytes others.
-bool StripeSenders::State::write_chunk(int fd, Chunk& chunk, RecordSealer* sealer) {
-  auto write = [&](std::vector<iovec>& iov) { return sealer ? write_sealed(fd, iov, *sealer) : write_all(fd, iov); };
+bool StripeSenders::State::write_chunk(int fd, Chunk& chunk, RecordSealer* sealer, std::span<uint8_t> staging) {
+  auto write = [&](std::vector<iovec>& iov) {
+    return sealer ? write_sealed(fd, iov, *sealer, staging) : write_all(fd, iov);
+  };
   std::vector<iovec> iov{{chunk.head.data(), chunk.head.size()}};
   if (sealer && !write(iov)) return false;
   size_t first = 0;
@@ -443,11 +451,12 @@ struct StripeReceivers::State {
 
   void run(Stripe& stripe);
   // Reads one chunk; closed: the peer closed the connection between chunks.
-  ReadResult read_chunk(const Connection& c);
+  // staging: the stripe thread's room for a sealed record (kSealedReadAhead bytes).
+  ReadResult read_chunk(const Connection& c, uint8_t* staging);
   // Sealed connections: one record whole into a vector (closed: between chunks), or `bytes` of
   // records opened into out.
   ReadResult read_sealed_record(const Connection& c, std::vector<uint8_t>& plain, const std::string& from);
-  void read_sealed_into(const Connection& c, uint8_t* out, uint64_t bytes, const std::string& from);
+  void read_sealed_into(const Connection& c, uint8_t* out, uint64_t bytes, uint8_t* staging, const std::string& from);
 };
 
 StripeReceivers::StripeReceivers(int self, int world_size, Events events, std::chrono::milliseconds stall_timeout)
@@ -503,6 +512,7 @@ std::vector<StripedFrame> StripeReceivers::take_ready() {
 
 void StripeReceivers::State::run(Stripe& stripe) {
   name_this_thread("troupe-recv");
+  std::unique_ptr<uint8_t[]> staging;  // encrypted jobs: each record read here, then opened
   std::vector<pollfd> fds;
   while (!stopping) {
     {
@@ -522,7 +532,8 @@ void StripeReceivers::State::run(Stripe& stripe) {
       const Connection c = stripe.connections[i - 1];
       ReadResult result;
       try {
-        result = read_chunk(c);
+        if (c.opener && !staging) staging = std::make_unique_for_overwrite<uint8_t[]>(kSealedReadAhead);
+        result = read_chunk(c, staging.get());
       } catch (const CommError&) {
         events.on_error(c.peer, std::current_exception());
         result = ReadResult::failed;
@@ -536,7 +547,7 @@ void StripeReceivers::State::run(Stripe& stripe) {
   }
 }
 
-ReadResult StripeReceivers::State::read_chunk(const Connection& c) {
+ReadResult StripeReceivers::State::read_chunk(const Connection& c, uint8_t* staging) {
   const std::string from = "stripes: a chunk from rank " + std::to_string(c.peer) + ": ";
   uint8_t fixed[kChunkFixed];
   std::vector<uint8_t> head;  // sealed: fixed part, part sizes and header, opened together
@@ -615,7 +626,7 @@ ReadResult StripeReceivers::State::read_chunk(const Connection& c) {
   }
   // Stripes write disjoint ranges of the block; only the bookkeeping is shared.
   if (c.opener) {
-    read_sealed_into(c, static_cast<uint8_t*>(block->data()) + offset, length, from);
+    read_sealed_into(c, static_cast<uint8_t*>(block->data()) + offset, length, staging, from);
   } else if (length > 0 && read_all(c.fd, static_cast<uint8_t*>(block->data()) + offset, length) != ReadResult::ok) {
     throw CommError(from + "cut short");
   }
@@ -655,20 +666,22 @@ ReadResult StripeReceivers::State::read_sealed_record(const Connection& c, std::
   return ReadResult::ok;
 }
 
-void StripeReceivers::State::read_sealed_into(const Connection& c, uint8_t* out, uint64_t bytes,
+// Each record's ciphertext and tag come in one read into staging (kSealedReadAhead bytes), with
+// the next record's length field when the chunk has more to come, and open from there into out.
+void StripeReceivers::State::read_sealed_into(const Connection& c, uint8_t* out, uint64_t bytes, uint8_t* staging,
                                               const std::string& from) {
-  std::vector<uint8_t> sealed;
   try {
+    uint8_t length[kSealedLengthBytes];
+    if (bytes > 0 && read_all(c.fd, length, sizeof length) != ReadResult::ok) throw CommError("cut short");
     while (bytes > 0) {
-      uint8_t length[kSealedLengthBytes];
-      if (read_all(c.fd, length, sizeof length) != ReadResult::ok) throw CommError("cut short");
       const uint32_t n = sealed_length(length);
       if (n == 0 || n > bytes || n > kStripeSealedBytes)
         throw CommError("a record of " + std::to_string(n) + " bytes where " + std::to_string(bytes) +
                         " are to come, at most " + std::to_string(kStripeSealedBytes) + " a record");
-      sealed.resize(n + kSealTagBytes);
-      if (read_all(c.fd, sealed.data(), sealed.size()) != ReadResult::ok) throw CommError("cut short");
-      c.opener->open(length, sealed, out);
+      const size_t sealed = n + kSealTagBytes, next = n < bytes ? kSealedLengthBytes : 0;
+      if (read_all(c.fd, staging, sealed + next) != ReadResult::ok) throw CommError("cut short");
+      c.opener->open(length, {staging, sealed}, out);
+      std::memcpy(length, staging + sealed, next);
       out += n;
       bytes -= n;
     }

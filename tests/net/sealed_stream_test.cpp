@@ -2,7 +2,8 @@
 // what is sealed opens bit for bit and only once, in order; a nonce never repeats under a key; a
 // record altered on the wire is refused, and on a real direct link or stripe that breaks it with a
 // CommError naming the peer's rank and address; an encrypted pair of transports carries frames
-// over its direct link and stripes, bit for bit.
+// over its direct link and stripes, bit for bit; a stripe's body records out of order, or longer
+// than its chunk has left, are refused.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "net/direct_link.h"
 #include "net/sealed_stream.h"
 #include "net/transport.h"
+#include "net/wire_bytes.h"
 #include "tests/net/transport_pair.h"
 
 using namespace troupe;
@@ -63,6 +65,23 @@ TEST_CASE("sealed records: pieces open as one record, bit for bit, in order", "[
   }
   CHECK(sealer.records() == 4);
   CHECK(opener.records() == 4);
+}
+
+TEST_CASE("sealed records: sealed into a kept buffer they open alike; a buffer too small is refused", "[net][sealed]") {
+  RecordSealer sealer(key_of(6));
+  RecordOpener opener(key_of(6));
+  std::vector<uint8_t> kept(sealed_record_bytes(1000));
+  for (size_t n : {size_t(1000), size_t(0), size_t(333)}) {
+    const auto a = bytes_of(n, 8);
+    const std::span<const uint8_t> pieces[] = {a};
+    REQUIRE(sealer.seal_into(pieces, kept) == sealed_record_bytes(n));
+    const std::vector<uint8_t> wire(kept.begin(), kept.begin() + sealed_record_bytes(n));
+    CHECK(open_front(opener, wire) == a);
+  }
+  const auto big = bytes_of(1001, 1);
+  const std::span<const uint8_t> pieces[] = {big};
+  CHECK_THROWS_WITH(sealer.seal_into(pieces, kept), Catch::Contains("room for a record of 1021"));
+  CHECK(sealer.records() == 3);  // a refused record takes no number
 }
 
 TEST_CASE("sealed records: a nonce never repeats, so a record opens once and in its place only", "[net][sealed]") {
@@ -226,4 +245,41 @@ TEST_CASE("sealed records: a stripe's tampered chunk, or a stripe that does not 
                            Catch::Contains("failed authentication"));
   const std::string plain = stripe_refusal(false, [](const SessionKeys&) { return bytes_of(40, 2); });
   CHECK_THAT(plain, Catch::Contains("rank 1 does not seal its records"));
+}
+
+TEST_CASE("sealed records: a stripe's body records swapped, or one longer than its chunk has left, break it",
+          "[net][sealed]") {
+  // One chunk carrying a whole frame of 2048 bytes (one part) after a valid head: its body as two
+  // records of 1024 bytes, each read together with the next one's length field.
+  constexpr uint64_t kTotal = 2048;
+  constexpr uint32_t kHeaderBytes = 8;
+  auto head = [] {
+    std::vector<uint8_t> h(40 + 8 + kHeaderBytes, 0);
+    wire::put<uint64_t>(h.data(), 8, kTotal);   // seq 0, total
+    wire::put<uint64_t>(h.data(), 24, kTotal);  // offset 0, length
+    wire::put<uint32_t>(h.data(), 32, kHeaderBytes);
+    wire::put<uint32_t>(h.data(), 36, 1);       // one part, of every byte
+    wire::put<uint64_t>(h.data(), 40, kTotal);
+    return h;
+  };
+  const auto body = bytes_of(kTotal, 4);
+  const std::span<const uint8_t> first(body.data(), kTotal / 2), second(body.data() + kTotal / 2, kTotal / 2);
+  const std::string swapped = stripe_refusal(true, [&](const SessionKeys& k) {
+    RecordSealer sealer(k.send);
+    std::vector<uint8_t> wire, later;
+    sealer.seal(head(), wire);
+    sealer.seal(first, later);  // record 1, sent after record 2
+    sealer.seal(second, wire);
+    wire.insert(wire.end(), later.begin(), later.end());
+    return wire;
+  });
+  CHECK_THAT(swapped, Catch::Contains("rank 1") && Catch::Contains("sealed record 1 failed authentication"));
+  const std::string too_long = stripe_refusal(true, [&](const SessionKeys& k) {
+    RecordSealer sealer(k.send);
+    std::vector<uint8_t> wire;
+    sealer.seal(head(), wire);
+    sealer.seal(bytes_of(kTotal + 1, 5), wire);
+    return wire;
+  });
+  CHECK_THAT(too_long, Catch::Contains("a record of 2049 bytes where 2048 are to come"));
 }
