@@ -69,6 +69,18 @@ nlohmann::json merge(const std::string& dir, std::string& printed) {
   return nlohmann::json::parse(in);  // valid JSON, or this throws
 }
 
+// The merged trace (merge()) of a rank test run on `ranks` ranks, tracing into a fresh dir (then removed).
+nlohmann::json traced_run(int ranks, const std::string& rank_test, const std::string& dir_name, std::string& printed) {
+  const std::string dir = temp_dir(dir_name);
+  LaunchOptions o;
+  o.env = {{"TROUPE_TRACE", dir}};
+  RankRun run = run_ranks(ranks, rank_test, o);
+  check_all_passed(run, ranks);
+  nlohmann::json trace = merge(dir, printed);
+  std::filesystem::remove_all(dir);
+  return trace;
+}
+
 // The collectives' spans per rank, in order: (name, bytes, algorithm).
 using Collectives = std::map<int, std::vector<std::tuple<std::string, uint64_t, std::string>>>;
 
@@ -212,13 +224,8 @@ TEST_CASE("trace rank: mesh calls", "[.rank]") {
 }
 
 TEST_CASE("trace: a mesh call is one span on the caller with an arrow to the relay of each rank", "[net][trace][mesh]") {
-  const std::string dir = temp_dir("troupe-trace-mesh");
-  LaunchOptions o;
-  o.env = {{"TROUPE_TRACE", dir}};
-  RankRun run = run_ranks(4, "trace rank: mesh calls", o);
-  check_all_passed(run, 4);
   std::string printed;
-  const nlohmann::json trace = merge(dir, printed);
+  const nlohmann::json trace = traced_run(4, "trace rank: mesh calls", "troupe-trace-mesh", printed);
   INFO(printed);
   // An arrow's ends sit at the start of a span of their thread: the caller's "mesh call twice",
   // and the relay's span on the rank it reaches.
@@ -245,7 +252,6 @@ TEST_CASE("trace: a mesh call is one span on the caller with an arrow to the rel
     ++reached[rank];
   }
   CHECK((reached == std::map<int, int>{{1, 2}, {2, 2}, {3, 2}}));  // each rank, from both calls
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("trace rank: a ring of remote calls", "[.rank]") {
@@ -279,13 +285,8 @@ TEST_CASE("trace rank: a ring of remote calls", "[.rank]") {
 }
 
 TEST_CASE("trace: 4 ranks calling round a ring merge with every arrow matched", "[net][trace]") {
-  const std::string dir = temp_dir("troupe-trace-ring");
-  LaunchOptions o;
-  o.env = {{"TROUPE_TRACE", dir}};
-  RankRun run = run_ranks(4, "trace rank: a ring of remote calls", o);
-  check_all_passed(run, 4);
   std::string printed;
-  const nlohmann::json trace = merge(dir, printed);
+  const nlohmann::json trace = traced_run(4, "trace rank: a ring of remote calls", "troupe-trace-ring", printed);
   INFO(printed);
   CHECK_THAT(printed, Catch::Contains("merged 4 rank(s)"));
   CHECK(monotone(trace));
@@ -301,5 +302,4 @@ TEST_CASE("trace: 4 ranks calling round a ring merge with every arrow matched", 
     CHECK(spans == collectives.at(0));  // the same collectives, bytes and algorithms on every rank
     CHECK(spans.size() == 2);
   }
-  std::filesystem::remove_all(dir);
 }
