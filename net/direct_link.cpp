@@ -50,6 +50,19 @@ void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+// Reads what the socket holds into buf past its unread bytes [begin, end), first moving those to
+// the front when less than a quarter chunk is free behind them. recv's result; end advanced.
+ssize_t receive_more(int fd, std::vector<uint8_t>& buf, size_t& begin, size_t& end) {
+  if (buf.size() - end < kReadChunk / 4 && begin > 0) {
+    std::memmove(buf.data(), buf.data() + begin, end - begin);
+    end -= begin;
+    begin = 0;
+  }
+  const ssize_t n = ::recv(fd, buf.data() + end, buf.size() - end, MSG_DONTWAIT);
+  if (n > 0) end += static_cast<size_t>(n);
+  return n;
+}
+
 }  // namespace
 
 SharedFd share_fd(int fd) {
@@ -365,14 +378,8 @@ bool DirectReceiver::read(const std::function<void(const DirectRecord&)>& on_rec
   if (stripe_ > 0) return true;
   if (opener_) return read_sealed(on_record);
   while (true) {
-    if (buffer_.size() - end_ < kReadChunk / 4 && begin_ > 0) {  // make room: unread bytes to the front
-      std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
-      end_ -= begin_;
-      begin_ = 0;
-    }
-    const ssize_t n = ::recv(fd_, buffer_.data() + end_, buffer_.size() - end_, MSG_DONTWAIT);
+    const ssize_t n = receive_more(fd_, buffer_, begin_, end_);
     if (n > 0) {
-      end_ += static_cast<size_t>(n);
       if (!parse(on_record)) return true;
       continue;
     }
@@ -446,14 +453,8 @@ namespace troupe::net {
 // there (a record holds one frame's record, so parse() hands it out at once).
 bool DirectReceiver::read_sealed(const std::function<void(const DirectRecord&)>& on_record) {
   while (true) {
-    if (sealed_.size() - sealed_end_ < kReadChunk / 4 && sealed_begin_ > 0) {
-      std::memmove(sealed_.data(), sealed_.data() + sealed_begin_, sealed_end_ - sealed_begin_);
-      sealed_end_ -= sealed_begin_;
-      sealed_begin_ = 0;
-    }
-    const ssize_t n = ::recv(fd_, sealed_.data() + sealed_end_, sealed_.size() - sealed_end_, MSG_DONTWAIT);
+    const ssize_t n = receive_more(fd_, sealed_, sealed_begin_, sealed_end_);
     if (n > 0) {
-      sealed_end_ += static_cast<size_t>(n);
       open_sealed(on_record);
       continue;
     }
