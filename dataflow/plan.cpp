@@ -10,7 +10,7 @@ namespace troupe {
 
 namespace {
 
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
+std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
 
 // "h", "parts:1", "s:then.0": a node's output port as messages name it.
 std::string port_label(const Node& node, const std::string& path, int index) {
@@ -53,7 +53,7 @@ class Planner {
     add_scope(graph, "", -1, -1);
     for (const auto& [name, meta] : metas)
       if (std::find(plan_.input_names.begin(), plan_.input_names.end(), name) == plan_.input_names.end())
-        problem("a meta was given for " + quoted(name) + ", which is not an input of graph " + quoted(graph.name()));
+        problem("a meta was given for " + in_quotes(name) + ", which is not an input of graph " + in_quotes(graph.name()));
   }
 
   Plan finish() {
@@ -86,12 +86,12 @@ class Planner {
       const std::string path = prefix + n.name;
       if (!n.build_error.empty()) problem(prefix + n.build_error);
       if (n.name.find('/') != std::string::npos)
-        problem("node " + quoted(path) + ": '/' is reserved for sub-graph paths");
+        problem("node " + in_quotes(path) + ": '/' is reserved for sub-graph paths");
       const bool is_output = n.is<Node::Output>();
       auto& seen = is_output ? output_names : names;
       if (auto [it, fresh] = seen.emplace(n.name, static_cast<int>(i)); !fresh)
         problem(std::string(is_output ? "duplicate output name " : "duplicate node name ") +
-                quoted(path) + " (nodes " + std::to_string(it->second) + " and " + std::to_string(i) + ")");
+                in_quotes(path) + " (nodes " + std::to_string(it->second) + " and " + std::to_string(i) + ")");
       check_inputs(graph, prefix, n);
       std::visit(overloaded{
                      [&](const Node::Input& in) {
@@ -112,8 +112,8 @@ class Planner {
                      [&](const Node::Output&) { ordinal[i] = outputs++; },
                      [&](const Node::Subgraph& sub) {
                        if (sub.body->input_nodes().size() != n.inputs.size())
-                         problem("sub-graph node " + quoted(path) + " has " + std::to_string(n.inputs.size()) +
-                                 " inputs but graph " + quoted(sub.body->name()) + " declares " +
+                         problem("sub-graph node " + in_quotes(path) + " has " + std::to_string(n.inputs.size()) +
+                                 " inputs but graph " + in_quotes(sub.body->name()) + " declares " +
                                  std::to_string(sub.body->input_nodes().size()));
                      },
                      [&]<class K>(const K&) requires runs_as_plan_node<K> {
@@ -123,9 +123,9 @@ class Planner {
                      },
                  },
                  n.kind);
-      if (n.rank < 0) problem("node " + quoted(path) + " is placed on rank " + std::to_string(n.rank));
+      if (n.rank < 0) problem("node " + in_quotes(path) + " is placed on rank " + std::to_string(n.rank));
     }
-    if (outputs == 0) problem("graph " + quoted(prefix + graph.name()) + " has no outputs");
+    if (outputs == 0) problem("graph " + in_quotes(prefix + graph.name()) + " has no outputs");
     scopes_[id].plan_node = std::move(plan_node);
     scopes_[id].ordinal = std::move(ordinal);
     for (size_t i = 0; i < nodes.size(); ++i)
@@ -140,7 +140,7 @@ class Planner {
     const std::string path = prefix + n.name;
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
       const Port& p = n.inputs[slot];
-      const std::string where = "node " + quoted(path) + " input " + std::to_string(slot);
+      const std::string where = "node " + in_quotes(path) + " input " + std::to_string(slot);
       if (!p.connected()) {
         problem(where + " is not connected");
       } else if (p.graph != graph.id() || p.node < 0 || p.node >= static_cast<int>(graph.nodes().size())) {
@@ -148,7 +148,7 @@ class Planner {
       } else {
         const Node& from = graph.node(p.node);
         if (from.outputs >= 0 && p.index >= from.outputs)
-          problem(where + " uses output " + std::to_string(p.index) + " of " + quoted(prefix + from.name) + " (" +
+          problem(where + " uses output " + std::to_string(p.index) + " of " + in_quotes(prefix + from.name) + " (" +
                   from.kind_name() + "), which has " + std::to_string(from.outputs) + " outputs");
       }
     }
@@ -165,7 +165,7 @@ class Planner {
         pn.def = &OpRegistry::global().get(op->op);
         pn.attrs = OpRegistry::global().complete_attrs(*pn.def, op->attrs);
       } catch (const Error& e) {
-        problem("node " + quoted(path) + ": " + e.what());
+        problem("node " + in_quotes(path) + ": " + e.what());
         pn.def = nullptr;
       }
     }
@@ -177,18 +177,18 @@ class Planner {
         ++index;
       }
       if (loop->max_iterations < 0)
-        problem("loop " + quoted(path) + ": max_iterations must be >= 0, got " + std::to_string(loop->max_iterations));
+        problem("loop " + in_quotes(path) + ": max_iterations must be >= 0, got " + std::to_string(loop->max_iterations));
       const size_t body_inputs = loop->body->input_nodes().size();
       if (body_inputs != n.inputs.size() || static_cast<size_t>(pn.state_outputs) != n.inputs.size())
-        problem("loop " + quoted(path) + " has " + std::to_string(n.inputs.size()) + " state values but its body " +
-                quoted(loop->body->name()) + " takes " + std::to_string(body_inputs) + " inputs and gives " +
+        problem("loop " + in_quotes(path) + " has " + std::to_string(n.inputs.size()) + " state values but its body " +
+                in_quotes(loop->body->name()) + " takes " + std::to_string(body_inputs) + " inputs and gives " +
                 std::to_string(pn.state_outputs) + " state outputs");
     }
     if (n.device && n.device->is_cuda()) {
       if (!has_backend(DeviceType::cuda))
-        problem("node " + quoted(path) + " is placed on " + n.device->str() + ": " + cuda_unavailable_reason());
+        problem("node " + in_quotes(path) + " is placed on " + n.device->str() + ": " + cuda_unavailable_reason());
       else if (n.device->index >= backend(DeviceType::cuda).device_count())
-        problem("node " + quoted(path) + " is placed on " + n.device->str() + ", but there are " +
+        problem("node " + in_quotes(path) + " is placed on " + n.device->str() + ", but there are " +
                 std::to_string(backend(DeviceType::cuda).device_count()) + " cuda devices");
     }
     plan_.nodes.push_back(std::move(pn));
@@ -260,7 +260,7 @@ class Planner {
         }
       }
     }
-    if (cyclic_wiring_) problem("graph " + quoted(plan_.graph) + ": a sub-graph's output feeds its own input directly");
+    if (cyclic_wiring_) problem("graph " + in_quotes(plan_.graph) + ": a sub-graph's output feeds its own input directly");
   }
 
   // Kahn's algorithm; on a cycle, names the nodes around one of them.
@@ -300,8 +300,8 @@ class Planner {
     std::reverse(cycle.begin(), cycle.end());
     std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());  // from the first-made node
     std::string text = "cycle: ";
-    for (int n : cycle) text += quoted(plan_.nodes[n].path) + " -> ";
-    problem(text + quoted(plan_.nodes[cycle.front()].path));
+    for (int n : cycle) text += in_quotes(plan_.nodes[n].path) + " -> ";
+    problem(text + in_quotes(plan_.nodes[cycle.front()].path));
     return false;
   }
 
@@ -346,7 +346,7 @@ class Planner {
         else if (n.device) in.back()->device = *n.device;
       }
       auto& out = metas_out_[id];
-      const std::string head = n.kind_name() + std::string(" ") + quoted(pn.path);
+      const std::string head = n.kind_name() + std::string(" ") + in_quotes(pn.path);
       try {
         std::visit(
             overloaded{
@@ -409,8 +409,8 @@ class Planner {
         if (s.kind != Source::node) continue;
         const PlanNode& from = plan_.nodes[s.index];
         if (from.node->outputs < 0 && from.outputs >= 0 && s.port >= from.outputs)
-          problem("node " + quoted(pn.path) + " input " + std::to_string(slot) + " uses output " +
-                  std::to_string(s.port) + " of " + quoted(from.path) + " (" + what_runs(*from.node) + "), which has " +
+          problem("node " + in_quotes(pn.path) + " input " + std::to_string(slot) + " uses output " +
+                  std::to_string(s.port) + " of " + in_quotes(from.path) + " (" + what_runs(*from.node) + "), which has " +
                   std::to_string(from.outputs) + " outputs");
       }
     for (const Source& s : plan_.output_sources) plan_.output_metas.push_back(meta_of(s));
@@ -435,7 +435,7 @@ class Planner {
       }
       if (state < static_cast<int>(in.size()) && m && in[state] && *m != *in[state])
         problem(head + ": state " + std::to_string(state) + " enters as " + in[state]->str() + " but the body " +
-                "gives back " + m->str() + " (" + quoted(inner.output_names[k]) + ")");
+                "gives back " + m->str() + " (" + in_quotes(inner.output_names[k]) + ")");
       out.push_back(in.size() > static_cast<size_t>(state) ? in[state] : m);
       ++state;
     }

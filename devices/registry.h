@@ -67,7 +67,8 @@ struct OpDef {
   std::vector<AttrSpec> attrs;
   // Validates inputs (throwing ShapeError/DTypeError/... naming the op) and returns output metas.
   InferFn infer;
-  std::map<DeviceType, KernelFn> kernels;
+  // Left to the device files' registrars; `{}` so a definition may leave it out unwarned.
+  std::map<DeviceType, KernelFn> kernels{};
   // Inputs may live on different devices (the op moves them itself).
   bool mixed_devices = false;
   // Empty: the op is differentiable, and devices/autograd/ registers its backward under the same

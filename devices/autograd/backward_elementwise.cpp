@@ -67,7 +67,7 @@ Grads where_backward(const BackwardCall& c) {
           c.needs[2] ? sum_to(where(condition, zero, g), in(c, 2).shape) : Tensor()};
 }
 
-const BackwardRegistrar registrars[] = {
+const BackwardRegistrar elementwise_backwards[] = {
     BackwardRegistrar({"add", add_backward, false}),
     BackwardRegistrar({"sub", sub_backward, false}),
     BackwardRegistrar({"mul", mul_backward}),

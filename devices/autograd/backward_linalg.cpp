@@ -46,7 +46,7 @@ Grads linear_backward(const BackwardCall& c) {
   return grads;
 }
 
-const BackwardRegistrar registrars[] = {
+const BackwardRegistrar linalg_backwards[] = {
     BackwardRegistrar({"matmul", matmul_backward}),
     BackwardRegistrar({"bmm", bmm_backward}),
     BackwardRegistrar({"linear", linear_backward}),

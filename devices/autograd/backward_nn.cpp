@@ -82,7 +82,7 @@ Grads lstm_grad(const BackwardCall& c) {
   return g;
 }
 
-const BackwardRegistrar registrars[] = {
+const BackwardRegistrar nn_backwards[] = {
     BackwardRegistrar({"layer_norm", layer_norm_grad}),
     BackwardRegistrar({"lstm", lstm_grad}),
     BackwardRegistrar({"softmax", softmax_backward, false, true}),

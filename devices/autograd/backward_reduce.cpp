@@ -49,7 +49,7 @@ Grads extreme_backward(const BackwardCall& c) {
   return {mul(hits, share)};
 }
 
-const BackwardRegistrar registrars[] = {
+const BackwardRegistrar reduce_backwards[] = {
     BackwardRegistrar({"sum", sum_backward, false}),
     BackwardRegistrar({"mean", mean_backward, false}),
     BackwardRegistrar({"max", extreme_backward, true, true}),

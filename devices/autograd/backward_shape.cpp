@@ -169,7 +169,7 @@ BackwardDef method(const char* op, BackwardFn fn) {
   return {.op = op, .fn = fn, .saves_inputs = false, .tensor_method = true};
 }
 
-const BackwardRegistrar registrars[] = {
+const BackwardRegistrar shape_backwards[] = {
     BackwardRegistrar(method("reshape", reshape_backward)),
     BackwardRegistrar({"squeeze", reshape_backward, false}),
     BackwardRegistrar({"unsqueeze", reshape_backward, false}),

@@ -36,7 +36,7 @@ dnnl::engine& engine() {
   return instance;
 }
 
-void check_sizes(const char* op, int64_t n, int64_t k, int64_t ld, const char* ld_name) {
+void check_bf16_sizes(const char* op, int64_t n, int64_t k, int64_t ld, const char* ld_name) {
   if (n <= 0 || k <= 0 || ld < k)
     throw ValueError(std::string(op) + ": bad sizes n=" + std::to_string(n) + " k=" + std::to_string(k) + " " +
                      ld_name + "=" + std::to_string(ld));
@@ -124,7 +124,7 @@ void round_in_f32(int64_t m, int64_t k, const float* a, int64_t lda, float* out)
 
 PackedWeightBf16::PackedWeightBf16(const float* w, int64_t n, int64_t k, int64_t ldw)
     : n_(n), k_(k), blocks_(std::make_unique<Blocks>()) {
-  check_sizes("PackedWeightBf16", n, k, ldw, "ldw");
+  check_bf16_sizes("PackedWeightBf16", n, k, ldw, "ldw");
   if (emulated()) {
     std::vector<float> rounded(static_cast<size_t>(n * k));
     round_in_f32(n, k, w, ldw, rounded.data());
@@ -157,7 +157,7 @@ const char* gemm_bf16_path() {
 namespace {
 
 void check_product(int64_t m, int64_t lda, const PackedWeightBf16& w, int64_t ldc) {
-  check_sizes("gemm_bf16", w.n(), w.k(), lda, "lda");
+  check_bf16_sizes("gemm_bf16", w.n(), w.k(), lda, "lda");
   if (m < 0 || ldc < w.n())
     throw ValueError("gemm_bf16: bad sizes m=" + std::to_string(m) + " n=" + std::to_string(w.n()) +
                      " ldc=" + std::to_string(ldc));
@@ -246,7 +246,7 @@ void gemm_bf16(int64_t m, const BFloat16* a, int64_t lda, const PackedWeightBf16
 
 namespace {
 
-WeightCache<PackedWeightBf16>& cache() {
+WeightCache<PackedWeightBf16>& bf16_cache() {
   static auto* instance = new WeightCache<PackedWeightBf16>;  // never destroyed: tasks may still run at exit
   return *instance;
 }
@@ -260,7 +260,7 @@ std::shared_ptr<const PackedWeightBf16> packed_weight_bf16(const Tensor& w) {
   if (w.dim() != 2) throw ShapeError("packed_weight_bf16: expects a 2-d weight [n, k], got " + w.meta().str());
   if (!w.device().is_cpu()) throw DeviceError("packed_weight_bf16: expects a host weight, got " + w.meta().str());
   const int64_t n = w.size(0), k = w.size(1);
-  return cache().get(w, PackWhen::first_use, static_cast<size_t>(n * k) * 2, [&] {
+  return bf16_cache().get(w, PackWhen::first_use, static_cast<size_t>(n * k) * 2, [&] {
     // A bf16 weight widens exactly to f32, and the packing rounds it back to the same bits.
     const Tensor wide = w.to(DType::f32);
     const Tensor rows = wide.strides()[1] == 1 && (n <= 1 || wide.strides()[0] >= k) ? wide : wide.contiguous();
@@ -268,6 +268,6 @@ std::shared_ptr<const PackedWeightBf16> packed_weight_bf16(const Tensor& w) {
   });
 }
 
-size_t packed_weight_bf16_cache_bytes() { return cache().bytes(); }
+size_t packed_weight_bf16_cache_bytes() { return bf16_cache().bytes(); }
 
 }  // namespace troupe

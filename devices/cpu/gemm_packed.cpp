@@ -17,7 +17,7 @@ constexpr int kMaxRows = GemmTiles::kMaxRows;
 
 const GemmTiles& tiles_for(CpuIsa isa) { return isa >= CpuIsa::avx512 ? gemm_tiles_avx512 : gemm_tiles_avx2; }
 
-void check_sizes(const char* op, int64_t n, int64_t k, int64_t ld, const char* ld_name) {
+void check_packed_sizes(const char* op, int64_t n, int64_t k, int64_t ld, const char* ld_name) {
   if (n < 0 || k < 0 || ld < std::max<int64_t>(1, k))
     throw ValueError(std::string(op) + ": bad sizes n=" + std::to_string(n) + " k=" + std::to_string(k) + " " +
                      ld_name + "=" + std::to_string(ld));
@@ -101,7 +101,7 @@ float* packed_rows_buffer(size_t floats) {
 
 PackedWeight::PackedWeight(const float* w, int64_t n, int64_t k, int64_t ldw, CpuIsa isa)
     : n_(n), k_(k), isa_(isa), width_(tiles_for(isa).width), panels_((n + width_ - 1) / width_) {
-  check_sizes("PackedWeight", n, k, ldw, "ldw");
+  check_packed_sizes("PackedWeight", n, k, ldw, "ldw");
   if (isa > cpu_isa_detected())
     throw ValueError(std::string("PackedWeight: packed for ") + cpu_isa_name(isa) + ", but this CPU offers " +
                      cpu_isa_name(cpu_isa_detected()) + " at most");
@@ -123,7 +123,7 @@ void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight&
                      int64_t ldc, const float* bias) {
   const int64_t n = w.n(), k = w.k();
   if (m < 0) throw ValueError("gemm_packed_f32: negative m=" + std::to_string(m));
-  check_sizes("gemm_packed_f32", n, k, lda, "lda");
+  check_packed_sizes("gemm_packed_f32", n, k, lda, "lda");
   if (ldc < std::max<int64_t>(1, n))
     throw ValueError("gemm_packed_f32: ldc=" + std::to_string(ldc) + " too small for n=" + std::to_string(n));
   if (m == 0 || n == 0) return;
@@ -173,7 +173,7 @@ const char* gemm_packed_kernel() { return tiles_for(cpu_isa()).name; }
 
 namespace {
 
-WeightCache<PackedWeight>& cache() {
+WeightCache<PackedWeight>& packed_cache() {
   static auto* instance = new WeightCache<PackedWeight>;  // never destroyed: tasks may still run at exit
   return *instance;
 }
@@ -188,7 +188,7 @@ std::shared_ptr<const PackedWeight> packed_weight(const Tensor& w, PackWhen when
   const int64_t n = w.size(0), k = w.size(1);
   const int64_t width = tiles_for(cpu_isa()).width;
   const size_t bytes = static_cast<size_t>((n + width - 1) / width * k * width) * sizeof(float);
-  return cache().get(w, when, bytes, [&] {
+  return packed_cache().get(w, when, bytes, [&] {
     const bool rows_readable = w.strides()[1] == 1 && (n <= 1 || w.strides()[0] >= k);
     const Tensor rows = rows_readable ? w : w.contiguous();
     const int64_t ldw = n <= 1 ? std::max<int64_t>(1, k) : rows.strides()[0];
@@ -196,7 +196,7 @@ std::shared_ptr<const PackedWeight> packed_weight(const Tensor& w, PackWhen when
   });
 }
 
-size_t packed_weight_cache_bytes() { return cache().bytes(); }
-void clear_packed_weight_cache() { cache().clear(); }
+size_t packed_weight_cache_bytes() { return packed_cache().bytes(); }
+void clear_packed_weight_cache() { packed_cache().clear(); }
 
 }  // namespace troupe

@@ -7,7 +7,7 @@
 
 namespace troupe {
 
-namespace {
+namespace avx2_tiles {
 
 constexpr int64_t W = 16;
 
@@ -70,14 +70,18 @@ TROUPE_AVX2 void tile(int64_t kn, const float* a, const float* b, float* c, int6
 }
 
 #undef ROW_STEP
+#undef TROUPE_AVX2
 
-}  // namespace
+}  // namespace avx2_tiles
 
 // kc 1024: fewer passes over C and calls of the tiles beat keeping the panel's slice in L1 (64 KiB
 // of it stay in L2); mc 96: the block's packed A (384 KiB) stays in L2 beside it. Medians of 60
 // runs interleaved, 1 thread, AMD EPYC Zen 3 (FMA peak 94 GFLOP/s), [50 x 1024] @ [1024 x 4096]:
 // kc 256: 59-74 GFLOP/s, 512: 64-76, 1024: 68-79; [2500 x 1024] @ [1024 x 4096]: kc 512: 78-84,
 // 1024: 81-82.
-const GemmTiles gemm_tiles_avx2{"avx2 6x16", W, 1024, 96, {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>}};
+const GemmTiles gemm_tiles_avx2{
+    "avx2 6x16", avx2_tiles::W, 1024, 96,
+    {nullptr, avx2_tiles::tile<1>, avx2_tiles::tile<2>, avx2_tiles::tile<3>,
+     avx2_tiles::tile<4>, avx2_tiles::tile<5>, avx2_tiles::tile<6>}};
 
 }  // namespace troupe

@@ -9,7 +9,7 @@
 
 namespace troupe {
 
-namespace {
+namespace avx512_tiles {
 
 constexpr int64_t W = 64;
 
@@ -50,11 +50,14 @@ template <int MR>
     }
 }
 
-}  // namespace
+}  // namespace avx512_tiles
 
 // kc and mc as measured on 1 thread, AMD EPYC Zen 5 (219 GFLOP/s peak), [50 x 1024] @ [1024 x 4096]:
 // kc 128: 190 GFLOP/s, 256: 201, 512: 211, 1024: 220; [2500 x 1024] @ [1024 x 4096]: 256: 202,
 // 512 and 1024: 208; mc 48, 96 and 192 the same.
-const GemmTiles gemm_tiles_avx512{"avx512 6x64", W, 1024, 96, {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>}};
+const GemmTiles gemm_tiles_avx512{
+    "avx512 6x64", avx512_tiles::W, 1024, 96,
+    {nullptr, avx512_tiles::tile<1>, avx512_tiles::tile<2>, avx512_tiles::tile<3>,
+     avx512_tiles::tile<4>, avx512_tiles::tile<5>, avx512_tiles::tile<6>}};
 
 }  // namespace troupe

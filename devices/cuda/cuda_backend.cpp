@@ -581,7 +581,7 @@ class CudaBackend final : public DeviceBackend {
 };
 
 // Registers the backend when the library loads, or records why there is none.
-const bool registered = [] {
+const bool backend_registered = [] {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {

@@ -318,7 +318,7 @@ Event default_stream_mark_on(int index) {
 
 void current_stream_wait(const Event& event, int index) { stream_wait_event(current_stream(index), event, index); }
 
-const bool registered = [] {
+const bool lane_hooks_registered = [] {
   detail::register_cuda_lane_hooks({
       .make = [](int index, std::string name) -> std::unique_ptr<Lane> {
         return std::make_unique<CudaLane>(index, std::move(name));

@@ -9,7 +9,7 @@ namespace troupe::net {
 namespace {
 
 // Outside text in a message: quoted, at most 64 bytes of it.
-std::string quoted(std::string_view text) {
+std::string in_quotes(std::string_view text) {
   constexpr size_t kMax = 64;
   if (text.size() <= kMax) return "'" + std::string(text) + "'";
   return "'" + std::string(text.substr(0, kMax)) + "...' (" + std::to_string(text.size()) + " bytes)";
@@ -51,16 +51,16 @@ Registration parse_registration(std::string_view body) {
   const auto lines = split_lines(body);
   if (lines.empty() || lines[0] != "register")
     throw CommError("rendezvous: not a registration: it begins " +
-                    quoted(lines.empty() ? std::string_view() : lines[0]) + ", not 'register'");
+                    in_quotes(lines.empty() ? std::string_view() : lines[0]) + ", not 'register'");
   if (lines.size() != 4)
     throw CommError("rendezvous: malformed registration: " + std::to_string(lines.size()) +
                     " lines, expected 4 (register, rank, world size, address)");
   Registration r;
   if (!parse_int(lines[1], r.rank))
-    throw CommError("rendezvous: malformed registration: rank " + quoted(lines[1]) + " is not an integer");
+    throw CommError("rendezvous: malformed registration: rank " + in_quotes(lines[1]) + " is not an integer");
   if (!parse_int(lines[2], r.world))
     throw CommError("rendezvous: malformed registration from rank " + std::to_string(r.rank) + ": world size " +
-                    quoted(lines[2]) + " is not an integer");
+                    in_quotes(lines[2]) + " is not an integer");
   if (lines[3].empty())
     throw CommError("rendezvous: malformed registration from rank " + std::to_string(r.rank) + ": no address");
   r.address = lines[3];
@@ -84,7 +84,7 @@ std::vector<PeerAddress> parse_table(std::string_view body, int world) {
   if (lines[0] == "timeout") throw TimeoutError(detail);
   if (lines[0] == "error") throw CommError(detail);
   if (lines[0] != "table")
-    throw CommError("rendezvous: malformed table from rank 0: it begins " + quoted(lines[0]) +
+    throw CommError("rendezvous: malformed table from rank 0: it begins " + in_quotes(lines[0]) +
                     ", not 'table', 'error' or 'timeout'");
   if (world < 0 || lines.size() - 1 != static_cast<size_t>(world))
     throw CommError("rendezvous: malformed table from rank 0: " + std::to_string(lines.size() - 1) +
@@ -105,7 +105,7 @@ std::vector<PeerAddress> parse_table(std::string_view body, int world) {
 std::string format_file_line(const FileLine& line) {
   auto check = [&](const std::string& field, const char* name) {
     if (field.empty() || field.find_first_of(kBlanks) != std::string::npos || field.find('\n') != std::string::npos)
-      throw CommError("rendezvous file: rank " + std::to_string(line.rank) + "'s " + name + " " + quoted(field) +
+      throw CommError("rendezvous file: rank " + std::to_string(line.rank) + "'s " + name + " " + in_quotes(field) +
                       (field.empty() ? " is empty" : " holds a blank or a line break") +
                       ": a file:// line cannot carry it");
   };
@@ -128,17 +128,17 @@ FileLine parse_file_line(std::string_view line) {
   }
   if (fields.empty() || fields[0] != "troupe1")
     throw CommError("rendezvous file: not a rendezvous line: it begins " +
-                    quoted(fields.empty() ? std::string_view() : fields[0]) + ", not 'troupe1'");
+                    in_quotes(fields.empty() ? std::string_view() : fields[0]) + ", not 'troupe1'");
   if (fields.size() != 5)
     throw CommError("rendezvous file: malformed line: " + std::to_string(fields.size()) +
                     " fields, expected 5 (troupe1 RUN RANK WORLD ADDRESS)");
   FileLine out;
   out.run = fields[1];
   if (!parse_int(fields[2], out.rank))
-    throw CommError("rendezvous file: malformed line: rank " + quoted(fields[2]) + " is not an integer");
+    throw CommError("rendezvous file: malformed line: rank " + in_quotes(fields[2]) + " is not an integer");
   if (!parse_int(fields[3], out.world))
     throw CommError("rendezvous file: malformed line of rank " + std::to_string(out.rank) + ": world size " +
-                    quoted(fields[3]) + " is not an integer");
+                    in_quotes(fields[3]) + " is not an integer");
   out.address = fields[4];
   return out;
 }

@@ -21,10 +21,10 @@ namespace troupe::net::collectives {
 namespace {
 
 // Chunks pipeline the reduction with the transfer; from 1 MiB up a frame takes the stripes.
-constexpr int64_t kChunkBytes = 1 << 20;
+constexpr int64_t kPairChunkBytes = 1 << 20;
 // Chunks sent ahead of the one being received: more only parks frames in fresh receive buffers
 // (measured: 2 as fast as 1, 4 and 16 slower).
-constexpr int64_t kWindow = 2;
+constexpr int64_t kPairWindow = 2;
 
 class PairAllReduce final : public FlatAllReduce {
  public:
@@ -33,7 +33,7 @@ class PairAllReduce final : public FlatAllReduce {
         count_(count),
         dtype_(dtype),
         op_(op),
-        chunk_(std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(itemsize(dtype)))),
+        chunk_(std::max<int64_t>(1, kPairChunkBytes / static_cast<int64_t>(itemsize(dtype)))),
         chunks_((count + chunk_ - 1) / chunk_) {}  // the same on both ranks: count agrees
   const char* name() const override { return "pair"; }
   Tensor run(CollectiveCall& call, const Tensor& data) override;
@@ -62,7 +62,7 @@ Tensor PairAllReduce::run(CollectiveCall& call, const Tensor& data) {
       call.send(peer, data.slice(0, sent * chunk, std::min(count, (sent + 1) * chunk)));
   };
   for (int64_t k = 0; k < chunks; ++k) {
-    send_through(k + 1 + kWindow);
+    send_through(k + 1 + kPairWindow);
     const Tensor got = call.recv(peer);
     const int64_t begin = k * chunk;
     const size_t elems = static_cast<size_t>(std::min(count, begin + chunk) - begin);

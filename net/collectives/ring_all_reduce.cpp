@@ -25,8 +25,8 @@ namespace {
 
 // Large ZeroMQ messages are slow (every fresh page of a receive buffer faults), and smaller chunks
 // pipeline better; much smaller ones pay per-message overhead.
-constexpr int64_t kChunkBytes = 1 << 20;
-constexpr int64_t kWindow = 4;  // chunks of step 0 in flight ahead of the first receive
+constexpr int64_t kRingChunkBytes = 1 << 20;
+constexpr int64_t kRingWindow = 4;  // chunks of step 0 in flight ahead of the first receive
 
 struct Range {
   int64_t begin, end;
@@ -54,7 +54,7 @@ RingAllReduce::RingAllReduce(int rank, int size, int64_t count, DType dtype, Red
     : rank_(rank), size_(size), count_(count), dtype_(dtype), op_(op) {
   const int n = size;
   const int64_t largest_segment = (count + n - 1) / n;
-  const int64_t chunk_elems = std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(itemsize(dtype)));
+  const int64_t chunk_elems = std::max<int64_t>(1, kRingChunkBytes / static_cast<int64_t>(itemsize(dtype)));
   count_of_chunks_ = std::max<int64_t>(1, (largest_segment + chunk_elems - 1) / chunk_elems);
   for (int segment = 0; segment < n; ++segment) {
     const int64_t b = count * segment / n, e = count * (segment + 1) / n;
@@ -78,7 +78,7 @@ Tensor RingAllReduce::run(CollectiveCall& call, const Tensor& data) {
   auto* out = static_cast<char*>(result.mutable_raw_data());
   const auto* in = static_cast<const char*>(data.raw_data());
 
-  // Reduce-scatter. Step 0 sends this rank's own segment r (views: no copy), kWindow chunks ahead
+  // Reduce-scatter. Step 0 sends this rank's own segment r (views: no copy), kRingWindow chunks ahead
   // of what step 1 has received: queueing the whole segment at once would make the receiver
   // buffer all of it (fresh, page-faulting memory) before reducing any. Frames must leave in the
   // order the right neighbour consumes them, so later steps' sends wait in `later` until the own
@@ -97,12 +97,12 @@ Tensor RingAllReduce::run(CollectiveCall& call, const Tensor& data) {
     if (own_sent == chunks)
       for (; !later.empty(); later.pop_front()) call.send(right, later.front());
   };
-  send_own_through(kWindow);
+  send_own_through(kRingWindow);
   for (int step = 1; step < n; ++step) {
     const int segment = (r - step + n) % n;  // reduced so far over ranks r-step .. r-1
     const bool last = step == n - 1;
     for (int64_t k = 0; k < chunks; ++k) {
-      if (step == 1) send_own_through(k + 1 + kWindow);
+      if (step == 1) send_own_through(k + 1 + kRingWindow);
       const Range& c = chunk(segment, k);
       Tensor got = call.recv(left);
       const size_t elems = static_cast<size_t>(c.end - c.begin);

@@ -15,23 +15,16 @@ using detail::error_text;
 
 namespace {
 
-// Every tensor a call's value holds (its arguments, or its result).
-void collect_tensors(const WireValue& v, std::vector<Tensor>& out) {
-  if (v.kind() == WireValue::Kind::tensor) out.push_back(v.as_tensor());
-  if (v.kind() == WireValue::Kind::list)
-    for (const WireValue& item : v.as_list()) collect_tensors(item, out);
-}
-
 // A call of an actor spawned on a device: its kernels queue on the actor's lane, after the work
 // that wrote its tensor arguments there; its result tensors are marked with the lane's event.
 WireValue call_on_lane(troupe::Lane& lane, const ActorType::Method& method, void* object, const WireValue& arguments) {
   std::vector<Tensor> inputs;
-  collect_tensors(arguments, inputs);
+  arguments.collect_tensors(inputs);
   WireValue result;
   std::vector<Tensor> outputs = troupe::detail::run_on_lane<std::vector<Tensor>>(&lane, [&] {
     result = method.call(object, arguments);
     std::vector<Tensor> made;
-    collect_tensors(result, made);
+    result.collect_tensors(made);
     return made;
   }, inputs);
   return result;

@@ -26,12 +26,6 @@ WireValue with_first(const WireValue& arguments, const std::vector<WireValue>& s
   return out;
 }
 
-void collect_tensors(const WireValue& v, std::vector<Tensor>& out) {
-  if (v.kind() == WireValue::Kind::tensor) out.push_back(v.as_tensor());
-  if (v.kind() == WireValue::Kind::list)
-    for (const WireValue& item : v.as_list()) collect_tensors(item, out);
-}
-
 size_t position_of(const MeshPendingCall& call, size_t member) {
   auto it = std::find(call.members.begin(), call.members.end(), member);
   if (it == call.members.end()) throw ValueError("mesh: an answer for member " + std::to_string(member) + ", not called");
@@ -233,8 +227,8 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
   // Small calls fan out wide (few hops), large ones down a binomial tree (few copies per sender).
   size_t bytes = 0;
   std::vector<Tensor> tensors;
-  collect_tensors(arguments, tensors);
-  for (const WireValue& first : scattered) collect_tensors(first, tensors);
+  arguments.collect_tensors(tensors);
+  for (const WireValue& first : scattered) first.collect_tensors(tensors);
   for (const Tensor& t : tensors) bytes += t.nbytes();
   // Large host tensors among the arguments go after the call, in chunks down a chain.
   std::vector<detail::StreamedArgument> streamed;

@@ -22,6 +22,12 @@ std::string WireValue::describe() const {
   return "?";
 }
 
+void WireValue::collect_tensors(std::vector<Tensor>& out) const {
+  if (kind() == Kind::tensor) out.push_back(std::get<Tensor>(v_));
+  if (kind() == Kind::list)
+    for (const WireValue& item : std::get<List>(v_)) item.collect_tensors(out);
+}
+
 void WireValue::expected(const char* wanted) const {
   throw ValueError(std::string("expected ") + wanted + ", got " + describe());
 }

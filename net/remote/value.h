@@ -81,6 +81,8 @@ class WireValue {
 
   // "a tensor f32[2,3]", "an int", "a list of 3", "none": for error messages.
   std::string describe() const;
+  // Every tensor the value holds, depth first, appended to `out`.
+  void collect_tensors(std::vector<Tensor>& out) const;
 
  private:
   using Variant = std::variant<std::monostate, bool, int64_t, double, std::string, Tensor, List>;
