@@ -17,12 +17,11 @@
 #include "devices/registry.h"
 #include "support/close.h"
 #include "support/skip.h"
+#include "support/tensors.h"
 
 using namespace troupe;
 
 namespace {
-
-const Device gpu = Device::cuda(0);
 
 #define SKIP_WITHOUT_CUDA() \
   if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason())

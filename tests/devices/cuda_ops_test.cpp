@@ -20,6 +20,7 @@
 #include "support/close.h"
 #include "support/op_cases.h"
 #include "support/skip.h"
+#include "support/tensors.h"
 #ifdef TROUPE_HAVE_CUDA
 #include "devices/cuda/stream.h"
 #endif
@@ -28,7 +29,6 @@ using namespace troupe;
 
 namespace {
 
-const Device gpu = Device::cuda(0);
 const Device cpu = Device::cpu();
 
 #define SKIP_WITHOUT_CUDA() \
@@ -54,15 +54,6 @@ std::vector<Tensor> on(const std::vector<Tensor>& xs, Device device) {
   return out;
 }
 
-Tensor random_tensor(const Shape& shape, uint32_t seed, DType dtype = DType::f32, float lo = -2.0f, float hi = 2.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(numel(shape)));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector<float>(v, shape).to(dtype);
-}
-
-Tensor i64(const std::vector<int64_t>& v, const Shape& shape) { return Tensor::from_vector<int64_t>(v, shape); }
 Tensor i32(const std::vector<int32_t>& v, const Shape& shape) { return Tensor::from_vector<int32_t>(v, shape); }
 
 // Runs op on the host and on cuda:0 and compares every output (moved back) with the host's.
@@ -140,8 +131,8 @@ TEST_CASE("cuda elementwise ops without fixtures match the host", "[cuda]") {
     check_same_on_both(op, {ints});
   }
   for (const char* op : {"sqrt", "log", "exp", "tanh", "sigmoid"}) {
-    check_same_on_both(op, {random_tensor({3, 5}, 1, DType::f32, 0.1f, 4.0f)});
-    check_same_on_both(op, {random_tensor({3, 5}, 2, DType::f64, 0.1f, 4.0f)});
+    check_same_on_both(op, {random_tensor({3, 5}, 1, 0.1f, 4.0f)});
+    check_same_on_both(op, {random_tensor({3, 5}, 2, 0.1f, 4.0f).to(DType::f64)});
   }
   check_same_on_both("sqrt", {i32({0, 1, 4, 9}, {4})});  // integers give f32
   for (const char* op : {"maximum", "minimum"}) {
@@ -156,7 +147,7 @@ TEST_CASE("cuda elementwise ops without fixtures match the host", "[cuda]") {
   }
   // Backward kernels, one operand a transposed view.
   const Tensor g = random_tensor({4, 6}, 3);
-  const Tensor saved = random_tensor({6, 4}, 4, DType::f32, -0.9f, 0.9f).transpose(0, 1);
+  const Tensor saved = random_tensor({6, 4}, 4, -0.9f, 0.9f).transpose(0, 1);
   for (const char* op : {"relu_backward", "tanh_backward", "sigmoid_backward"}) check_same_on_both(op, {g, saved});
   check_same_on_both("gelu_backward", {g, saved});
   check_same_on_both("gelu_backward", {g, saved}, {{"approximate", std::string("tanh")}});
@@ -197,7 +188,7 @@ TEST_CASE("cuda reductions, softmax and joins without fixtures match the host", 
   check_same_on_both("flip", {Tensor::from_vector<bool>({true, false, false}, {3})},
                      {{"dims", std::vector<int64_t>{0}}});
   check_same_on_both("index_select", {x.transpose(0, 2), i32({3, 0, 3}, {3})}, {{"dim", int64_t{1}}});
-  check_same_on_both("embedding", {i64({2, 0, 1, 2}, {2, 2}), random_tensor({3, 4}, 11, DType::bf16)});
+  check_same_on_both("embedding", {i64({2, 0, 1, 2}, {2, 2}), random_tensor({3, 4}, 11).to(DType::bf16)});
   check_same_on_both("where", {Tensor::from_vector<bool>({true, false, true}, {3, 1}), i32({1, 2}, {2}),
                                Tensor::from_vector<float>({0.5f}, {})});
   check_same_on_both("gather_nd", {x.transpose(0, 1), i64({0, 2, -1, 1, 2, 0, 1, -3}, {4, 2, 1})},

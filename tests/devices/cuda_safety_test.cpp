@@ -18,6 +18,7 @@
 #include "devices/tensor.h"
 #include "support/close.h"
 #include "support/skip.h"
+#include "support/tensors.h"
 #ifdef TROUPE_HAVE_CUDA
 #include "devices/cuda/host_waits.h"
 #include "devices/cuda/out_of_memory.h"
@@ -29,18 +30,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const Device gpu = Device::cuda(0);
-
 #define SKIP_WITHOUT_CUDA() \
   if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason())
-
-Tensor random_tensor(const Shape& shape, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(numel(shape)));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector<float>(v, shape);
-}
 
 // Waits, for at most 20 s, until open is set: a gate that a test opens, and that never hangs it.
 void wait_open(const std::atomic<bool>& open) {
@@ -182,7 +173,7 @@ TEST_CASE("cuda: a query that finds work pending does not blame the next launch"
 TEST_CASE("cuda: threads that share a stream make its cuBLAS handle once", "[cuda][cuda_safety]") {
   SKIP_WITHOUT_CUDA();
   constexpr int kThreads = 8;
-  Tensor a = random_tensor({64, 32}, 1), b = random_tensor({32, 16}, 2);
+  Tensor a = random_tensor({64, 32}, 1, -1, 1), b = random_tensor({32, 16}, 2, -1, 1);
   const Tensor want = matmul(a, b);
   Tensor da = a.to(gpu), db = b.to(gpu);
   default_stream_mark(gpu).synchronize();
@@ -295,12 +286,12 @@ std::vector<Tensor> captured_work_example(const std::function<Tensor(const Tenso
 
 TEST_CASE("cuda: the example in captured_work.h works as written", "[cuda][cuda_safety]") {
   SKIP_WITHOUT_CUDA();
-  Tensor w = random_tensor({512, 256}, 3);
+  Tensor w = random_tensor({512, 256}, 3, -1, 1);
   Tensor dw = w.to(gpu);
   default_stream_mark(gpu).synchronize();
   auto model = [&](const Tensor& in) { return relu(matmul(add(in, 0.5), dw)); };
   std::vector<Tensor> batches;
-  for (uint32_t seed = 10; seed < 13; ++seed) batches.push_back(random_tensor({8, 512}, seed));
+  for (uint32_t seed = 10; seed < 13; ++seed) batches.push_back(random_tensor({8, 512}, seed, -1, 1));
   const std::vector<Tensor> got = captured_work_example(model, batches);
   REQUIRE(got.size() == batches.size());
   for (size_t k = 0; k < got.size(); ++k)

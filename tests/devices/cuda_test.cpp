@@ -14,6 +14,7 @@
 #include "devices/tensor.h"
 #include "support/close.h"
 #include "support/skip.h"
+#include "support/tensors.h"
 #ifdef TROUPE_HAVE_CUDA
 #include "devices/cuda/stream.h"
 #endif
@@ -22,18 +23,8 @@ using namespace troupe;
 
 namespace {
 
-const Device gpu = Device::cuda(0);
-
 #define SKIP_WITHOUT_CUDA() \
   if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason())
-
-Tensor random_tensor(const Shape& shape, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(numel(shape)));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector<float>(v, shape);
-}
 
 // Host reference of an elementwise function of x.
 template <class Fn>

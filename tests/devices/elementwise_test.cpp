@@ -8,28 +8,11 @@
 #include "devices/cpu/activations.h"
 #include "devices/ops.h"
 #include "devices/registry.h"
+#include "support/close.h"
 
 using namespace troupe;
 
 namespace {
-
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// Every element of t (any dtype) against expected, within rel * |expected| + abs; NaN matches NaN.
-void check_values(const Tensor& t, const std::vector<double>& expected, double rel = 1e-6, double abs = 1e-7) {
-  const std::vector<double> got = t.to_vector<double>();
-  REQUIRE(got.size() == expected.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element " << i << " of " << t.meta().str() << ": got " << got[i] << ", expected " << expected[i]);
-    if (std::isnan(expected[i])) {
-      CHECK(std::isnan(got[i]));
-    } else if (std::isinf(expected[i])) {
-      CHECK(got[i] == expected[i]);
-    } else {
-      CHECK(std::fabs(got[i] - expected[i]) <= rel * std::fabs(expected[i]) + abs);
-    }
-  }
-}
 
 Tensor f32(const std::vector<float>& v, const Shape& s) { return Tensor::from_vector<float>(v, s); }
 

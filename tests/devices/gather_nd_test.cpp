@@ -4,6 +4,7 @@
 
 #include "devices/ops.h"
 #include "devices/registry.h"
+#include "support/tensors.h"
 
 using namespace troupe;
 
@@ -11,7 +12,6 @@ namespace {
 
 using F = std::vector<float>;
 
-Tensor i64(std::vector<int64_t> v, Shape s) { return Tensor::from_vector<int64_t>(v, s); }
 Tensor cube222() { return Tensor::from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7}, {2, 2, 2}); }
 
 }  // namespace

@@ -2,14 +2,13 @@
 #include <catch2/catch.hpp>
 
 #include "devices/ops.h"
+#include "support/tensors.h"
 
 using namespace troupe;
 
 namespace {
 
 using F = std::vector<float>;
-
-Tensor i64(std::vector<int64_t> v, Shape s) { return Tensor::from_vector<int64_t>(v, s); }
 
 }  // namespace
 

@@ -6,20 +6,11 @@
 
 #include "devices/ops.h"
 #include "devices/registry.h"
+#include "support/close.h"
 
 using namespace troupe;
 
 namespace {
-
-void check_values(const Tensor& t, const std::vector<double>& expected, double rel = 1e-6, double abs = 1e-7) {
-  const std::vector<double> got = t.to_vector<double>();
-  REQUIRE(got.size() == expected.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element " << i << " of " << t.meta().str() << ": got " << got[i] << ", expected " << expected[i]);
-    if (std::isnan(expected[i])) CHECK(std::isnan(got[i]));
-    else CHECK(std::fabs(got[i] - expected[i]) <= rel * std::fabs(expected[i]) + abs);
-  }
-}
 
 Tensor matrix(DType dtype = DType::f32) {
   return Tensor::from_vector<double>({1, 2, 3, -1, 0, 4}, {2, 3}).to(dtype);

@@ -22,13 +22,12 @@
 #include "support/close.h"
 #include "support/ranks.h"
 #include "support/skip.h"
+#include "support/tensors.h"
 
 using namespace troupe;
 using namespace troupe::models;
 
 namespace {
-
-const Device gpu = Device::cuda(0);
 
 Tensor on_host(const Tensor& t) { return t.to(Device::cpu()); }
 

@@ -13,13 +13,12 @@
 #include "models/xlmr/xlmr.h"
 #include "support/close.h"
 #include "support/skip.h"
+#include "support/tensors.h"
 
 using namespace troupe;
 using namespace troupe::models;
 
 namespace {
-
-const Device gpu = Device::cuda(0);
 
 bool same(const ServingBucket& b, int64_t rows, int64_t sequences) { return b.rows == rows && b.sequences == sequences; }
 

@@ -22,7 +22,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-Tensor receive(Transport& t, int64_t tag, int source) { return receive_message(t, tag, source).payload; }
 
 // n f32 values, all equal to value: small (n <= ~16k) go direct, large through ZeroMQ.
 Tensor filled(int64_t n, float value) { return Tensor::full({n}, value); }

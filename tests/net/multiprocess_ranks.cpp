@@ -44,7 +44,7 @@ InitOptions init_options() {
 }
 
 // Every rank waits here for every other, with p2p messages only (the collectives are tested elsewhere).
-void barrier(ProcessGroup& world) {
+void p2p_barrier(ProcessGroup& world) {
   Tensor t = Tensor::zeros({1});
   if (world.rank() == 0) {
     for (int r = 1; r < world.size(); ++r) world.recv(t, r, -1);
@@ -229,7 +229,7 @@ TEST_CASE("net rank: home cpus", "[.rank]") {
   CHECK(home >= -1);  // a CPU, or -1: none
   if (world.rank() != 0) {
     world.send(Tensor::scalar<int64_t>(home), 0, 3);
-    return barrier(world);
+    return p2p_barrier(world);
   }
   std::vector<int64_t> homes{home};
   for (int r = 1; r < world.size(); ++r) {
@@ -237,7 +237,7 @@ TEST_CASE("net rank: home cpus", "[.rank]") {
     world.recv(h, r, 3);
     homes.push_back(h.item<int64_t>());
   }
-  barrier(world);
+  p2p_barrier(world);
   std::string listed;
   for (int64_t h : homes) listed += std::to_string(h) + " ";
   INFO("home CPUs by rank: " << listed << "; cores " << hardware_cores());
@@ -288,7 +288,7 @@ TEST_CASE("net rank: latency", "[.rank]") {
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (world.rank() == 0) std::cout << "bandwidth_GBs " << (2.0 * reps * big.nbytes() / s / 1e9) << std::endl;
-  barrier(world);
+  p2p_barrier(world);
 }
 
 TEST_CASE("net rank: timeouts", "[.rank]") {
@@ -307,21 +307,21 @@ TEST_CASE("net rank: timeouts", "[.rank]") {
   CHECK_THROWS_AS(world.recv(t, ProcessGroup::kAnySource, 12347), TimeoutError);
   world.set_timeout(20s);
   // A timed-out receive consumed nothing: a later message with that tag still arrives.
-  barrier(world);
+  p2p_barrier(world);
   if (world.rank() == 0) world.send(Tensor::scalar<float>(3), world.size() - 1, 12346);
   if (world.rank() == world.size() - 1) {
     Tensor x;
     world.recv(x, 0, 12346);
     CHECK(x.item<float>() == 3);
   }
-  barrier(world);
+  p2p_barrier(world);
 }
 
 // Rank 1 dies by SIGKILL while the others wait on it (and on each other).
 TEST_CASE("net rank: kill", "[.rank]") {
   auto group = init_process_group(init_options());
   ProcessGroup& world = *group;
-  barrier(world);
+  p2p_barrier(world);
   if (world.rank() == 1) {
     std::this_thread::sleep_for(200ms);
     ::kill(::getpid(), SIGKILL);
@@ -398,7 +398,7 @@ TEST_CASE("net rank: secret", "[.rank]") {
     world.recv(t, 0, 2);
     world.send(pattern_seeded(DType::f32, {4}, 2), 0, 99);
   }
-  barrier(world);
+  p2p_barrier(world);
 }
 
 // An encrypted job (troupe launch --encrypt): small frames on the direct link and large ones on
@@ -438,7 +438,7 @@ TEST_CASE("net rank: encrypted", "[.rank]") {
   }
   CHECK(world.transport().direct_frames() > direct_before);      // the 4 B frame, sealed
   CHECK(world.transport().striped_frames() == striped_before + 1);  // the 8 MB frame, sealed
-  barrier(world);
+  p2p_barrier(world);
 }
 
 // Rank 1 holds another job's secret (TROUPE_TEST_WRONG_SECRET, taken by rank 1 alone): it cannot
@@ -476,7 +476,7 @@ TEST_CASE("net rank: channel", "[.rank]") {
   CHECK_THAT(m, Catch::Contains("rank 0") && Catch::Contains("rank 1"));
   Tensor stray;
   world.recv(stray, peer, static_cast<int64_t>(seq + 1));
-  barrier(world);
+  p2p_barrier(world);
 }
 
 // One rank more than started: the rendezvous (env://, or TROUPE_TEST_INIT_METHOD) must name it.

@@ -20,6 +20,7 @@
 #include "devices/ops.h"
 #include "net/remote/remote_actor.h"
 #include "support/close.h"
+#include "support/elapsed.h"
 #include "support/thrown.h"
 
 using namespace troupe;
@@ -27,10 +28,6 @@ using namespace troupe::net;
 using namespace std::chrono_literals;
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 int this_rank() { return std::atoi(std::getenv("RANK")); }
 

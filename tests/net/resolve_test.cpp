@@ -10,6 +10,7 @@
 #include "devices/error.h"
 #include "net/process_group.h"
 #include "net/bootstrap/resolve.h"
+#include "support/elapsed.h"
 #include "support/thrown.h"
 
 using namespace troupe;
@@ -31,8 +32,6 @@ struct ScopedEnv {
     else ::unsetenv(name.c_str());
   }
 };
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
 

@@ -23,8 +23,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-Message receive(Transport& t, int64_t tag, int source) { return receive_message(t, tag, source); }
-
 // n values i + k * step: a chunk placed at the wrong offset shows.
 Tensor ramp(int64_t n, float start) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -112,7 +110,7 @@ TEST_CASE("stripes: large frames arrive whole and in their turn among small and 
   constexpr int kFrames = 30;
   for (int i = 0; i < kFrames; ++i) p.a->send(1, data_header(5), ramp(sizes[i % 3], float(i)));
   for (int i = 0; i < kFrames; ++i) {
-    Tensor got = receive(*p.b, 5, 0).payload;
+    Tensor got = receive(*p.b, 5, 0);
     REQUIRE(got.numel() == sizes[i % 3]);
     CHECK(got.to_vector<float>() == ramp(sizes[i % 3], float(i)).to_vector<float>());
   }
@@ -122,7 +120,7 @@ TEST_CASE("stripes: large frames arrive whole and in their turn among small and 
   // Any dtype and shape, and a striped frame's storage is aligned for its dtype.
   Tensor wide = Tensor::full({3, 1 << 17, 5}, -2.5, DType::f64);
   p.b->send(0, data_header(6), wide);
-  Tensor back = receive(*p.a, 6, 1).payload;
+  Tensor back = receive(*p.a, 6, 1);
   CHECK(back.dtype() == DType::f64);
   CHECK(back.shape() == Shape({3, 1 << 17, 5}));
   CHECK(reinterpret_cast<uintptr_t>(back.raw_data()) % 64 == 0);
@@ -164,14 +162,14 @@ TEST_CASE("stripes: off, or below stripe_min, large frames take ZeroMQ, and a se
   for (const auto& [a, b] : {std::pair{off, off}, std::pair{high, TransportOptions{}}}) {
     TransportPair p = connect_pair("tcp", a, b);
     p.a->send(1, data_header(2), ramp(1 << 20, 1.0f));
-    CHECK(receive(*p.b, 2, 0).payload.to_vector<float>() == ramp(1 << 20, 1.0f).to_vector<float>());
+    CHECK(receive(*p.b, 2, 0).to_vector<float>() == ramp(1 << 20, 1.0f).to_vector<float>());
     CHECK(p.b->striped_frames() == 0);
   }
   // A receiver with stripes off still takes a striping sender's lanes.
   TransportPair p = connect_pair("tcp", {}, off);
   auto done = std::make_shared<net::detail::Completion>();
   p.a->send(1, data_header(2), ramp(1 << 21, 2.0f), done);
-  CHECK(receive(*p.b, 2, 0).payload.to_vector<float>() == ramp(1 << 21, 2.0f).to_vector<float>());
+  CHECK(receive(*p.b, 2, 0).to_vector<float>() == ramp(1 << 21, 2.0f).to_vector<float>());
   CHECK(done->wait_until(deadline_after(10s)));
   CHECK(p.b->striped_frames() == 1);
 

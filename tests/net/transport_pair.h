@@ -57,11 +57,15 @@ inline FrameHeader data_header(int64_t tag) {
   return h;
 }
 
-// The next p2p message on `tag` from `source`; TimeoutError after 20 s.
-inline Message receive_message(Transport& t, int64_t tag, int source) {
-  auto m = t.wait(t.post(0, Inbox::p2p, tag, source), deadline_after(std::chrono::seconds(20)));
+// The next p2p message on `tag` from `source`, or its payload; TimeoutError after `timeout`.
+inline Message receive_message(Transport& t, int64_t tag, int source,
+                               std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  auto m = t.wait(t.post(0, Inbox::p2p, tag, source), deadline_after(timeout));
   if (!m) throw TimeoutError("test: nothing arrived");
   return std::move(*m);
+}
+inline Tensor receive(Transport& t, int64_t tag, int source, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  return receive_message(t, tag, source, timeout).payload;
 }
 
 // Rank 0 of 2 over tcp://, never connected: for feeding a transport frames by hand.

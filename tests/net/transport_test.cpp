@@ -31,12 +31,6 @@ Pair connect_pair(const std::string& prefer, std::optional<JobKeys> keys_a = std
   return net::connect_pair(prefer, oa, ob, timeout);
 }
 
-Tensor receive(Transport& t, int64_t tag, int source, std::chrono::milliseconds timeout = 5s) {
-  auto m = t.wait(t.post(0, Inbox::p2p, tag, source), deadline_after(timeout));
-  if (!m) throw TimeoutError("test: nothing arrived");
-  return m->payload;
-}
-
 }  // namespace
 
 TEST_CASE("transport: p2p both ways over tcp and ipc, small and zero-copy", "[net][transport]") {

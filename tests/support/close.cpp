@@ -53,3 +53,18 @@ double max_abs_diff(const std::vector<float>& got, const std::vector<float>& wan
   }
   return worst;
 }
+
+void check_values(const Tensor& t, const std::vector<double>& expected, double rel, double abs) {
+  const std::vector<double> got = t.to_vector<double>();
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << " of " << t.meta().str() << ": got " << got[i] << ", expected " << expected[i]);
+    if (std::isnan(expected[i])) {
+      CHECK(std::isnan(got[i]));
+    } else if (std::isinf(expected[i])) {
+      CHECK(got[i] == expected[i]);
+    } else {
+      CHECK(std::fabs(got[i] - expected[i]) <= rel * std::fabs(expected[i]) + abs);
+    }
+  }
+}
