@@ -409,15 +409,25 @@ TEST_CASE("net rank: encrypted", "[.rank]") {
   ProcessGroup& world = *group;
   REQUIRE(world.transport().keys().has_value());
   CHECK(world.transport().direct_links() == 1);
-  // Until a first frame went each way, a rank may still be linking its direct connection (a loaded
-  // machine): one exchange first, so that what is counted below is the paths' steady choice.
-  Tensor warm = Tensor::zeros({1}, DType::f32);
-  if (world.rank() == 0) {
-    world.send(warm, 1, 99);
-    world.recv(warm, 1, 99);
-  } else {
-    world.recv(warm, 0, 99);
-    world.send(warm, 0, 99);
+  // Until its direct connection is proven, a rank sends small frames through ZeroMQ (a loaded
+  // machine, ThreadSanitizer: that can take a while). Exchanges first, until each rank has received
+  // one over the direct link (each exchange carries whether its sender has), so that what is counted
+  // below is the paths' steady choice. Both ranks see the same two flags and stop together.
+  const uint64_t direct_at_start = world.transport().direct_frames();
+  auto seen_direct = [&] { return Tensor::scalar<float>(world.transport().direct_frames() > direct_at_start); };
+  for (int round = 0; round < 200; ++round) {
+    Tensor mine, theirs = Tensor::zeros({}, DType::f32);
+    if (world.rank() == 0) {
+      mine = seen_direct();
+      world.send(mine, 1, 99);
+      world.recv(theirs, 1, 99);
+    } else {
+      world.recv(theirs, 0, 99);
+      mine = seen_direct();
+      world.send(mine, 0, 99);
+    }
+    if (mine.item<float>() > 0 && theirs.item<float>() > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const uint64_t direct_before = world.transport().direct_frames();
   const uint64_t striped_before = world.transport().striped_frames();
