@@ -138,6 +138,8 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
   bool on_replace(uint64_t first, std::vector<int> ranks);
 
  private:
+  // A lost rank, or a broken connection to it (not a part that went away on purpose).
+  static bool is_loss(const std::exception_ptr& why);
   std::string part_name(int rank) const;
   net::RemoteActor find(int peer, net::Deadline deadline) const;
   void find_peers();
@@ -149,7 +151,8 @@ class RankLink : public std::enable_shared_from_this<RankLink> {
   // Every invocation this rank knows fails with `error` now (their other messages will never
   // come), later runs throw it, and serve() returns.
   void lose_peer(Scheduler& scheduler, std::exception_ptr error);
-  // Rank 0's healer thread: heals the lost ranks, finishes parked invocations no heal picks up.
+  // Rank 0's healer thread (rank_link_healing.cpp): heals the lost ranks, finishes parked
+  // invocations no heal picks up.
   void heal_loop();
   void heal(Scheduler& scheduler);
 
