@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-packages=(build-essential cmake ccache pkg-config libcaf-dev libzmq3-dev cppzmq-dev libsodium-dev libssl-dev catch2 libdnnl-dev
+packages=(build-essential cmake ninja-build ccache pkg-config libcaf-dev libzmq3-dev cppzmq-dev libsodium-dev libssl-dev catch2 libdnnl-dev
           libopenblas-dev nlohmann-json3-dev libcli11-dev zlib1g-dev dataset-fashion-mnist
           libsentencepiece-dev sentencepiece openmpi-bin slurm-wlm munge clang-14 libclang-rt-14-dev
           python3-prometheus-client tmux)
@@ -25,7 +25,11 @@ install_missing() {
 
 build() {
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true  # cache hits across clones of the tree
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+  # Ninja compiles a target's sources while the libraries it links are still being built (make
+  # waits for them); a build/ made before keeps the generator it was made with.
+  local generator=()
+  [ -f build/CMakeCache.txt ] || generator=(-G Ninja)
+  cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j"$(nproc)"
 }
 

@@ -36,7 +36,9 @@ case "$kind" in
 esac
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true  # cache hits across clones of the tree
 dir=build-$kind
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_WITH_CUDA=OFF -DTROUPE_SANITIZER_TESTS=OFF \
+generator=()
+[ -f "$dir/CMakeCache.txt" ] || generator=(-G Ninja)  # as troupe.sh: sources compile while libraries link
+cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_WITH_CUDA=OFF -DTROUPE_SANITIZER_TESTS=OFF \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS="$flags -fno-omit-frame-pointer" \
   -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" >/dev/null
 cmake --build "$dir" -j"$(nproc)" --target "${targets[@]}"
