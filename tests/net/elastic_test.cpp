@@ -251,16 +251,20 @@ void lose_and_restore_host(const std::function<void(ElasticCluster&)>& lose,
   auto h0 = cluster.start(0, "h0.log");  // host 0 owns the endpoint: it serves the rendezvous
   auto h1 = cluster.start(1, "h1.log");
   auto h2 = cluster.start(2, "h2.log");
-  INFO(cluster.outputs());
-  REQUIRE(wait_for(h0->log, "round 0: 3 node\\(s\\)", 30s));
+  // The hosts' logs as they are when a check fails (an INFO would hold them as they were here).
+  auto logged = [&](bool ok) {
+    if (!ok) FAIL_CHECK("the hosts' logs:\n" << cluster.outputs());
+    return ok;
+  };
+  REQUIRE(logged(wait_for(h0->log, "round 0: 3 node\\(s\\)", 30s)));
   for (int i = 0; i < 600 && !any_log_has(cluster, "] step 30 "); ++i) std::this_thread::sleep_for(50ms);
-  REQUIRE(any_log_has(cluster, "] step 30 "));
+  REQUIRE(logged(any_log_has(cluster, "] step 30 ")));
   lose(cluster);
-  REQUIRE(wait_for(h0->log, "rendezvous: round 1: 2 node\\(s\\)", 15s));
+  REQUIRE(logged(wait_for(h0->log, "rendezvous: round 1: 2 node\\(s\\)", 15s)));
   for (int i = 0; i < 600 && !any_log_has(cluster, "] resumed from "); ++i) std::this_thread::sleep_for(50ms);
-  CHECK(any_log_has(cluster, "] resumed from "));
+  CHECK(logged(any_log_has(cluster, "] resumed from ")));
   auto back = restore(cluster);
-  REQUIRE(wait_for(h0->log, "rendezvous: round [0-9]+: 3 node\\(s\\)", 30s, 2));
+  REQUIRE(logged(wait_for(h0->log, "rendezvous: round [0-9]+: 3 node\\(s\\)", 30s, 2)));
   CHECK(h0->wait_exit(120s) == 0);
   CHECK(h1->wait_exit(10s) == 0);
   CHECK((back ? back : h2)->wait_exit(10s) == 0);
