@@ -413,24 +413,32 @@ TEST_CASE("net rank: encrypted", "[.rank]") {
   // machine, ThreadSanitizer: that can take a while). Exchanges first, until each rank has received
   // one over the direct link (each exchange carries whether its sender has), so that what is counted
   // below is the paths' steady choice. Both ranks see the same two flags and stop together.
+  // Frames are counted as they arrive, not as recv takes them: each rank reads its counts while
+  // the peer waits for it (rank 1 before its last send), so the peer's first frame below is not
+  // in them.
   const uint64_t direct_at_start = world.transport().direct_frames();
   auto seen_direct = [&] { return Tensor::scalar<float>(world.transport().direct_frames() > direct_at_start); };
+  uint64_t direct_before = 0, striped_before = 0;
+  auto read_counts = [&] {
+    direct_before = world.transport().direct_frames();
+    striped_before = world.transport().striped_frames();
+  };
   for (int round = 0; round < 200; ++round) {
     Tensor mine, theirs = Tensor::zeros({}, DType::f32);
     if (world.rank() == 0) {
       mine = seen_direct();
       world.send(mine, 1, 99);
       world.recv(theirs, 1, 99);
+      read_counts();
     } else {
       world.recv(theirs, 0, 99);
       mine = seen_direct();
+      read_counts();
       world.send(mine, 0, 99);
     }
     if (mine.item<float>() > 0 && theirs.item<float>() > 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const uint64_t direct_before = world.transport().direct_frames();
-  const uint64_t striped_before = world.transport().striped_frames();
   const int peer = 1 - world.rank();
   int tag = 0;
   for (const Shape& shape : {Shape{1}, Shape{25000}, Shape{1 << 21}}) {  // 4 B, 100 KB, 8 MB
