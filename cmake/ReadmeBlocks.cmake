@@ -1,7 +1,6 @@
 # troupe_readme_blocks(README OUT_DIR): the README's ```cpp blocks as C++ programs, one
-# OUT_DIR/readme_example_<N>.cpp per block (N counts the blocks from 1, in order). Shared by the
-# README test in the build tree (tests/readme/) and the outside project that builds them against an
-# installed Troupe (tests/install/), so both compile the same programs.
+# OUT_DIR/readme_example_<N>.cpp per block (N counts the blocks from 1, in order), for the outside
+# project that builds them against an installed Troupe (tests/install/).
 #
 #   include(cmake/ReadmeBlocks.cmake)
 #   troupe_readme_blocks(${PROJECT_SOURCE_DIR}/README.md ${CMAKE_CURRENT_BINARY_DIR})
