@@ -3,6 +3,8 @@
 #
 #   scripts/sanitize.sh asan [REGEX [EXCLUDE]]   AddressSanitizer + UndefinedBehaviorSanitizer -> build-asan/
 #   scripts/sanitize.sh tsan [REGEX [EXCLUDE]]   ThreadSanitizer -> build-tsan/
+#   scripts/sanitize.sh tsan --build-only         the build alone (troupe.sh test runs it beside
+#                                                 the other tests, at the lowest priority)
 #
 # REGEX picks ctest tests (default: all of them for asan; those of actors/, dataflow/ and net/ for
 # tsan), EXCLUDE leaves some of those out. Every finding stops its process with an error, so the test fails and ctest shows the
@@ -13,6 +15,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-}
+build_only=false
+if [ "${2:-}" = --build-only ]; then
+  build_only=true
+  set -- "$kind"
+fi
 exclude=${3:-}  # a ctest regex of tests to leave out
 case "$kind" in
   asan)
@@ -30,18 +37,25 @@ case "$kind" in
     [ ${#targets[@]} -gt 0 ] || targets=(all)
     ;;
   *)
-    echo "usage: scripts/sanitize.sh asan|tsan [ctest regex]" >&2
+    echo "usage: scripts/sanitize.sh asan|tsan [--build-only | REGEX [EXCLUDE]]" >&2
     exit 2
     ;;
 esac
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true  # cache hits across clones of the tree
 dir=build-$kind
+# One configure and build of a directory at a time: a run waits for a build-only still going
+# (troupe.sh test starts one beside the other tests).
+mkdir -p "$dir"
+exec {build_lock}>"$dir/.build.lock"
+flock "$build_lock"
 generator=()
 [ -f "$dir/CMakeCache.txt" ] || generator=(-G Ninja)  # as troupe.sh: sources compile while libraries link
 cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_WITH_CUDA=OFF -DTROUPE_SANITIZER_TESTS=OFF \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS="$flags -fno-omit-frame-pointer" \
   -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" >/dev/null
 cmake --build "$dir" -j"$(nproc)" --target "${targets[@]}"
+flock -u "$build_lock"
+$build_only && exit 0
 
 # detect_leaks: the suite ends processes with live actors and sockets by design (rank tests kill
 # ranks); a leak that grows is the chaos soak's RSS figure, not this run's.
