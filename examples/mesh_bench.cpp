@@ -4,7 +4,7 @@
 //   build/bin/troupe launch --nproc 9 -- build/bin/mesh_bench [--json]
 //   {"ranks":9,"rtt_us":..,"mesh8_us":..,"mesh8_ratio":..,"mesh64_us":..,"mesh64_ratio":..,
 //    "call_64MiB_ms":..,"bcast4_64MiB_ms":..,"bcast4_ratio":..,"chunk_bytes":..,"bcast4_tree_64MiB_ms":..,
-//    "bcast4_tree_ratio":..,"reduce4_64MiB_ms":..,"reduce4_gbs":..}
+//    "bcast4_tree_ratio":..,"reduce4_64MiB_ms":..,"reduce4_gbs":..,"reduce4_tree_64MiB_ms":..,"reduce4_tree_gbs":..}
 //
 // rtt: one request with a 4-byte tensor to an actor on rank 1 (--one), answered with it. meshK: the same
 // call to every member of a K-member mesh, until all answers are in (issue 47's goal: <= 3x rtt for
@@ -12,8 +12,9 @@
 // bcast4: a call carrying 64 MiB to 4 members on ranks 1-4 (--four), the tensor in chunks of --chunk
 // bytes down a chain of their ranks, answered with the bytes each got, against one such call to
 // one member (goal <= 1.3x); bcast4_tree: the same with the tensor whole down the binomial tree.
-// reduce4: call_reduce(sum) of a 64 MiB answer from each of those 4 members; reduce4_gbs is
-// bytes / time, to hold against all_reduce_bench's busbw at 64 MiB on the same ranks (goal >= 0.8x).
+// reduce4: call_reduce(sum) of a 64 MiB answer from each of those 4 members, up the chain of their
+// ranks in chunks; reduce4_gbs is bytes / time, to hold against all_reduce_bench's busbw at 64 MiB
+// on the same ranks (goal >= 0.8x). reduce4_tree: the same with each answer whole up the tree.
 #include <cstdio>
 #include <map>
 
@@ -105,8 +106,11 @@ int main(int argc, char** argv) {
     Mesh four_tree = spawn_mesh(whole, "bench.mesh_member", {{"rank", 4}});
     const double bcast_4_tree = median_seconds([&] { all(four_tree.call("bytes", big)); }, big_reps, 1);
     const int64_t floats = 16 << 20;
+    // Up a chain in chunks (the warm-up call goes up the tree whole and tells the size), and whole.
     const double reduce_4 =
         median_seconds([&] { wait(four_mesh.call_reduce(ReduceOp::sum, "held", floats)); }, big_reps, 1);
+    const double reduce_4_tree =
+        median_seconds([&] { wait(four_tree.call_reduce(ReduceOp::sum, "held", floats)); }, big_reps, 1);
 
     const double bytes = static_cast<double>(big.nbytes());
     const double k = static_cast<double>(members.size());
@@ -119,7 +123,8 @@ int main(int argc, char** argv) {
           {"call_64MiB_ms", rounded(call_big * 1e3, 2)}, {"bcast4_64MiB_ms", rounded(bcast_4 * 1e3, 2)},
           {"bcast4_ratio", rounded(bcast_4 / call_big, 2)}, {"chunk_bytes", chunk},
           {"bcast4_tree_64MiB_ms", rounded(bcast_4_tree * 1e3, 2)}, {"bcast4_tree_ratio", rounded(bcast_4_tree / call_big, 2)}, {"reduce4_64MiB_ms", rounded(reduce_4 * 1e3, 2)},
-          {"reduce4_gbs", rounded(bytes / reduce_4 / 1e9, 3)}});
+          {"reduce4_gbs", rounded(bytes / reduce_4 / 1e9, 3)}, {"reduce4_tree_64MiB_ms", rounded(reduce_4_tree * 1e3, 2)},
+          {"reduce4_tree_gbs", rounded(bytes / reduce_4_tree / 1e9, 3)}});
     } else {
       std::printf("one remote call, 4 B:               %9.1f us\n", rtt * 1e6);
       std::printf("mesh of %2.0f on %2.0f ranks, 4 B:       %9.1f us  (%.2fx)\n", k, k, mesh_k * 1e6, mesh_k / rtt);
@@ -129,6 +134,8 @@ int main(int argc, char** argv) {
       std::printf("mesh of 4, 64 MiB to each, chunked: %9.2f ms  (%.2fx)\n", bcast_4 * 1e3, bcast_4 / call_big);
       std::printf("the same, whole, down a binomial tree: %6.2f ms  (%.2fx)\n", bcast_4_tree * 1e3, bcast_4_tree / call_big);
       std::printf("call_reduce(sum) of 64 MiB from 4:  %9.2f ms  (%.3f GB/s)\n", reduce_4 * 1e3, bytes / reduce_4 / 1e9);
+      std::printf("the same, each answer whole:        %9.2f ms  (%.3f GB/s)\n", reduce_4_tree * 1e3,
+                  bytes / reduce_4_tree / 1e9);
     }
     for (Mesh* m : {&per_rank, &sixty_four, &four_mesh, &four_tree}) m->stop();
     one.stop();

@@ -33,6 +33,10 @@
 //   relay actor ("<mesh>.relay/<rank>") calls its members and sends their answers to the caller in
 //   one message; call_reduce combines them on the way back up the same tree (ReduceOp on the answer
 //   tensors, which must match in shape and dtype), so the caller receives one tensor per child.
+//   When a method's reductions answered host tensors of two chunk_bytes or more, the next ones may
+//   come back up a chain of the ranks instead, in chunks that each rank combines with its own
+//   answers and passes on as they come (every link carries the result once, the hops overlap): the
+//   mesh times both ways on its first calls and takes the faster, trying the other every 16th call.
 //   A member's calls run in its mailbox, in the order calls through the mesh were made from a rank,
 //   among calls that take the same way there: a large or streamed call goes down another tree than
 //   a small one, and may reach a member after a small call made later (wait for its answers first

@@ -3,6 +3,7 @@
 // made for it (or, for a reduction, each subtree's root does), on whichever thread receives it
 // here, which completes the futures: a waiting thread that receives gets its answers with no hand-off.
 #include <algorithm>
+#include <chrono>
 #include <optional>
 
 #include "actors/observe/profiler.h"
@@ -135,6 +136,8 @@ void MeshState::on_partial(int64_t call, const WireValue& value, int64_t count) 
     if (!failed) {
       out = WireValue::tensor(c.op == ReduceOp::avg ? mul(c.reduced, 1.0 / static_cast<double>(c.reduced_members))
                                                    : c.reduced);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c.started).count();
+      reduce_ways[c.method].measured(c.chained, seconds, c.reduced.device().is_cpu() ? c.reduced.nbytes() : 0);
     }
     pending.erase(it);
   }
@@ -243,9 +246,16 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
                           std::vector<int64_t>(t.shape().begin(), t.shape().end())});
       streamed_tensors.push_back(host_contiguous(t));
     }
-  const size_t fanout = !streamed.empty()           ? detail::kChainFanout
-                        : bytes <= detail::kSmallCall ? detail::kSmallFanout
-                                                      : 0;
+  // A reduction whose answers were large may come back up a chain in chunks (ReduceWays).
+  bool chained_reduce = false;
+  if (mode == Mode::reduce && streamed.empty()) {
+    std::lock_guard lock(state.mutex);
+    auto it = state.reduce_ways.find(method);
+    chained_reduce = it != state.reduce_ways.end() && it->second.chain_next(state.chunk_bytes);
+  }
+  const size_t fanout = !streamed.empty() || chained_reduce ? detail::kChainFanout
+                        : bytes <= detail::kSmallCall       ? detail::kSmallFanout
+                                                            : 0;
   const auto subtrees = detail::tree_children(nodes.size() + 1, fanout);  // position 0: this rank, when it hosts none
 
   FanCall fan;
@@ -255,6 +265,7 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
   fan.mode = mode == Mode::answers ? detail::kFanAnswers : mode == Mode::reduce ? detail::kFanReduce : detail::kFanTell;
   fan.op = static_cast<int64_t>(op);
   fan.fanout = static_cast<int64_t>(fanout);
+  fan.chunk = chained_reduce ? static_cast<int64_t>(state.chunk_bytes) : 0;
   std::vector<size_t> direct;
   for (size_t p = 0; p < members_.size(); ++p)
     if (routed[p] < 0) direct.push_back(p);
@@ -290,6 +301,8 @@ void Mesh::start(std::string_view method, WireValue arguments, std::vector<WireV
       c.method = fan.method;
       c.reduce = mode == Mode::reduce;
       c.op = op;
+      c.chained = chained_reduce;
+      c.started = std::chrono::steady_clock::now();
       c.members = members_;
       c.routed = routed;
       c.answered.assign(members_.size(), false);

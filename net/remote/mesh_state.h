@@ -3,6 +3,7 @@
 // carry calls to them, and the calls made from this rank whose answers are still coming. It lives
 // on the rank that spawned the mesh, whose requests the relays answer (mesh_call.cpp); a lost rank
 // fails what it held (mesh_supervision.cpp).
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
@@ -21,6 +22,30 @@ struct MeshMember {
   RemoteActor actor;  // the spawning handle: it follows restarts and keeps the state
 };
 
+// How a method's reductions come back when its answers are large, chosen by measurement: up a
+// chain of the ranks in chunks (mesh_chain_reduce.h; the hops overlap, which wins where links are
+// slower than the CPUs) or each relay's whole partial up the tree (fewer messages and copies, which
+// wins where the CPUs are the limit). Each way is timed twice (its first call pays for first
+// touches of memory), then the faster by its last time is taken, and every 16th call takes the
+// other again, so a change of links or load is followed.
+struct ReduceWays {
+  size_t bytes = 0;                 // the last answer's, when a host tensor (else 0: always whole)
+  double whole_s = 0, chain_s = 0;  // the last call's time each way
+  int whole_calls = 0, chain_calls = 0;
+
+  bool chain_next(size_t chunk_bytes) const {
+    if (chunk_bytes == 0 || bytes < 2 * chunk_bytes || whole_calls < 2) return false;
+    if (chain_calls < 2) return true;
+    const bool faster_is_chain = chain_s < whole_s;
+    return (whole_calls + chain_calls) % 16 == 15 ? !faster_is_chain : faster_is_chain;
+  }
+  void measured(bool chained, double seconds, size_t answer_bytes) {
+    (chained ? chain_s : whole_s) = seconds;
+    ++(chained ? chain_calls : whole_calls);
+    bytes = answer_bytes;
+  }
+};
+
 // A call made from this rank, until every answer has come.
 struct MeshPendingCall {
   std::string method;
@@ -35,6 +60,8 @@ struct MeshPendingCall {
   int partials_left = 0;           // reduce: contributions still coming (child relays, direct members)
   Tensor reduced;
   int64_t reduced_members = 0;
+  bool chained = false;                              // reduce: up a chain in chunks
+  std::chrono::steady_clock::time_point started;     // reduce: for ReduceWays
   FanCall fan;                     // as sent, without nodes or streaming: what a re-send to one rank starts from
   std::vector<MeshNode> nodes;     // the ranks it went to
   std::vector<uint64_t> replies;   // the requests this rank awaits for it (dropped if it fails first)
@@ -58,6 +85,7 @@ struct MeshState : std::enable_shared_from_this<MeshState> {
   std::set<int> lost;                 // ranks lost since the spawn
   std::map<int64_t, MeshPendingCall> pending;
   int64_t next_call = 1;
+  std::map<std::string, ReduceWays, std::less<>> reduce_ways;  // by method
 
   // "mesh 'm': member [host=1,gpu=0] ('m[1,0]') on rank 3: forward: "
   std::string describe(size_t member, int rank, std::string_view method) const;

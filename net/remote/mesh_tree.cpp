@@ -15,6 +15,7 @@
 #include "devices/ops.h"
 #include "net/remote/actor_type.h"
 #include "net/remote/endpoint.h"
+#include "net/remote/mesh_chain_reduce.h"
 #include "net/remote/on_receipt.h"
 
 namespace troupe::net::detail {
@@ -175,7 +176,10 @@ class MeshRelay {
                    mine.reply ? Profiler::remote_flow_id(static_cast<int>(f.origin), static_cast<uint64_t>(mine.reply)) : 0);
     const auto children = tree_children(nodes.size(), static_cast<size_t>(f.fanout));
     std::shared_ptr<Reduction> reduction;
-    if (f.mode == kFanReduce) {
+    std::shared_ptr<ChainReduction> chain;
+    if (f.mode == kFanReduce && f.chunk > 0) {
+      chain = start_chain(f, mine, !children.empty());
+    } else if (f.mode == kFanReduce) {
       reduction = std::make_shared<Reduction>();
       reduction->waiting = static_cast<int>(children.size() + mine.members.size());
       reduction->op = static_cast<ReduceOp>(f.op);
@@ -200,11 +204,12 @@ class MeshRelay {
         tell(*here, f.nodes[0].rank, f.nodes[0].relay, "fan", WireValue::list({to_value(f)}));
       } catch (...) {  // its rank is gone: the caller re-sends answers; a reduction fails
         if (reduction) reductions_->contribute(reduction, Codec<std::exception_ptr>::encode(std::current_exception()), 0);
+        if (chain) chain->child_failed(Codec<std::exception_ptr>::encode(std::current_exception()));
       }
     }
     f.parent_rank = parent_rank;
     f.parent_relay = parent_relay;
-    if (!incoming) run_members(*here, f, mine, reduction);
+    if (!incoming) run_members(*here, f, mine, reduction, chain);
   }
 
   // A piece of streamed argument `which` of a call, at byte `offset`: on to the children, then
@@ -246,7 +251,7 @@ class MeshRelay {
     }
     for (size_t i = 0; i < in->buffers.size(); ++i)
       in->call.arguments.as_list().at(static_cast<size_t>(in->call.streamed[i].position)) = WireValue::tensor(in->buffers[i]);
-    run_members(*here, in->call, in->mine, in->reduction);
+    run_members(*here, in->call, in->mine, in->reduction, nullptr);
   }
 
   // This relay's actor id, which the caller puts in its calls (nodes[i].relay) so that relays
@@ -257,7 +262,13 @@ class MeshRelay {
     return static_cast<int64_t>(hosted_id(*here, relay_name(mesh_, here->rank)));
   }
 
+  // A chunk of the combined answers of the relay below, in a reduction up a chain.
+  void partial_chunk(int64_t origin, int64_t call, int64_t offset, std::vector<int64_t> shape, int64_t count, Tensor piece) {
+    if (auto chain = chain_of(origin, call)) chain->child_chunk(offset, Shape(shape.begin(), shape.end()), count, piece);
+  }
+
   void partial(int64_t origin, int64_t call, WireValue value, int64_t count) {
+    if (auto chain = chain_of(origin, call)) return chain->child_failed(value);  // a chain's partials are errors
     std::shared_ptr<Reduction> reduction;
     {
       std::lock_guard lock(reductions_->mutex);
@@ -269,8 +280,41 @@ class MeshRelay {
   }
 
  private:
+  // A reduction up a chain, kept until it finished: those that did are forgotten as the next starts.
+  std::shared_ptr<ChainReduction> start_chain(const FanCall& f, const MeshNode& mine, bool has_child) {
+    ChainReduction::Up up;
+    up.tell = [node = node_, mesh = mesh_](int64_t rank, int64_t relay, const char* method, WireValue arguments) {
+      auto here = node.lock();
+      if (!here) return;
+      try {
+        tell(*here, rank, relay, method, std::move(arguments));
+      } catch (const std::exception& e) {  // the rank above is gone: the caller hears of that loss
+        std::cerr << "mesh relay '" << mesh << "': a reduction's chunk found no relay above: " << e.what() << std::endl;
+      }
+    };
+    up.respond = [node = node_, origin = f.origin, reply = f.reply](WireValue answer) {
+      if (auto here = node.lock()) here->respond(static_cast<int>(origin), static_cast<uint64_t>(reply), std::move(answer), "mesh relay: ");
+    };
+    up.origin = f.origin;
+    up.call = f.call;
+    up.parent_rank = f.parent_rank;
+    up.parent_relay = f.parent_relay;
+    auto chain = std::make_shared<ChainReduction>(std::move(up), static_cast<ReduceOp>(f.op), static_cast<size_t>(f.chunk),
+                                                  mine.members.size(), has_child);
+    std::lock_guard lock(mutex_);
+    for (auto it = chains_.begin(); it != chains_.end();) it = it->second->finished() ? chains_.erase(it) : std::next(it);
+    chains_[{f.origin, f.call}] = chain;
+    return chain;
+  }
+
+  std::shared_ptr<ChainReduction> chain_of(int64_t origin, int64_t call) {
+    std::lock_guard lock(mutex_);
+    auto it = chains_.find({origin, call});
+    return it == chains_.end() ? nullptr : it->second;
+  }
+
   void run_members(RemoteActors::Impl& here, const FanCall& f, const MeshNode& mine,
-                   const std::shared_ptr<Reduction>& reduction) {
+                   const std::shared_ptr<Reduction>& reduction, const std::shared_ptr<ChainReduction>& chain) {
     if (mine.names.size() != mine.members.size())
       throw ValueError("mesh relay '" + mesh_ + "': a call naming " + std::to_string(mine.members.size()) +
                        " members with " + std::to_string(mine.names.size()) + " names");
@@ -297,6 +341,13 @@ class MeshRelay {
             last = --answers->left == 0;
           }
           if (last) send_answers(*answers);
+        };
+      } else if (chain) {
+        answer = [chain, name = mine.names.at(j)](WireValue&& result, std::exception_ptr error) {
+          if (!error && result.kind() != WireValue::Kind::tensor)
+            error = std::make_exception_ptr(ValueError("mesh call_reduce: member '" + name + "' answered " +
+                                                       result.describe() + ", not a tensor"));
+          chain->member_answered(error ? Codec<std::exception_ptr>::encode(error) : std::move(result));
         };
       } else if (reduction) {
         answer = [table = reductions_, reduction, name = mine.names.at(j)](WireValue&& result, std::exception_ptr error) {
@@ -372,7 +423,7 @@ class MeshRelay {
       incoming_.erase(it);
     }
     in->call.arguments = f.arguments;
-    run_members(here, in->call, in->mine, in->reduction);
+    run_members(here, in->call, in->mine, in->reduction, nullptr);
   }
 
   // The id of an actor this rank hosts, by name (0: none, which its call is refused for): found
@@ -419,10 +470,11 @@ class MeshRelay {
   static constexpr size_t kSpares = 4;   // streamed arguments' buffers kept for the next calls
   std::vector<Tensor> spare_;
   std::shared_ptr<Reductions> reductions_ = std::make_shared<Reductions>();
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<ChainReduction>> chains_;  // by (origin, call)
 };
 
 TROUPE_ACTOR(MeshRelay(std::string), "troupe.mesh.relay", &MeshRelay::fan, &MeshRelay::chunk, &MeshRelay::partial,
-             &MeshRelay::id);
+             &MeshRelay::partial_chunk, &MeshRelay::id);
 const bool relay_on_receipt = (run_on_receipt(*find_actor_type("troupe.mesh.relay")), true);
 
 }  // namespace

@@ -52,7 +52,9 @@ struct FanCall {
   int64_t fanout = 0;          // the tree's shape (tree_children)
   std::vector<MeshNode> nodes;
   std::vector<StreamedArgument> streamed;  // the members' call starts once they are all here
-  TROUPE_FIELDS(origin, call, method, arguments, mode, op, parent_rank, parent_relay, reply, fanout, nodes, streamed)
+  int64_t chunk = 0;           // a reduction up a chain in chunks of this many bytes (mesh_chain_reduce.h)
+  TROUPE_FIELDS(origin, call, method, arguments, mode, op, parent_rank, parent_relay, reply, fanout, nodes, streamed,
+                chunk)
 };
 inline constexpr int64_t kFanAnswers = 0, kFanReduce = 1, kFanTell = 2;
 

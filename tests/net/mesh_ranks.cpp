@@ -32,6 +32,14 @@ class Cell {
   int64_t where() const { return actors_rank(); }
   Tensor scaled(const Tensor& x) const { return mul(x, static_cast<double>(scale_ * (at_.index + 1))); }
   int64_t plus_index(int64_t x) const { return x + at_.index; }
+  // 0, 1, .. n-1 times (index + 1): answers of any size from a small call.
+  Tensor ramp(int64_t n) const { return mul(Tensor::arange(n, DType::f32), static_cast<double>(at_.index + 1)); }
+  // The same, but member `odd` throws (fail) or answers one element more.
+  Tensor ramp_except(int64_t n, int64_t odd, bool fail) const {
+    if (at_.index != odd) return ramp(n);
+    if (fail) throw ShapeError("cell " + at_.str() + " fails");
+    return ramp(n + 1);
+  }
   int64_t add(int64_t x) { return total_ += x; }
   int64_t total() const { return total_; }
   int64_t fail() const { throw ShapeError("cell " + at_.str() + " fails"); }
@@ -58,7 +66,8 @@ class Cell {
   TROUPE_STATE(total_)
 };
 TROUPE_ACTOR(Cell(const MeshPoint&, int64_t), "test.cell", &Cell::coords, &Cell::where, &Cell::scaled,
-             &Cell::plus_index, &Cell::add, &Cell::total, &Cell::fail, &Cell::index_unless_on, &Cell::nested);
+             &Cell::plus_index, &Cell::ramp, &Cell::ramp_except, &Cell::add, &Cell::total, &Cell::fail,
+             &Cell::index_unless_on, &Cell::nested);
 
 template <class T>
 std::vector<T> all(std::vector<Future<T>> futures) {
@@ -168,6 +177,29 @@ void basic() {
   check_close(wait(here.call_reduce(ReduceOp::sum, "scaled", odd)), mul(odd, 10.0));
   here.send("add", 1);
   CHECK((all(here.call<int64_t>("total")) == std::vector<int64_t>{1, 1, 1, 1}));
+
+  // call_reduce of answers of two chunks or more (2,501 floats, chunks of 1,000 bytes, the last
+  // short): the first two of a method come up the tree whole, the next two up the chain of ranks
+  // in chunks (ReduceWays times each way twice), then the faster way; from a caller that hosts none
+  // of the members (the chain's head is rank 1) and from one that hosts one (its own relay is the
+  // head). Up the chain (failed calls are not timed), a member's error and a longer answer fail the call.
+  const Tensor ramp = Tensor::arange(2501, DType::f32);
+  for (Mesh* mesh : {&streamed, &here}) {
+    const double n = static_cast<double>(mesh->size()), sum = n * (n + 1) / 2;
+    for (int call = 0; call < 2; ++call) check_close(wait(mesh->call_reduce(ReduceOp::sum, "ramp", int64_t{2501})), mul(ramp, sum));
+    check_close(wait(mesh->call_reduce(ReduceOp::max, "ramp", int64_t{2501})), mul(ramp, n));
+    check_close(wait(mesh->call_reduce(ReduceOp::avg, "ramp", int64_t{2501})), mul(ramp, sum / n));
+    for (int call = 0; call < 2; ++call)
+      check_close(wait(mesh->call_reduce(ReduceOp::sum, "ramp_except", int64_t{2501}, int64_t{-1}, false)), mul(ramp, sum));
+    for (int64_t odd = 0; odd < static_cast<int64_t>(mesh->size()); ++odd) {
+      INFO("member " << odd);
+      CHECK_THAT(thrown<ShapeError>([&] { wait(mesh->call_reduce(ReduceOp::sum, "ramp_except", int64_t{2501}, odd, true)); }),
+                 Catch::Contains("fails"));
+      CHECK_THAT(thrown<ShapeError>([&] { wait(mesh->call_reduce(ReduceOp::sum, "ramp_except", int64_t{2501}, odd, false)); }),
+                 Catch::Contains("one shape and dtype"));
+    }
+    check_close(wait(mesh->call_reduce(ReduceOp::sum, "ramp", int64_t{2501})), mul(ramp, sum));  // still right
+  }
 
   for (Mesh* mesh : {&m, &per_rank, &eight, &streamed, &here}) mesh->stop();
   a.stop();

@@ -7,6 +7,7 @@
 
 #include "devices/backend.h"
 #include "net/remote/mesh_placement.h"
+#include "net/remote/mesh_state.h"
 #include "net/remote/mesh_tree.h"
 #include "support/ranks.h"
 #include "support/skip.h"
@@ -62,6 +63,32 @@ TEST_CASE("mesh: a streamed argument's chunks cover it once, the last one short"
   CHECK(net::detail::chunk_ranges(10004, 1000).size() == 11);
   CHECK((net::detail::tree_children(5, net::detail::kChainFanout) == Ranges{{1, 5}}));  // a chain
   CHECK_THAT(thrown<ValueError>([] { net::detail::chunk_ranges(10, 0); }), Catch::Contains("chunks of 0 bytes"));
+}
+
+TEST_CASE("mesh: a large reduction goes up a chain when faster, timing each way twice first, the other every 16th call",
+          "[net][mesh]") {
+  net::detail::ReduceWays ways;
+  const size_t chunk = 1000;
+  CHECK_FALSE(ways.chain_next(chunk));  // nothing known: whole
+  ways.measured(false, 0.9, 2000);      // a first call: first touches
+  CHECK_FALSE(ways.chain_next(chunk));  // whole again, timed
+  ways.measured(false, 0.5, 1999);
+  CHECK_FALSE(ways.chain_next(chunk));  // under two chunks
+  ways.measured(false, 0.5, 2000);
+  CHECK(ways.chain_next(chunk));        // large: the chain, twice
+  CHECK_FALSE(ways.chain_next(0));      // chunks off
+  ways.measured(true, 0.8, 2000);
+  CHECK(ways.chain_next(chunk));
+  ways.measured(true, 0.2, 2000);       // the chain is faster
+  int chained = 0;
+  for (int call = 0; call < 32; ++call) {
+    const bool chain = ways.chain_next(chunk);
+    chained += chain;
+    ways.measured(chain, chain ? 0.2 : 0.5, 2000);
+  }
+  CHECK(chained == 30);            // all but every 16th
+  ways.measured(true, 0.9, 2000);  // the links got slower than the CPUs
+  CHECK_FALSE(ways.chain_next(chunk));
 }
 
 TEST_CASE("mesh: placement by devices and by what was placed; an unmeetable request names what is missing",
