@@ -10,7 +10,7 @@ namespace troupe::net::detail {
 
 namespace {
 
-std::string mismatch(DType a_dtype, const Shape& a_shape, DType b_dtype, const Shape& b_shape) {
+std::string answers_differ(DType a_dtype, const Shape& a_shape, DType b_dtype, const Shape& b_shape) {
   TensorMeta a, b;
   a.dtype = a_dtype;
   a.shape = a_shape;
@@ -33,14 +33,14 @@ bool ChainReduction::finished() const {
 }
 
 void ChainReduction::member_answered(const WireValue& answer) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   if (finished_) return;
   try {
     if (answer.kind() != WireValue::Kind::tensor) std::rethrow_exception(Codec<std::exception_ptr>::decode(answer));
     const Tensor& t = answer.as_tensor();
     if (!error_) {
       if (own_.defined() && (t.shape() != shape_ || t.dtype() != own_.dtype()))
-        throw ShapeError(mismatch(own_.dtype(), shape_, t.dtype(), t.shape()));
+        throw ShapeError(answers_differ(own_.dtype(), shape_, t.dtype(), t.shape()));
       // Flat and on the host: a chunk is a byte range of it, the same elements on every relay.
       const Tensor flat = host_contiguous(t).flatten();
       if (!own_.defined()) shape_ = t.shape();
@@ -50,6 +50,7 @@ void ChainReduction::member_answered(const WireValue& answer) {
     if (!error_) error_ = std::current_exception();
   }
   if (++answered_ == members_) own_ready();
+  send(lock);
 }
 
 void ChainReduction::own_ready() {
@@ -66,16 +67,17 @@ void ChainReduction::own_ready() {
 }
 
 void ChainReduction::child_chunk(int64_t offset, const Shape& shape, int64_t count, const Tensor& piece) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   if (finished_) return;
   child_count_ = count;
   if (answered_ < members_) return held_.push_back({offset, shape, piece});
-  if (!check_child(offset, shape, piece)) return fail_up();
-  consume(offset, piece);
+  if (check_child(offset, shape, piece)) consume(offset, piece);
+  else fail_up();
+  send(lock);
 }
 
 void ChainReduction::child_failed(const WireValue& error) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   if (finished_) return;
   if (!error_) {
     try {
@@ -86,12 +88,23 @@ void ChainReduction::child_failed(const WireValue& error) {
   }
   held_.clear();
   if (answered_ == members_) fail_up();  // else when the last member answers
+  send(lock);
+}
+
+void ChainReduction::send(std::unique_lock<std::mutex>& lock) {
+  // Outside the lock: a send to this rank runs the receiver's handler here, which takes its locks.
+  std::vector<Outgoing> out = std::exchange(outbox_, {});
+  lock.unlock();
+  for (Outgoing& o : out) {
+    if (o.method) up_.tell(up_.parent_rank, up_.parent_relay, o.method, std::move(o.arguments));
+    else up_.respond(std::move(o.arguments));
+  }
 }
 
 bool ChainReduction::check_child(int64_t offset, const Shape& shape, const Tensor& piece) {
   if (shape != shape_ || piece.dtype() != own_.dtype()) {
     error_ = std::make_exception_ptr(
-        ShapeError(mismatch(own_.dtype(), shape_, piece.dtype(), shape)));
+        ShapeError(answers_differ(own_.dtype(), shape_, piece.dtype(), shape)));
     return false;
   }
   const size_t item = itemsize(own_.dtype());
@@ -127,17 +140,17 @@ void ChainReduction::emit(size_t offset, const Tensor& combined) {
   }
   WireValue::List shape;
   for (int64_t d : shape_) shape.push_back(WireValue::integer(d));
-  up_.tell(up_.parent_rank, up_.parent_relay, "partial_chunk",
-           WireValue::list({WireValue::integer(up_.origin), WireValue::integer(up_.call),
+  outbox_.push_back({"partial_chunk", WireValue::list({WireValue::integer(up_.origin), WireValue::integer(up_.call),
                             WireValue::integer(static_cast<int64_t>(offset)), WireValue::list(std::move(shape)),
-                            WireValue::integer(static_cast<int64_t>(answered_) + child_count_), WireValue::tensor(host)}));
+                            WireValue::integer(static_cast<int64_t>(answered_) + child_count_), WireValue::tensor(host)})});
 }
 
 void ChainReduction::complete() {
   finished_ = true;
   if (head()) {
     const Tensor whole = has_child_ ? result_ : own_.reshape(shape_);
-    up_.respond(WireValue::list({WireValue::tensor(whole), WireValue::integer(static_cast<int64_t>(answered_) + child_count_)}));
+    outbox_.push_back({nullptr, WireValue::list({WireValue::tensor(whole),
+                                                 WireValue::integer(static_cast<int64_t>(answered_) + child_count_)})});
     return;
   }
   if (has_child_) return;  // every combined chunk went up as it came
@@ -150,9 +163,9 @@ void ChainReduction::fail_up() {
   finished_ = true;
   held_.clear();
   const WireValue error = Codec<std::exception_ptr>::encode(error_);
-  if (head()) return up_.respond(WireValue::list({error, WireValue::integer(0)}));
-  up_.tell(up_.parent_rank, up_.parent_relay, "partial",
-           WireValue::list({WireValue::integer(up_.origin), WireValue::integer(up_.call), error, WireValue::integer(0)}));
+  if (head()) return outbox_.push_back({nullptr, WireValue::list({error, WireValue::integer(0)})});
+  outbox_.push_back({"partial", WireValue::list({WireValue::integer(up_.origin), WireValue::integer(up_.call), error,
+                                                 WireValue::integer(0)})});
 }
 
 }  // namespace troupe::net::detail

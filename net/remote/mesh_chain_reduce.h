@@ -58,13 +58,19 @@ class ChainReduction {
   void emit(size_t offset, const Tensor& combined);
   void fail_up();
   void complete();
+  void send(std::unique_lock<std::mutex>& lock);  // what the outbox holds, after unlocking
+
+  struct Outgoing {
+    const char* method;  // to the relay above; nullptr: the answer to the caller
+    WireValue arguments;
+  };
 
   const Up up_;
   const ReduceOp op_;
   const size_t members_;
   const bool has_child_;
   size_t chunk_bytes_;
-  mutable std::mutex mutex_;  // guards the below; chunks go up under it, in order
+  mutable std::mutex mutex_;  // guards the below
   size_t answered_ = 0;
   Shape shape_;               // the members' answers'
   Tensor own_;                // those answers combined, flat, on the host
@@ -79,6 +85,7 @@ class ChainReduction {
   std::vector<Held> held_;    // chunks that came before this relay's members all answered
   Tensor result_;             // at the head: the whole, put together
   bool finished_ = false;
+  std::vector<Outgoing> outbox_;  // chunks, errors and the answer, sent once mutex_ is released
 };
 
 }  // namespace troupe::net::detail
