@@ -303,6 +303,8 @@ class MeshRelay {
                                                   mine.members.size(), has_child);
     std::lock_guard lock(mutex_);
     for (auto it = chains_.begin(); it != chains_.end();) it = it->second->finished() ? chains_.erase(it) : std::next(it);
+    // What is left unfinished is a call a lost rank cut (its caller failed it): the oldest go.
+    while (chains_.size() >= kChainsKept) chains_.erase(chains_.begin());
     chains_[{f.origin, f.call}] = chain;
     return chain;
   }
@@ -470,6 +472,7 @@ class MeshRelay {
   static constexpr size_t kSpares = 4;   // streamed arguments' buffers kept for the next calls
   std::vector<Tensor> spare_;
   std::shared_ptr<Reductions> reductions_ = std::make_shared<Reductions>();
+  static constexpr size_t kChainsKept = 64;  // chain reductions in progress, at most
   std::map<std::pair<int64_t, int64_t>, std::shared_ptr<ChainReduction>> chains_;  // by (origin, call)
 };
 
