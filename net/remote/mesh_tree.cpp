@@ -70,6 +70,15 @@ void tell(RemoteActors::Impl& node, int64_t rank, int64_t actor, const char* met
   node.post(static_cast<int>(rank), CallFrame{CallKind::tell, static_cast<uint64_t>(actor), 0, method, std::move(arguments)});
 }
 
+// A member's answer to a reduction as its relay combines it: the tensor, or the encoded error (an
+// answer that is no tensor is a ValueError naming the member).
+WireValue member_contribution(const std::string& member, WireValue&& result, std::exception_ptr error) {
+  if (!error && result.kind() != WireValue::Kind::tensor)
+    error = std::make_exception_ptr(ValueError("mesh call_reduce: member '" + member + "' answered " +
+                                               result.describe() + ", not a tensor"));
+  return error ? Codec<std::exception_ptr>::encode(error) : std::move(result);
+}
+
 // A reduction in progress on one relay: its members' answers and its children's partials, then
 // one partial to its parent.
 struct Reduction {
@@ -346,17 +355,11 @@ class MeshRelay {
         };
       } else if (chain) {
         answer = [chain, name = mine.names.at(j)](WireValue&& result, std::exception_ptr error) {
-          if (!error && result.kind() != WireValue::Kind::tensor)
-            error = std::make_exception_ptr(ValueError("mesh call_reduce: member '" + name + "' answered " +
-                                                       result.describe() + ", not a tensor"));
-          chain->member_answered(error ? Codec<std::exception_ptr>::encode(error) : std::move(result));
+          chain->member_answered(member_contribution(name, std::move(result), error));
         };
       } else if (reduction) {
         answer = [table = reductions_, reduction, name = mine.names.at(j)](WireValue&& result, std::exception_ptr error) {
-          if (!error && result.kind() != WireValue::Kind::tensor)
-            error = std::make_exception_ptr(ValueError("mesh call_reduce: member '" + name + "' answered " +
-                                                       result.describe() + ", not a tensor"));
-          table->contribute(reduction, error ? Codec<std::exception_ptr>::encode(error) : std::move(result), 1);
+          table->contribute(reduction, member_contribution(name, std::move(result), error), 1);
         };
       }
       // The member is on this rank: the call goes straight into its mailbox.
