@@ -48,13 +48,15 @@ void pack_rows(const RowTiles& tiles, int64_t t0, int64_t t1, const float* a, in
 
 // Tiles [t0, t1) by panels [p0, p1): k blocks outermost (C accumulates across them), then blocks
 // of tiles (their packed A stays in L2), then panels, then the tiles of the block (the panel's
-// slice stays near the core).
+// slice stays near the core). While a block's tiles pass one slice, they fetch the next one in
+// shares, a line every 2^shift steps: the panels stream from memory (the LSTM's recurrent weights
+// are 16 MiB each) and the first tile on a slice would otherwise wait for it.
 void product_block(const GemmTiles& kernel, const RowTiles& tiles, int64_t t0, int64_t t1, int64_t p0, int64_t p1,
                    const float* packed_a, const PackedWeight& w, float beta, const float* bias, float* c, int64_t ldc) {
   const int64_t k = w.k(), n = w.n(), width = kernel.width;
-  const int64_t tiles_per_block = std::max<int64_t>(1, kernel.mc / kMaxRows);
-  for (int64_t k0 = 0; k0 < k; k0 += kernel.kc) {
-    const int64_t kn = std::min(kernel.kc, k - k0);
+  const int64_t kc = kernel.kc, tiles_per_block = std::max<int64_t>(1, kernel.mc / kMaxRows);
+  for (int64_t k0 = 0; k0 < k; k0 += kc) {
+    const int64_t kn = std::min(kc, k - k0);
     // The first block scales C by beta (beta 0: C is not read) and adds the bias; later ones
     // accumulate onto it.
     const bool load_c = k0 > 0 || beta != 0.0f;
@@ -62,13 +64,18 @@ void product_block(const GemmTiles& kernel, const RowTiles& tiles, int64_t t0, i
     const float* block_bias = k0 > 0 ? nullptr : bias;
     for (int64_t b0 = t0; b0 < t1; b0 += tiles_per_block) {
       const int64_t b1 = std::min(t1, b0 + tiles_per_block);
+      const int64_t count = b1 - b0;
+      const int shift = count >= 8 ? 3 : count >= 4 ? 2 : count >= 2 ? 1 : 0;
+      const int64_t share = ((kn * width / 16) >> shift) * 16;  // each tile's floats of the next slice
       for (int64_t p = p0; p < p1; ++p) {
         const float* b = w.panel(p) + k0 * width;
+        const float* next = (p + 1 < p1 ? w.panel(p + 1) : w.panel(p0)) + k0 * width;
         const int64_t cols = std::min(width, n - p * width);
         for (int64_t t = b0; t < b1; ++t) {
           const int64_t row = tiles.first_row(t), height = tiles.height(t);
+          const int64_t part = std::min<int64_t>(t - b0, (int64_t{1} << shift) - 1);
           kernel.tile[height](kn, packed_a + row * k + k0 * height, b, c + row * ldc + p * width, ldc, cols, load_c,
-                              scale, block_bias ? block_bias + p * width : nullptr);
+                              scale, block_bias ? block_bias + p * width : nullptr, next + part * share, shift);
         }
       }
     }

@@ -4,13 +4,14 @@
 // run time (isa.h). A tile computes
 //   C[rows, cols] = A[rows, kn] @ B[kn, width]  (+ scale * C when load_c) (+ bias[cols] when given)
 // with A packed k-major for the tile (a[p * rows + r]), B a slice of one weight panel
-// (b[p * width + j], 32-byte aligned), C row-major (columns past cols untouched).
+// (b[p * width + j], 32-byte aligned), C row-major (columns past cols untouched). While it runs,
+// a tile may fetch a line of `next` every 2^next_shift steps (the next weight slice's share of it).
 #include <cstdint>
 
 namespace troupe {
 
 using GemmTileFn = void (*)(int64_t kn, const float* a, const float* b, float* c, int64_t ldc, int64_t cols,
-                            bool load_c, float scale, const float* bias);
+                            bool load_c, float scale, const float* bias, const float* next, int next_shift);
 
 struct GemmTiles {
   static constexpr int kMaxRows = 6;

@@ -23,7 +23,7 @@ constexpr int64_t W = 16;
 
 template <int MR>
 TROUPE_AVX2 void tile(int64_t kn, const float* a, const float* b, float* c, int64_t ldc, int64_t cols, bool load_c,
-                      float scale, const float* bias) {
+                      float scale, const float* bias, const float* next, int next_shift) {
   // C's lines are fetched while the products run: they are cold (other panels and k blocks
   // wrote them last), and a tile stalled on them at its end would idle the FMA units.
   for (int r = 0; r < MR; ++r) {
@@ -35,6 +35,7 @@ TROUPE_AVX2 void tile(int64_t kn, const float* a, const float* b, float* c, int6
   for (int64_t p = 0; p < kn; ++p) {
     const __m256 b0 = _mm256_load_ps(b + p * W), b1 = _mm256_load_ps(b + p * W + 8);
     const int64_t q = p * MR;
+    _mm_prefetch(reinterpret_cast<const char*>(next + ((p >> next_shift) << 4)), _MM_HINT_T0);
     ROW_STEP(0)
     ROW_STEP(1)
     ROW_STEP(2)

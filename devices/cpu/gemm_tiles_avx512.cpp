@@ -15,7 +15,7 @@ constexpr int64_t W = 64;
 
 template <int MR>
 [[gnu::target("avx512f")]] void tile(int64_t kn, const float* a, const float* b, float* c, int64_t ldc, int64_t cols,
-                                     bool load_c, float scale, const float* bias) {
+                                     bool load_c, float scale, const float* bias, const float*, int) {
   __mmask16 mask[4];
   for (int j = 0; j < 4; ++j) {
     const int64_t left = std::clamp<int64_t>(cols - 16 * j, 0, 16);
