@@ -1,6 +1,7 @@
 // Vectorisable exp, tanh, sigmoid and gelu for f32. Each is a branch-free scalar "lane" function
-// applied over fixed-size blocks into a local buffer, so the compiler vectorises the block loop
-// without having to prove that x and y do not alias (in-place calls stay vectorised too).
+// applied over fixed-size blocks; `ivdep` lets the compiler vectorise a block without proving that
+// x and y do not alias (y[i] depends on x[i] only, so in-place calls are right too). A local
+// buffer did the same, but GCC 12 copied it out through general registers: exp ran 1.6x slower.
 #include "devices/cpu/activations.h"
 
 #include <algorithm>
@@ -112,14 +113,13 @@ inline float gelu_tanh_lane(float x) {
 template <class Lane>
 void map_f32(const float* x, float* y, int64_t n, Lane lane) {
   constexpr int64_t kBlock = 64;
-  alignas(64) float out[kBlock];
   int64_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
-    for (int64_t j = 0; j < kBlock; ++j) out[j] = lane(x[i + j]);
-    std::memcpy(y + i, out, sizeof out);
+#pragma GCC ivdep
+    for (int64_t j = 0; j < kBlock; ++j) y[i + j] = lane(x[i + j]);
   }
   if (i < n) {
-    alignas(64) float in[kBlock] = {};
+    alignas(64) float in[kBlock] = {}, out[kBlock];
     const size_t rest = static_cast<size_t>(n - i) * sizeof(float);
     std::memcpy(in, x + i, rest);
     for (int64_t j = 0; j < kBlock; ++j) out[j] = lane(in[j]);

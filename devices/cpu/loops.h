@@ -102,21 +102,28 @@ struct NanMin {
 
 // pick(best, x[i]) folded over x[0..n), n >= 1, in Acc over 64 lanes (vectorised):
 // fold_row<float>(x, n, NanMax{}) is the maximum of a row. 64, not 16: GCC unrolls a 16-trip
-// lane loop completely and then cannot vectorise pick's select.
+// lane loop completely and then cannot vectorise pick's select. pick must be a selection (it
+// returns one of its arguments, as NanMax and NanMin do): the last block overlaps the one before
+// instead of leaving a scalar tail, and the lanes fold in halves, so elements meet in another
+// order than left to right.
 template <class Acc, class T, class Pick>
 Acc fold_row(const T* x, int64_t n, Pick pick) {
   constexpr int64_t kLanes = 64;
-  Acc best = static_cast<Acc>(x[0]);
-  int64_t i = 1;
-  if (n >= 2 * kLanes) {
-    Acc lanes[kLanes];
-    for (int64_t j = 0; j < kLanes; ++j) lanes[j] = static_cast<Acc>(x[j]);
-    for (i = kLanes; i + kLanes <= n; i += kLanes)
-      for (int64_t j = 0; j < kLanes; ++j) lanes[j] = pick(lanes[j], static_cast<Acc>(x[i + j]));
-    for (int64_t j = 0; j < kLanes; ++j) best = pick(best, lanes[j]);
+  if (n < kLanes) {
+    Acc best = static_cast<Acc>(x[0]);
+    for (int64_t i = 1; i < n; ++i) best = pick(best, static_cast<Acc>(x[i]));
+    return best;
   }
-  for (; i < n; ++i) best = pick(best, static_cast<Acc>(x[i]));
-  return best;
+  Acc lanes[kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) lanes[j] = static_cast<Acc>(x[j]);
+  int64_t i = kLanes;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] = pick(lanes[j], static_cast<Acc>(x[i + j]));
+  if (i < n)
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] = pick(lanes[j], static_cast<Acc>(x[n - kLanes + j]));
+  for (int64_t half = kLanes / 2; half >= 1; half /= 2)
+    for (int64_t j = 0; j < half; ++j) lanes[j] = pick(lanes[j], lanes[j + half]);
+  return lanes[0];
 }
 
 }  // namespace troupe
