@@ -106,13 +106,16 @@ float* packed_rows_buffer(size_t floats) {
 
 }  // namespace
 
-PackedWeight::PackedWeight(const float* w, int64_t n, int64_t k, int64_t ldw, CpuIsa isa)
+PackedWeight::PackedWeight(int64_t n, int64_t k, CpuIsa isa)
     : n_(n), k_(k), isa_(isa), width_(tiles_for(isa).width), panels_((n + width_ - 1) / width_) {
-  check_packed_sizes("PackedWeight", n, k, ldw, "ldw");
   if (isa > cpu_isa_detected())
     throw ValueError(std::string("PackedWeight: packed for ") + cpu_isa_name(isa) + ", but this CPU offers " +
                      cpu_isa_name(cpu_isa_detected()) + " at most");
   data_ = Tensor::empty({panels_ * k_ * width_});
+}
+
+PackedWeight::PackedWeight(const float* w, int64_t n, int64_t k, int64_t ldw, CpuIsa isa)
+    : PackedWeight((check_packed_sizes("PackedWeight", n, k, ldw, "ldw"), n), k, isa) {
   float* out = data_.mutable_data<float>();
   for (int64_t p = 0; p < panels_; ++p) {
     const int64_t cols = std::min(width_, n - p * width_);
@@ -124,6 +127,25 @@ PackedWeight::PackedWeight(const float* w, int64_t n, int64_t k, int64_t ldw, Cp
       for (int64_t i = 0; i < k; ++i) panel[i * width_ + j] = src[i];
     }
   }
+}
+
+PackedWeight PackedWeight::from_transposed(const float* wt, int64_t n, int64_t k, int64_t ldwt, CpuIsa isa) {
+  if (n < 0 || k < 0 || ldwt < std::max<int64_t>(1, n))
+    throw ValueError("PackedWeight::from_transposed: bad sizes n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                     " ldwt=" + std::to_string(ldwt));
+  PackedWeight packed(n, k, isa);
+  float* out = packed.data_.mutable_data<float>();
+  const int64_t width = packed.width_;
+  for (int64_t p = 0; p < packed.panels_; ++p) {
+    const int64_t cols = std::min(width, n - p * width);
+    float* panel = out + p * k * width;
+    // A panel's row i is W^T's row i, columns [p * width, p * width + cols): a copy.
+    for (int64_t i = 0; i < k; ++i) {
+      std::memcpy(panel + i * width, wt + i * ldwt + p * width, sizeof(float) * cols);
+      if (cols < width) std::memset(panel + i * width + cols, 0, sizeof(float) * (width - cols));
+    }
+  }
+  return packed;
 }
 
 void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight& w, float beta, float* c,

@@ -24,6 +24,8 @@ class PackedWeight {
   // W [n, k] row-major with leading dimension ldw >= k, packed for the kernels of `isa` (which
   // this CPU must have). ValueError for bad sizes.
   PackedWeight(const float* w, int64_t n, int64_t k, int64_t ldw, CpuIsa isa = cpu_isa());
+  // The same from W^T, wt [k, n] row-major with ldwt >= n (attention's values: C = P @ V packs V).
+  static PackedWeight from_transposed(const float* wt, int64_t n, int64_t k, int64_t ldwt, CpuIsa isa = cpu_isa());
 
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
@@ -35,6 +37,7 @@ class PackedWeight {
   size_t nbytes() const { return data_.nbytes(); }
 
  private:
+  PackedWeight(int64_t n, int64_t k, CpuIsa isa);  // checks the sizes and the ISA; panels unset
   int64_t n_, k_;
   CpuIsa isa_;
   int64_t width_, panels_;
