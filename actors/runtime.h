@@ -19,9 +19,18 @@ class actor_system;
 
 namespace troupe {
 
+// What an idle scheduler thread does. CAF's own way (poll) checks its queue for ~25 ms after its
+// last job, waking every 50 us, so that work a sibling queued is stolen soon; sleep waits to be
+// woken for work sent to it, and steals queued work only every 10 ms. automatic: sleep when the
+// ranks on this host outnumber its cores (LOCAL_WORLD_SIZE, as `troupe launch` sets it), where
+// those wake-ups took the cores from the ranks that had work; else poll. The environment's
+// TROUPE_IDLE_WORKERS=poll|sleep overrides automatic.
+enum class IdleWorkers { automatic, poll, sleep };
+
 struct RuntimeOptions {
   int workers = 0;           // scheduler threads and worker actors; 0: the cores
   int intra_op_threads = 0;  // 0: adaptive (see above); n: every kernel uses n threads
+  IdleWorkers idle_workers = IdleWorkers::automatic;
 };
 
 class Runtime {

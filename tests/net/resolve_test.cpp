@@ -11,29 +11,12 @@
 #include "net/process_group.h"
 #include "net/bootstrap/resolve.h"
 #include "support/elapsed.h"
+#include "support/scoped_env.h"
 #include "support/thrown.h"
 
 using namespace troupe;
 using namespace troupe::net;
 using namespace std::chrono_literals;
-
-namespace {
-
-// Sets a variable for the scope, then puts back what was there.
-struct ScopedEnv {
-  std::string name;
-  std::optional<std::string> old;
-  ScopedEnv(std::string n, const std::string& value) : name(std::move(n)) {
-    if (const char* v = std::getenv(name.c_str())) old = v;
-    ::setenv(name.c_str(), value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
-
-}  // namespace
 
 TEST_CASE("resolve: addresses and names that resolve, at once", "[net][resolve]") {
   CHECK(net::detail::resolve_host("127.0.0.1", "MASTER_ADDR", 0s, deadline_after(5s)) == "127.0.0.1");
