@@ -112,8 +112,8 @@ std::mutex current_mutex;
 
 // IdleWorkers::automatic and TROUPE_IDLE_WORKERS resolved. Measured with 9 ranks of mesh_bench on
 // 2 cores (AMD EPYC Zen 3 VM): every idle rank spent 12-18% of a core on polling; sleeping, a
-// 4-byte remote call took 86-103 us instead of 165-257, a call to 64 mesh members 1.1-2.0 ms
-// instead of 2.0-4.7. With 2 ranks on 2 cores it made no difference (26-35 us either way).
+// 4-byte remote call took 86-103 us instead of 158-257, a call to 64 mesh members 1.1-2.0 ms
+// instead of 1.4-4.7. With 2 ranks on 2 cores it made no difference (26-35 us either way).
 IdleWorkers resolve_idle_workers(IdleWorkers asked) {
   if (asked != IdleWorkers::automatic) return asked;
   if (const char* env = std::getenv("TROUPE_IDLE_WORKERS"); env && *env) {
