@@ -62,8 +62,10 @@
 #include "models/nn/optimizer.h"
 #include "models/train/checkpoint.h"
 #include "models/train/gradient_reducer.h"
+#include "models/train/live_state.h"
 #include "models/train/wide_net.h"
 #include "net/collectives.h"
+#include "net/quorum.h"
 #include "net/seed_ring_all_reduce.h"
 #include "examples/command_line.h"
 #include "examples/device_option.h"
@@ -202,6 +204,158 @@ int64_t share_newest_checkpoint(net::ProcessGroup& world, CheckpointDir& mine) {
   return step;
 }
 
+// What --elastic training in place needs besides the model, the optimizer and the loader.
+struct InPlaceSettings {
+  int epochs;
+  int64_t step;             // steps done (resumed from a checkpoint, or 0)
+  double epoch_loss_sum;    // of the epoch in progress
+  uint64_t seed;
+  double base_lr;
+  bool better;
+  std::string sync;
+  int64_t bucket_bytes;
+  Device device;
+  int64_t log_every;
+  bool verify, json;
+  std::function<Dataset()> test;
+  nlohmann::json identity;
+  CheckpointDir* checkpoints;  // null: none
+  int64_t checkpoint_every;
+  std::string checkpoint_dir;
+  int64_t resumed_from;
+};
+
+// --elastic under troupe launch --in-place: a loss or a join re-forms the quorum's group between
+// steps (net/quorum.h); the step in flight when a rank was lost is redone by the survivors (the
+// same global batch, split over the new world), and a rank behind (a joiner) takes the newest
+// state from a live rank's memory (models/train/live_state.h). Every epoch's rank 0 logs
+// "quorum epoch E: world W at step S"; a rank that takes state logs what it took.
+int train_in_place(net::Quorum& quorum, Model& model, SGD& optimizer, BatchLoader& loader, const InPlaceSettings& o) {
+  const int64_t per_epoch = loader.batches_per_epoch(), steps = per_epoch * o.epochs;
+  int64_t step = o.step, state_bytes = 0, redone = 0;
+  double epoch_loss_sum = o.epoch_loss_sum;
+  int loader_epoch = -1;
+  std::optional<GradientReducer> reducer;
+  bool joined = true;  // the group is new: share the state first
+  const auto start = std::chrono::steady_clock::now();
+  auto save = [&](int rank) {
+    if (!o.checkpoints) return;
+    // A checkpoint per epoch rank: DIR/rank-R of this epoch (the last two kept), as without --in-place.
+    CheckpointDir(o.checkpoint_dir + "/rank-" + std::to_string(rank), 2)
+        .save(capture(step, *model.module, optimizer,
+                      {{"run", o.identity},
+                       {"epoch", step / per_epoch},
+                       {"batch", step % per_epoch},
+                       {"epoch_loss_sum", epoch_loss_sum},
+                       {"rng", to_json(thread_generator().state())}}));
+  };
+  try {
+    while (step < steps) {
+      if (joined || quorum.reform_needed()) {
+        reducer.reset();  // it holds the old group
+        try {
+          if (!joined) quorum.reform();
+          joined = false;
+          net::ProcessGroup& group = quorum.group();
+          const StateShare share = share_newest_state(group, step, [&] {
+            return capture(step, *model.module, optimizer, {{"epoch_loss_sum", epoch_loss_sum}});
+          });
+          if (share.received) {
+            restore(*share.received, *model.module, optimizer);
+            step = share.received->step;
+            epoch_loss_sum = share.received->state.value("epoch_loss_sum", 0.0);
+            state_bytes += share.bytes;
+            std::printf("took the state of step %lld from rank %d: %lld bytes in %.3f s\n", static_cast<long long>(step),
+                        share.donor, static_cast<long long>(share.bytes), share.seconds);
+          }
+          if (group.rank() == 0)
+            std::printf("quorum epoch %d: world %d at step %lld%s\n", quorum.epoch(), group.size(),
+                        static_cast<long long>(step),
+                        share.receivers ? (" (" + std::to_string(share.receivers) + " rank(s) took the state)").c_str() : "");
+          std::fflush(stdout);
+          if (o.sync == "ddp") reducer.emplace(group, model.parameters(), o.bucket_bytes);
+        } catch (const PeerLostError& e) {
+          quorum.lost(e);  // lost again while it formed: once more
+          continue;
+        }
+      }
+      net::ProcessGroup& group = quorum.group();
+      const int rank = group.rank(), size = group.size();
+      const int epoch = static_cast<int>(step / per_epoch);
+      if (loader_epoch != epoch || loader.position() != step % per_epoch) {
+        loader.start_epoch(epoch, step % per_epoch);  // the step's global batch, whatever came before
+        loader_epoch = epoch;
+        if (step % per_epoch == 0) epoch_loss_sum = 0;
+      }
+      if (o.better) optimizer.options.lr = o.base_lr * 0.5 * (1 + std::cos(M_PI * epoch / o.epochs));
+      auto batch = loader.next();
+      optimizer.zero_grad();
+      const int64_t rows = batch->labels.size(0), lo = rows * rank / size, hi = rows * (rank + 1) / size;
+      const double weight = static_cast<double>((hi - lo) * size) / static_cast<double>(rows);
+      manual_seed(o.seed * 1000003 + static_cast<uint64_t>(step) * 1009 + static_cast<uint64_t>(rank));
+      Tensor loss = nll_loss(model(batch->images.slice(0, lo, hi).to(o.device)), batch->labels.slice(0, lo, hi).to(o.device));
+      const float loss_value = loss.item<float>();
+      try {
+        mul(loss, Tensor::scalar<float>(static_cast<float>(weight))).backward();
+        if (reducer)
+          reducer->finish();
+        else
+          average_gradients(group, optimizer.params(), o.sync);
+      } catch (const PeerLostError& e) {
+        quorum.lost(e);  // the step is redone by the survivors
+        ++redone;
+        continue;
+      }
+      optimizer.step();
+      ++step;
+      epoch_loss_sum += loss_value;
+      try {
+        if (o.verify) check_replicas(group, optimizer.params(), step);
+      } catch (const PeerLostError& e) {
+        quorum.lost(e);  // this step stays done here; a rank without it takes the state
+      }
+      const int64_t done_in_epoch = (step - 1) % per_epoch + 1;
+      if (rank == 0 && o.log_every > 0 && step % o.log_every == 0) {
+        std::printf("step %lld loss %.4f\n", static_cast<long long>(step), epoch_loss_sum / static_cast<double>(done_in_epoch));
+        std::fflush(stdout);
+      }
+      if (rank == 0 && !o.json && step % per_epoch == 0)
+        std::printf("epoch %d loss %.4f\n", epoch, epoch_loss_sum / static_cast<double>(per_epoch));
+      if (step % o.checkpoint_every == 0) save(rank);
+    }
+  } catch (const net::JobEndedError& e) {
+    std::printf("dist_sgd: %s\n", e.what());
+    return 0;
+  }
+  const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  net::ProcessGroup& group = quorum.group();
+  if (group.rank() == 0) {
+    const double acc = accuracy(model, o.test(), o.device);
+    if (o.json)
+      print_json_line(nlohmann::ordered_json{{"device", o.device.str()},
+                                             {"world", group.size()},
+                                             {"epochs", o.epochs},
+                                             {"test_accuracy", rounded(acc, 4)},
+                                             {"train_s", rounded(train_s, 2)},
+                                             {"sync", o.sync},
+                                             {"steps", step},
+                                             {"resumed_from", o.resumed_from},
+                                             {"in_place", true},
+                                             {"quorum_epochs", quorum.epoch() + 1},
+                                             {"steps_redone", redone},
+                                             {"params_fnv1a", parameter_hash(model.parameters())}});
+    else
+      std::printf("world=%d epochs=%d sync=%s test_accuracy=%.4f train_time=%.1fs quorum_epochs=%d params_fnv1a=%lld\n",
+                  group.size(), o.epochs, o.sync.c_str(), acc, train_s, quorum.epoch() + 1,
+                  static_cast<long long>(parameter_hash(model.parameters())));
+  }
+  if (state_bytes) std::printf("state taken from live ranks: %lld bytes\n", static_cast<long long>(state_bytes));
+  std::fflush(stdout);
+  reducer.reset();
+  quorum.leave();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -247,7 +401,22 @@ int main(int argc, char** argv) {
       throw ValueError("dist_sgd: --device " + device_name + " takes --sync ddp (gradients staged through the host), not " + sync);
     if (!device.is_cpu() && !checkpoint_dir.empty())
       throw ValueError("dist_sgd: --checkpoint-dir is for --device cpu (checkpoints are saved from host tensors)");
-    auto world = net::init_process_group();
+    // The data first: a rank that joins a running job is ready to train when it joins.
+    Dataset train = load_fashion_mnist(data, "train");
+    if (subset > 0 && subset < train.size())
+      train = {train.images.slice(0, 0, subset).contiguous(), train.labels.slice(0, 0, subset).contiguous()};
+    // In place (troupe launch --in-place sets TROUPE_QUORUM): the group is the quorum's epoch's.
+    const bool in_place = elastic && net::Quorum::configured();
+    std::optional<net::Quorum> quorum;
+    if (in_place) {
+      try {
+        quorum.emplace();
+      } catch (const net::JobEndedError& e) {  // a rank started again as the job ended
+        std::printf("dist_sgd: %s: nothing to do\n", e.what());
+        return 0;
+      }
+    }
+    auto world = in_place ? quorum->shared_group() : net::init_process_group();
     const int rank = world->rank(), size = world->size();
     if (!elastic && 128 % size != 0)
       throw ValueError("dist_sgd: the global batch 128 does not split over " + std::to_string(size) + " ranks (--elastic splits it unevenly)");
@@ -256,9 +425,6 @@ int main(int argc, char** argv) {
     if (deterministic) set_deterministic_kernels(true);
     Runtime runtime({.workers = 1});  // the loader's prefetch task; training runs on this thread
 
-    Dataset train = load_fashion_mnist(data, "train");
-    if (subset > 0 && subset < train.size())
-      train = {train.images.slice(0, 0, subset).contiguous(), train.labels.slice(0, 0, subset).contiguous()};
     // --elastic: every rank draws the global batch and trains on its share.
     DataPartitioner parts(train.size(), std::vector<double>(static_cast<size_t>(elastic ? 1 : size), elastic ? 1.0 : 1.0 / size), seed);
     BatchLoader loader(train, parts.partition(elastic ? 0 : rank), elastic ? 128 : 128 / size,
@@ -266,14 +432,16 @@ int main(int argc, char** argv) {
 
     manual_seed(seed);
     Model model = model_name == "wide" ? make_model<WideNet>() : make_model<Net>();
-    for (Tensor* p : model.parameters()) {  // one starting point, like DDP; *p keeps its autograd record
+    // One starting point, like DDP (in place: the seed's, the same everywhere; a rank that joins
+    // later takes the live state instead).
+    for (Tensor* p : in_place ? std::vector<Tensor*>{} : model.parameters()) {  // *p keeps its autograd record
       Tensor received = p->detach();
       net::broadcast(*world, received, 0);
       std::memcpy(p->mutable_data<float>(), received.data<float>(), p->nbytes());
     }
     model.module->to(device);  // before the reducer hooks the parameters and the optimizer holds them
     std::optional<GradientReducer> reducer;  // hooks the parameters: after the broadcast, before training
-    if (sync == "ddp") reducer.emplace(*world, model.parameters(), bucket_kb * 1024);
+    if (sync == "ddp" && !in_place) reducer.emplace(*world, model.parameters(), bucket_kb * 1024);
     const bool better = recipe == "better";
     const double base_lr = better ? 0.05 : 0.01;
     SGD optimizer(model.parameters(), {.lr = base_lr, .momentum = better ? 0.9 : 0.5, .nesterov = better});
@@ -286,7 +454,7 @@ int main(int argc, char** argv) {
     int first_epoch = 0;
     int64_t step = 0, first_batch = 0, resumed_from = -1;
     double first_total = 0;
-    if (resume) {
+    if (resume && (!in_place || quorum->epoch() == 0)) {  // in place: the job's first epoch resumes
       // The newest step every rank has: each keeps its last two, and no rank gets a save ahead of
       // another's previous one (every step waits for all ranks' gradients).
       Tensor newest = Tensor::from_vector<int64_t>({checkpoints->latest().value_or(-1)}, {1});
@@ -312,6 +480,27 @@ int main(int argc, char** argv) {
     }
 
     const auto start = std::chrono::steady_clock::now();
+    if (in_place) {
+      world.reset();  // the quorum's groups come and go: held by the quorum alone
+      return train_in_place(*quorum, model, optimizer, loader, {.epochs = epochs,
+                                                               .step = step,
+                                                               .epoch_loss_sum = first_total,
+                                                               .seed = seed,
+                                                               .base_lr = base_lr,
+                                                               .better = better,
+                                                               .sync = sync,
+                                                               .bucket_bytes = bucket_kb * 1024,
+                                                               .device = device,
+                                                               .log_every = log_every,
+                                                               .verify = verify,
+                                                               .json = json,
+                                                               .test = [&] { return load_fashion_mnist(data, "t10k"); },
+                                                               .identity = identity,
+                                                               .checkpoints = checkpoints ? &*checkpoints : nullptr,
+                                                               .checkpoint_every = checkpoint_every,
+                                                               .checkpoint_dir = checkpoint_dir,
+                                                               .resumed_from = resumed_from});
+    }
     for (int epoch = first_epoch; epoch < epochs; ++epoch) {
       const bool resumed_epoch = epoch == first_epoch;
       loader.start_epoch(epoch, resumed_epoch ? first_batch : 0);

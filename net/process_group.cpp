@@ -10,6 +10,7 @@
 #include "net/bootstrap/rendezvous.h"
 #include "net/bootstrap/resolve.h"
 #include "net/transport.h"
+#include "net/transport_env.h"
 
 namespace troupe::net {
 
@@ -150,43 +151,7 @@ class RecvWork final : public Work::Impl {
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
-  std::string rank_from = "InitOptions::rank", world_from = "InitOptions::world_size";
-  if (options.rank < 0) {
-    auto r = env_int({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, &rank_from);
-    if (!r)
-      throw ValueError("init_process_group: no rank: pass InitOptions::rank or set RANK (or OMPI_COMM_WORLD_RANK, "
-                       "SLURM_PROCID)");
-    options.rank = *r;
-  }
-  if (options.world_size < 0) {
-    auto w = env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, &world_from);
-    if (!w)
-      throw ValueError("init_process_group: no world size: pass InitOptions::world_size or set WORLD_SIZE (or "
-                       "OMPI_COMM_WORLD_SIZE, SLURM_NTASKS)");
-    options.world_size = *w;
-  }
-  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size)
-    throw ValueError("init_process_group: rank " + std::to_string(options.rank) + " (" + rank_from +
-                     ") outside a world of " + std::to_string(options.world_size) + " (" + world_from + ")");
-
-  std::string method = options.init_method;
-  std::string master_from = "init_method";  // where rank 0's host came from, for the messages
-  if (method == "env://") {
-    const std::string addr = env_string("MASTER_ADDR"), port = env_string("MASTER_PORT");
-    if (!addr.empty() && !port.empty()) {
-      method = "tcp://" + addr + ":" + port;
-      master_from = "MASTER_ADDR";
-    } else if (auto master = detail::master_from_engine(std::getenv)) {
-      method = "tcp://" + master->host + ":" + std::to_string(master->port);
-      master_from = master->from;
-    } else {
-      throw ValueError("init_process_group: env:// needs MASTER_ADDR and MASTER_PORT (troupe launch sets them; "
-                       "under mpirun or srun they are derived from the job)");
-    }
-  }
-
-  const Deadline deadline = deadline_after(options.timeout);
+TransportOptions transport_options_from_env(const InitOptions& options) {
   TransportOptions t;
   t.rank = options.rank;
   t.world_size = options.world_size;
@@ -227,15 +192,6 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
       throw ValueError("init_process_group: TROUPE_SMALL_COLLECTIVE_POLL_US=" + std::to_string(*v) + " is negative");
     t.small_collective_poll = std::chrono::microseconds(*v);
   }
-  if (method.rfind("tcp://", 0) == 0) {
-    auto [host, port] = split_host_port(method.substr(6));
-    t.tcp_host = address_towards_master(host, port, master_from, options.rank, deadline);
-  } else if (!env_string("TROUPE_HOST").empty()) {
-    t.tcp_host = env_string("TROUPE_HOST");
-  } else {
-    // file://: no host to aim at; the default route's interface, loopback on a host without one.
-    t.tcp_host = detail::default_route_address().value_or("127.0.0.1");
-  }
   if (!env_string("TROUPE_CURVE_SECRET_FILE").empty())
     throw ValueError("init_process_group: TROUPE_CURVE_SECRET_FILE is gone: set TROUPE_JOB_SECRET_FILE to a job "
                      "secret (`troupe secret FILE`), which now keys CURVE and every other connection");
@@ -254,6 +210,56 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
                  "can join it, spawn its actors and read its frames\n";
   }
 
+  return t;
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
+  std::string rank_from = "InitOptions::rank", world_from = "InitOptions::world_size";
+  if (options.rank < 0) {
+    auto r = env_int({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, &rank_from);
+    if (!r)
+      throw ValueError("init_process_group: no rank: pass InitOptions::rank or set RANK (or OMPI_COMM_WORLD_RANK, "
+                       "SLURM_PROCID)");
+    options.rank = *r;
+  }
+  if (options.world_size < 0) {
+    auto w = env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, &world_from);
+    if (!w)
+      throw ValueError("init_process_group: no world size: pass InitOptions::world_size or set WORLD_SIZE (or "
+                       "OMPI_COMM_WORLD_SIZE, SLURM_NTASKS)");
+    options.world_size = *w;
+  }
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size)
+    throw ValueError("init_process_group: rank " + std::to_string(options.rank) + " (" + rank_from +
+                     ") outside a world of " + std::to_string(options.world_size) + " (" + world_from + ")");
+
+  std::string method = options.init_method;
+  std::string master_from = "init_method";  // where rank 0's host came from, for the messages
+  if (method == "env://") {
+    const std::string addr = env_string("MASTER_ADDR"), port = env_string("MASTER_PORT");
+    if (!addr.empty() && !port.empty()) {
+      method = "tcp://" + addr + ":" + port;
+      master_from = "MASTER_ADDR";
+    } else if (auto master = detail::master_from_engine(std::getenv)) {
+      method = "tcp://" + master->host + ":" + std::to_string(master->port);
+      master_from = master->from;
+    } else {
+      throw ValueError("init_process_group: env:// needs MASTER_ADDR and MASTER_PORT (troupe launch sets them; "
+                       "under mpirun or srun they are derived from the job)");
+    }
+  }
+
+  const Deadline deadline = deadline_after(options.timeout);
+  TransportOptions t = transport_options_from_env(options);
+  if (method.rfind("tcp://", 0) == 0) {
+    auto [host, port] = split_host_port(method.substr(6));
+    t.tcp_host = address_towards_master(host, port, master_from, options.rank, deadline);
+  } else if (!env_string("TROUPE_HOST").empty()) {
+    t.tcp_host = env_string("TROUPE_HOST");
+  } else {
+    // file://: no host to aim at; the default route's interface, loopback on a host without one.
+    t.tcp_host = detail::default_route_address().value_or("127.0.0.1");
+  }
   auto transport = std::make_shared<Transport>(t);
   std::vector<PeerAddress> table = rendezvous(method, options.rank, options.world_size, *transport, deadline);
   transport->connect(table, deadline);

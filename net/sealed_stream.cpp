@@ -11,10 +11,10 @@ namespace troupe::net {
 
 namespace {
 
-constexpr int kNonceBytes = 12;
+constexpr int kGcmNonceBytes = 12;
 
-std::array<uint8_t, kNonceBytes> nonce_of(uint64_t record) {
-  std::array<uint8_t, kNonceBytes> nonce{};
+std::array<uint8_t, kGcmNonceBytes> nonce_of(uint64_t record) {
+  std::array<uint8_t, kGcmNonceBytes> nonce{};
   wire::put<uint64_t>(nonce.data(), 0, record);
   return nonce;
 }

@@ -226,6 +226,11 @@ class Transport : private FrameSink {
   void check_peer(int r);
   // Whether global rank r was lost or said goodbye.
   bool is_gone(int r) const;
+  // Whether global rank r was lost (crashed, cut off, or declared lost), not only said goodbye.
+  bool is_lost(int r) const;
+  // Global rank r is lost, as someone else found (a quorum's server saw its process end): the
+  // transport breaks as if its own heartbeats had found it (PeerLostError with `why`).
+  void declare_lost(int r, const std::string& why);
 
   // Frames dropped for carrying an unknown identity (not a rank of this job).
   uint64_t dropped_frames() const { return dropped_frames_.load(); }

@@ -22,6 +22,13 @@ void Transport::check_peer(int r) {
 
 bool Transport::is_gone(int r) const { return live_.gone(r); }
 
+bool Transport::is_lost(int r) const { return r != rank() && live_.lost(r); }
+
+void Transport::declare_lost(int r, const std::string& why) {
+  if (r < 0 || r >= world_size() || r == rank()) return;
+  lose_peer(r, std::make_exception_ptr(PeerLostError(why)));
+}
+
 void Transport::send_control_locked(int r, FrameKind kind) {
   Peer& peer = *peers_[r];
   FrameHeader h;

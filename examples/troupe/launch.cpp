@@ -5,6 +5,8 @@
 //   troupe launch --nproc 2 --max-restarts 3 -- build/bin/dist_sgd --checkpoint-dir ckpt --resume
 //   troupe launch --nproc 2 --nnodes 2:3 --max-restarts 10 --rdzv-endpoint 10.0.0.1:29400 --  # every node
 //       build/bin/dist_sgd --elastic --checkpoint-dir ckpt --resume
+//   troupe launch --nproc 1 --nnodes 2:3 --max-restarts 10 --rdzv-endpoint 10.0.0.1:29400 --in-place --  # every node
+//       build/bin/dist_sgd --elastic
 //   troupe launch --nproc 2 --metrics-port 9400 -- build/bin/remote_bench   # rank r: GET :9400+r/metrics
 //   troupe launch --nproc 2 --trace /tmp/t -- build/bin/remote_bench; troupe trace merge /tmp/t -o job.json
 #include <filesystem>
@@ -37,6 +39,9 @@ Command add_launch_command(CLI::App& parent) {
       ->check(CLI::NonNegativeNumber);
   app->add_option("--rdzv-endpoint", o->rdzv_endpoint,
                   "HOST:PORT where the launchers of an elastic job meet (served by the launcher on HOST)");
+  app->add_flag("--in-place", o->in_place,
+                "Elastic, with --rdzv-endpoint: a lost rank or node stops no other; the survivors' group re-forms "
+                "and they train on from memory, and a failed rank starts again alone and joins (net/quorum.h)");
   app->add_option("--rdzv-settle", *settle_s, "Elastic: seconds without a new node before a round closes")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--rdzv-timeout", *rdzv_timeout_s,

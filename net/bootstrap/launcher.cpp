@@ -25,6 +25,7 @@
 #include "devices/error.h"
 #include "net/job_secret.h"
 #include "net/bootstrap/rendezvous.h"
+#include "net/bootstrap/quorum_server.h"
 #include "net/bootstrap/rendezvous_rounds.h"
 #include "net/bootstrap/resolve.h"
 #include "net/work.h"
@@ -96,21 +97,26 @@ using Print = std::function<void(int, bool, const std::string&)>;
 // One run of this node's ranks (global ranks first_rank...): starts them, forwards their output,
 // and when one fails stops the others; returns when all have exited. keep_running, when given, is
 // asked every 50 ms with the result so far; false stops every rank (an elastic round that ended).
+// in_place (an in-place elastic job): the ranks get no RANK (their quorum numbers them), a failed
+// rank is started again on its own, up to max_restarts times each, and the others never stop.
 LaunchResult run_ranks(const LaunchOptions& o, const std::map<std::string, std::string>& base_env, const Print& print,
-                       int first_rank, const std::function<bool(const LaunchResult&)>& keep_running = {}) {
+                       int first_rank, const std::function<bool(const LaunchResult&)>& keep_running = {},
+                       bool in_place = false) {
   LaunchResult result;
   std::vector<Child> children;
   std::vector<Stream> streams;
+  std::vector<int> restarts(static_cast<size_t>(o.nproc), 0);
   auto stop_all = [&](int sig) {
     for (auto& c : children)
       if (c.running) ::kill(c.pid, sig);
   };
 
-  for (int local = 0; local < o.nproc; ++local) {
+  const auto start_rank = [&](int local) {
     const int rank = first_rank + local;
     auto env = base_env;
-    env["RANK"] = std::to_string(rank);
+    if (!in_place) env["RANK"] = std::to_string(rank);
     env["LOCAL_RANK"] = std::to_string(local);
+    if (in_place) env["TROUPE_RESTART_COUNT"] = std::to_string(restarts[static_cast<size_t>(local)]);
     // Everything the child needs is built before fork: only async-signal-safe calls after it.
     std::vector<std::string> env_strings;
     for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
@@ -147,11 +153,17 @@ LaunchResult run_ranks(const LaunchOptions& o, const std::map<std::string, std::
     }
     ::close(out[1]);
     ::close(err[1]);
-    children.push_back({rank, pid, true});
-    result.ranks.push_back({rank, pid, -1, 0});
+    if (static_cast<size_t>(local) < children.size()) {  // started again (in_place)
+      children[static_cast<size_t>(local)] = {rank, pid, true};
+      result.ranks[static_cast<size_t>(local)] = {rank, pid, -1, 0};
+    } else {
+      children.push_back({rank, pid, true});
+      result.ranks.push_back({rank, pid, -1, 0});
+    }
     streams.push_back({out[0], rank, false, {}});
     streams.push_back({err[0], rank, true, {}});
-  }
+  };
+  for (int local = 0; local < o.nproc; ++local) start_rank(local);
 
   auto emit_lines = [&](Stream& s, bool flush) {
     size_t start = 0;
@@ -215,7 +227,23 @@ LaunchResult run_ranks(const LaunchOptions& o, const std::map<std::string, std::
       else e.exit_code = WEXITSTATUS(status);
       // The others usually fail on their own within moments (PeerLostError), and their messages
       // say why: a second to say it before SIGTERM.
-      if (!failed && !stopping && (e.signal || e.exit_code != 0))
+      const bool failure = e.signal || e.exit_code != 0;
+      if (in_place && failure && !g_interrupt && !stopping) {
+        if (restarts[i] < o.max_restarts) {
+          ++restarts[i];
+          print(-1, true, describe_exit(e) + "; starting it again (restart " + std::to_string(restarts[i]) + " of " +
+                              std::to_string(o.max_restarts) + "): it joins the job's next epoch");
+          start_rank(static_cast<int>(i));
+        } else if (!failed) {  // the others go on without it
+          failed = true;
+          result.failure = describe_exit(e);
+          result.exit_code = e.signal ? 128 + e.signal : e.exit_code;
+          print(-1, true, describe_exit(e) + " (its " + std::to_string(o.max_restarts) +
+                              " restart(s) of --max-restarts used up); the other ranks go on");
+        }
+        continue;
+      }
+      if (!failed && !stopping && failure)
         fail(describe_exit(e), e.signal ? 128 + e.signal : e.exit_code, std::chrono::seconds(1));
     }
     if (!failed && g_interrupt) fail("interrupted by signal " + std::to_string(g_interrupt.load()), 128 + g_interrupt, {});
@@ -371,6 +399,44 @@ LaunchResult run_elastic(const LaunchOptions& o, const std::map<std::string, std
   }
 }
 
+// An in-place elastic job (LaunchOptions::in_place): this node's ranks meet the others' at the
+// quorum at rdzv_endpoint (served here when the endpoint is this host's and nobody serves it yet:
+// net/bootstrap/quorum_server.h), and the job goes on through losses without stopping them. A rank
+// that fails is started again on its own and joins as a new rank; the launcher serving the quorum
+// serves it until every rank of the job has left.
+LaunchResult run_in_place(const LaunchOptions& o, std::map<std::string, std::string> env, const Print& print) {
+  auto [host, port] = split_host_port(o.rdzv_endpoint);
+  const std::string numeric = detail::resolve_host(host, "--rdzv-endpoint", detail::resolve_patience(),
+                                                   deadline_after(o.rdzv_timeout));
+  QuorumSettings settings;
+  settings.min_ranks = (o.min_nodes > 0 ? o.min_nodes : o.nnodes) * o.nproc;
+  settings.max_ranks = o.nnodes * o.nproc;
+  settings.settle = o.rdzv_settle;
+  settings.join_timeout = o.rdzv_timeout;
+  std::optional<CurveKeys> keys;
+  if (auto secret = env.find("TROUPE_JOB_SECRET_FILE"); secret != env.end())
+    keys = derive_job_keys(load_job_secret_file(secret->second)).curve;
+  auto server = QuorumServer::try_serve(numeric, port, keys, settings, [&](const std::string& line) {
+    print(-1, true, "quorum: " + line);
+  });
+  for (const char* fixed : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK"}) env.erase(fixed);
+  env["TROUPE_QUORUM"] = numeric + ":" + std::to_string(port);
+  LaunchResult result = run_ranks(o, env, print, 0, {}, /*in_place=*/true);
+  if (server && !g_interrupt) {
+    print(-1, true, "this node's ranks are done; serving the quorum until every rank of the job has left");
+    const auto since = Clock::now();
+    std::optional<int> end;
+    while (!(end = server->wait_finished(std::chrono::milliseconds(100))) && !g_interrupt &&
+           Clock::now() - since < std::chrono::hours(24 * 365)) {
+    }
+    if (end && *end != 0 && result.exit_code == 0) {
+      result.exit_code = *end;
+      result.failure = "the job failed (the quorum's log says why)";
+    }
+  }
+  return result;
+}
+
 }  // namespace
 
 LaunchResult launch(const LaunchOptions& o) {
@@ -392,6 +458,8 @@ LaunchResult launch(const LaunchOptions& o) {
   if (!elastic && o.max_restarts > 0 && o.nnodes > 1)
     throw ValueError("launch: --max-restarts with --nnodes " + std::to_string(o.nnodes) +
                      " needs --rdzv-endpoint HOST:PORT, where the nodes' launchers meet to restart together");
+  if (o.in_place && !elastic)
+    throw ValueError("launch: --in-place is an elastic job: give --rdzv-endpoint HOST:PORT (and --nnodes MIN:MAX)");
   if (o.insecure && o.encrypt) throw ValueError("launch: --encrypt needs the job secret: leave out --insecure");
 
   auto print = o.on_line ? o.on_line : [](int rank, bool is_stderr, const std::string& line) {
@@ -471,6 +539,7 @@ LaunchResult launch(const LaunchOptions& o) {
   sigaction(SIGINT, &action, &restore.old_int);
   sigaction(SIGTERM, &action, &restore.old_term);
 
+  if (elastic && o.in_place) return run_in_place(o, base_env, print);
   if (elastic) return run_elastic(o, base_env, print);
   LaunchResult result;
   for (int restart = 0;; ++restart) {

@@ -21,6 +21,9 @@
 //
 //   o.rdzv_endpoint = "10.0.0.1:29400"; o.min_nodes = 2; o.nnodes = 3; o.max_restarts = 5;
 //
+// In place (o.in_place, `--in-place`): nothing stops on a loss; the ranks re-form their group
+// among themselves (net/quorum.h) and keep their state in memory.
+//
 // Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
 // MASTER_PORT, TROUPE_RUN_ID, TROUPE_RESTART_COUNT (0, then 1, 2... on restarts) and TROUPE_JOB_SECRET_FILE
 // (the job secret, net/job_secret.h: secret_file, $TROUPE_JOB_SECRET_FILE, or one made for a
@@ -61,6 +64,12 @@ struct LaunchOptions {
   int min_nodes = 0;                              // fewest nodes a round runs with (0: nnodes)
   std::chrono::milliseconds rdzv_settle{500};     // no new node for this long: the round closes
   std::chrono::milliseconds rdzv_timeout{30000};  // a silent rendezvous, or fewer than min_nodes: error
+  // In place (with rdzv_endpoint): the ranks, not the launchers, meet at rdzv_endpoint (a quorum,
+  // net/quorum.h, served by the launcher whose host owns HOST), and a lost rank or node stops no
+  // other rank: the survivors' group re-forms and they go on from memory. A failed rank is started
+  // again on its own (max_restarts times each) and joins as a new rank. The ranks get
+  // TROUPE_QUORUM=HOST:PORT and LOCAL_RANK, no RANK or WORLD_SIZE (their quorum numbers them).
+  bool in_place = false;
   // Receives every output line: rank R (or -1 for the launcher's own notices), whether it came
   // from stderr, and the line without its newline. Default: "[rank R] line" to stdout/stderr.
   std::function<void(int rank, bool is_stderr, const std::string& line)> on_line;

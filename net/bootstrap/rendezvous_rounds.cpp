@@ -35,26 +35,6 @@ int to_int(const std::string& text, const char* what) {
   throw CommError(std::string("rendezvous: ") + what + " '" + text + "' is not an integer");
 }
 
-// Receives one multipart message without waiting; false when none is queued. fd, when given: the
-// file descriptor of the connection it came in on.
-bool receive_parts(void* socket, std::vector<std::string>& parts, int* fd = nullptr) {
-  parts.clear();
-  int more = 1;
-  while (more) {
-    zmq_msg_t msg;
-    zmq_msg_init(&msg);
-    if (zmq_msg_recv(&msg, socket, parts.empty() ? ZMQ_DONTWAIT : 0) < 0) {
-      zmq_msg_close(&msg);
-      return false;
-    }
-    if (const int from = fd ? zmq_msg_get(&msg, ZMQ_SRCFD) : -1; from >= 0) *fd = from;  // not on a ROUTER's id
-    parts.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
-    more = zmq_msg_more(&msg);
-    zmq_msg_close(&msg);
-  }
-  return true;
-}
-
 // The most ranks one node's launcher may bring (a join claiming more is refused, not a world of billions).
 constexpr int kMaxNodeRanks = 4096;
 
@@ -72,6 +52,26 @@ struct Node {
 };
 
 }  // namespace
+
+// Receives one multipart message without waiting; false when none is queued. fd, when given: the
+// file descriptor of the connection it came in on.
+bool receive_parts(void* socket, std::vector<std::string>& parts, int* fd) {
+  parts.clear();
+  int more = 1;
+  while (more) {
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, socket, parts.empty() ? ZMQ_DONTWAIT : 0) < 0) {
+      zmq_msg_close(&msg);
+      return false;
+    }
+    if (const int from = fd ? zmq_msg_get(&msg, ZMQ_SRCFD) : -1; from >= 0) *fd = from;  // not on a ROUTER's id
+    parts.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+    more = zmq_msg_more(&msg);
+    zmq_msg_close(&msg);
+  }
+  return true;
+}
 
 std::string format_round_message(const RoundMessage& message) {
   std::string out = message.kind;
@@ -111,15 +111,11 @@ Round parse_round(const RoundMessage& m) {
   return r;
 }
 
-std::unique_ptr<RoundServer> RoundServer::try_serve(const std::string& numeric_host, int port,
-                                                    const std::optional<CurveKeys>& keys, RoundSettings settings,
-                                                    Log log) {
-  void* context = zmq_ctx_new();
-  // The ZAP handler first: a CURVE server bound before it admits everyone.
-  void* zap = keys ? bind_zap_handler(context) : nullptr;
+void* bind_server_router(void* context, const std::string& numeric_host, int port,
+                         const std::optional<CurveKeys>& keys, const std::string& what) {
   void* socket = zmq_socket(context, ZMQ_ROUTER);
   int one = 1, linger = 1000;
-  zmq_setsockopt(socket, ZMQ_ROUTER_HANDOVER, &one, sizeof one);  // a launcher that reconnects keeps its id
+  zmq_setsockopt(socket, ZMQ_ROUTER_HANDOVER, &one, sizeof one);  // a client that reconnects keeps its id
   zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);
   // What a stranger may hold (net/limits.h): small messages, the greeting by its deadline, no
   // ZMTP 1.0 (which skips both).
@@ -136,10 +132,30 @@ std::unique_ptr<RoundServer> RoundServer::try_serve(const std::string& numeric_h
   if (zmq_bind(socket, endpoint.c_str()) != 0) {
     const int error = zmq_errno();
     zmq_close(socket);
+    if (error == EADDRNOTAVAIL || error == EADDRINUSE) return nullptr;
+    throw CommError("launch: cannot serve " + what + " on " + endpoint + ": " + zmq_strerror(error));
+  }
+  return socket;
+}
+
+std::unique_ptr<RoundServer> RoundServer::try_serve(const std::string& numeric_host, int port,
+                                                    const std::optional<CurveKeys>& keys, RoundSettings settings,
+                                                    Log log) {
+  void* context = zmq_ctx_new();
+  // The ZAP handler first: a CURVE server bound before it admits everyone.
+  void* zap = keys ? bind_zap_handler(context) : nullptr;
+  void* socket = nullptr;
+  try {
+    socket = bind_server_router(context, numeric_host, port, keys, "the rendezvous");
+  } catch (...) {
     if (zap) zmq_close(zap);
     zmq_ctx_term(context);
-    if (error == EADDRNOTAVAIL || error == EADDRINUSE) return nullptr;
-    throw CommError("launch: cannot serve the rendezvous on " + endpoint + ": " + zmq_strerror(error));
+    throw;
+  }
+  if (!socket) {
+    if (zap) zmq_close(zap);
+    zmq_ctx_term(context);
+    return nullptr;
   }
   return std::unique_ptr<RoundServer>(new RoundServer(context, socket, zap, keys, settings, std::move(log)));
 }
@@ -390,9 +406,10 @@ void RoundClient::send(const std::string& kind, const std::vector<std::string>& 
   zmq_send(socket_, body.data(), body.size(), ZMQ_DONTWAIT);  // a full queue (link cut): dropped
 }
 
-std::optional<RoundMessage> RoundClient::receive(std::chrono::milliseconds wait) {
-  zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
-  if (zmq_poll(&item, 1, static_cast<long>(wait.count())) <= 0) return std::nullopt;
+std::optional<RoundMessage> RoundClient::receive(std::chrono::milliseconds wait, int wake_fd) {
+  zmq_pollitem_t items[] = {{socket_, 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd, ZMQ_POLLIN, 0}};
+  if (zmq_poll(items, wake_fd >= 0 ? 2 : 1, static_cast<long>(wait.count())) <= 0 || !(items[0].revents & ZMQ_POLLIN))
+    return std::nullopt;
   std::vector<std::string> parts;
   if (!receive_parts(socket_, parts) || parts.size() != 1) return std::nullopt;
   last_heard_ = Clock::now();

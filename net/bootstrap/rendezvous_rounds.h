@@ -94,6 +94,16 @@ struct Round {
 };
 Round parse_round(const RoundMessage& message);  // CommError when malformed
 
+// The ROUTER a launcher-side server listens on (RoundServer, QuorumServer): the limits a stranger
+// meets (net/limits.h) and, with keys, CURVE (the caller binds the ZAP handler first). Null when
+// numeric_host:port is not this host's or is taken; CommError naming `what` on any other failure.
+void* bind_server_router(void* context, const std::string& numeric_host, int port,
+                         const std::optional<CurveKeys>& keys, const std::string& what);
+// Receives one multipart message without waiting; false when none is queued. fd, when given: the
+// file descriptor of the connection it came in on.
+bool receive_parts(void* socket, std::vector<std::string>& parts, int* fd = nullptr);
+
+// A client of a launcher-side server (RoundServer, QuorumServer): a DEALER holding the job's keys.
 class RoundClient {
  public:
   RoundClient(const std::string& numeric_host, int port, const std::optional<CurveKeys>& keys);
@@ -102,7 +112,8 @@ class RoundClient {
   RoundClient& operator=(const RoundClient&) = delete;
 
   void send(const std::string& kind, const std::vector<std::string>& fields);  // never blocks
-  std::optional<RoundMessage> receive(std::chrono::milliseconds wait);
+  // The next message within `wait`; nullopt at once when wake_fd (a descriptor, -1: none) turns readable first.
+  std::optional<RoundMessage> receive(std::chrono::milliseconds wait, int wake_fd = -1);
   Clock::time_point last_heard() const { return last_heard_; }  // from the server; construction at first
 
  private:

@@ -1,0 +1,18 @@
+#pragma once
+// A rank's TransportOptions from InitOptions and the environment: the transport kind
+// (TROUPE_TRANSPORT), TROUPE_DIRECT_MAX, TROUPE_PEER_TIMEOUT_MS, TROUPE_STRIPES, TROUPE_STRIPE_MIN,
+// the busy polls, shared memory (TROUPE_SHM), and the job secret and encryption
+// (TROUPE_JOB_SECRET_FILE, TROUPE_INSECURE, TROUPE_ENCRYPT). What init_process_group and a
+// quorum's groups (net/quorum.h) build their transports with; the caller picks tcp_host. A bad
+// value is a ValueError naming its variable. Internal to net/.
+//
+//   TransportOptions t = transport_options_from_env({.rank = 1, .world_size = 3});
+//   t.tcp_host = "10.0.0.2";
+#include "net/process_group.h"
+#include "net/transport.h"
+
+namespace troupe::net {
+
+TransportOptions transport_options_from_env(const InitOptions& options);
+
+}  // namespace troupe::net
