@@ -40,6 +40,7 @@ class Membership {
   std::optional<int> end_code() const { return end_code_; }
 
   void on_message(const std::string& id, const RoundMessage& m, int fd) {
+    clients_.insert(id);
     if (end_code_) {  // the job is over: whoever asks is told so
       send_(id, {"end", {std::to_string(*end_code_), end_why_}});
       return;
@@ -228,7 +229,7 @@ class Membership {
   void end(int code, const std::string& why) {
     end_code_ = code;
     end_why_ = why;
-    for (const auto& [id, name] : names_) send_(id, {"end", {std::to_string(code), why}});
+    for (const auto& id : clients_) send_(id, {"end", {std::to_string(code), why}});
     log_(code == 0 ? "the job is over: every rank left" : "the job failed: " + why);
   }
 
@@ -238,6 +239,7 @@ class Membership {
   Phase phase_ = Phase::gathering;
   Clock::time_point phase_since_, last_join_;
   int epoch_ = -1;
+  std::set<std::string> clients_;             // every routing id heard from
   std::map<std::string, std::string> names_;  // by routing id
   std::map<std::string, int> fds_;            // each client's connection, as last seen
   std::vector<std::string> members_;          // of the running (or re-forming) epoch, by rank

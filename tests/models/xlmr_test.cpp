@@ -66,7 +66,7 @@ std::string trained_model() {
   return trained.model;
 }
 
-std::map<std::string, Tensor> fixture(const std::string& name) {
+std::map<std::string, Tensor> xlmr_fixture(const std::string& name) {
   return read_safetensors(std::string(TROUPE_FIXTURES) + "/xlmr/tiny_xlmr_" + name + ".safetensors");
 }
 
@@ -298,7 +298,7 @@ TEST_CASE("XLMRobertaEmbeddings: errors name the module, shapes and indices", "[
 }
 
 TEST_CASE("XLMR checkpoints: Hugging Face names map onto torchtext's, q/k/v stacked, token type folded", "[xlmr][checkpoint]") {
-  auto tt_file = fixture("torchtext"), hf_file = fixture("hf");
+  auto tt_file = xlmr_fixture("torchtext"), hf_file = xlmr_fixture("hf");
   CHECK(detect_xlmr_naming(tt_file) == XLMRNaming::torchtext);
   CHECK(detect_xlmr_naming(hf_file) == XLMRNaming::hugging_face);
   auto from_tt = xlmr_torchtext_state(tt_file, tiny);
@@ -323,7 +323,7 @@ TEST_CASE("XLMR checkpoints: Hugging Face names map onto torchtext's, q/k/v stac
 }
 
 TEST_CASE("XLMR checkpoints: skipped keys, a headless encoder, other float dtypes", "[xlmr][checkpoint]") {
-  auto hf = fixture("hf");
+  auto hf = xlmr_fixture("hf");
   hf["roberta.pooler.dense.weight"] = Tensor::zeros({16, 16});
   hf["lm_head.bias"] = Tensor::zeros({202});
   for (const char* part : {"dense.weight", "dense.bias", "out_proj.weight", "out_proj.bias"})
@@ -331,13 +331,13 @@ TEST_CASE("XLMR checkpoints: skipped keys, a headless encoder, other float dtype
   auto state = xlmr_torchtext_state(hf, tiny);
   CHECK(state.size() == 4 + 2 * 12);
   CHECK(state.count("head.dense.weight") == 0);
-  auto tt = fixture("torchtext");
+  auto tt = xlmr_fixture("torchtext");
   tt["encoder.transformer.embedding_layer_norm.bias"] = tt["encoder.transformer.embedding_layer_norm.bias"].to(DType::f64);
   CHECK(xlmr_torchtext_state(tt, tiny).at("encoder.transformer.embedding_layer_norm.bias").dtype() == DType::f32);
 }
 
 TEST_CASE("XLMR checkpoints: errors list every missing and unknown key, and name wrong shapes", "[xlmr][checkpoint][errors]") {
-  auto hf = fixture("hf");
+  auto hf = xlmr_fixture("hf");
   hf.erase("roberta.encoder.layer.0.attention.self.key.bias");
   hf.erase("roberta.encoder.layer.1.output.LayerNorm.weight");
   hf["roberta.encoder.layer.0.attention.self.extra"] = Tensor::zeros({1});
@@ -350,15 +350,15 @@ TEST_CASE("XLMR checkpoints: errors list every missing and unknown key, and name
   // A checkpoint of more layers than the configuration: the extra layer's keys are unknown.
   XLMRConfig one_layer = tiny;
   one_layer.layers = 1;
-  CHECK_THROWS_WITH(xlmr_torchtext_state(fixture("torchtext"), one_layer),
+  CHECK_THROWS_WITH(xlmr_torchtext_state(xlmr_fixture("torchtext"), one_layer),
                     Catch::Contains("unknown 12") && Catch::Contains("encoder.transformer.layers.layers.1.linear1.bias"));
   XLMRConfig other_vocab = tiny;
   other_vocab.vocab_size = 250002;
-  CHECK_THROWS_AS(xlmr_torchtext_state(fixture("torchtext"), other_vocab), ShapeError);
-  CHECK_THROWS_WITH(xlmr_torchtext_state(fixture("torchtext"), other_vocab),
+  CHECK_THROWS_AS(xlmr_torchtext_state(xlmr_fixture("torchtext"), other_vocab), ShapeError);
+  CHECK_THROWS_WITH(xlmr_torchtext_state(xlmr_fixture("torchtext"), other_vocab),
                     Catch::Contains("encoder.transformer.token_embedding.weight") && Catch::Contains("f32[202,16]") &&
                         Catch::Contains("[250002,16]"));
-  auto tt = fixture("torchtext");
+  auto tt = xlmr_fixture("torchtext");
   tt["head.dense.bias"] = Tensor::zeros({16}, DType::i64);
   CHECK_THROWS_AS(xlmr_torchtext_state(tt, tiny), DTypeError);
   tt.erase("head.out_proj.weight");  // a partial head is missing weights, not headless
@@ -366,15 +366,15 @@ TEST_CASE("XLMR checkpoints: errors list every missing and unknown key, and name
   CHECK_THROWS_WITH(XLMRConfig::named("huge"), Catch::Contains("huge") && Catch::Contains("base"));
   XLMRConfig bad = tiny;
   bad.heads = 3;
-  CHECK_THROWS_WITH(xlmr_torchtext_state(fixture("torchtext"), bad), Catch::Contains("heads") && Catch::Contains("d_model=16"));
+  CHECK_THROWS_WITH(xlmr_torchtext_state(xlmr_fixture("torchtext"), bad), Catch::Contains("heads") && Catch::Contains("d_model=16"));
 }
 
 TEST_CASE("XLMR: the whole tiny model matches PyTorch on a padded batch, fastpath and general path", "[xlmr][model]") {
-  const auto reference = fixture("reference");
+  const auto reference = xlmr_fixture("reference");
   const Tensor tokens = reference.at("tokens");
   for (const char* file : {"torchtext", "hf"}) {
     XLMR model(tiny);
-    model.load(fixture(file));
+    model.load(xlmr_fixture(file));
     model.eval();
     {
       NoGradGuard no_grad;  // the nested fastpath
@@ -391,10 +391,10 @@ TEST_CASE("XLMR: the whole tiny model matches PyTorch on a padded batch, fastpat
 }
 
 TEST_CASE("XLMR: bf16 GEMMs in the fastpath keep the tiny model within bf16's rounding of PyTorch", "[xlmr][model][bf16]") {
-  const auto reference = fixture("reference");
+  const auto reference = xlmr_fixture("reference");
   const Tensor tokens = reference.at("tokens");
   XLMR model(tiny);
-  model.load(fixture("torchtext"));
+  model.load(xlmr_fixture("torchtext"));
   model.eval();
   NoGradGuard no_grad;
   model.encoder.set_fastpath_dtype(DType::bf16);
@@ -410,9 +410,9 @@ TEST_CASE("XLMR: bf16 GEMMs in the fastpath keep the tiny model within bf16's ro
 }
 
 TEST_CASE("XLMR: state_dict round trip, a headless checkpoint keeps the head, gradients reach the encoder", "[xlmr][model]") {
-  const Tensor tokens = fixture("reference").at("tokens");
+  const Tensor tokens = xlmr_fixture("reference").at("tokens");
   XLMR model(tiny);
-  model.load(fixture("torchtext"));
+  model.load(xlmr_fixture("torchtext"));
   auto state = model.state_dict();
   CHECK(state.size() == 4 + 2 * 12 + 4);
   XLMR copy(tiny, 99);
@@ -422,7 +422,7 @@ TEST_CASE("XLMR: state_dict round trip, a headless checkpoint keeps the head, gr
   NoGradGuard no_grad;
   CHECK(relative_error(copy(tokens), model(tokens)) == 0);
 
-  auto headless = fixture("torchtext");
+  auto headless = xlmr_fixture("torchtext");
   for (const char* part : {"dense.weight", "dense.bias", "out_proj.weight", "out_proj.bias"})
     headless.erase(std::string("head.") + part);
   XLMR fresh(tiny, 5);
@@ -435,9 +435,9 @@ TEST_CASE("XLMR: state_dict round trip, a headless checkpoint keeps the head, gr
 }
 
 TEST_CASE("XLMR: training mode records the encoder and head for backward", "[xlmr][model]") {
-  const Tensor tokens = fixture("reference").at("tokens");
+  const Tensor tokens = xlmr_fixture("reference").at("tokens");
   XLMR model(tiny);
-  model.load(fixture("torchtext"));
+  model.load(xlmr_fixture("torchtext"));
   model.train();
   REQUIRE_FALSE(model.encoder.takes_fastpath());
   Tensor loss = cross_entropy(model(tokens), Tensor::from_vector<int64_t>({0, 2, 1}, {3}));

@@ -1,0 +1,299 @@
+// The quorum of an in-place elastic job (net/bootstrap/quorum_server.h), driven by raw clients
+// over real sockets: epochs form, a joiner makes the members re-form, a closed connection is told
+// to the others as a loss, a silent (cut) member reported lost is left out and comes back as a
+// joiner, and the job ends when every member left. Then troupe launch --in-place with dist_sgd
+// --elastic on three loopback "nodes": a killed rank and a killed node; the survivors go on from
+// memory and the restarted ones take the live state.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "devices/error.h"
+#include "net/bootstrap/launcher.h"
+#include "net/bootstrap/quorum_server.h"
+#include "net/bootstrap/rendezvous_rounds.h"
+#include "net/job_secret.h"
+#include "net/quorum.h"
+#include "support/scoped_env.h"
+
+using namespace troupe;
+using namespace troupe::net;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kBin = TROUPE_BIN_DIR;
+
+// The server's next message to `client` (the test fails after 5 s without one).
+RoundMessage next(RoundClient& client) {
+  auto m = client.receive(5000ms);
+  REQUIRE(m.has_value());
+  return *m;
+}
+
+std::vector<std::string> fields(std::initializer_list<std::string> f) { return f; }
+
+struct Server {
+  std::vector<std::string> log;
+  std::mutex mutex;
+  std::unique_ptr<QuorumServer> server;
+  int port = free_tcp_port();
+  explicit Server(QuorumSettings settings) {
+    server = QuorumServer::try_serve("127.0.0.1", port, std::nullopt, settings, [this](const std::string& line) {
+      std::lock_guard lock(mutex);
+      log.push_back(line);
+    });
+    REQUIRE(server);
+  }
+  bool logged(const std::string& part) {
+    std::lock_guard lock(mutex);
+    for (const auto& line : log)
+      if (line.find(part) != std::string::npos) return true;
+    return false;
+  }
+};
+
+// Answers an "epoch" with an address and checks the table that follows has `world` entries.
+void take_epoch(RoundClient& client, int epoch, int rank, int world, const std::string& address) {
+  const RoundMessage e = next(client);
+  REQUIRE(e.kind == "epoch");
+  CHECK(e.fields == fields({std::to_string(epoch), std::to_string(rank), std::to_string(world)}));
+  client.send("address", {std::to_string(epoch), address});
+}
+void take_table(RoundClient& client, int epoch, const std::vector<std::string>& addresses) {
+  const RoundMessage t = next(client);
+  REQUIRE(t.kind == "table");
+  std::vector<std::string> expected = {std::to_string(epoch)};
+  expected.insert(expected.end(), addresses.begin(), addresses.end());
+  CHECK(t.fields == expected);
+}
+
+std::string read_all(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int count_matches(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+}
+
+// A shell command in the background, its output into a file.
+struct Process {
+  pid_t pid = -1;
+  fs::path log;
+  Process(const std::string& command, fs::path log_path) : log(std::move(log_path)) {
+    pid = ::fork();
+    if (pid == 0) {
+      ::setpgid(0, 0);  // its own group: the test kills the launcher and its ranks at once
+      ::execl("/bin/sh", "sh", "-c", ("exec " + command + " >" + log.string() + " 2>&1").c_str(), nullptr);
+      _exit(127);
+    }
+  }
+  int wait_exit(std::chrono::milliseconds wait) {
+    const auto until = std::chrono::steady_clock::now() + wait;
+    int status = 0;
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > until) return -1;
+      std::this_thread::sleep_for(20ms);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  void kill_group() { ::kill(-pid, SIGKILL); }
+  ~Process() {
+    if (wait_exit(0ms) < 0) {
+      kill_group();
+      wait_exit(5s);
+    }
+  }
+};
+
+bool wait_for(const fs::path& log, const std::string& pattern, std::chrono::seconds wait, int count = 1) {
+  const auto until = std::chrono::steady_clock::now() + wait;
+  while (std::chrono::steady_clock::now() < until) {
+    if (count_matches(read_all(log), pattern) >= count) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("quorum: epochs form, grow with a joiner, shrink on a closed connection and on a reported loss",
+          "[net][quorum]") {
+  Server s({.min_ranks = 2, .max_ranks = 3, .settle = 200ms, .reform_timeout = 3000ms, .join_timeout = 20000ms});
+  auto a = std::make_unique<RoundClient>("127.0.0.1", s.port, std::nullopt);
+  auto b = std::make_unique<RoundClient>("127.0.0.1", s.port, std::nullopt);
+  a->send("join", {"a"});
+  std::this_thread::sleep_for(50ms);
+  b->send("join", {"b"});
+  // Two of at least two, and the settle time: epoch 0 of world 2, in join order.
+  take_epoch(*a, 0, 0, 2, "addr-a0");
+  take_epoch(*b, 0, 1, 2, "addr-b0");
+  take_table(*a, 0, {"addr-a0", "addr-b0"});
+  take_table(*b, 0, {"addr-a0", "addr-b0"});
+
+  SECTION("a joiner: the members are asked to re-form, and the next epoch has all three") {
+    RoundClient c("127.0.0.1", s.port, std::nullopt);
+    c.send("join", {"c"});
+    CHECK(next(*a).kind == "reform");
+    CHECK(next(*b).kind == "reform");
+    a->send("rejoin", {"0"});
+    b->send("rejoin", {"0"});
+    take_epoch(*a, 1, 0, 3, "addr-a1");
+    take_epoch(*b, 1, 1, 3, "addr-b1");
+    take_epoch(c, 1, 2, 3, "addr-c1");
+    for (RoundClient* client : {a.get(), b.get(), &c}) take_table(*client, 1, {"addr-a1", "addr-b1", "addr-c1"});
+
+    // b's process ends without leave: its connection closes, and the others are told at once.
+    b.reset();
+    for (RoundClient* client : {a.get(), &c}) {
+      const RoundMessage lost = next(*client);
+      CHECK(lost.kind == "lost");
+      CHECK(lost.fields == fields({"1", "1"}));
+      CHECK(next(*client).kind == "reform");
+    }
+    a->send("rejoin", {"1", "1"});
+    c.send("rejoin", {"1", "1"});
+    take_epoch(*a, 2, 0, 2, "addr-a2");  // the survivors keep their order
+    take_epoch(c, 2, 1, 2, "addr-c2");
+    take_table(*a, 2, {"addr-a2", "addr-c2"});
+    take_table(c, 2, {"addr-a2", "addr-c2"});
+    CHECK(s.logged("lost: its connection closed"));
+
+    // Every member leaves: the job is over, and a late joiner is told so.
+    a->send("leave", {});
+    c.send("leave", {});
+    CHECK(s.server->wait_finished(5000ms) == 0);
+    RoundClient late("127.0.0.1", s.port, std::nullopt);
+    late.send("join", {"late"});
+    const RoundMessage end = next(late);
+    CHECK(end.kind == "end");
+    CHECK(end.fields.at(0) == "0");
+  }
+
+  SECTION("a cut member reported lost is left out; the survivor waits for min_ranks; the cut one comes back") {
+    // b's link is "cut": it stays connected but silent. a reports it lost.
+    a->send("rejoin", {"0", "1"});
+    CHECK(next(*a).kind == "reform");
+    CHECK(next(*b).kind == "reform");  // told too: it would rejoin if it could hear
+    std::this_thread::sleep_for(300ms);
+    CHECK(s.logged("fewer than 2 rank(s)"));  // a alone is under min_ranks: it waits
+    // The link comes back: b's rejoin of the old epoch makes it a joiner.
+    b->send("rejoin", {"0", "0"});
+    take_epoch(*a, 1, 0, 2, "addr-a1");
+    take_epoch(*b, 1, 1, 2, "addr-b1");
+    take_table(*a, 1, {"addr-a1", "addr-b1"});
+    take_table(*b, 1, {"addr-a1", "addr-b1"});
+  }
+
+  SECTION("a member that sends no address is left out, and the epoch forms again without it") {
+    RoundClient c("127.0.0.1", s.port, std::nullopt);
+    c.send("join", {"c"});
+    CHECK(next(*a).kind == "reform");
+    CHECK(next(*b).kind == "reform");
+    a->send("rejoin", {"0"});
+    b->send("rejoin", {"0"});
+    take_epoch(*a, 1, 0, 3, "addr-a1");
+    take_epoch(*b, 1, 1, 3, "addr-b1");
+    CHECK(next(c).kind == "epoch");  // c never answers: after reform_timeout, epoch 2 without it
+    take_epoch(*a, 2, 0, 2, "addr-a2");
+    take_epoch(*b, 2, 1, 2, "addr-b2");
+    take_table(*a, 2, {"addr-a2", "addr-b2"});
+    CHECK(s.logged("sent no address"));
+  }
+}
+
+TEST_CASE("quorum: too few ranks within the join timeout end the job; malformed messages are ignored",
+          "[net][quorum][errors]") {
+  Server s({.min_ranks = 2, .max_ranks = 2, .settle = 100ms, .reform_timeout = 1000ms, .join_timeout = 500ms});
+  RoundClient a("127.0.0.1", s.port, std::nullopt);
+  a.send("join", {});               // no name: ignored
+  a.send("address", {"x", "y"});    // not forming: ignored
+  a.send("rejoin", {"zz"});         // not a member: joins
+  const RoundMessage end = next(a);
+  CHECK(end.kind == "end");
+  CHECK(end.fields.at(0) == "1");
+  CHECK(end.fields.at(1).find("only 1 rank(s) of at least 2") != std::string::npos);
+  CHECK(s.server->wait_finished(1000ms) == 1);
+}
+
+TEST_CASE("quorum: a rank's Quorum names what is missing", "[net][quorum][errors]") {
+  ScopedEnv none("TROUPE_QUORUM", "");
+  ::unsetenv("TROUPE_QUORUM");
+  CHECK_FALSE(Quorum::configured());
+  CHECK_THROWS_AS(Quorum(), ValueError);
+  CHECK_THROWS_WITH(Quorum(), Catch::Contains("TROUPE_QUORUM"));
+  // A server that never forms an epoch: TimeoutError naming it.
+  Server s({.min_ranks = 2, .max_ranks = 2, .settle = 100ms, .reform_timeout = 1000ms, .join_timeout = 20000ms});
+  ScopedEnv insecure("TROUPE_INSECURE", "1");
+  QuorumOptions o;
+  o.endpoint = "127.0.0.1:" + std::to_string(s.port);
+  o.timeout = 300ms;
+  CHECK_THROWS_AS(Quorum(o), TimeoutError);
+}
+
+TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and a killed node, no step lost",
+          "[net][quorum][elastic]") {
+  const fs::path dir = fs::temp_directory_path() / ("troupe_quorum_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string secret = (dir / "job.secret").string();
+  write_job_secret_file(secret, generate_job_secret());
+  const std::string port = std::to_string(free_tcp_port());
+  // 20 steps an epoch; --verify checks after every step that all ranks hold the same weights.
+  auto node = [&](const std::string& name) {
+    return std::make_unique<Process>(kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 2 --secret " + secret +
+                                         " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-settle 1 --in-place -- " + kBin +
+                                         "/dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json",
+                                     dir / (name + ".log"));
+  };
+  auto n0 = node("n0");  // serves the quorum
+  std::this_thread::sleep_for(300ms);
+  auto n1 = node("n1");
+  auto n2 = node("n2");
+  REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 0: world 3", 60s));
+  REQUIRE(wait_for(dir / "n0.log", "step 40 loss", 60s));
+
+  // A rank killed: its launcher starts it again, and it joins with the live state.
+  {
+    std::ifstream in("/proc/" + std::to_string(n1->pid) + "/task/" + std::to_string(n1->pid) + "/children");
+    pid_t rank = 0;
+    in >> rank;
+    REQUIRE(rank > 0);
+    ::kill(rank, SIGKILL);
+  }
+  REQUIRE(wait_for(dir / "n0.log", "lost: its connection closed", 30s));
+  REQUIRE(wait_for(dir / "n1.log", "took the state of step [0-9]+ from rank", 60s));
+  // A node killed (its launcher and rank), then started again.
+  std::this_thread::sleep_for(1s);
+  n2->kill_group();
+  n2->wait_exit(5s);
+  REQUIRE(wait_for(dir / "n0.log", "lost: its connection closed", 30s, 2));
+  auto n2b = node("n2b");
+  REQUIRE(wait_for(dir / "n2b.log", "took the state of step [0-9]+ from rank", 60s));
+
+  CHECK(n0->wait_exit(120s) == 0);
+  CHECK(n1->wait_exit(30s) == 0);
+  CHECK(n2b->wait_exit(30s) == 0);
+  const std::string all = read_all(dir / "n0.log") + read_all(dir / "n1.log") + read_all(dir / "n2b.log");
+  INFO(all.substr(all.size() > 4000 ? all.size() - 4000 : 0));
+  // Every step done once and checked on every rank (--verify), whatever the epoch: 500 steps.
+  CHECK(count_matches(all, "\"steps\":500") == 1);
+  CHECK(count_matches(all, "\"in_place\":true") == 1);
+  CHECK(count_matches(all, "differ across ranks") == 0);
+  CHECK(count_matches(all, "quorum epoch [0-9]+: world 3 at step [0-9]+ \\(1 rank\\(s\\) took the state\\)") >= 2);
+  fs::remove_all(dir);
+}
