@@ -14,16 +14,27 @@
 #
 #   scripts/elastic_trials.sh [TRIALS=20] [TORCH_TRIALS=4] [SUBSET=12800] [EPOCHS=3] [EVERY=20]
 #
-# One table row per trial: round and world size before/after the loss, steps lost (the last step
-# rank 0 logged before the loss minus the step resumed from), seconds from the loss to the first
-# training step after it, whether the job grew back to 3 hosts, final accuracy; then medians.
-# Exits 1 when a troupe trial fails, hangs (10 minutes), loses more than EVERY steps or ends
-# outside the seeds' accuracy spread (widened by 0.01 each side; torch's accuracy is only shown).
+# TROUPE_MODE=in-place (the default): troupe launch --in-place (net/quorum.h): the survivors'
+# group re-forms and they train on from memory, the returning rank takes the state from a live one;
+# the transports' heartbeat timeout is TROUPE_PEER_TIMEOUT_MS (default here 1000 ms; a cut link is
+# found by it). TROUPE_MODE=restart: the launchers' rounds, every rank started again from the newest
+# checkpoint (every EVERY steps).
+#
+# One table row per trial: the world size before/after the loss, steps lost (the last step rank 0
+# logged before the loss minus the step the job went on from), seconds from the loss to the first
+# training step after it, whether the job grew back to 3 hosts, final accuracy; in place also the
+# seconds from the host's return to its first step in the job, the bytes of state it took, and
+# the survivors' longest step while it joined against their median step. Then medians.
+# Exits 1 when a troupe trial fails, hangs (10 minutes), loses more than EVERY steps (in place:
+# any step) or ends outside the seeds' accuracy spread (widened by 0.01 each side; torch's
+# accuracy is only shown).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "elastic_trials: needs root (network namespaces)" >&2; exit 2; }
 trials=${1:-20} torch_trials=${2:-4} subset=${3:-12800} epochs=${4:-3} every=${5:-20}
 torch_pg_timeout=${TORCH_PG_TIMEOUT:-10} torch_last_call=${TORCH_LAST_CALL:-1}
+troupe_mode=${TROUPE_MODE:-in-place} peer_timeout=${TROUPE_PEER_TIMEOUT_MS:-1000}
+case $troupe_mode in in-place|restart) ;; *) echo "elastic_trials: TROUPE_MODE is in-place or restart, not $troupe_mode" >&2; exit 2 ;; esac
 RANDOM=${SEED:-1}
 steps=$(( (subset + 127) / 128 * epochs ))
 p=etr$$
@@ -51,7 +62,11 @@ main()" "$@"
 # node SYSTEM HOST DIR LOG [SEED]: host HOST's launcher of the job, its output time-stamped into LOG.
 node() {
   local sys=$1 h=$2 dir=$3 log=$4 seed=${5:-1234}
-  if [ "$sys" = troupe ]; then
+  if [ "$sys" = troupe ] && [ $troupe_mode = in-place ]; then
+    TROUPE_PEER_TIMEOUT_MS=$peer_timeout ip netns exec $p-h$h timeout 600 build/bin/troupe launch --nproc 1 --nnodes 2:3 \
+      --max-restarts 9 --secret "$work/job.secret" --rdzv-endpoint $rdzv:29400 --in-place -- build/bin/dist_sgd --elastic \
+      --seed "$seed" --subset $subset --epochs $epochs --json --log-every 1 2>&1 | stamp >"$log"
+  elif [ "$sys" = troupe ]; then
     ip netns exec $p-h$h timeout 600 build/bin/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 9 \
       --secret "$work/job.secret" --rdzv-endpoint $rdzv:29400 -- build/bin/dist_sgd --elastic --seed "$seed" --subset $subset --epochs $epochs \
       --json --log-every 1 --checkpoint-dir "$dir/h$h" --checkpoint-every $every --resume 2>&1 | stamp >"$log"
@@ -66,13 +81,17 @@ node() {
   fi
 }
 # Rank 0's lines of every host, in time order.
-merged() { cat "$1"/*.log | grep -E '^[0-9.]+ (\[rank 0\] )?(step [0-9]+ |resumed from|start world|\{)' | sort -n; }
+merged() { cat "$1"/*.log | grep -E '^[0-9.]+ (\[rank 0\] )?(step [0-9]+ |resumed from|start world|quorum epoch|took the state|\{)' | sort -n; }
 json_field() { grep -o "\"$1\":[^,}]*" | tail -1 | cut -d: -f2; }
 # The job's world size now, as its rank 0 last said.
 world_now() {
-  if [ "$1" = troupe ]; then grep -h 'rendezvous: round [0-9]*: ' "$2"/h0.log 2>/dev/null | tail -1 | awk '{ print $NF }'
+  if [ "$1" = troupe ] && [ $troupe_mode = in-place ]; then grep -h 'quorum: epoch [0-9]*: world' "$2"/h0.log 2>/dev/null | tail -1 | awk '{ print $7 }'
+  elif [ "$1" = troupe ]; then grep -h 'rendezvous: round [0-9]*: ' "$2"/h0.log 2>/dev/null | tail -1 | awk '{ print $NF }'
   else merged "$2" | awk '/start world/ { split($3, w, "="); n = w[2] } END { print n }'; fi
 }
+# The line saying the job trains again after a loss: in place, the survivors' new epoch.
+resumed_re() { if [ "$1" = troupe ] && [ $troupe_mode = in-place ]; then echo 'quorum epoch [0-9]+: world'; else echo 'resumed from'; fi; }
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; else print "-" }'; }
 kill_host() { local pids; pids=$(ip netns pids $p-h$1); [ -n "$pids" ] && kill -9 $pids; }
 
 echo "machine: $(build/bin/troupe info 2>/dev/null | head -3 | tr '\n' ' ')(load $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -89,12 +108,14 @@ done
 read -r lo hi < <(echo $accs | tr ' ' '\n' | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print lo - 0.01, hi + 0.01 }')
 echo "accuracy spread (3 seeds, +-0.01): $lo .. $hi"
 echo
-echo "| system | trial | loss | at step | round before -> after | world before -> after | steps lost | loss to next step (s) | grew back | accuracy | ok |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "troupe: $troupe_mode$([ $troupe_mode = in-place ] && echo ", TROUPE_PEER_TIMEOUT_MS=$peer_timeout")"
+echo "| system | trial | loss | at step | round (epoch) before -> after | world before -> after | steps lost | loss to next step (s) | grew back | return to its first step (s) | state bytes taken | survivors' step while it joined | accuracy | ok |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 bad=0
 for sys in troupe torch; do
   n=$trials; [ $sys = torch ] && n=$torch_trials
-  : >"$work/$sys.times"
+  : >"$work/$sys.times"; : >"$work/$sys.back"
+  allowed_lost=$every; [ $sys = troupe ] && [ $troupe_mode = in-place ] && allowed_lost=0
   for t in $(seq 1 "$n"); do
     d=$work/$sys-$t; mkdir -p $d
     mode=kill; [ $((t % 2)) = 0 ] && mode=cut
@@ -109,12 +130,13 @@ for sys in troupe torch; do
     t_loss=$EPOCHREALTIME
     # Back once the job has resumed on 2 hosts (or after 3 minutes).
     for _ in $(seq 1 1800); do
-      merged $d | awk -v t=$t_loss '$1 > t && /resumed from/ { found = 1 } END { exit !found }' && break
+      merged $d | awk -v t=$t_loss -v re="$(resumed_re $sys)" '$1 > t && $0 ~ re { found = 1 } END { exit !found }' && break
       sleep 0.1
     done
+    t_back=$EPOCHREALTIME
     if [ $mode = kill ]; then (node $sys 2 $d $d/h2-again.log) 2>/dev/null & pids+=($!); else scripts/netns_cluster.sh link 2 up $p; fi
     status=0
-    if ! merged $d | awk -v t=$t_loss '$1 > t && /resumed from/ { found = 1 } END { exit !found }'; then
+    if ! merged $d | awk -v t=$t_loss -v re="$(resumed_re $sys)" '$1 > t && $0 ~ re { found = 1 } END { exit !found }'; then
       for h in 0 1 2; do kill_host $h; done  # not resumed within 3 minutes
     fi
     for i in "${!pids[@]}"; do
@@ -123,11 +145,13 @@ for sys in troupe torch; do
     done
     m=$(merged $d)
     last=$(echo "$m" | awk -v t=$t_loss '$1 < t && $2 == "[rank" && $4 == "step" { s = $5 } $1 < t && $2 == "step" { s = $3 } END { print s }')
-    resumed_line=$(echo "$m" | awk -v t=$t_loss '$1 > t && /resumed from/ { print; exit }')
+    resumed_line=$(echo "$m" | awk -v t=$t_loss -v re="$(resumed_re $sys)" '$1 > t && $0 ~ re { print; exit }')
     resumed=$(echo "$resumed_line" | grep -o 'step [0-9]*' | head -1 | awk '{ print $2 }')
     t_resumed=$(echo "$resumed_line" | awk '{ print $1 }')
     t_next=$(echo "$m" | awk -v t=${t_resumed:-0} '$1 >= t && / ?step [0-9]+ loss/ { print $1; exit }')
-    if [ $sys = troupe ]; then
+    if [ $sys = troupe ] && [ $troupe_mode = in-place ]; then
+      rounds=$(grep -h 'quorum: epoch [0-9]*: world' $d/h0.log | awk '{ r = $5; sub(":", "", r); print $1, r, $7 }')
+    elif [ $sys = troupe ]; then
       rounds=$(grep -h 'rendezvous: round [0-9]*: ' $d/h0.log | awk '{ r = $5; sub(":", "", r); print $1, r, $NF }')
     else
       rounds=$(echo "$m" | awk '/start world/ { split($3, w, "="); split($4, r, "="); print $1, r[2], w[2] }')
@@ -139,18 +163,30 @@ for sys in troupe torch; do
     lost=$(( ${last:-0} - ${resumed:-0} ))
     secs=$(awk -v a=$t_loss -v b=${t_next:-0} 'BEGIN { if (b > 0) printf "%.2f", b - a; else print "-" }')
     echo "$mode $secs" >>"$work/$sys.times"
+    # In place: the returning host's first step in the job (from its restart or its link's return),
+    # the state it took, and the survivors' step that spanned its joining against their median.
+    back="" took="" pause=""
+    if [ $sys = troupe ] && [ $troupe_mode = in-place ]; then
+      t_grown=$(echo "$m" | awk -v t=$t_back '$1 > t && /quorum epoch [0-9]+: world 3 / { print $1; exit }')
+      t_trains=$(echo "$m" | awk -v t=${t_grown:-9e99} '$1 > t && / ?step [0-9]+ loss/ { print $1; exit }')
+      t_before=$(echo "$m" | awk -v t=${t_grown:-0} '$1 < t && / ?step [0-9]+ loss/ { s = $1 } END { print s }')
+      back=$(awk -v a=$t_back -v b=${t_trains:-0} 'BEGIN { if (b > 0) printf "%.2f", b - a; else print "-" }')
+      took=$(echo "$m" | awk -v t=$t_back '$1 > t && /took the state/ { for (i = 1; i < NF; ++i) if ($(i + 1) == "bytes") print $i; exit }')
+      normal=$(echo "$m" | awk -v t=$t_loss '$1 < t && / ?step [0-9]+ loss/ { if (p) print $1 - p; p = $1 }' | median)
+      pause=$(awk -v a=${t_before:-0} -v b=${t_trains:-0} -v n=${normal:-0} 'BEGIN { if (a > 0 && b > 0 && n > 0) printf "%.0f ms (%.1fx)", (b - a) * 1000, (b - a) / n; else print "-" }')
+      echo "$mode $back" >>"$work/$sys.back"
+    fi
     ok=yes
-    if [ $status -ne 0 ] || [ -z "$acc" ] || [ $lost -gt $every ] || [ "$secs" = - ] || { [ $sys = troupe ] &&
+    if [ $status -ne 0 ] || [ -z "$acc" ] || [ $lost -gt $allowed_lost ] || [ "$secs" = - ] || { [ $sys = troupe ] &&
        awk -v a=${acc:-0} -v lo=$lo -v hi=$hi 'BEGIN { exit !(a < lo || a > hi) }'; }; then
       ok="NO (status $status)"
       [ $sys = troupe ] && bad=$((bad + 1))
       mkdir -p /tmp/elastic-trials; cp -r $d /tmp/elastic-trials/
     fi
-    echo "| $sys | $t | $mode | $at | ${before% *} -> ${after% *} | ${before#* } -> ${after#* } | $lost | $secs | $grew | ${acc:--} | $ok |"
+    echo "| $sys | $t | $mode | $at | ${before% *} -> ${after% *} | ${before#* } -> ${after#* } | $lost | $secs | $grew | ${back:--} | ${took:--} | ${pause:--} | ${acc:--} | $ok |"
   done
 done
 echo
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; else print "-" }'; }
 for sys in troupe torch; do
   [ -s "$work/$sys.times" ] || continue
   for mode in all kill cut; do
@@ -160,5 +196,11 @@ for sys in troupe torch; do
       "over $(echo "$picked" | awk '$2 != "-"' | wc -l) trials; not resumed within 3 minutes: $(echo "$picked" | awk '$2 == "-"' | wc -l)"
   done
 done
+if [ -s "$work/troupe.back" ]; then
+  for mode in kill cut; do
+    echo "troupe, $mode: return of the lost host to its first step in the job, median" \
+      "$(awk -v m=$mode '$1 == m && $2 != "-" { print $2 }' "$work/troupe.back" | median) s"
+  done
+fi
 echo "troupe trials $trials, bad $bad"
 [ "$bad" -eq 0 ]

@@ -210,15 +210,22 @@ struct ElasticCluster {
   const std::string secret = job_secret_in(dir);
   ~ElasticCluster() { sh(kScript + " down " + prefix); }
 
-  std::unique_ptr<Process> start(int host, const std::string& log) {
+  std::unique_ptr<Process> start(int host, const std::string& log, bool in_place = false) {
     const fs::path addr = dir.path / "addr";
     if (std::system((kScript + " addr 0 " + prefix + " >" + addr.string()).c_str()) != 0) FAIL("no address for host 0");
     std::string rdzv = read_all(addr);
     rdzv.erase(rdzv.find_last_not_of("\n ") + 1);
     rdzv += ":29400";
+    // In place: a cut link is found by the transports' heartbeats within TROUPE_PEER_TIMEOUT_MS.
+    const std::string ns = "ip netns exec " + prefix + "-h" + std::to_string(host) + " ";
+    if (in_place)
+      return std::make_unique<Process>(
+          "env TROUPE_PEER_TIMEOUT_MS=1000 " + ns + kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 6 --secret " +
+              secret + " --rdzv-endpoint " + rdzv + " --rdzv-timeout 30 --in-place -- " + kBin +
+              "/dist_sgd --elastic --subset 6400 --epochs 8 --json --log-every 1 --verify",
+          dir.path / log);
     return std::make_unique<Process>(
-        "ip netns exec " + prefix + "-h" + std::to_string(host) + " " + kBin +
-            "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 6 --secret " + secret + " --rdzv-endpoint " + rdzv + " --rdzv-timeout 30 -- " +
+        ns + kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 6 --secret " + secret + " --rdzv-endpoint " + rdzv + " --rdzv-timeout 30 -- " +
             kBin + "/dist_sgd --elastic --subset 6400 --epochs 8 --json --log-every 1 --checkpoint-every 10 --resume " +
             "--checkpoint-dir " + (dir.path / ("h" + std::to_string(host))).string(),
         dir.path / log);
@@ -295,4 +302,68 @@ TEST_CASE("elastic cluster: one host's link cut, the job goes on with 2 hosts an
                           sh(kScript + " link 2 up " + c.prefix);
                           return std::unique_ptr<Process>();
                         });
+}
+
+namespace {
+
+// In place (troupe launch --in-place): host 2 lost once rank 0 logged step 30; the survivors'
+// group re-forms with no step lost (the survivors' first epoch without it goes on from the last
+// step rank 0 logged, or the one after), host 2 comes back and takes the live state, and every
+// one of the 400 steps is done once, checked on every rank (--verify).
+void lose_and_restore_host_in_place(const std::function<void(ElasticCluster&)>& lose,
+                                    const std::function<std::unique_ptr<Process>(ElasticCluster&)>& restore) {
+  ElasticCluster cluster;
+  REQUIRE_ELASTIC_CLUSTER(cluster);
+  auto h0 = cluster.start(0, "h0.log", true);  // host 0 owns the endpoint: it serves the quorum
+  auto h1 = cluster.start(1, "h1.log", true);
+  auto h2 = cluster.start(2, "h2.log", true);
+  auto logged = [&](bool ok) {
+    if (!ok) FAIL_CHECK("the hosts' logs:\n" << cluster.outputs());
+    return ok;
+  };
+  REQUIRE(logged(wait_for(h0->log, "quorum: epoch [0-9]+: world 3", 30s)));
+  REQUIRE(logged(wait_for(h0->log, "\\] step 30 ", 60s)));
+  lose(cluster);
+  REQUIRE(logged(wait_for(h0->log, "quorum epoch [0-9]+: world 2 at step", 15s)));
+  const std::string before = read_all(h0->log);
+  std::string at_line, at_step;  // the last epoch of 2 (an earlier one may have come before the third host)
+  const std::regex shrunk("quorum epoch [0-9]+: world 2 at step ([0-9]+)");
+  for (std::sregex_iterator it(before.begin(), before.end(), shrunk), end; it != end; ++it) {
+    at_line = it->str();
+    at_step = (*it)[1];
+  }
+  auto back = restore(cluster);
+  REQUIRE(logged(wait_for(h0->log, "quorum epoch [0-9]+: world 3 at step [0-9]+ \\(1 rank\\(s\\) took the state\\)", 60s)));
+  CHECK(h0->wait_exit(120s) == 0);
+  CHECK(h1->wait_exit(10s) == 0);
+  CHECK((back ? back : h2)->wait_exit(10s) == 0);
+  const std::string all = cluster.outputs();
+  // The step rank 0 logged last before the new epoch is the one it went on from: none lost.
+  const std::string upto = before.substr(0, before.rfind(at_line));
+  std::string last_step;
+  for (std::sregex_iterator it(upto.begin(), upto.end(), std::regex("\\] step ([0-9]+) loss")), end; it != end; ++it)
+    last_step = (*it)[1];
+  REQUIRE_FALSE(last_step.empty());
+  CHECK(std::stoi(at_step) >= std::stoi(last_step));
+  CHECK_THAT(all, Catch::Contains("\"steps\":400") && Catch::Contains("\"in_place\":true"));
+  CHECK_THAT(all, !Catch::Contains("differ across ranks"));
+}
+
+}  // namespace
+
+TEST_CASE("elastic cluster: in place, every process of one host killed, the survivors go on from memory and it comes back",
+          "[net][elastic][cluster][quorum]") {
+  lose_and_restore_host_in_place([](ElasticCluster& c) { sh("kill -9 $(ip netns pids " + c.prefix + "-h2)"); },
+                                 [](ElasticCluster& c) { return c.start(2, "h2-again.log", true); });
+}
+
+TEST_CASE("elastic cluster: in place, one host's link cut, the survivors go on and it rejoins when the link returns",
+          "[net][elastic][cluster][quorum]") {
+  // Host 2's rank goes on too: it finds its peers lost, asks the quorum for the next epoch, and
+  // its request comes through once the link is back.
+  lose_and_restore_host_in_place([](ElasticCluster& c) { sh(kScript + " link 2 down " + c.prefix); },
+                                 [](ElasticCluster& c) {
+                                   sh(kScript + " link 2 up " + c.prefix);
+                                   return std::unique_ptr<Process>();
+                                 });
 }
