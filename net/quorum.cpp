@@ -3,14 +3,15 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include <cstdlib>
 #include <numeric>
+#include <optional>
 
 #include "devices/error.h"
 #include "devices/threads.h"
 #include "net/bootstrap/rendezvous.h"
+#include "net/collectives.h"
 #include "net/bootstrap/rendezvous_rounds.h"
 #include "net/bootstrap/resolve.h"
 #include "net/job_secret.h"
@@ -19,12 +20,20 @@
 
 namespace troupe::net {
 
-// What the listener hands the rank's thread: the server's "epoch", "table" and "end", in order.
-struct Quorum::Inbox {
+// What the threads share, under one mutex: the listener's queues and the builder's results.
+struct Quorum::Shared {
   std::mutex mutex;
-  std::condition_variable cv;
-  std::deque<RoundMessage> messages;
-  std::deque<RoundMessage> outgoing;  // to the server, sent by the listener
+  std::condition_variable cv;               // a new epoch message, a group ready, the end, stopping
+  std::deque<RoundMessage> forming;         // "epoch" and "table", for the builder
+  std::deque<RoundMessage> outgoing;        // to the server, sent by the listener
+  std::shared_ptr<Transport> building;      // the transport the builder binds or connects
+  int building_epoch = -1;
+  bool building_aborted = false;            // broken on purpose (superseded, closing): no loss to report
+  std::shared_ptr<ProcessGroup> ready;      // the latest epoch's connected group, not taken yet
+  int ready_epoch = -1;
+  std::shared_ptr<ProcessGroup> current;    // the rank's group, for the listener's "lost"
+  int current_epoch = -1;
+  std::optional<std::pair<int, std::string>> ended;  // the server's "end": code, why
 };
 
 namespace {
@@ -44,19 +53,26 @@ std::optional<int> parse_int_field(const std::string& text) {
   return std::nullopt;
 }
 
+// The ranks `transport` found lost, as "rejoin" lists them.
+void add_lost_ranks(const Transport& transport, std::vector<std::string>& fields) {
+  for (int r = 0; r < transport.world_size(); ++r)
+    if (transport.is_lost(r)) fields.push_back(std::to_string(r));
+}
+
 }  // namespace
 
 bool Quorum::configured() { return !quorum_env("TROUPE_QUORUM").empty(); }
 
-Quorum::Quorum(QuorumOptions options) : options_(std::move(options)), inbox_(std::make_unique<Inbox>()) {
+Quorum::Quorum(QuorumOptions options) : options_(std::move(options)), shared_(std::make_unique<Shared>()) {
   if (options_.endpoint.empty()) options_.endpoint = quorum_env("TROUPE_QUORUM");
   if (options_.endpoint.empty())
     throw ValueError("Quorum: no server: pass QuorumOptions::endpoint or set TROUPE_QUORUM (troupe launch --in-place sets it)");
   auto [host, port] = split_host_port(options_.endpoint);
   const Deadline deadline = deadline_after(options_.timeout);
   const std::string numeric = detail::resolve_host(host, "TROUPE_QUORUM", detail::resolve_patience(), deadline);
-  host_ = !quorum_env("TROUPE_HOST").empty() ? quorum_env("TROUPE_HOST")
-                                              : detail::local_address_towards(numeric, port, "TROUPE_QUORUM=" + options_.endpoint);
+  host_ = !quorum_env("TROUPE_HOST").empty()
+              ? quorum_env("TROUPE_HOST")
+              : detail::local_address_towards(numeric, port, "TROUPE_QUORUM=" + options_.endpoint);
   if (options_.name.empty()) options_.name = host_ + "/" + std::to_string(::getpid());
   std::optional<CurveKeys> keys;
   if (const std::string secret = quorum_env("TROUPE_JOB_SECRET_FILE"); !secret.empty())
@@ -64,9 +80,10 @@ Quorum::Quorum(QuorumOptions options) : options_(std::move(options)), inbox_(std
   client_ = std::make_unique<RoundClient>(numeric, port, keys);
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw CommError("Quorum: pipe failed");
   listener_ = std::thread([this] { listen(); });
+  builder_ = std::thread([this] { build(); });
   send("join", {options_.name});
   try {
-    form();
+    wait_for_next();
   } catch (...) {
     shut_down();
     throw;
@@ -79,16 +96,23 @@ void Quorum::shut_down() {
   // Without leave() (an exception on its way out) the server sees the connection close: this rank
   // is lost to the others, not done. What was queued (leave included) goes out before the
   // listener stops, and the DEALER lingers to deliver it.
-  stop_ = true;
+  {
+    std::lock_guard lock(shared_->mutex);
+    stop_ = true;
+    if (shared_->building) abort_building("Quorum: closing");
+  }
+  shared_->cv.notify_all();
   const char byte = 0;
   if (::write(wake_[1], &byte, 1) < 0) {
   }
   listener_.join();
+  builder_.join();
   {
-    std::lock_guard lock(group_mutex_);
-    if (group_) retire(std::move(group_));
-    forming_.reset();
+    std::lock_guard lock(shared_->mutex);
+    shared_->current.reset();
+    if (shared_->ready) retire(std::move(shared_->ready));
   }
+  if (group_) retire(std::move(group_));
   for (auto& t : retiring_) t.join();
   client_.reset();
   ::close(wake_[0]);
@@ -97,8 +121,8 @@ void Quorum::shut_down() {
 
 void Quorum::send(const std::string& kind, std::vector<std::string> fields) {
   {
-    std::lock_guard lock(inbox_->mutex);
-    inbox_->outgoing.push_back({kind, std::move(fields)});
+    std::lock_guard lock(shared_->mutex);
+    shared_->outgoing.push_back({kind, std::move(fields)});
   }
   const char byte = 0;
   if (::write(wake_[1], &byte, 1) < 0) {
@@ -111,8 +135,8 @@ void Quorum::listen() {
     const bool stopping = stop_;  // read first: whatever was queued before it is sent below
     std::deque<RoundMessage> outgoing;
     {
-      std::lock_guard lock(inbox_->mutex);
-      outgoing.swap(inbox_->outgoing);
+      std::lock_guard lock(shared_->mutex);
+      outgoing.swap(shared_->outgoing);
     }
     for (const auto& m : outgoing) client_->send(m.kind, m.fields);
     if (stopping) break;
@@ -123,48 +147,152 @@ void Quorum::listen() {
       }
       continue;
     }
-    // The server's messages, or a wake-up from the rank's thread, whichever comes first.
+    // The server's messages, or a wake-up from another thread, whichever comes first.
     auto m = client_->receive(std::chrono::milliseconds(100), wake_[0]);
     if (!m) continue;
+    std::lock_guard lock(shared_->mutex);
     if (m->kind == "lost" && m->fields.size() == 2) {
       const auto epoch = parse_int_field(m->fields[0]), r = parse_int_field(m->fields[1]);
       if (!epoch || !r) continue;
       const std::string why = "quorum: rank " + std::to_string(*r) + " of epoch " + std::to_string(*epoch) +
                               " was lost (its connection to the quorum server closed)";
-      std::lock_guard lock(group_mutex_);
-      if (group_ && *epoch == epoch_) group_->transport().declare_lost(*r, why);
-      if (forming_ && *epoch == forming_epoch_) forming_->declare_lost(*r, why);
-      if (*epoch == epoch_) reform_asked_ = *epoch;
-    } else if (m->kind == "reform" && m->fields.size() == 1) {
-      if (auto epoch = parse_int_field(m->fields[0])) reform_asked_ = *epoch;
-    } else if (m->kind == "epoch" || m->kind == "table" || m->kind == "end") {
-      {
-        std::lock_guard lock(inbox_->mutex);
-        inbox_->messages.push_back(*m);
-      }
-      inbox_->cv.notify_all();
+      if (shared_->current && *epoch == shared_->current_epoch) shared_->current->transport().declare_lost(*r, why);
+      if (shared_->ready && *epoch == shared_->ready_epoch) shared_->ready->transport().declare_lost(*r, why);
+    } else if (m->kind == "epoch" || m->kind == "table") {
+      // A later epoch supersedes the one being connected: its connect gives up now.
+      const auto epoch = m->fields.empty() ? std::nullopt : parse_int_field(m->fields[0]);
+      if (m->kind == "epoch" && epoch && shared_->building && *epoch > shared_->building_epoch)
+        abort_building("quorum: epoch " + std::to_string(*epoch) + " superseded it");
+      shared_->forming.push_back(*m);
+      shared_->cv.notify_all();
+    } else if (m->kind == "end") {
+      const int code = m->fields.empty() ? 1 : parse_int_field(m->fields[0]).value_or(1);
+      shared_->ended = {code, m->fields.size() > 1 ? m->fields[1] : ""};
+      shared_->cv.notify_all();
     }
   }
 }
 
-bool Quorum::reform_needed() { return !left_ && (broken_ || reform_asked_.load() >= epoch_.load()); }
+void Quorum::build() {
+  name_this_thread("troupe-quorum-b");
+  std::shared_ptr<Transport> transport;
+  int epoch = -1;
+  while (true) {
+    RoundMessage m;
+    {
+      std::unique_lock lock(shared_->mutex);
+      shared_->cv.wait(lock, [&] { return stop_ || !shared_->forming.empty(); });
+      if (stop_) break;
+      m = std::move(shared_->forming.front());
+      shared_->forming.pop_front();
+    }
+    try {
+      if (m.kind == "epoch" && m.fields.size() == 3) {
+        const auto e = parse_int_field(m.fields[0]), rank = parse_int_field(m.fields[1]), world = parse_int_field(m.fields[2]);
+        if (!e || !rank || !world || *world < 1 || *rank < 0 || *rank >= *world) continue;
+        InitOptions init;
+        init.rank = *rank;
+        init.world_size = *world;
+        init.timeout = options_.timeout;
+        TransportOptions t = transport_options_from_env(init);
+        t.tcp_host = host_;
+        {
+          std::lock_guard lock(shared_->mutex);
+          shared_->building.reset();
+          if (transport) retire(std::move(transport));
+        }
+        transport = std::make_shared<Transport>(t);
+        epoch = *e;
+        {
+          std::lock_guard lock(shared_->mutex);
+          shared_->building = transport;
+          shared_->building_epoch = epoch;
+          shared_->building_aborted = false;
+        }
+        send("address", {m.fields[0], transport->address().serialize()});
+        continue;
+      }
+      if (m.kind != "table" || m.fields.empty() || parse_int_field(m.fields[0]) != epoch || !transport) continue;
+      std::vector<PeerAddress> table;
+      for (size_t i = 1; i < m.fields.size(); ++i) table.push_back(PeerAddress::parse(m.fields[i]));
+      transport->connect(table, deadline_after(std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(10))));
+      std::vector<int> ranks(static_cast<size_t>(transport->world_size()));
+      std::iota(ranks.begin(), ranks.end(), 0);
+      auto group = std::make_shared<ProcessGroup>(transport, 0, std::move(ranks), options_.timeout);
+      // One collective among the builders: what a group sets up on its first (shared memory
+      // between the ranks of a host: 25-45 ms here) is paid here, not in the ranks' first step.
+      Tensor one = Tensor::ones({1}, DType::i32);
+      all_reduce(*group, one, ReduceOp::sum);
+      {
+        std::lock_guard lock(shared_->mutex);
+        shared_->building.reset();
+        if (shared_->ready) retire(std::move(shared_->ready));
+        shared_->ready = std::move(group);
+        shared_->ready_epoch = epoch;
+      }
+      shared_->cv.notify_all();
+      transport.reset();
+    } catch (const Error&) {  // a member lost while it formed (the server forms it again), or superseded
+      std::vector<std::string> fields = {std::to_string(epoch)};
+      {
+        std::lock_guard lock(shared_->mutex);
+        if (transport && !shared_->building_aborted) add_lost_ranks(*transport, fields);
+        shared_->building_aborted = false;
+        shared_->building.reset();
+        if (transport) retire(std::move(transport));
+      }
+      if (fields.size() > 1) send("rejoin", std::move(fields));
+    }
+  }
+  std::lock_guard lock(shared_->mutex);
+  shared_->building.reset();
+  if (transport) retire(std::move(transport));
+}
+
+void Quorum::abort_building(const std::string& why) {
+  shared_->building_aborted = true;
+  shared_->building->declare_lost((shared_->building->rank() + 1) % shared_->building->world_size(), why);
+}
+
+bool Quorum::reform_needed() {
+  if (left_) return false;
+  if (broken_) return true;
+  std::lock_guard lock(shared_->mutex);
+  return shared_->ready_epoch > epoch_;
+}
 
 void Quorum::lost(const std::exception&) { broken_ = true; }
 
 void Quorum::reform() {
   if (left_) throw CommError("Quorum: reform() after leave()");
-  std::vector<std::string> fields = {std::to_string(epoch_.load())};
-  {
-    std::lock_guard lock(group_mutex_);
-    if (group_) {
-      Transport& t = group_->transport();
-      for (int r = 0; r < group_->size(); ++r)
-        if (r != group_->rank() && t.is_lost(r)) fields.push_back(std::to_string(r));
-      retire(std::move(group_));
-    }
+  if (group_) {
+    // A loss this rank found: the server may not know (a cut link), so it is told.
+    std::vector<std::string> fields = {std::to_string(epoch_.load())};
+    add_lost_ranks(group_->transport(), fields);
+    if (fields.size() > 1) send("rejoin", std::move(fields));
+    std::lock_guard lock(shared_->mutex);
+    shared_->current.reset();
+    shared_->current_epoch = -1;
+    retire(std::move(group_));  // its peers see this rank go: they change groups too
   }
-  send("rejoin", std::move(fields));
-  form();
+  wait_for_next();
+}
+
+void Quorum::wait_for_next() {
+  const Deadline deadline = deadline_after(options_.timeout);
+  std::unique_lock lock(shared_->mutex);
+  if (!shared_->cv.wait_until(lock, deadline, [&] { return shared_->ended || shared_->ready_epoch > epoch_; }))
+    throw TimeoutError("Quorum: no epoch formed within " + std::to_string(options_.timeout.count()) +
+                       " ms (the quorum server at " + options_.endpoint + ")");
+  if (shared_->ready_epoch <= epoch_) {  // ended
+    left_ = true;
+    throw JobEndedError(shared_->ended->first, shared_->ended->second);
+  }
+  group_ = std::move(shared_->ready);
+  epoch_ = shared_->ready_epoch;
+  shared_->current = group_;
+  shared_->current_epoch = epoch_;
+  broken_ = false;
 }
 
 void Quorum::leave() {
@@ -173,84 +301,10 @@ void Quorum::leave() {
   send("leave", {});
 }
 
-void Quorum::retire(std::shared_ptr<ProcessGroup> group) {
-  // Its transport says goodbye to the peers at once (the ones still waiting on this rank fail now,
-  // and come to re-form too), then lingers for what it still sends: not on this rank's time.
-  retiring_.emplace_back([g = std::move(group)]() mutable { g.reset(); });
-}
-
-void Quorum::form() {
-  const Deadline deadline = deadline_after(options_.timeout);
-  std::shared_ptr<Transport> transport;
-  int forming = -1;
-  auto drop_transport = [&] {
-    std::lock_guard lock(group_mutex_);
-    forming_.reset();
-    if (transport) retiring_.emplace_back([t = std::move(transport)]() mutable { t.reset(); });
-    transport.reset();
-  };
-  while (true) {
-    RoundMessage m;
-    {
-      std::unique_lock lock(inbox_->mutex);
-      if (!inbox_->cv.wait_until(lock, deadline, [&] { return !inbox_->messages.empty(); }))
-        throw TimeoutError("Quorum: no epoch formed within " + std::to_string(options_.timeout.count()) +
-                           " ms (the quorum server at " + options_.endpoint + ")");
-      m = std::move(inbox_->messages.front());
-      inbox_->messages.pop_front();
-    }
-    if (m.kind == "end") {
-      const int code = m.fields.empty() ? 1 : parse_int_field(m.fields[0]).value_or(1);
-      left_ = true;
-      throw JobEndedError(code, m.fields.size() > 1 ? m.fields[1] : "");
-    }
-    if (m.kind == "epoch" && m.fields.size() == 3) {
-      const auto epoch = parse_int_field(m.fields[0]), rank = parse_int_field(m.fields[1]), world = parse_int_field(m.fields[2]);
-      if (!epoch || !rank || !world || *world < 1 || *rank < 0 || *rank >= *world) continue;
-      drop_transport();
-      InitOptions init;
-      init.rank = *rank;
-      init.world_size = *world;
-      init.timeout = options_.timeout;
-      TransportOptions t = transport_options_from_env(init);
-      t.tcp_host = host_;
-      transport = std::make_shared<Transport>(t);
-      forming = *epoch;
-      {
-        std::lock_guard lock(group_mutex_);
-        forming_ = transport;
-        forming_epoch_ = forming;
-      }
-      send("address", {m.fields[0], transport->address().serialize()});
-      continue;
-    }
-    if (m.kind != "table" || m.fields.empty() || parse_int_field(m.fields[0]) != forming || !transport) continue;
-    std::vector<PeerAddress> table;
-    try {
-      for (size_t i = 1; i < m.fields.size(); ++i) table.push_back(PeerAddress::parse(m.fields[i]));
-      transport->connect(table, std::min(deadline, deadline_after(std::chrono::seconds(10))));
-    } catch (const Error& e) {  // a member lost while it formed: again, without it
-      std::vector<std::string> fields = {std::to_string(forming)};
-      for (int r = 0; r < transport->world_size(); ++r)
-        if (r != transport->rank() && transport->is_lost(r)) fields.push_back(std::to_string(r));
-      drop_transport();
-      epoch_ = forming;  // the server knows this rank as a member of it
-      send("rejoin", std::move(fields));
-      continue;
-    }
-    std::vector<int> ranks(static_cast<size_t>(transport->world_size()));
-    std::iota(ranks.begin(), ranks.end(), 0);
-    auto group = std::make_shared<ProcessGroup>(transport, 0, std::move(ranks), options_.timeout);
-    {
-      std::lock_guard lock(group_mutex_);
-      group_ = std::move(group);
-      forming_.reset();
-    }
-    epoch_ = forming;
-    broken_ = false;
-    ++reforms_;
-    return;
-  }
+void Quorum::retire(std::shared_ptr<void> holder) {  // with shared_->mutex held, or no other thread left
+  // A transport says goodbye to its peers at once (the ones still waiting on this rank fail now,
+  // and change groups too), then lingers for what it still sends: not on this rank's time.
+  retiring_.emplace_back([h = std::move(holder)]() mutable { h.reset(); });
 }
 
 }  // namespace troupe::net

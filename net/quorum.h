@@ -1,18 +1,19 @@
 #pragma once
 // Quorum: the process group of an in-place elastic job, as one rank sees it. The job's membership
 // goes in epochs (net/bootstrap/quorum_server.h, served by `troupe launch --in-place`); each epoch
-// has a ProcessGroup of its own. When a rank is lost, the survivors' processes go on: the group
-// breaks (PeerLostError), each survivor asks for the next epoch, and the next group forms from them
-// and any rank waiting to join, with the survivors' state still in their memory. When nothing
-// changes, a step costs no message to the server: the server pushes "re-form" and "lost" to the
-// ranks, and reform_needed() only reads what came.
+// has a ProcessGroup of its own. When a rank is lost or one joins, the server forms the next epoch
+// and each rank's builder thread binds and connects its group while the rank trains on; the rank
+// changes groups at a step boundary (reform_needed(), reform()), and its old group's peers, seeing
+// it go, change too. The survivors' processes go on with their state in memory; the step in flight
+// at a loss is redone in the new group. When nothing changes, a step costs no message to the
+// server: the server pushes "lost" and the next epoch, and reform_needed() only reads what came.
 //
 //   net::Quorum quorum;                        // joins ($TROUPE_QUORUM, set by troupe launch --in-place)
 //   std::optional<GradientReducer> reducer;
 //   while (step < steps) {
 //     if (quorum.reform_needed()) {            // a rank joined or was lost: at a step boundary
 //       reducer.reset();                       // whatever holds the old group goes first
-//       quorum.reform();                       // the next epoch's group
+//       quorum.reform();                       // the next epoch's group (connected meanwhile)
 //       ...                                    // the ranks behind take the state: models/train/live_state.h
 //     }
 //     if (!reducer) reducer.emplace(quorum.group(), params);
@@ -81,41 +82,41 @@ class Quorum {
   ProcessGroup& group() { return *group_; }
   const std::shared_ptr<ProcessGroup>& shared_group() const { return group_; }
   int epoch() const { return epoch_; }
-  int reforms() const { return reforms_; }  // epochs formed after the first
 
-  // Whether the group must re-form before the next step: it broke (lost()), a member's loss was
-  // told by the server, or a rank waits to join. Reads only what already came: no message.
+  // Whether to change groups before the next step: this one broke (lost()), or the next epoch's
+  // group is connected (it formed in the background: a rank joined, or one was lost). Reads only
+  // what already came: no message, no wait.
   bool reform_needed();
   // The group broke inside a step (PeerLostError, or another CommError of the group).
   void lost(const std::exception& why);
-  // Leaves the current epoch's group (its peers see this rank go) and waits for the next epoch's
-  // group. JobEndedError / TimeoutError as the constructor.
+  // Leaves the current epoch's group (its peers see this rank go, and change groups too) for the
+  // next epoch's, waiting for it when it is not connected yet. JobEndedError / TimeoutError as
+  // the constructor.
   void reform();
   // Done: this rank takes part in no epoch again.
   void leave();
 
  private:
-  struct Inbox;
-  void listen();                                                  // the listener thread
+  struct Shared;
+  void listen();  // the listener thread: the server's messages; sends what the rank queued
+  void build();   // the builder thread: binds and connects each epoch's group as the server forms it
   void send(const std::string& kind, std::vector<std::string> fields);  // through the listener
-  void form();                                                    // waits for the next epoch's group
-  void retire(std::shared_ptr<ProcessGroup> group);               // destroyed on a thread of its own
-  void shut_down();                                               // leaves, stops the listener, retires all
+  void wait_for_next();  // until a group of a later epoch than epoch_ is connected: it becomes group_
+  void retire(std::shared_ptr<void> holder);  // destroyed on a thread of its own
+  void abort_building(const std::string& why);  // with shared_->mutex held: its connect gives up
+  void shut_down();
 
   QuorumOptions options_;
   std::string host_;  // this rank's address towards the server (its transports bind it)
-  std::unique_ptr<Inbox> inbox_;
+  std::unique_ptr<Shared> shared_;
   std::unique_ptr<RoundClient> client_;
   int wake_[2] = {-1, -1};  // the listener's wake-up pipe
   std::atomic<bool> stop_{false};
-  std::thread listener_;
+  std::thread listener_, builder_;
 
-  std::mutex group_mutex_;  // group_ and forming_ against the listener's "lost"
-  std::shared_ptr<ProcessGroup> group_;
-  std::shared_ptr<Transport> forming_;
-  std::atomic<int> epoch_{-1}, forming_epoch_{-1}, reform_asked_{-1};
+  std::shared_ptr<ProcessGroup> group_;  // the rank's thread's; epoch_'s
+  std::atomic<int> epoch_{-1};
   bool broken_ = false, left_ = false;
-  int reforms_ = -1;
   std::vector<std::thread> retiring_;
 };
 

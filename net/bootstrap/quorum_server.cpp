@@ -30,12 +30,13 @@ std::optional<int> parse_int_field(const std::string& text) {
 
 std::string seconds_text(std::chrono::milliseconds d) { return std::to_string(d.count() / 1000.0).substr(0, 4); }
 
-// The membership and its phase; the server's thread alone touches it.
+// The membership: the running epoch (the last whose table went out), the one forming, the ranks
+// waiting to join. The server's thread alone touches it.
 class Membership {
  public:
   using Send = std::function<void(const std::string& id, const RoundMessage&)>;
   Membership(QuorumSettings settings, Send send, QuorumServer::Log log)
-      : settings_(settings), send_(std::move(send)), log_(std::move(log)), phase_since_(Clock::now()) {}
+      : settings_(settings), send_(std::move(send)), log_(std::move(log)), waiting_since_(Clock::now()) {}
 
   std::optional<int> end_code() const { return end_code_; }
 
@@ -52,24 +53,21 @@ class Membership {
     } else if (m.kind == "rejoin" && !m.fields.empty()) {
       fds_[id] = fd;
       const auto epoch = parse_int_field(m.fields[0]);
-      const bool member = epoch && *epoch == epoch_ && rank_of(id) >= 0 && phase_ != Phase::gathering;
-      if (!member) {  // of an older epoch (left out meanwhile): it joins like a new rank
-        add_waiting(id);
+      const bool member = epoch && *epoch == running_epoch_ && index_of(running_, id) >= 0;
+      const bool forming = epoch && forming_epoch_ >= 0 && *epoch == forming_epoch_ && index_of(assigned_, id) >= 0;
+      if (!member && !forming) {  // of an older epoch (left out meanwhile): it joins like a new rank
+        if (index_of(running_, id) < 0 && index_of(assigned_, id) < 0) add_waiting(id);
         return;
       }
-      if (phase_ == Phase::assigning) {  // it could not take part in forming this epoch: again
-        log_("epoch " + std::to_string(epoch_) + ": " + name(id) + " failed while it formed; forming again");
-        assign(members_and_waiting(assigned_));
-        return;
-      }
-      start_reform(name(id) + " asked to re-form");
-      rejoined_.insert(id);
+      const std::vector<std::string>& numbering = member ? running_ : assigned_;
+      std::vector<std::string> lost;
       for (size_t i = 1; i < m.fields.size(); ++i)
-        if (auto r = parse_int_field(m.fields[i]); r && *r >= 0 && *r < static_cast<int>(members_.size()))
-          reported_lost_.insert(members_[static_cast<size_t>(*r)]);
-    } else if (m.kind == "address" && m.fields.size() == 2 && phase_ == Phase::assigning) {
+        if (auto r = parse_int_field(m.fields[i]); r && *r >= 0 && *r < static_cast<int>(numbering.size()))
+          lost.push_back(numbering[static_cast<size_t>(*r)]);
+      for (const auto& gone : lost) lose(gone, name(id) + " found " + name(gone) + " lost");
+    } else if (m.kind == "address" && m.fields.size() == 2 && forming_epoch_ >= 0) {
       const int r = index_of(assigned_, id);
-      if (parse_int_field(m.fields[0]) == epoch_ && r >= 0) addresses_[static_cast<size_t>(r)] = m.fields[1];
+      if (parse_int_field(m.fields[0]) == forming_epoch_ && r >= 0) addresses_[static_cast<size_t>(r)] = m.fields[1];
     } else if (m.kind == "leave" && m.fields.empty()) {
       left_.insert(id);
       std::erase(waiting_, id);
@@ -77,7 +75,7 @@ class Membership {
     }
   }
 
-  // A client's connection closed: a member that did not leave is lost.
+  // A client's connection closed: a member that did not leave is lost, and told so to the others.
   void on_closed(int fd) {
     std::vector<std::string> closed;
     for (const auto& [id, known] : fds_)
@@ -86,82 +84,46 @@ class Membership {
       fds_.erase(id);  // the descriptor's number goes to the next connection
       if (left_.count(id)) continue;
       std::erase(waiting_, id);
-      if (phase_ == Phase::assigning && index_of(assigned_, id) >= 0) {
-        std::vector<std::string> others = assigned_;
-        std::erase(others, id);
-        log_("epoch " + std::to_string(epoch_) + ": " + name(id) + " lost while it formed; forming again");
-        assign(members_and_waiting(others));
-        continue;
-      }
-      const int r = rank_of(id);
-      if (r < 0 || (phase_ != Phase::running && phase_ != Phase::reforming)) continue;
-      if (!reported_lost_.insert(id).second) continue;
-      for (const auto& other : members_)
-        if (other != id) send_(other, {"lost", {std::to_string(epoch_), std::to_string(r)}});
-      start_reform(name(id) + " lost: its connection closed");
+      if (const int r = index_of(running_, id); r >= 0)
+        for (const auto& other : running_)
+          if (other != id) send_(other, {"lost", {std::to_string(running_epoch_), std::to_string(r)}});
+      lose(id, name(id) + " lost: its connection closed");
     }
   }
 
   void tick(Clock::time_point now) {
     if (end_code_) return;
-    switch (phase_) {
-      case Phase::gathering: {
-        const int n = static_cast<int>(waiting_.size());
-        if (n >= settings_.min_ranks && (n >= settings_.max_ranks || now - last_join_ >= settings_.settle ||
-                                         epoch_ >= 0))
-          assign(members_and_waiting({}));
-        else if (n < settings_.min_ranks && now - phase_since_ >= settings_.join_timeout)
-          end(1, "only " + std::to_string(n) + " rank(s) of at least " + std::to_string(settings_.min_ranks) +
-                     " within " + seconds_text(settings_.join_timeout) + " s");
-        break;
+    if (forming_epoch_ >= 0) {
+      if (std::none_of(addresses_.begin(), addresses_.end(), [](const std::string& a) { return a.empty(); })) {
+        publish();
+      } else if (now - forming_since_ >= settings_.reform_timeout) {
+        std::vector<std::string> answered;
+        for (size_t r = 0; r < assigned_.size(); ++r)
+          if (!addresses_[r].empty()) answered.push_back(assigned_[r]);
+        log_("epoch " + std::to_string(forming_epoch_) + ": " + std::to_string(assigned_.size() - answered.size()) +
+             " rank(s) sent no address within " + seconds_text(settings_.reform_timeout) + " s; forming again");
+        form(answered);
       }
-      case Phase::running:
-        if (!members_.empty() && std::all_of(members_.begin(), members_.end(), [&](auto& id) { return left_.count(id); }))
-          end(0, "");
-        break;
-      case Phase::reforming: {
-        const bool all_in = std::all_of(members_.begin(), members_.end(), [&](const std::string& id) {
-          return rejoined_.count(id) || reported_lost_.count(id) || left_.count(id);
-        });
-        if (all_in || now - phase_since_ >= settings_.reform_timeout) {
-          std::vector<std::string> survivors;
-          for (const auto& id : members_)
-            if (rejoined_.count(id)) survivors.push_back(id);
-          assign(members_and_waiting(survivors));
-        }
-        break;
-      }
-      case Phase::assigning: {
-        if (std::none_of(addresses_.begin(), addresses_.end(), [](const std::string& a) { return a.empty(); })) {
-          RoundMessage table{"table", {std::to_string(epoch_)}};
-          table.fields.insert(table.fields.end(), addresses_.begin(), addresses_.end());
-          for (const auto& id : assigned_) send_(id, table);
-          members_ = assigned_;
-          phase_ = Phase::running;
-          phase_since_ = now;
-          rejoined_.clear();
-          reported_lost_.clear();
-          reform_sent_ = false;
-          std::string names;
-          for (const auto& id : members_) names += (names.empty() ? "" : ", ") + name(id);
-          log_("epoch " + std::to_string(epoch_) + ": world " + std::to_string(members_.size()) + " (" + names + ")");
-          if (!waiting_.empty()) ask_reform();
-        } else if (now - phase_since_ >= settings_.reform_timeout) {
-          std::vector<std::string> answered;
-          for (size_t r = 0; r < assigned_.size(); ++r)
-            if (!addresses_[r].empty()) answered.push_back(assigned_[r]);
-          log_("epoch " + std::to_string(epoch_) + ": " + std::to_string(assigned_.size() - answered.size()) +
-               " rank(s) sent no address within " + seconds_text(settings_.reform_timeout) + " s; forming again");
-          assign(members_and_waiting(answered));
-        }
-        break;
-      }
+      return;
+    }
+    if (!running_.empty() && std::all_of(running_.begin(), running_.end(), [&](auto& id) { return left_.count(id) > 0; })) {
+      end(0, "");
+      return;
+    }
+    const int n = static_cast<int>(waiting_.size());
+    if (running_.empty()) {  // the first epoch, or too few ranks left
+      if (n >= settings_.min_ranks &&
+          (n >= settings_.max_ranks || now - last_join_ >= settings_.settle || running_epoch_ >= 0))
+        form({});
+      else if (n < settings_.min_ranks && now - waiting_since_ >= settings_.join_timeout)
+        end(1, "only " + std::to_string(n) + " rank(s) of at least " + std::to_string(settings_.min_ranks) +
+                   " within " + seconds_text(settings_.join_timeout) + " s");
+    } else if (n > 0 && live_running() < settings_.max_ranks) {
+      form(running_);  // a joiner: the next epoch forms while the members train on
     }
   }
 
  private:
-  enum class Phase { gathering, running, reforming, assigning };
-
   std::string name(const std::string& id) const {
     auto it = names_.find(id);
     return it == names_.end() ? "?" : it->second;
@@ -170,60 +132,75 @@ class Membership {
     auto it = std::find(ids.begin(), ids.end(), id);
     return it == ids.end() ? -1 : static_cast<int>(it - ids.begin());
   }
-  int rank_of(const std::string& id) const { return index_of(members_, id); }
+  int live_running() const {
+    return static_cast<int>(std::count_if(running_.begin(), running_.end(), [&](auto& id) { return !left_.count(id); }));
+  }
 
   void add_waiting(const std::string& id) {
     left_.erase(id);
+    lost_.erase(id);  // back (a cut link restored): a new rank
     if (std::find(waiting_.begin(), waiting_.end(), id) != waiting_.end()) return;
+    if (waiting_.empty()) waiting_since_ = Clock::now();
     waiting_.push_back(id);
     last_join_ = Clock::now();
     log_(name(id) + " waits to join");
-    if (phase_ == Phase::running) ask_reform();
   }
 
-  // The members of the running epoch leave its group at their next step boundary and rejoin.
-  void ask_reform() {
-    if (reform_sent_) return;
-    reform_sent_ = true;
-    for (const auto& id : members_) send_(id, {"reform", {std::to_string(epoch_)}});
+  // `id` is lost: out of the running epoch's next one, and out of the one forming (formed again now).
+  void lose(const std::string& id, const std::string& why) {
+    const bool in_running = index_of(running_, id) >= 0 && !lost_.count(id);
+    const bool in_forming = forming_epoch_ >= 0 && index_of(assigned_, id) >= 0;
+    if (!in_running && !in_forming) return;
+    lost_.insert(id);
+    log_("epoch " + std::to_string(running_epoch_) + ": " + why);
+    if (in_forming) {
+      std::vector<std::string> others = assigned_;
+      std::erase(others, id);
+      form(others);
+    } else if (forming_epoch_ < 0) {
+      form(running_);
+    }
   }
 
-  void start_reform(const std::string& why) {
-    if (phase_ != Phase::running) return;
-    log_("epoch " + std::to_string(epoch_) + " re-forms: " + why);
-    phase_ = Phase::reforming;
-    phase_since_ = Clock::now();
-    ask_reform();
-  }
-
-  // `first` (in order), then the waiting ranks not among them, up to max_ranks.
-  std::vector<std::string> members_and_waiting(std::vector<std::string> first) {
-    std::erase_if(first, [&](const std::string& id) { return left_.count(id) > 0; });
+  // The next epoch: `first` (in order) but the lost and the left, then the waiting ranks, up to
+  // max_ranks. Each is told its rank; the members of the running epoch build it while they train.
+  void form(std::vector<std::string> first) {
+    const auto now = Clock::now();
+    std::erase_if(first, [&](const std::string& id) { return left_.count(id) > 0 || lost_.count(id) > 0; });
     for (const auto& id : waiting_)
       if (std::find(first.begin(), first.end(), id) == first.end()) first.push_back(id);
     if (first.size() > static_cast<size_t>(settings_.max_ranks)) first.resize(static_cast<size_t>(settings_.max_ranks));
-    return first;
-  }
-
-  void assign(std::vector<std::string> ranks) {
-    const auto now = Clock::now();
-    for (const auto& id : ranks) std::erase(waiting_, id);
-    if (static_cast<int>(ranks.size()) < settings_.min_ranks) {  // wait for joiners
-      for (const auto& id : ranks) waiting_.push_back(id);
-      members_.clear();
-      phase_ = Phase::gathering;
-      phase_since_ = now;
+    if (static_cast<int>(first.size()) < settings_.min_ranks) {  // wait for joiners
+      for (const auto& id : first) add_waiting(id);
+      running_.clear();
+      assigned_.clear();
+      forming_epoch_ = -1;
+      waiting_since_ = now;
       log_("fewer than " + std::to_string(settings_.min_ranks) + " rank(s): waiting for more");
       return;
     }
-    ++epoch_;
-    assigned_ = std::move(ranks);
+    for (const auto& id : first) std::erase(waiting_, id);
+    forming_epoch_ = ++last_epoch_;
+    assigned_ = std::move(first);
     addresses_.assign(assigned_.size(), "");
     const std::string world = std::to_string(assigned_.size());
     for (size_t r = 0; r < assigned_.size(); ++r)
-      send_(assigned_[r], {"epoch", {std::to_string(epoch_), std::to_string(r), world}});
-    phase_ = Phase::assigning;
-    phase_since_ = now;
+      send_(assigned_[r], {"epoch", {std::to_string(forming_epoch_), std::to_string(r), world}});
+    forming_since_ = now;
+  }
+
+  void publish() {
+    RoundMessage table{"table", {std::to_string(forming_epoch_)}};
+    table.fields.insert(table.fields.end(), addresses_.begin(), addresses_.end());
+    for (const auto& id : assigned_) send_(id, table);
+    running_ = std::move(assigned_);
+    assigned_.clear();
+    running_epoch_ = forming_epoch_;
+    forming_epoch_ = -1;
+    lost_.clear();
+    std::string names;
+    for (const auto& id : running_) names += (names.empty() ? "" : ", ") + name(id);
+    log_("epoch " + std::to_string(running_epoch_) + ": world " + std::to_string(running_.size()) + " (" + names + ")");
   }
 
   void end(int code, const std::string& why) {
@@ -236,17 +213,17 @@ class Membership {
   const QuorumSettings settings_;
   const Send send_;
   const QuorumServer::Log log_;
-  Phase phase_ = Phase::gathering;
-  Clock::time_point phase_since_, last_join_;
-  int epoch_ = -1;
+  Clock::time_point waiting_since_, last_join_, forming_since_;
+  int last_epoch_ = -1;
   std::set<std::string> clients_;             // every routing id heard from
   std::map<std::string, std::string> names_;  // by routing id
   std::map<std::string, int> fds_;            // each client's connection, as last seen
-  std::vector<std::string> members_;          // of the running (or re-forming) epoch, by rank
+  std::vector<std::string> running_;          // the running epoch's ranks, in order
+  int running_epoch_ = -1;
+  std::vector<std::string> assigned_, addresses_;  // the epoch forming, when forming_epoch_ >= 0
+  int forming_epoch_ = -1;
   std::vector<std::string> waiting_;          // joiners, in order
-  std::set<std::string> rejoined_, reported_lost_, left_;
-  bool reform_sent_ = false;
-  std::vector<std::string> assigned_, addresses_;  // the epoch being formed
+  std::set<std::string> lost_, left_;
   std::optional<int> end_code_;
   std::string end_why_;
 };

@@ -1,10 +1,12 @@
 #pragma once
 // The quorum of an in-place elastic job (`troupe launch --in-place --nnodes MIN:MAX --rdzv-endpoint
 // HOST:PORT`): the ranks themselves, not their launchers, meet here, and the job's membership goes
-// in epochs. Losing a rank ends its epoch, not the other ranks' processes: the survivors ask for the
-// next epoch, which forms as soon as every survivor asked, with the ranks waiting to join; they keep
-// their state in memory (net/quorum.h is their side). Served by the launcher whose host owns HOST
-// (the first to bind it), on a thread of its own. Internal to net/ (net/bootstrap/launcher.cpp).
+// in epochs. Losing a rank ends no other rank's process: the server forms the next epoch without it
+// at once, and each rank's builder thread binds and connects that epoch's group while the rank
+// trains on; the ranks change groups at a step boundary with their state in memory (net/quorum.h
+// is their side). A rank that joins makes the next epoch form the same way. Served by the launcher
+// whose host owns HOST (the first to bind it), on a thread of its own. Internal to net/
+// (net/bootstrap/launcher.cpp).
 //
 //   auto server = QuorumServer::try_serve("10.0.0.1", 29400, keys, settings, log);  // null: not ours
 //   ...
@@ -12,22 +14,22 @@
 //
 // Messages (ZeroMQ DEALER to ROUTER; lines of text, the first the kind: rendezvous_rounds.h):
 //   rank -> server  join NAME               wants to be in the next epoch (a new or restarted rank)
-//                   rejoin EPOCH LOST...    a member of EPOCH whose group broke, with the ranks of
-//                                           EPOCH it saw lost (or left at a step boundary: none)
+//                   rejoin EPOCH LOST...    the ranks of EPOCH (running or forming) it found lost
+//                                           (a silent link the server cannot see); from a rank of
+//                                           no current epoch (one cut off meanwhile): a join
 //                   address EPOCH ADDRESS   its transport's address in EPOCH
 //                   leave                   done: in no epoch again
 //   server -> rank  epoch EPOCH RANK WORLD  you are RANK of WORLD in EPOCH: bind, send your address
-//                   table EPOCH ADDRESS...  every member's address, by rank: connect and train
+//                   table EPOCH ADDRESS...  every rank's address, by rank: connect; EPOCH now runs
 //                   lost EPOCH RANK         RANK's connection to this server closed (its process
-//                                           ended without leave): it is lost to the group now
-//                   reform EPOCH            a rank waits to join, or EPOCH's group broke: leave the
-//                                           group at the next step boundary and rejoin
+//                                           ended without leave): it is lost to the running epoch
 //                   end CODE WHY            the job is over (0: every member left)
 // The first epoch forms when max_ranks wait, or min_ranks and nobody joined for the settle time.
-// Later ones form when every member of the running epoch that was not lost (or did not leave)
-// asked again, or reform_timeout after the first asked; the survivors keep their order and the
-// joiners follow. A member that sends no address within reform_timeout is left out and the epoch
-// forms again without it. Fewer than min_ranks for join_timeout: the job ends (end 1).
+// The next forms at once when a rank of the running epoch is lost (its connection closed, or a rank
+// found it lost) or a rank waits to join while the world is under max_ranks: the running epoch's
+// ranks but the lost, in their order, then the joiners. A rank lost while an epoch forms is left out
+// and the epoch formed again; so is one that sends no address within reform_timeout. Fewer than
+// min_ranks: the survivors wait for joiners, and after join_timeout the job ends (end 1).
 //
 // With the job's CURVE keys the server admits only processes holding the job secret (a ZAP check),
 // as the launchers' rendezvous does.
@@ -49,7 +51,7 @@ struct QuorumSettings {
   int min_ranks = 1;
   int max_ranks = 1;
   std::chrono::milliseconds settle{500};           // the first epoch: quiet after the last join
-  std::chrono::milliseconds reform_timeout{3000};  // a member silent this long is left out
+  std::chrono::milliseconds reform_timeout{3000};  // a rank without an address this long is left out
   std::chrono::milliseconds join_timeout{30000};   // fewer than min_ranks this long: the job ends
 };
 
