@@ -34,6 +34,7 @@ struct Quorum::Shared {
   std::shared_ptr<ProcessGroup> current;    // the rank's group, for the listener's "lost"
   int current_epoch = -1;
   std::optional<std::pair<int, std::string>> ended;  // the server's "end": code, why
+  std::optional<Clock::time_point> server_down_since;  // as the listener last saw the connection
 };
 
 namespace {
@@ -77,7 +78,7 @@ Quorum::Quorum(QuorumOptions options) : options_(std::move(options)), shared_(st
   std::optional<CurveKeys> keys;
   if (const std::string secret = quorum_env("TROUPE_JOB_SECRET_FILE"); !secret.empty())
     keys = derive_job_keys(load_job_secret_file(secret)).curve;
-  client_ = std::make_unique<RoundClient>(numeric, port, keys);
+  client_ = std::make_unique<RoundClient>(numeric, port, keys, /*watch=*/true);
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw CommError("Quorum: pipe failed");
   listener_ = std::thread([this] { listen(); });
   builder_ = std::thread([this] { build(); });
@@ -149,8 +150,9 @@ void Quorum::listen() {
     }
     // The server's messages, or a wake-up from another thread, whichever comes first.
     auto m = client_->receive(std::chrono::milliseconds(100), wake_[0]);
-    if (!m) continue;
     std::lock_guard lock(shared_->mutex);
+    shared_->server_down_since = client_->down_since();
+    if (!m) continue;
     if (m->kind == "lost" && m->fields.size() == 2) {
       const auto epoch = parse_int_field(m->fields[0]), r = parse_int_field(m->fields[1]);
       if (!epoch || !r) continue;
@@ -281,9 +283,17 @@ void Quorum::reform() {
 void Quorum::wait_for_next() {
   const Deadline deadline = deadline_after(options_.timeout);
   std::unique_lock lock(shared_->mutex);
-  if (!shared_->cv.wait_until(lock, deadline, [&] { return shared_->ended || shared_->ready_epoch > epoch_; }))
-    throw TimeoutError("Quorum: no epoch formed within " + std::to_string(options_.timeout.count()) +
-                       " ms (the quorum server at " + options_.endpoint + ")");
+  while (!shared_->cv.wait_for(lock, std::chrono::milliseconds(100),
+                               [&] { return shared_->ended || shared_->ready_epoch > epoch_; })) {
+    const auto now = Clock::now();
+    if (shared_->server_down_since && now - *shared_->server_down_since > options_.server_timeout)
+      throw CommError("Quorum: the quorum server at " + options_.endpoint + " has been unreachable for " +
+                      std::to_string(options_.server_timeout.count() / 1000) +
+                      " s (its host lost? it is not replicated): no epoch can form; checkpoints, if any, remain");
+    if (now >= deadline)
+      throw TimeoutError("Quorum: no epoch formed within " + std::to_string(options_.timeout.count()) +
+                         " ms (the quorum server at " + options_.endpoint + ")");
+  }
   if (shared_->ready_epoch <= epoch_) {  // ended
     left_ = true;
     throw JobEndedError(shared_->ended->first, shared_->ended->second);

@@ -54,6 +54,9 @@ struct QuorumOptions {
   std::string name;      // how the server's log names this rank; empty: HOST/PID
   // Each epoch group's operation timeout, and the longest wait for an epoch to form.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // The server unreachable this long (its host lost: it is not replicated) while this rank waits
+  // for an epoch: CommError naming it. A silent connection counts as down after 2 s.
+  std::chrono::milliseconds server_timeout = std::chrono::seconds(30);
 };
 
 // The job ended (every member left, or it failed) before this rank could take part.

@@ -23,8 +23,10 @@
 # One table row per trial: the world size before/after the loss, steps lost (the last step rank 0
 # logged before the loss minus the step the job went on from), seconds from the loss to the first
 # training step after it, whether the job grew back to 3 hosts, final accuracy; in place also the
-# seconds from the host's return to its first step in the job, the bytes of state it took, and
-# the survivors' longest step while it joined against their median step. Then medians.
+# seconds from the host's return (started again, or its link restored) to its first step in the
+# job (and from its join request, which a restarted process makes once it loaded the data and
+# warmed its kernels), the bytes of state it took, and the survivors' step that spanned its
+# joining against their median step. Then medians.
 # Exits 1 when a troupe trial fails, hangs (10 minutes), loses more than EVERY steps (in place:
 # any step) or ends outside the seeds' accuracy spread (widened by 0.01 each side; torch's
 # accuracy is only shown).
@@ -33,7 +35,8 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "elastic_trials: needs root (network namespaces)" >&2; exit 2; }
 trials=${1:-20} torch_trials=${2:-4} subset=${3:-12800} epochs=${4:-3} every=${5:-20}
 torch_pg_timeout=${TORCH_PG_TIMEOUT:-10} torch_last_call=${TORCH_LAST_CALL:-1}
-troupe_mode=${TROUPE_MODE:-in-place} peer_timeout=${TROUPE_PEER_TIMEOUT_MS:-1000}
+troupe_mode=${TROUPE_MODE:-in-place} peer_timeout=${TROUPE_PEER_TIMEOUT_MS:-1000} nproc=${NPROC:-1}
+full=$((3 * nproc))  # the world of 3 hosts
 case $troupe_mode in in-place|restart) ;; *) echo "elastic_trials: TROUPE_MODE is in-place or restart, not $troupe_mode" >&2; exit 2 ;; esac
 RANDOM=${SEED:-1}
 steps=$(( (subset + 127) / 128 * epochs ))
@@ -63,11 +66,11 @@ main()" "$@"
 node() {
   local sys=$1 h=$2 dir=$3 log=$4 seed=${5:-1234}
   if [ "$sys" = troupe ] && [ $troupe_mode = in-place ]; then
-    TROUPE_PEER_TIMEOUT_MS=$peer_timeout ip netns exec $p-h$h timeout 600 build/bin/troupe launch --nproc 1 --nnodes 2:3 \
+    TROUPE_PEER_TIMEOUT_MS=$peer_timeout ip netns exec $p-h$h timeout 600 build/bin/troupe launch --nproc $nproc --nnodes 2:3 \
       --max-restarts 9 --secret "$work/job.secret" --rdzv-endpoint $rdzv:29400 --in-place -- build/bin/dist_sgd --elastic \
       --seed "$seed" --subset $subset --epochs $epochs --json --log-every 1 2>&1 | stamp >"$log"
   elif [ "$sys" = troupe ]; then
-    ip netns exec $p-h$h timeout 600 build/bin/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 9 \
+    ip netns exec $p-h$h timeout 600 build/bin/troupe launch --nproc $nproc --nnodes 2:3 --max-restarts 9 \
       --secret "$work/job.secret" --rdzv-endpoint $rdzv:29400 -- build/bin/dist_sgd --elastic --seed "$seed" --subset $subset --epochs $epochs \
       --json --log-every 1 --checkpoint-dir "$dir/h$h" --checkpoint-every $every --resume 2>&1 | stamp >"$log"
   else
@@ -81,7 +84,7 @@ node() {
   fi
 }
 # Rank 0's lines of every host, in time order.
-merged() { cat "$1"/*.log | grep -E '^[0-9.]+ (\[rank 0\] )?(step [0-9]+ |resumed from|start world|quorum epoch|took the state|\{)' | sort -n; }
+merged() { cat "$1"/*.log | grep -E '^[0-9.]+ (\[rank [0-9]+\] )?(step [0-9]+ |resumed from|start world|quorum epoch|took the state|\{)' | sort -n; }
 json_field() { grep -o "\"$1\":[^,}]*" | tail -1 | cut -d: -f2; }
 # The job's world size now, as its rank 0 last said.
 world_now() {
@@ -95,7 +98,7 @@ median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 
 kill_host() { local pids; pids=$(ip netns pids $p-h$1); [ -n "$pids" ] && kill -9 $pids; }
 
 echo "machine: $(build/bin/troupe info 2>/dev/null | head -3 | tr '\n' ' ')(load $(cut -d' ' -f1-3 /proc/loadavg))"
-echo "job: $steps steps ($subset images x $epochs epochs, global batch 128), checkpoint every $every steps, 3 hosts x 1 rank"
+echo "job: $steps steps ($subset images x $epochs epochs, global batch 128), checkpoint every $every steps, 3 hosts x $nproc rank(s) (torch: x 1)"
 accs=""
 for seed in 1234 1235 1236; do
   d=$work/ref-$seed; mkdir -p $d
@@ -109,7 +112,7 @@ read -r lo hi < <(echo $accs | tr ' ' '\n' | sort -n | awk 'NR == 1 { lo = $1 } 
 echo "accuracy spread (3 seeds, +-0.01): $lo .. $hi"
 echo
 echo "troupe: $troupe_mode$([ $troupe_mode = in-place ] && echo ", TROUPE_PEER_TIMEOUT_MS=$peer_timeout")"
-echo "| system | trial | loss | at step | round (epoch) before -> after | world before -> after | steps lost | loss to next step (s) | grew back | return to its first step (s) | state bytes taken | survivors' step while it joined | accuracy | ok |"
+echo "| system | trial | loss | at step | round (epoch) before -> after | world before -> after | steps lost | loss to next step (s) | grew back | return to its first step (s) (from its join) | state bytes taken | survivors' step while it joined | accuracy | ok |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 bad=0
 for sys in troupe torch; do
@@ -125,7 +128,7 @@ for sys in troupe torch; do
     for h in 0 1 2; do (node $sys $h $d $d/h$h.log) 2>/dev/null & pids+=($!); sleep 0.2; done
     # The loss comes once the job has run step $at on all 3 hosts (a node slow to start may miss
     # the first round and join the next).
-    for _ in $(seq 1 3000); do merged $d | grep -q "step $at " && [ "$(world_now $sys $d)" = 3 ] && break; sleep 0.1; done
+    for _ in $(seq 1 3000); do merged $d | grep -q "step $at " && [ "$(world_now $sys $d)" = "$([ $sys = troupe ] && echo $full || echo 3)" ] && break; sleep 0.1; done
     if [ $mode = kill ]; then kill_host 2; else scripts/netns_cluster.sh link 2 down $p; fi
     t_loss=$EPOCHREALTIME
     # Back once the job has resumed on 2 hosts (or after 3 minutes).
@@ -158,7 +161,7 @@ for sys in troupe torch; do
     fi
     before=$(echo "$rounds" | awk -v t=$t_loss '$1 < t { r = $2; w = $3 } END { print r, w }')
     after=$(echo "$rounds" | awk -v t=$t_loss '$1 > t { print $2, $3; exit }')
-    grew=$(echo "$rounds" | awk -v t=$t_loss '$1 > t && $3 == 3 { g = "yes" } END { print g ? g : "no" }')
+    grew=$(echo "$rounds" | awk -v t=$t_loss -v w=$([ $sys = troupe ] && echo $full || echo 3) '$1 > t && $3 == w { g = "yes" } END { print g ? g : "no" }')
     acc=$(echo "$m" | json_field test_accuracy)
     lost=$(( ${last:-0} - ${resumed:-0} ))
     secs=$(awk -v a=$t_loss -v b=${t_next:-0} 'BEGIN { if (b > 0) printf "%.2f", b - a; else print "-" }')
@@ -167,14 +170,16 @@ for sys in troupe torch; do
     # the state it took, and the survivors' step that spanned its joining against their median.
     back="" took="" pause=""
     if [ $sys = troupe ] && [ $troupe_mode = in-place ]; then
-      t_grown=$(echo "$m" | awk -v t=$t_back '$1 > t && /quorum epoch [0-9]+: world 3 / { print $1; exit }')
+      t_grown=$(echo "$m" | awk -v t=$t_back -v w="world $full " '$1 > t && /quorum epoch [0-9]+: / && index($0, w) { print $1; exit }')
       t_trains=$(echo "$m" | awk -v t=${t_grown:-9e99} '$1 > t && / ?step [0-9]+ loss/ { print $1; exit }')
       t_before=$(echo "$m" | awk -v t=${t_grown:-0} '$1 < t && / ?step [0-9]+ loss/ { s = $1 } END { print s }')
       back=$(awk -v a=$t_back -v b=${t_trains:-0} 'BEGIN { if (b > 0) printf "%.2f", b - a; else print "-" }')
-      took=$(echo "$m" | awk -v t=$t_back '$1 > t && /took the state/ { for (i = 1; i < NF; ++i) if ($(i + 1) == "bytes") print $i; exit }')
+      t_join=$(grep -h 'quorum: .* waits to join' $d/h0.log | awk -v t=$t_back '$1 > t { print $1; exit }')
+      back="$back ($(awk -v a=${t_join:-0} -v b=${t_trains:-0} 'BEGIN { if (a > 0 && b > 0) printf "%.2f", b - a; else print "-" }'))"
+      took=$(echo "$m" | awk -v t=$t_back '$1 > t && /\] took the state/ { for (i = 1; i < NF; ++i) if ($(i + 1) == "bytes") print $i; exit }')
       normal=$(echo "$m" | awk -v t=$t_loss '$1 < t && / ?step [0-9]+ loss/ { if (p) print $1 - p; p = $1 }' | median)
       pause=$(awk -v a=${t_before:-0} -v b=${t_trains:-0} -v n=${normal:-0} 'BEGIN { if (a > 0 && b > 0 && n > 0) printf "%.0f ms (%.1fx)", (b - a) * 1000, (b - a) / n; else print "-" }')
-      echo "$mode $back" >>"$work/$sys.back"
+      echo "$mode ${back% *} $(echo "${back#* }" | tr -d '()')" >>"$work/$sys.back"
     fi
     ok=yes
     if [ $status -ne 0 ] || [ -z "$acc" ] || [ $lost -gt $allowed_lost ] || [ "$secs" = - ] || { [ $sys = troupe ] &&
@@ -199,7 +204,8 @@ done
 if [ -s "$work/troupe.back" ]; then
   for mode in kill cut; do
     echo "troupe, $mode: return of the lost host to its first step in the job, median" \
-      "$(awk -v m=$mode '$1 == m && $2 != "-" { print $2 }' "$work/troupe.back" | median) s"
+      "$(awk -v m=$mode '$1 == m && $2 != "-" { print $2 }' "$work/troupe.back" | median) s;" \
+      "from its join, median $(awk -v m=$mode '$1 == m && $3 != "-" { print $3 }' "$work/troupe.back" | median) s"
   done
 fi
 echo "troupe trials $trials, bad $bad"

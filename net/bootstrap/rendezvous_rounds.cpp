@@ -374,8 +374,8 @@ void RoundServer::serve() {
   zmq_close(monitor);
 }
 
-RoundClient::RoundClient(const std::string& numeric_host, int port, const std::optional<CurveKeys>& keys)
-    : last_heard_(Clock::now()) {
+RoundClient::RoundClient(const std::string& numeric_host, int port, const std::optional<CurveKeys>& keys, bool watch)
+    : last_heard_(Clock::now()), down_since_(Clock::now()) {
   context_ = zmq_ctx_new();
   socket_ = zmq_socket(context_, ZMQ_DEALER);
   const std::string id = random_id();
@@ -387,9 +387,19 @@ RoundClient::RoundClient(const std::string& numeric_host, int port, const std::o
     zmq_setsockopt(socket_, ZMQ_CURVE_PUBLICKEY, keys->public_key.data(), keys->public_key.size());
     zmq_setsockopt(socket_, ZMQ_CURVE_SECRETKEY, keys->secret_key.data(), keys->secret_key.size());
   }
+  if (watch) {
+    const int interval = 500, timeout = 2000;
+    zmq_setsockopt(socket_, ZMQ_HEARTBEAT_IVL, &interval, sizeof interval);
+    zmq_setsockopt(socket_, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof timeout);
+    const std::string monitor_endpoint = "inproc://troupe-round-client-" + id;
+    zmq_socket_monitor(socket_, monitor_endpoint.c_str(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED);
+    monitor_ = zmq_socket(context_, ZMQ_PAIR);
+    zmq_connect(monitor_, monitor_endpoint.c_str());
+  }
   const std::string endpoint = "tcp://" + numeric_host + ":" + std::to_string(port);
   if (zmq_connect(socket_, endpoint.c_str()) != 0) {
     const std::string why = zmq_strerror(zmq_errno());
+    if (monitor_) zmq_close(monitor_);
     zmq_close(socket_);
     zmq_ctx_term(context_);
     throw CommError("launch: cannot connect the rendezvous " + endpoint + ": " + why);
@@ -397,8 +407,24 @@ RoundClient::RoundClient(const std::string& numeric_host, int port, const std::o
 }
 
 RoundClient::~RoundClient() {
+  if (monitor_) {
+    zmq_socket_monitor(socket_, nullptr, 0);
+    zmq_close(monitor_);
+  }
   zmq_close(socket_);
   zmq_ctx_term(context_);
+}
+
+std::optional<Clock::time_point> RoundClient::down_since() {
+  std::vector<std::string> parts;
+  while (monitor_ && receive_parts(monitor_, parts)) {
+    if (parts.empty() || parts[0].size() < 2) continue;
+    uint16_t event = 0;  // the event: 16 bits of kind, then 32 of value
+    std::memcpy(&event, parts[0].data(), sizeof event);
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) down_since_.reset();
+    else if (event == ZMQ_EVENT_DISCONNECTED && !down_since_) down_since_ = Clock::now();
+  }
+  return down_since_;
 }
 
 void RoundClient::send(const std::string& kind, const std::vector<std::string>& fields) {

@@ -106,7 +106,9 @@ bool receive_parts(void* socket, std::vector<std::string>& parts, int* fd = null
 // A client of a launcher-side server (RoundServer, QuorumServer): a DEALER holding the job's keys.
 class RoundClient {
  public:
-  RoundClient(const std::string& numeric_host, int port, const std::optional<CurveKeys>& keys);
+  // watch: ZeroMQ heartbeats on the connection (a server silent for 2 s is dropped) and a monitor
+  // of it, for down_since().
+  RoundClient(const std::string& numeric_host, int port, const std::optional<CurveKeys>& keys, bool watch = false);
   ~RoundClient();
   RoundClient(const RoundClient&) = delete;
   RoundClient& operator=(const RoundClient&) = delete;
@@ -115,11 +117,16 @@ class RoundClient {
   // The next message within `wait`; nullopt at once when wake_fd (a descriptor, -1: none) turns readable first.
   std::optional<RoundMessage> receive(std::chrono::milliseconds wait, int wake_fd = -1);
   Clock::time_point last_heard() const { return last_heard_; }  // from the server; construction at first
+  // With watch: since when the connection has been down (construction, until the first handshake),
+  // or nullopt while it is up. From the thread that receives.
+  std::optional<Clock::time_point> down_since();
 
  private:
   void* context_;
   void* socket_;
+  void* monitor_ = nullptr;
   Clock::time_point last_heard_;
+  std::optional<Clock::time_point> down_since_;
 };
 
 }  // namespace troupe::net

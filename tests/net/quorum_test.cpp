@@ -250,6 +250,22 @@ TEST_CASE("quorum: a rank's Quorum names what is missing", "[net][quorum][errors
   CHECK_THROWS_AS(Quorum(o), TimeoutError);
 }
 
+TEST_CASE("quorum: a rank waiting for an epoch after the server is gone gets a CommError naming it, not a hang",
+          "[net][quorum][errors]") {
+  auto s = std::make_unique<Server>(
+      QuorumSettings{.min_ranks = 1, .max_ranks = 1, .settle = 50ms, .reform_timeout = 1000ms, .join_timeout = 20000ms});
+  QuorumOptions o;
+  o.endpoint = "127.0.0.1:" + std::to_string(s->port);
+  o.server_timeout = 500ms;
+  Quorum quorum(o);
+  CHECK(quorum.epoch() == 0);
+  CHECK(quorum.group().size() == 1);
+  s.reset();  // its host lost
+  quorum.lost(PeerLostError("a peer"));
+  CHECK(quorum.reform_needed());
+  CHECK_THROWS_WITH(quorum.reform(), Catch::Contains("unreachable") && Catch::Contains(o.endpoint));
+}
+
 TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and a killed node, no step lost",
           "[net][quorum][elastic]") {
   const fs::path dir = fs::temp_directory_path() / ("troupe_quorum_test_" + std::to_string(::getpid()));
