@@ -192,6 +192,10 @@ TransportOptions transport_options_from_env(const InitOptions& options) {
       throw ValueError("init_process_group: TROUPE_SMALL_COLLECTIVE_POLL_US=" + std::to_string(*v) + " is negative");
     t.small_collective_poll = std::chrono::microseconds(*v);
   }
+  return t;
+}
+
+void add_job_keys_from_env(TransportOptions& t, const InitOptions& options) {
   if (!env_string("TROUPE_CURVE_SECRET_FILE").empty())
     throw ValueError("init_process_group: TROUPE_CURVE_SECRET_FILE is gone: set TROUPE_JOB_SECRET_FILE to a job "
                      "secret (`troupe secret FILE`), which now keys CURVE and every other connection");
@@ -209,8 +213,6 @@ TransportOptions transport_options_from_env(const InitOptions& options) {
     std::cerr << "troupe: warning: TROUPE_INSECURE=1: this job has no secret; any process that reaches its ports "
                  "can join it, spawn its actors and read its frames\n";
   }
-
-  return t;
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
@@ -260,6 +262,7 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
     // file://: no host to aim at; the default route's interface, loopback on a host without one.
     t.tcp_host = detail::default_route_address().value_or("127.0.0.1");
   }
+  add_job_keys_from_env(t, options);
   auto transport = std::make_shared<Transport>(t);
   std::vector<PeerAddress> table = rendezvous(method, options.rank, options.world_size, *transport, deadline);
   transport->connect(table, deadline);

@@ -198,6 +198,7 @@ void Quorum::build() {
         init.timeout = options_.timeout;
         TransportOptions t = transport_options_from_env(init);
         t.tcp_host = host_;
+        add_job_keys_from_env(t, init);
         {
           std::lock_guard lock(shared_->mutex);
           shared_->building.reset();
