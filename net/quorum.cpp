@@ -160,6 +160,7 @@ void Quorum::listen() {
                               " was lost (its connection to the quorum server closed)";
       if (shared_->current && *epoch == shared_->current_epoch) shared_->current->transport().declare_lost(*r, why);
       if (shared_->ready && *epoch == shared_->ready_epoch) shared_->ready->transport().declare_lost(*r, why);
+      if (shared_->building && *epoch == shared_->building_epoch) shared_->building->declare_lost(*r, why);
     } else if (m->kind == "epoch" || m->kind == "table") {
       // A later epoch supersedes the one being connected: its connect gives up now.
       const auto epoch = m->fields.empty() ? std::nullopt : parse_int_field(m->fields[0]);
