@@ -44,16 +44,6 @@ std::string quorum_env(const char* name) {
   return v ? v : "";
 }
 
-std::optional<int> parse_int_field(const std::string& text) {
-  try {
-    size_t used = 0;
-    const int v = std::stoi(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
-  return std::nullopt;
-}
-
 // The ranks `transport` found lost, as "rejoin" lists them.
 void add_lost_ranks(const Transport& transport, std::vector<std::string>& fields) {
   for (int r = 0; r < transport.world_size(); ++r)

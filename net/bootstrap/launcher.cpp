@@ -424,10 +424,8 @@ LaunchResult run_in_place(const LaunchOptions& o, std::map<std::string, std::str
   LaunchResult result = run_ranks(o, env, print, 0, {}, /*in_place=*/true);
   if (server && !g_interrupt) {
     print(-1, true, "this node's ranks are done; serving the quorum until every rank of the job has left");
-    const auto since = Clock::now();
     std::optional<int> end;
-    while (!(end = server->wait_finished(std::chrono::milliseconds(100))) && !g_interrupt &&
-           Clock::now() - since < std::chrono::hours(24 * 365)) {
+    while (!(end = server->wait_finished(std::chrono::milliseconds(100))) && !g_interrupt) {
     }
     if (end && *end != 0 && result.exit_code == 0) {
       result.exit_code = *end;

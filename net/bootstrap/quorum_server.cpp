@@ -18,16 +18,6 @@ namespace troupe::net {
 
 namespace {
 
-std::optional<int> parse_int_field(const std::string& text) {
-  try {
-    size_t used = 0;
-    const int v = std::stoi(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
-  return std::nullopt;
-}
-
 std::string seconds_text(std::chrono::milliseconds d) { return std::to_string(d.count() / 1000.0).substr(0, 4); }
 
 // The membership: the running epoch (the last whose table went out), the one forming, the ranks
@@ -233,22 +223,10 @@ class Membership {
 std::unique_ptr<QuorumServer> QuorumServer::try_serve(const std::string& numeric_host, int port,
                                                       const std::optional<CurveKeys>& keys, QuorumSettings settings,
                                                       Log log) {
-  void* context = zmq_ctx_new();
-  void* zap = keys ? bind_zap_handler(context) : nullptr;  // before the CURVE server binds
-  void* socket = nullptr;
-  try {
-    socket = bind_server_router(context, numeric_host, port, keys, "the quorum");
-  } catch (...) {
-    if (zap) zmq_close(zap);
-    zmq_ctx_term(context);
-    throw;
-  }
-  if (!socket) {
-    if (zap) zmq_close(zap);
-    zmq_ctx_term(context);
-    return nullptr;
-  }
-  return std::unique_ptr<QuorumServer>(new QuorumServer(context, socket, zap, keys, settings, std::move(log)));
+  auto sockets = open_server_sockets(numeric_host, port, keys, "the quorum");
+  if (!sockets) return nullptr;
+  return std::unique_ptr<QuorumServer>(
+      new QuorumServer(sockets->context, sockets->router, sockets->zap, keys, settings, std::move(log)));
 }
 
 QuorumServer::QuorumServer(void* context, void* socket, void* zap, std::optional<CurveKeys> keys,

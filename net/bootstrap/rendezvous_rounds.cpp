@@ -26,12 +26,7 @@ std::string random_id() {
 }
 
 int to_int(const std::string& text, const char* what) {
-  try {
-    size_t used = 0;
-    const int v = std::stoi(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
+  if (auto v = parse_int_field(text)) return *v;
   throw CommError(std::string("rendezvous: ") + what + " '" + text + "' is not an integer");
 }
 
@@ -111,6 +106,8 @@ Round parse_round(const RoundMessage& m) {
   return r;
 }
 
+namespace {
+
 void* bind_server_router(void* context, const std::string& numeric_host, int port,
                          const std::optional<CurveKeys>& keys, const std::string& what) {
   void* socket = zmq_socket(context, ZMQ_ROUTER);
@@ -138,26 +135,48 @@ void* bind_server_router(void* context, const std::string& numeric_host, int por
   return socket;
 }
 
+}  // namespace
+
+std::optional<int> parse_int_field(const std::string& text) {
+  try {
+    size_t used = 0;
+    const int v = std::stoi(text, &used);
+    if (used == text.size()) return v;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+std::optional<ServerSockets> open_server_sockets(const std::string& numeric_host, int port,
+                                                 const std::optional<CurveKeys>& keys, const std::string& what) {
+  ServerSockets s;
+  s.context = zmq_ctx_new();
+  // The ZAP handler first: a CURVE server bound before it admits everyone.
+  s.zap = keys ? bind_zap_handler(s.context) : nullptr;
+  auto close_all = [&] {
+    if (s.zap) zmq_close(s.zap);
+    zmq_ctx_term(s.context);
+  };
+  try {
+    s.router = bind_server_router(s.context, numeric_host, port, keys, what);
+  } catch (...) {
+    close_all();
+    throw;
+  }
+  if (!s.router) {
+    close_all();
+    return std::nullopt;
+  }
+  return s;
+}
+
 std::unique_ptr<RoundServer> RoundServer::try_serve(const std::string& numeric_host, int port,
                                                     const std::optional<CurveKeys>& keys, RoundSettings settings,
                                                     Log log) {
-  void* context = zmq_ctx_new();
-  // The ZAP handler first: a CURVE server bound before it admits everyone.
-  void* zap = keys ? bind_zap_handler(context) : nullptr;
-  void* socket = nullptr;
-  try {
-    socket = bind_server_router(context, numeric_host, port, keys, "the rendezvous");
-  } catch (...) {
-    if (zap) zmq_close(zap);
-    zmq_ctx_term(context);
-    throw;
-  }
-  if (!socket) {
-    if (zap) zmq_close(zap);
-    zmq_ctx_term(context);
-    return nullptr;
-  }
-  return std::unique_ptr<RoundServer>(new RoundServer(context, socket, zap, keys, settings, std::move(log)));
+  auto sockets = open_server_sockets(numeric_host, port, keys, "the rendezvous");
+  if (!sockets) return nullptr;
+  return std::unique_ptr<RoundServer>(
+      new RoundServer(sockets->context, sockets->router, sockets->zap, keys, settings, std::move(log)));
 }
 
 RoundServer::RoundServer(void* context, void* socket, void* zap, std::optional<CurveKeys> keys, RoundSettings settings,

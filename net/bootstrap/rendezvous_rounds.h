@@ -94,11 +94,19 @@ struct Round {
 };
 Round parse_round(const RoundMessage& message);  // CommError when malformed
 
-// The ROUTER a launcher-side server listens on (RoundServer, QuorumServer): the limits a stranger
-// meets (net/limits.h) and, with keys, CURVE (the caller binds the ZAP handler first). Null when
-// numeric_host:port is not this host's or is taken; CommError naming `what` on any other failure.
-void* bind_server_router(void* context, const std::string& numeric_host, int port,
-                         const std::optional<CurveKeys>& keys, const std::string& what);
+// What a launcher-side server (RoundServer, QuorumServer) listens with: a ZeroMQ context, its
+// ROUTER (the limits a stranger meets, net/limits.h, and with keys CURVE) and, with keys, the ZAP
+// handler bound before it. Nullopt when numeric_host:port is not this host's or is taken (another
+// launcher serves it); CommError naming `what` on any other failure. The server closes all three.
+struct ServerSockets {
+  void* context = nullptr;
+  void* router = nullptr;
+  void* zap = nullptr;
+};
+std::optional<ServerSockets> open_server_sockets(const std::string& numeric_host, int port,
+                                                 const std::optional<CurveKeys>& keys, const std::string& what);
+// A message field as an integer; nullopt when it is not one (all of it).
+std::optional<int> parse_int_field(const std::string& text);
 // Receives one multipart message without waiting; false when none is queued. fd, when given: the
 // file descriptor of the connection it came in on.
 bool receive_parts(void* socket, std::vector<std::string>& parts, int* fd = nullptr);

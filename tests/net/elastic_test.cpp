@@ -23,6 +23,7 @@
 #include "devices/error.h"
 #include "net/bootstrap/rendezvous_rounds.h"
 #include "net/job_secret.h"
+#include "support/background_process.h"
 #include "support/skip.h"
 
 using namespace troupe;
@@ -36,55 +37,6 @@ const std::string kBin = TROUPE_BIN_DIR;
 const std::string kScript = std::string(TROUPE_SOURCE_DIR) + "/scripts/netns_cluster.sh";
 
 bool sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
-
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// A shell command run in the background, its output into a file.
-struct Process {
-  pid_t pid = -1;
-  fs::path log;
-  Process(const std::string& command, fs::path log_path) : log(std::move(log_path)) {
-    pid = ::fork();
-    if (pid == 0) {
-      ::execl("/bin/sh", "sh", "-c", ("exec " + command + " >" + log.string() + " 2>&1").c_str(), nullptr);
-      _exit(127);
-    }
-  }
-  // The exit status, or -1 when still running after `wait`.
-  int wait_exit(std::chrono::milliseconds wait) {
-    const auto until = std::chrono::steady_clock::now() + wait;
-    int status = 0;
-    while (::waitpid(pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > until) return -1;
-      std::this_thread::sleep_for(20ms);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  std::string output() const { return read_all(log); }
-  ~Process() {
-    if (wait_exit(0ms) < 0) {
-      ::kill(pid, SIGKILL);
-      wait_exit(5s);
-    }
-  }
-};
-
-// Waits until the file holds text matching `pattern` (a regex) at least `count` times.
-bool wait_for(const fs::path& log, const std::string& pattern, std::chrono::seconds wait, int count = 1) {
-  const std::regex re(pattern);
-  const auto until = std::chrono::steady_clock::now() + wait;
-  while (std::chrono::steady_clock::now() < until) {
-    const std::string text = read_all(log);
-    if (std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()) >= count) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return false;
-}
 
 struct TempDir {
   fs::path path = fs::temp_directory_path() / ("troupe_elastic_test_" + std::to_string(::getpid()));
@@ -129,7 +81,7 @@ TEST_CASE("elastic: a killed node's launcher, the job goes on with two nodes and
   const std::string port = std::to_string(29700 + ::getpid() % 200);
   // Each rank says its round's view, then works for a while (all nodes' ranks end together).
   auto launcher = [&](const std::string& name) {
-    return std::make_unique<Process>(
+    return std::make_unique<BackgroundProcess>(
         kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 3 --secret " + secret +
             " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-timeout 20 --rdzv-settle 3 -- sh -c 'echo \"world=$WORLD_SIZE rank=$RANK restart=$TROUPE_RESTART_COUNT\"; "
             "exec sleep 4'",
@@ -162,7 +114,7 @@ TEST_CASE("elastic: the rendezvous host lost is a clear error on the other node,
   const std::string secret = job_secret_in(dir);
   const std::string port = std::to_string(29900 + ::getpid() % 90);
   auto launcher = [&](const std::string& name) {
-    return std::make_unique<Process>(kBin + "/troupe launch --nproc 1 --nnodes 2 --max-restarts 3 --secret " + secret +
+    return std::make_unique<BackgroundProcess>(kBin + "/troupe launch --nproc 1 --nnodes 2 --max-restarts 3 --secret " + secret +
                                          " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-timeout 3 -- sleep 60",
                                      dir.path / (name + ".log"));
   };
@@ -185,7 +137,7 @@ TEST_CASE("elastic: a launcher holding another job's secret is never admitted to
   troupe::net::write_job_secret_file(other, troupe::net::generate_job_secret());
   const std::string port = std::to_string(29600 + ::getpid() % 90);
   auto launcher = [&](const std::string& name, const std::string& key) {
-    return std::make_unique<Process>(kBin + "/troupe launch --nproc 1 --nnodes 2 --secret " + key +
+    return std::make_unique<BackgroundProcess>(kBin + "/troupe launch --nproc 1 --nnodes 2 --secret " + key +
                                          " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-timeout 3 -- sleep 30",
                                      dir.path / (name + ".log"));
   };
@@ -210,7 +162,7 @@ struct ElasticCluster {
   const std::string secret = job_secret_in(dir);
   ~ElasticCluster() { sh(kScript + " down " + prefix); }
 
-  std::unique_ptr<Process> start(int host, const std::string& log, bool in_place = false) {
+  std::unique_ptr<BackgroundProcess> start(int host, const std::string& log, bool in_place = false) {
     const fs::path addr = dir.path / "addr";
     if (std::system((kScript + " addr 0 " + prefix + " >" + addr.string()).c_str()) != 0) FAIL("no address for host 0");
     std::string rdzv = read_all(addr);
@@ -219,12 +171,12 @@ struct ElasticCluster {
     // In place: a cut link is found by the transports' heartbeats within TROUPE_PEER_TIMEOUT_MS.
     const std::string ns = "ip netns exec " + prefix + "-h" + std::to_string(host) + " ";
     if (in_place)
-      return std::make_unique<Process>(
+      return std::make_unique<BackgroundProcess>(
           "env TROUPE_PEER_TIMEOUT_MS=1000 " + ns + kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 6 --secret " +
               secret + " --rdzv-endpoint " + rdzv + " --rdzv-timeout 30 --in-place -- " + kBin +
               "/dist_sgd --elastic --subset 6400 --epochs 8 --json --log-every 1 --verify",
           dir.path / log);
-    return std::make_unique<Process>(
+    return std::make_unique<BackgroundProcess>(
         ns + kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 6 --secret " + secret + " --rdzv-endpoint " + rdzv + " --rdzv-timeout 30 -- " +
             kBin + "/dist_sgd --elastic --subset 6400 --epochs 8 --json --log-every 1 --checkpoint-every 10 --resume " +
             "--checkpoint-dir " + (dir.path / ("h" + std::to_string(host))).string(),
@@ -252,7 +204,7 @@ bool any_log_has(const ElasticCluster& cluster, const std::string& text) {
 // hosts (`restore`: a new launcher, or null when host 2's first one goes on); the job must then
 // grow to three and finish all 400 steps.
 void lose_and_restore_host(const std::function<void(ElasticCluster&)>& lose,
-                           const std::function<std::unique_ptr<Process>(ElasticCluster&)>& restore) {
+                           const std::function<std::unique_ptr<BackgroundProcess>(ElasticCluster&)>& restore) {
   ElasticCluster cluster;
   REQUIRE_ELASTIC_CLUSTER(cluster);
   auto h0 = cluster.start(0, "h0.log");  // host 0 owns the endpoint: it serves the rendezvous
@@ -300,7 +252,7 @@ TEST_CASE("elastic cluster: one host's link cut, the job goes on with 2 hosts an
   lose_and_restore_host([](ElasticCluster& c) { sh(kScript + " link 2 down " + c.prefix); },
                         [](ElasticCluster& c) {
                           sh(kScript + " link 2 up " + c.prefix);
-                          return std::unique_ptr<Process>();
+                          return std::unique_ptr<BackgroundProcess>();
                         });
 }
 
@@ -311,7 +263,7 @@ namespace {
 // before the loss, or a later one), host 2 comes back and takes the live state, and every one of
 // the 400 steps is done once, checked on every rank (--verify).
 void lose_and_restore_host_in_place(const std::function<void(ElasticCluster&)>& lose,
-                                    const std::function<std::unique_ptr<Process>(ElasticCluster&)>& restore) {
+                                    const std::function<std::unique_ptr<BackgroundProcess>(ElasticCluster&)>& restore) {
   ElasticCluster cluster;
   REQUIRE_ELASTIC_CLUSTER(cluster);
   auto h0 = cluster.start(0, "h0.log", true);  // host 0 owns the endpoint: it serves the quorum
@@ -371,6 +323,6 @@ TEST_CASE("elastic cluster: in place, one host's link cut, the survivors go on a
   lose_and_restore_host_in_place([](ElasticCluster& c) { sh(kScript + " link 2 down " + c.prefix); },
                                  [](ElasticCluster& c) {
                                    sh(kScript + " link 2 up " + c.prefix);
-                                   return std::unique_ptr<Process>();
+                                   return std::unique_ptr<BackgroundProcess>();
                                  });
 }

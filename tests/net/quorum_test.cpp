@@ -24,6 +24,7 @@
 #include "net/bootstrap/rendezvous_rounds.h"
 #include "net/job_secret.h"
 #include "net/quorum.h"
+#include "support/background_process.h"
 #include "support/scoped_env.h"
 
 using namespace troupe;
@@ -77,57 +78,6 @@ void take_table(RoundClient& client, int epoch, const std::vector<std::string>& 
   std::vector<std::string> expected = {std::to_string(epoch)};
   expected.insert(expected.end(), addresses.begin(), addresses.end());
   CHECK(t.fields == expected);
-}
-
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-int count_matches(const std::string& text, const std::string& pattern) {
-  const std::regex re(pattern);
-  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
-}
-
-// A shell command in the background, its output into a file.
-struct Process {
-  pid_t pid = -1;
-  fs::path log;
-  Process(const std::string& command, fs::path log_path) : log(std::move(log_path)) {
-    pid = ::fork();
-    if (pid == 0) {
-      ::setpgid(0, 0);  // its own group: the test kills the launcher and its ranks at once
-      ::execl("/bin/sh", "sh", "-c", ("exec " + command + " >" + log.string() + " 2>&1").c_str(), nullptr);
-      _exit(127);
-    }
-  }
-  int wait_exit(std::chrono::milliseconds wait) {
-    const auto until = std::chrono::steady_clock::now() + wait;
-    int status = 0;
-    while (::waitpid(pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > until) return -1;
-      std::this_thread::sleep_for(20ms);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  void kill_group() { ::kill(-pid, SIGKILL); }
-  ~Process() {
-    if (wait_exit(0ms) < 0) {
-      kill_group();
-      wait_exit(5s);
-    }
-  }
-};
-
-bool wait_for(const fs::path& log, const std::string& pattern, std::chrono::seconds wait, int count = 1) {
-  const auto until = std::chrono::steady_clock::now() + wait;
-  while (std::chrono::steady_clock::now() < until) {
-    if (count_matches(read_all(log), pattern) >= count) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return false;
 }
 
 }  // namespace
@@ -275,7 +225,7 @@ TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and 
   const std::string port = std::to_string(free_tcp_port());
   // 20 steps an epoch; --verify checks after every step that all ranks hold the same weights.
   auto node = [&](const std::string& name) {
-    return std::make_unique<Process>(kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 2 --secret " + secret +
+    return std::make_unique<BackgroundProcess>(kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 2 --secret " + secret +
                                          " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-settle 1 --in-place -- " + kBin +
                                          "/dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json",
                                      dir / (name + ".log"));
