@@ -317,8 +317,11 @@ void Transport::send_frame(int dst, FrameHeader& h, std::span<const uint8_t> hea
   std::lock_guard lock(peer.send_mutex);
   h.seq = peer.next_seq++;
   Link* link = nullptr;
+  // A frame with a device tensor goes to the stripes where they can take it, however small: their
+  // writers wait for its copy to host, where the direct link and ZeroMQ would make this thread wait.
+  const bool device_part = std::any_of(tensors.begin(), tensors.end(), [](const Tensor& t) { return !t.device().is_cpu(); });
   try {
-    if (direct_ && direct_->send(frame)) {
+    if (direct_ && !(device_part && stripes_ && stripes_->takes(frame)) && direct_->send(frame)) {
       link = direct_.get();
     } else {
       // Frames the direct link holds come before this one: out with them now.

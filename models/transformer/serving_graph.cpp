@@ -131,7 +131,12 @@ NestedTensor ServingGraph::operator()(const NestedTensor& batch) {
   const int64_t rows = tokens.size(0);
   const ServingBucket bucket = serving_bucket(rows, batch.batch());
   const std::vector<int64_t> offsets = bucket_offsets(batch.offsets(), bucket);
+  // The batch was written on the caller's lane, or on the default stream by a thread without one,
+  // and carries no ready event of its own: the graph's lane waits for that work before reading it.
+  Lane* caller = Lane::current(tokens.device());
+  const Event written = caller ? caller->mark() : default_stream_mark(tokens.device());
   LaneGuard on(*lane_);
+  if (written.valid()) lane_->wait(written);
   bool made = false;
   Entry& e = entry_for(bucket, tokens, made);
   Tensor real_rows = e.rows.slice(0, 0, rows);

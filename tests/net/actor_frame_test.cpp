@@ -78,17 +78,31 @@ TEST_CASE("actor frames: strided and contiguous tensors arrive as their values b
 }
 
 // The same on a GPU: each link stages a device tensor where it writes it (the stripes' threads
-// wait for each piece of the copy; the direct link and ZeroMQ wait for the whole copy first).
+// wait for each piece of the copy; the direct link and ZeroMQ wait for the whole copy first). A
+// small frame with a device tensor takes the stripes where there are any, so the sender never
+// waits for the device; the direct link takes it only without stripes.
 TEST_CASE("actor frames: device tensors arrive as their values by each link", "[net][transport][cuda]") {
   if (!has_backend(DeviceType::cuda)) SKIP_TEST("no GPU here: " << cuda_unavailable_reason());
   const Device gpu = Device::cuda(0);
   const std::vector<uint8_t> call = {1, 2, 3};
   const Tensor small = Tensor::arange(12).reshape({3, 4});
   const Tensor big = Tensor::arange(700 * 600).reshape({700, 600});
-  SECTION("direct link") {
+  SECTION("small, by the stripes") {
     TransportPair p = connect_pair("tcp", {}, {});
     const std::vector<Tensor> parts = {small.to(gpu), small.to(gpu).transpose(0, 1), small};
+    const uint64_t before = p.b->direct_frames();
     check_parts(send_and_receive(p, call, parts), call, parts);
+    CHECK(p.b->striped_frames() == 1);
+    CHECK(p.b->direct_frames() == before);
+  }
+  SECTION("direct link") {
+    TransportOptions no_stripes;
+    no_stripes.stripes = 0;
+    TransportPair p = connect_pair("tcp", no_stripes, no_stripes);
+    const std::vector<Tensor> parts = {small.to(gpu), small.to(gpu).transpose(0, 1), small};
+    const uint64_t before = p.b->direct_frames();
+    check_parts(send_and_receive(p, call, parts), call, parts);
+    CHECK(p.b->direct_frames() > before);
     CHECK(p.b->striped_frames() == 0);
   }
   SECTION("stripes") {

@@ -2,6 +2,7 @@
 //   troupe launch --nproc 2 -- build/bin/test_net "net rank: device tensors"
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -23,6 +24,14 @@ Tensor seeded(DType t, const Shape& s, int seed, Device device) {
   std::vector<float> v(static_cast<size_t>(numel(s)));
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((seed * 31 + i * 7) % 251);
   return Tensor::from_vector<float>(v, s).to(t).to(device);
+}
+
+// The syncs counted since the last reset, by op and actor: what a failed CHECK(sync_count() == 0) says.
+std::string sync_sites_text() {
+  std::string text;
+  for (const SyncSite& site : sync_sites())
+    text += site.op + " in " + site.actor + " on " + site.device.str() + ": " + std::to_string(site.count) + "; ";
+  return text;
 }
 
 bool same(const Tensor& a, const Tensor& b) {
@@ -53,6 +62,7 @@ TEST_CASE("net rank: device tensors", "[.rank]") {
       Tensor on_gpu = Tensor::empty(shape, dtype, gpu), on_host = Tensor::empty(shape, dtype);
       reset_sync_counts();
       world->recv(on_gpu, 0, seed);  // lands on the GPU, queued: no host wait
+      INFO(sync_sites_text());
       CHECK(sync_count() == 0);
       CHECK(on_gpu.device() == gpu);
       world->recv(on_host, 0, seed);
@@ -73,6 +83,7 @@ TEST_CASE("net rank: device tensors", "[.rank]") {
       reset_sync_counts();
       std::vector<Work> sends;
       for (const Tensor& v : values) sends.push_back(world->isend(v, 1, 77));
+      INFO(round << " sends of " << to_string(shape) << ": " << sync_sites_text());
       CHECK(sync_count() == 0);
       for (Work& w : sends) w.wait();
     } else {
