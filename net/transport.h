@@ -195,6 +195,11 @@ class Transport : private FrameSink {
   void set_actor_handler(std::shared_ptr<ActorHandler> handler);
   // From the handler: an actor frame it is not the one for, kept for the next handler, in order.
   void keep_actor_frame(Message frame);
+  // The number of the next RemoteActors opened on this transport (1, 2, ...): its frames carry it,
+  // so a peer's frames for an earlier or a later one are told apart. Counted per transport, not
+  // per process: a process that joins a job later (an in-place elastic epoch's new group) opens
+  // its first on that group's transport, as the others do.
+  uint32_t open_actor_generation() { return ++actor_generations_; }
   // Receives on this thread (leading the ROUTER, see above; taking turns with other leaders) until
   // done() or the deadline: how a thread that waits for actor frames skips the I/O thread's hand-off.
   void drive(const std::function<bool()>& done, Deadline deadline);
@@ -340,6 +345,7 @@ class Transport : private FrameSink {
   int handler_calls_ = 0;  // lost peers being told to the handler (guarded by mutex_)
   std::condition_variable handler_idle_;
   std::deque<Message> actor_backlog_;  // actor frames that came while there was no handler
+  std::atomic<uint32_t> actor_generations_{0};
 };
 
 // The direct-link frames a thread sends through `transport` while a SendBatch lives are written

@@ -143,10 +143,11 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   std::shared_ptr<ProcessGroup> group;
   Transport& transport;
   const int rank, size;
-  // This process's n-th RemoteActors (from 1). Frames say their sender's: one from an earlier one
-  // is dropped, one from a later one kept by the transport for the next (executors made one after
-  // another each open and close one, and a quicker rank's next one may call before this closed).
-  // Set by RemoteActors::open once it is the process's, before any frame.
+  // The n-th RemoteActors on this transport (from 1; Transport::open_actor_generation). Frames say
+  // their sender's: one from an earlier one is dropped, one from a later one kept by the transport
+  // for the next (executors made one after another each open and close one, and a quicker rank's
+  // next one may call before this closed). Set by RemoteActors::open once it is the process's,
+  // before any frame.
   uint32_t generation = 0;
 
   std::mutex mutex;  // guards everything below

@@ -19,7 +19,6 @@ bool current_is_shared = false;           // ensure() made it
 std::weak_ptr<RemoteActors> shared_node;  // ensure()'s, while somebody holds it
 std::condition_variable current_closed;
 std::mutex ensure_mutex;  // one ensure() at a time, so that only one makes a RemoteActors
-uint32_t opened = 0;      // RemoteActors this process has made (guarded by current_mutex)
 
 std::shared_ptr<RemoteActors::Impl> current(const char* what) {
   std::lock_guard lock(current_mutex);
@@ -65,7 +64,7 @@ void RemoteActors::open(std::shared_ptr<ProcessGroup> group, bool shared) {
                                          : "RemoteActors: this process has one already; one at a time");
     current_node = impl;
     current_is_shared = shared;
-    impl->generation = ++opened;
+    impl->generation = impl->transport.open_actor_generation();
   }
   impl_ = std::move(impl);
   auto handler = std::make_shared<ActorHandler>();

@@ -21,6 +21,7 @@
 #include "net/remote/remote_actor.h"
 #include "support/close.h"
 #include "support/elapsed.h"
+#include "support/ranks.h"
 #include "support/thrown.h"
 
 using namespace troupe;
@@ -354,6 +355,20 @@ void remote_rank(Drive&& drive, std::initializer_list<int> drivers = {0}) {
 }  // namespace
 
 TEST_CASE("remote rank: basic", "[.rank]") { remote_rank(basic); }
+// Rank 0 has opened and closed a RemoteActors on a transport of its own first (as a rank of an
+// in-place elastic job did on an earlier epoch's group); rank 1 never had one. Frames carry the
+// number of the RemoteActors on their transport, so the two still hear each other.
+TEST_CASE("remote rank: a second RemoteActors on a new transport", "[.rank]") {
+  InitOptions o;
+  o.timeout = 30s;
+  auto world = init_process_group(o);
+  if (world->rank() == 0) RemoteActors earlier(world_of_one());
+  RemoteActors actors(world);
+  if (world->rank() == 0)
+    basic(world->size());
+  else
+    CHECK_NOTHROW(serve());
+}
 TEST_CASE("remote rank: order", "[.rank]") { remote_rank([](int) { order(); }, {0, 2}); }  // two drivers
 TEST_CASE("remote rank: errors", "[.rank]") { remote_rank([](int) { errors(); }); }
 TEST_CASE("remote rank: kill", "[.rank]") { remote_rank([](int) { kill_rank(); }); }

@@ -16,6 +16,11 @@ TEST_CASE("remote actors: spawn, calls with every kind of value, names, stop, on
   }
 }
 
+TEST_CASE("remote actors: a rank that had one on another transport talks to one that never had", "[net][remote]") {
+  RankRun run = run_ranks(2, "remote rank: a second RemoteActors on a new transport");
+  check_all_passed(run, 2);
+}
+
 TEST_CASE("remote actors: over tcp only", "[net][remote]") {
   LaunchOptions o;
   o.env = {{"TROUPE_TRANSPORT", "tcp"}};
