@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "devices/error.h"
 #include "net/bootstrap/launcher.h"
@@ -272,5 +273,64 @@ TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and 
   CHECK(count_matches(all, "\"in_place\":true") == 1);
   CHECK(count_matches(all, "differ across ranks") == 0);
   CHECK(count_matches(all, "quorum epoch [0-9]+: world 3 at step [0-9]+ \\(1 rank\\(s\\) took the state\\)") >= 2);
+  fs::remove_all(dir);
+}
+
+// The same quorum under a training loop written with remote actors (examples/quorum_actors.cpp):
+// the epoch's rank 0 drives, every rank hosts a worker. The driver killed: the next epoch's rank 0
+// takes the newest state a worker holds and goes on, and the restarted rank joins as a worker. A
+// worker killed: the driver's call fails, and the step is redone over the survivors.
+TEST_CASE("quorum: remote actors in place: a killed driver and a killed worker, no step lost", "[net][quorum][elastic]") {
+  const fs::path dir = fs::temp_directory_path() / ("troupe_quorum_actors_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string secret = (dir / "job.secret").string();
+  write_job_secret_file(secret, generate_job_secret());
+  const std::string port = std::to_string(free_tcp_port());
+  auto node = [&](const std::string& name) {
+    return std::make_unique<BackgroundProcess>(kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 2 --secret " + secret +
+                                                   " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-settle 1 --in-place -- " +
+                                                   kBin + "/quorum_actors --steps 600 --pause-ms 20 --log-every 20 --json",
+                                               dir / (name + ".log"));
+  };
+  auto n0 = node("n0");  // serves the quorum
+  std::this_thread::sleep_for(300ms);
+  auto n1 = node("n1");
+  auto n2 = node("n2");
+  REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 0: world 3", 60s));
+  auto logs = [&] { return read_all(dir / "n0.log") + read_all(dir / "n1.log") + read_all(dir / "n2.log"); };
+  // A rank's pid, from the server's line for an epoch: "epoch E: world W (HOST/PID, ...)", at `index`.
+  auto rank_pid = [&](int epoch, int index) {
+    std::smatch m;
+    const std::string all = read_all(dir / "n0.log");
+    const std::regex line("epoch " + std::to_string(epoch) + ": world [0-9]+ \\(([^)]*)\\)");
+    REQUIRE(std::regex_search(all, m, line));
+    std::vector<pid_t> pids;
+    const std::string names = m[1];
+    const std::regex pid("/([0-9]+)");
+    for (auto it = std::sregex_iterator(names.begin(), names.end(), pid); it != std::sregex_iterator(); ++it)
+      pids.push_back(std::stoi((*it)[1]));
+    REQUIRE(index < static_cast<int>(pids.size()));
+    return pids[static_cast<size_t>(index)];
+  };
+  for (int i = 0; i < 1200 && count_matches(logs(), "\\] step 100 loss") == 0; ++i) std::this_thread::sleep_for(50ms);
+  REQUIRE(count_matches(logs(), "\\] step 100 loss") == 1);
+  ::kill(rank_pid(0, 0), SIGKILL);  // the driver
+  REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 2: world 3", 60s));  // epoch 1 without it, 2 with it back
+  for (int i = 0; i < 1200 && count_matches(logs(), "driven by this rank from step [0-9]+ \\(state from rank") == 0; ++i)
+    std::this_thread::sleep_for(50ms);
+  for (int i = 0; i < 1200 && count_matches(logs(), "\\] step 300 loss") == 0; ++i) std::this_thread::sleep_for(50ms);
+  ::kill(rank_pid(2, 1), SIGKILL);  // a worker
+  REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 4: world 3", 60s));
+
+  CHECK(n0->wait_exit(120s) == 0);
+  CHECK(n1->wait_exit(30s) == 0);
+  CHECK(n2->wait_exit(30s) == 0);
+  const std::string all = logs();
+  INFO(all.substr(all.size() > 4000 ? all.size() - 4000 : 0));
+  CHECK(count_matches(all, "driven by this rank from step [0-9]+ \\(state from rank") >= 1);  // a successor took it
+  CHECK(count_matches(all, "\"steps\":600") == 1);  // one driver ends the job, at the last step
+  std::smatch loss;
+  REQUIRE(std::regex_search(all, loss, std::regex("done: 600 steps, loss ([0-9.e-]+)")));
+  CHECK(std::stod(loss[1]) < 5e-5);  // converged to the noise floor (3.3e-5)
   fs::remove_all(dir);
 }
