@@ -4,7 +4,10 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <iostream>
+#include <map>
 #include <numeric>
 #include <optional>
 
@@ -35,6 +38,10 @@ struct Quorum::Shared {
   int current_epoch = -1;
   std::optional<std::pair<int, std::string>> ended;  // the server's "end": code, why
   std::optional<Clock::time_point> server_down_since;  // as the listener last saw the connection
+  std::optional<CurveKeys> keys;                       // the job's, for a standby's connection
+  std::map<int, int> assigned;                         // this rank's number in each epoch it was told of
+  std::vector<std::string> standbys;                   // every rank's standby in standbys_epoch
+  int standbys_epoch = -1;
 };
 
 namespace {
@@ -50,6 +57,13 @@ void add_lost_ranks(const Transport& transport, std::vector<std::string>& fields
     if (transport.is_lost(r)) fields.push_back(std::to_string(r));
 }
 
+// The server counts as down once silent this long: 2 s, or the transports' peer timeout where it
+// is set shorter (TROUPE_PEER_TIMEOUT_MS), so that a cut link to it is found as soon as one to a peer.
+std::chrono::milliseconds server_silence() {
+  const auto ms = parse_int_field(quorum_env("TROUPE_PEER_TIMEOUT_MS"));
+  return std::chrono::milliseconds(ms && *ms > 0 ? std::min(*ms, 2000) : 2000);
+}
+
 }  // namespace
 
 bool Quorum::configured() { return !quorum_env("TROUPE_QUORUM").empty(); }
@@ -61,18 +75,22 @@ Quorum::Quorum(QuorumOptions options) : options_(std::move(options)), shared_(st
   auto [host, port] = split_host_port(options_.endpoint);
   const Deadline deadline = deadline_after(options_.timeout);
   const std::string numeric = detail::resolve_host(host, "TROUPE_QUORUM", detail::resolve_patience(), deadline);
+  options_.endpoint = numeric + ":" + std::to_string(port);  // as the launchers list their standbys
   host_ = !quorum_env("TROUPE_HOST").empty()
               ? quorum_env("TROUPE_HOST")
               : detail::local_address_towards(numeric, port, "TROUPE_QUORUM=" + options_.endpoint);
   if (options_.name.empty()) options_.name = host_ + "/" + std::to_string(::getpid());
-  std::optional<CurveKeys> keys;
   if (const std::string secret = quorum_env("TROUPE_JOB_SECRET_FILE"); !secret.empty())
-    keys = derive_job_keys(load_job_secret_file(secret)).curve;
-  client_ = std::make_unique<RoundClient>(numeric, port, keys, /*watch=*/true);
+    shared_->keys = derive_job_keys(load_job_secret_file(secret)).curve;
+  standby_ = quorum_env("TROUPE_QUORUM_STANDBY");
+  client_ = std::make_unique<RoundClient>(numeric, port, shared_->keys, /*watch=*/true, server_silence());
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw CommError("Quorum: pipe failed");
   listener_ = std::thread([this] { listen(); });
   builder_ = std::thread([this] { build(); });
-  send("join", {options_.name});
+  if (standby_.empty())
+    send("join", {options_.name});
+  else
+    send("join", {options_.name, standby_});
   try {
     wait_for_next();
   } catch (...) {
@@ -140,9 +158,38 @@ void Quorum::listen() {
     }
     // The server's messages, or a wake-up from another thread, whichever comes first.
     auto m = client_->receive(std::chrono::milliseconds(100), wake_[0]);
+    const auto down = client_->down_since();
+    if (!down) server_seen_ = true;
+    else if (server_seen_ && Clock::now() - *down >= kFailoverAfter) fail_over();
     std::lock_guard lock(shared_->mutex);
     shared_->server_down_since = client_->down_since();
     if (!m) continue;
+    if (m->kind == "moved" && m->fields.size() == 1 && shared_->current_epoch < 0 && !shared_->ready) {
+      // A server started again on the quorum's host, after a standby took the job over: this rank,
+      // not in any epoch yet, joins there.
+      const std::string to = m->fields[0];
+      std::cerr << "quorum: the job's quorum is at " << to << " now; joining there" << std::endl;
+      auto [host, port] = split_host_port(to);
+      client_ = std::make_unique<RoundClient>(host, port, shared_->keys, /*watch=*/true, server_silence());
+      server_seen_ = false;
+      options_.endpoint = to;
+      if (standby_.empty())
+        client_->send("join", {options_.name});
+      else
+        client_->send("join", {options_.name, standby_});
+      continue;
+    }
+    if (m->kind == "standbys" && !m->fields.empty()) {
+      if (const auto epoch = parse_int_field(m->fields[0]); epoch && *epoch >= shared_->standbys_epoch) {
+        shared_->standbys.assign(m->fields.begin() + 1, m->fields.end());
+        shared_->standbys_epoch = *epoch;
+      }
+      continue;
+    }
+    if (m->kind == "epoch" && m->fields.size() == 3) {
+      const auto epoch = parse_int_field(m->fields[0]), r = parse_int_field(m->fields[1]);
+      if (epoch && r) shared_->assigned[*epoch] = *r;
+    }
     if (m->kind == "lost" && m->fields.size() == 2) {
       const auto epoch = parse_int_field(m->fields[0]), r = parse_int_field(m->fields[1]);
       if (!epoch || !r) continue;
@@ -163,6 +210,45 @@ void Quorum::listen() {
       shared_->ended = {code, m->fields.size() > 1 ? m->fields[1] : ""};
       shared_->cv.notify_all();
     }
+  }
+}
+
+// The quorum's server is lost (its connection closed, or silent): to the standby of the lowest
+// rank of the last epoch this rank ran in whose standby is not that server, the same choice on
+// every survivor. The ranks whose standby was that server went with its host: lost now.
+void Quorum::fail_over() {
+  std::vector<std::string> standbys;
+  int epoch = -1, rank = -1;
+  {
+    std::lock_guard lock(shared_->mutex);
+    standbys = shared_->standbys;
+    epoch = shared_->standbys_epoch;
+    if (auto it = shared_->assigned.find(epoch); it != shared_->assigned.end()) rank = it->second;
+  }
+  const std::string lost = options_.endpoint;
+  lost_servers_.insert(lost);
+  std::string successor;
+  int expected = 0;
+  for (const std::string& s : standbys)
+    if (!lost_servers_.count(s) && s != "-") {
+      if (successor.empty()) successor = s;
+      ++expected;
+    }
+  if (epoch < 0 || rank < 0 || successor.empty()) return;  // no standby known: server_timeout applies
+  std::cerr << "quorum: the server at " << lost << " is lost; the standby at " << successor << " takes over from epoch "
+            << epoch << std::endl;
+  auto [host, port] = split_host_port(successor);
+  client_ = std::make_unique<RoundClient>(host, port, shared_->keys, /*watch=*/true, server_silence());
+  server_seen_ = false;  // no second fail-over before this one answered
+  client_->send("resume", {std::to_string(epoch), std::to_string(rank), std::to_string(expected), options_.name,
+                           standby_.empty() ? "-" : standby_});
+  std::lock_guard lock(shared_->mutex);
+  options_.endpoint = successor;  // the rank's thread reads it under the lock
+  const std::string why = "quorum: its host's quorum server at " + lost + " was lost";
+  for (size_t r = 0; r < standbys.size(); ++r) {
+    if (!lost_servers_.count(standbys[r]) || static_cast<int>(r) == rank) continue;
+    if (shared_->current && shared_->current_epoch == epoch) shared_->current->transport().declare_lost(static_cast<int>(r), why);
+    if (shared_->ready && shared_->ready_epoch == epoch) shared_->ready->transport().declare_lost(static_cast<int>(r), why);
   }
 }
 
@@ -281,7 +367,8 @@ void Quorum::wait_for_next() {
     if (shared_->server_down_since && now - *shared_->server_down_since > options_.server_timeout)
       throw CommError("Quorum: the quorum server at " + options_.endpoint + " has been unreachable for " +
                       std::to_string(options_.server_timeout.count() / 1000) +
-                      " s (its host lost? it is not replicated): no epoch can form; checkpoints, if any, remain");
+                      " s, and no standby of the job's launchers was known (TROUPE_QUORUM_STANDBY): no epoch can "
+                      "form; checkpoints, if any, remain");
     if (now >= deadline)
       throw TimeoutError("Quorum: no epoch formed within " + std::to_string(options_.timeout.count()) +
                          " ms (the quorum server at " + options_.endpoint + ")");

@@ -27,6 +27,9 @@
 //   }
 //   quorum.leave();
 //
+// No host is special: the server's host lost, the survivors go to a standby served by another
+// host's launcher (net/bootstrap/quorum_server.h says which) and the job goes on there.
+//
 // Loss detection: a lost rank's connection to the server closing (a killed process, a killed
 // host) is told to every member at once ("lost", which breaks their groups as their own
 // heartbeats would); a silent link is found by the transport's heartbeats (TROUPE_PEER_TIMEOUT_MS,
@@ -37,6 +40,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,8 +58,9 @@ struct QuorumOptions {
   std::string name;      // how the server's log names this rank; empty: HOST/PID
   // Each epoch group's operation timeout, and the longest wait for an epoch to form.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
-  // The server unreachable this long (its host lost: it is not replicated) while this rank waits
-  // for an epoch: CommError naming it. A silent connection counts as down after 2 s.
+  // The server unreachable this long while this rank waits for an epoch, with no standby to go
+  // to: CommError naming it. A silent connection counts as down after 2 s, or after
+  // TROUPE_PEER_TIMEOUT_MS where that is shorter.
   std::chrono::milliseconds server_timeout = std::chrono::seconds(30);
 };
 
@@ -108,9 +113,14 @@ class Quorum {
   void retire(std::shared_ptr<void> holder);  // destroyed on a thread of its own
   void abort_building(const std::string& why);  // with shared_->mutex held: its connect gives up
   void shut_down();
+  void fail_over();  // the listener: the server is lost, to the standby the rule picks
+  static constexpr std::chrono::milliseconds kFailoverAfter{100};  // down this long: lost, not a blip
 
   QuorumOptions options_;
   std::string host_;  // this rank's address towards the server (its transports bind it)
+  std::string standby_;  // this rank's launcher's quorum endpoint ($TROUPE_QUORUM_STANDBY), or empty
+  bool server_seen_ = false;            // the listener's: its server has answered (fail over only then)
+  std::set<std::string> lost_servers_;  // the listener's: servers this rank failed over from
   std::unique_ptr<Shared> shared_;
   std::unique_ptr<RoundClient> client_;
   int wake_[2] = {-1, -1};  // the listener's wake-up pipe

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Elastic trials on a 3-host test cluster (scripts/netns_cluster.sh; needs root): each trial trains
 # dist_sgd --elastic under `troupe launch --nnodes 2:3 --rdzv-endpoint` (1 rank per host, host 0
-# serving the rendezvous), loses host 2 at a random step (every process of it killed, or its link
-# cut: the trials alternate), and brings it back once the job runs on 2 hosts (started again, or
-# its link restored). Then the same with torchrun's elastic agent (torch 1.13, --rdzv_backend c10d,
+# serving the rendezvous), loses host LOST_HOST (2 unless set; 0 loses the rendezvous' host and
+# rank 0: in place a standby takes the quorum over, net/bootstrap/quorum_server.h) at a random step
+# (every process of it killed, or its link cut: the trials alternate), and brings it back once the
+# job runs on 2 hosts (started again, or its link restored). Then the same with torchrun's elastic agent (torch 1.13, --rdzv_backend c10d,
 # its defaults) over examples/dist_sgd_elastic_torch.py, the same recipe, kills and cuts alternating;
 # at its best here: gloo's wait for a peer cut to TORCH_PG_TIMEOUT seconds (default 10; torch's own,
 # 30 minutes, keeps its ranks waiting on a cut link for that long) and the rendezvous' wait for
@@ -35,7 +36,8 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "elastic_trials: needs root (network namespaces)" >&2; exit 2; }
 trials=${1:-20} torch_trials=${2:-4} subset=${3:-12800} epochs=${4:-3} every=${5:-20}
 torch_pg_timeout=${TORCH_PG_TIMEOUT:-10} torch_last_call=${TORCH_LAST_CALL:-1}
-troupe_mode=${TROUPE_MODE:-in-place} peer_timeout=${TROUPE_PEER_TIMEOUT_MS:-1000} nproc=${NPROC:-1}
+troupe_mode=${TROUPE_MODE:-in-place} peer_timeout=${TROUPE_PEER_TIMEOUT_MS:-1000} nproc=${NPROC:-1} lost_host=${LOST_HOST:-2}
+case $lost_host in 0|1|2) ;; *) echo "elastic_trials: LOST_HOST is 0, 1 or 2, not $lost_host" >&2; exit 2 ;; esac
 full=$((3 * nproc))  # the world of 3 hosts
 case $troupe_mode in in-place|restart) ;; *) echo "elastic_trials: TROUPE_MODE is in-place or restart, not $troupe_mode" >&2; exit 2 ;; esac
 RANDOM=${SEED:-1}
@@ -86,9 +88,11 @@ node() {
 # Rank 0's lines of every host, in time order.
 merged() { cat "$1"/*.log | grep -E '^[0-9.]+ (\[rank [0-9]+\] )?(step [0-9]+ |resumed from|start world|quorum epoch|took the state|\{)' | sort -n; }
 json_field() { grep -o "\"$1\":[^,}]*" | tail -1 | cut -d: -f2; }
+# The quorum's lines of every host's launcher, a standby's that took over too, in time order.
+quorum_log() { cat "$1"/h*.log 2>/dev/null | sed 's/quorum (standby):/quorum:/' | sort -n; }
 # The job's world size now, as its rank 0 last said.
 world_now() {
-  if [ "$1" = troupe ] && [ $troupe_mode = in-place ]; then grep -h 'quorum: epoch [0-9]*: world' "$2"/h0.log 2>/dev/null | tail -1 | awk '{ print $7 }'
+  if [ "$1" = troupe ] && [ $troupe_mode = in-place ]; then quorum_log "$2" | grep 'quorum: epoch [0-9]*: world' | tail -1 | awk '{ print $7 }'
   elif [ "$1" = troupe ]; then grep -h 'rendezvous: round [0-9]*: ' "$2"/h0.log 2>/dev/null | tail -1 | awk '{ print $NF }'
   else merged "$2" | awk '/start world/ { split($3, w, "="); n = w[2] } END { print n }'; fi
 }
@@ -98,7 +102,7 @@ median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 
 kill_host() { local pids; pids=$(ip netns pids $p-h$1); [ -n "$pids" ] && kill -9 $pids; }
 
 echo "machine: $(build/bin/troupe info 2>/dev/null | head -3 | tr '\n' ' ')(load $(cut -d' ' -f1-3 /proc/loadavg))"
-echo "job: $steps steps ($subset images x $epochs epochs, global batch 128), checkpoint every $every steps, 3 hosts x $nproc rank(s) (torch: x 1)"
+echo "job: $steps steps ($subset images x $epochs epochs, global batch 128), checkpoint every $every steps, 3 hosts x $nproc rank(s) (torch: x 1), host $lost_host lost"
 accs=""
 for seed in 1234 1235 1236; do
   d=$work/ref-$seed; mkdir -p $d
@@ -129,7 +133,7 @@ for sys in troupe torch; do
     # The loss comes once the job has run step $at on all 3 hosts (a node slow to start may miss
     # the first round and join the next).
     for _ in $(seq 1 3000); do merged $d | grep -q "step $at " && [ "$(world_now $sys $d)" = "$([ $sys = troupe ] && echo $full || echo 3)" ] && break; sleep 0.1; done
-    if [ $mode = kill ]; then kill_host 2; else scripts/netns_cluster.sh link 2 down $p; fi
+    if [ $mode = kill ]; then kill_host $lost_host; else scripts/netns_cluster.sh link $lost_host down $p; fi
     t_loss=$EPOCHREALTIME
     # Back once the job has resumed on 2 hosts (or after 3 minutes).
     for _ in $(seq 1 1800); do
@@ -137,13 +141,13 @@ for sys in troupe torch; do
       sleep 0.1
     done
     t_back=$EPOCHREALTIME
-    if [ $mode = kill ]; then (node $sys 2 $d $d/h2-again.log) 2>/dev/null & pids+=($!); else scripts/netns_cluster.sh link 2 up $p; fi
+    if [ $mode = kill ]; then (node $sys $lost_host $d $d/h$lost_host-again.log) 2>/dev/null & pids+=($!); else scripts/netns_cluster.sh link $lost_host up $p; fi
     status=0
     if ! merged $d | awk -v t=$t_loss -v re="$(resumed_re $sys)" '$1 > t && $0 ~ re { found = 1 } END { exit !found }'; then
       for h in 0 1 2; do kill_host $h; done  # not resumed within 3 minutes
     fi
     for i in "${!pids[@]}"; do
-      [ $mode = kill ] && [ $i = 2 ] && continue  # the killed launcher
+      [ $mode = kill ] && [ $i = $lost_host ] && continue  # the killed launcher
       wait "${pids[$i]}" || status=$?
     done
     m=$(merged $d)
@@ -153,7 +157,7 @@ for sys in troupe torch; do
     t_resumed=$(echo "$resumed_line" | awk '{ print $1 }')
     t_next=$(echo "$m" | awk -v t=${t_resumed:-0} '$1 >= t && / ?step [0-9]+ loss/ { print $1; exit }')
     if [ $sys = troupe ] && [ $troupe_mode = in-place ]; then
-      rounds=$(grep -h 'quorum: epoch [0-9]*: world' $d/h0.log | awk '{ r = $5; sub(":", "", r); print $1, r, $7 }')
+      rounds=$(quorum_log $d | grep 'quorum: epoch [0-9]*: world' | awk '{ r = $5; sub(":", "", r); print $1, r, $7 }')
     elif [ $sys = troupe ]; then
       rounds=$(grep -h 'rendezvous: round [0-9]*: ' $d/h0.log | awk '{ r = $5; sub(":", "", r); print $1, r, $NF }')
     else
@@ -174,7 +178,7 @@ for sys in troupe torch; do
       t_trains=$(echo "$m" | awk -v t=${t_grown:-9e99} '$1 > t && / ?step [0-9]+ loss/ { print $1; exit }')
       t_before=$(echo "$m" | awk -v t=${t_grown:-0} '$1 < t && / ?step [0-9]+ loss/ { s = $1 } END { print s }')
       back=$(awk -v a=$t_back -v b=${t_trains:-0} 'BEGIN { if (b > 0) printf "%.2f", b - a; else print "-" }')
-      t_join=$(grep -h 'quorum: .* waits to join' $d/h0.log | awk -v t=$t_back '$1 > t { print $1; exit }')
+      t_join=$(quorum_log $d | grep 'quorum: .* waits to join' | awk -v t=$t_back '$1 > t { print $1; exit }')
       back="$back ($(awk -v a=${t_join:-0} -v b=${t_trains:-0} 'BEGIN { if (a > 0 && b > 0) printf "%.2f", b - a; else print "-" }'))"
       took=$(echo "$m" | awk -v t=$t_back '$1 > t && /\] took the state/ { for (i = 1; i < NF; ++i) if ($(i + 1) == "bytes") print $i; exit }')
       normal=$(echo "$m" | awk -v t=$t_loss '$1 < t && / ?step [0-9]+ loss/ { if (p) print $1 - p; p = $1 }' | median)

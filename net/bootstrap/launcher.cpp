@@ -401,7 +401,8 @@ LaunchResult run_elastic(const LaunchOptions& o, const std::map<std::string, std
 
 // An in-place elastic job (LaunchOptions::in_place): this node's ranks meet the others' at the
 // quorum at rdzv_endpoint (served here when the endpoint is this host's and nobody serves it yet:
-// net/bootstrap/quorum_server.h), and the job goes on through losses without stopping them. A rank
+// net/bootstrap/quorum_server.h; else a standby is served here), and the job goes on through
+// losses without stopping them. A rank
 // that fails is started again on its own and joins as a new rank; the launcher serving the quorum
 // serves it until every rank of the job has left.
 LaunchResult run_in_place(const LaunchOptions& o, std::map<std::string, std::string> env, const Print& print) {
@@ -419,13 +420,30 @@ LaunchResult run_in_place(const LaunchOptions& o, std::map<std::string, std::str
   auto server = QuorumServer::try_serve(numeric, port, keys, settings, [&](const std::string& line) {
     print(-1, true, "quorum: " + line);
   });
+  std::string standby = numeric + ":" + std::to_string(port);
+  if (!server) {
+    // Every other launcher serves a standby at its host's address (the first free port after
+    // PORT: launchers may share a host), which takes the quorum over if HOST's is lost.
+    const std::string local = detail::local_address_towards(numeric, port, "--rdzv-endpoint " + o.rdzv_endpoint);
+    QuorumSettings standby_settings = settings;
+    standby_settings.quorum_endpoint = numeric + ":" + std::to_string(port);
+    for (int p = port + 1; p <= port + 64 && !server; ++p) {
+      standby_settings.self_endpoint = local + ":" + std::to_string(p);
+      server = QuorumServer::try_serve(local, p, keys, standby_settings, [&](const std::string& line) {
+        print(-1, true, "quorum (standby): " + line);
+      });
+      if (server) standby = standby_settings.self_endpoint;
+    }
+  }
   for (const char* fixed : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK"}) env.erase(fixed);
   env["TROUPE_QUORUM"] = numeric + ":" + std::to_string(port);
+  if (server) env["TROUPE_QUORUM_STANDBY"] = standby;
   LaunchResult result = run_ranks(o, env, print, 0, {}, /*in_place=*/true);
-  if (server && !g_interrupt) {
+  // A standby that took the quorum over serves it to the end, as the quorum's launcher does.
+  if (server && server->serves_the_job() && !g_interrupt) {
     print(-1, true, "this node's ranks are done; serving the quorum until every rank of the job has left");
     std::optional<int> end;
-    while (!(end = server->wait_finished(std::chrono::milliseconds(100))) && !g_interrupt) {
+    while (!(end = server->wait_finished(std::chrono::milliseconds(100))) && !g_interrupt && server->serves_the_job()) {
     }
     if (end && *end != 0 && result.exit_code == 0) {
       result.exit_code = *end;

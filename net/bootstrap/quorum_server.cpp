@@ -3,6 +3,7 @@
 #include <zmq.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <set>
@@ -29,6 +30,8 @@ class Membership {
       : settings_(settings), send_(std::move(send)), log_(std::move(log)), waiting_since_(Clock::now()) {}
 
   std::optional<int> end_code() const { return end_code_; }
+  bool serves_the_job() const { return last_epoch_ >= 0 && resumed_from_ < last_epoch_ && moved_to_.empty(); }
+  bool took_over() const { return resumed_from_ >= 0; }
 
   void on_message(const std::string& id, const RoundMessage& m, int fd) {
     clients_.insert(id);
@@ -36,10 +39,49 @@ class Membership {
       send_(id, {"end", {std::to_string(*end_code_), end_why_}});
       return;
     }
-    if (m.kind == "join" && m.fields.size() == 1) {
+    if (m.kind == "moved" && m.fields.size() == 1) {
+      // A standby holds the job now: a server that formed no epoch of its own (started again on
+      // the quorum's host) sends its joiners there.
+      if (!running_.empty() || forming_epoch_ >= 0) return;  // it runs a job of its own: the other side of a cut
+      if (moved_to_.empty()) log_("the job's quorum is at " + m.fields[0] + " (a standby took it over): joiners go there");
+      moved_to_ = m.fields[0];
+      for (const auto& waiting : waiting_) send_(waiting, {"moved", {moved_to_}});
+      waiting_.clear();
+      return;
+    }
+    if (m.kind == "join" && (m.fields.size() == 1 || m.fields.size() == 2)) {
       names_[id] = m.fields[0];
+      if (m.fields.size() == 2) standbys_[id] = m.fields[1];
       fds_[id] = fd;
+      if (!moved_to_.empty()) {
+        send_(id, {"moved", {moved_to_}});
+        return;
+      }
       add_waiting(id);
+    } else if (m.kind == "resume" && m.fields.size() == 5) {
+      // A survivor of the epoch whose server was lost: this standby takes the quorum over. The
+      // survivors keep their order; the epoch forms once the expected ones are here. One that
+      // comes after that epoch formed joins as a new rank does.
+      names_[id] = m.fields[3];
+      standbys_[id] = m.fields[4];
+      fds_[id] = fd;
+      if (!running_.empty() || forming_epoch_ >= 0) {
+        if (index_of(running_, id) < 0 && index_of(assigned_, id) < 0) add_waiting(id);
+        return;
+      }
+      const auto epoch = parse_int_field(m.fields[0]), rank = parse_int_field(m.fields[1]),
+                 expected = parse_int_field(m.fields[2]);
+      if (!epoch || !rank || !expected) return;
+      if (resumed_from_ < 0) log_("taking the quorum over from epoch " + m.fields[0] + ", whose server was lost");
+      resumed_from_ = std::max(resumed_from_, *epoch);
+      last_epoch_ = std::max(last_epoch_, *epoch);
+      expected_resumers_ = std::max(expected_resumers_, *expected);
+      old_ranks_[id] = *rank;
+      add_waiting(id);
+      std::stable_sort(waiting_.begin(), waiting_.end(), [&](const std::string& a, const std::string& b) {
+        auto ra = old_ranks_.find(a), rb = old_ranks_.find(b);
+        return (ra == old_ranks_.end() ? INT32_MAX : ra->second) < (rb == old_ranks_.end() ? INT32_MAX : rb->second);
+      });
     } else if (m.kind == "rejoin" && !m.fields.empty()) {
       fds_[id] = fd;
       const auto epoch = parse_int_field(m.fields[0]);
@@ -82,7 +124,7 @@ class Membership {
   }
 
   void tick(Clock::time_point now) {
-    if (end_code_) return;
+    if (end_code_ || !moved_to_.empty()) return;
     if (forming_epoch_ >= 0) {
       if (std::none_of(addresses_.begin(), addresses_.end(), [](const std::string& a) { return a.empty(); })) {
         publish();
@@ -102,10 +144,11 @@ class Membership {
     }
     const int n = static_cast<int>(waiting_.size());
     if (running_.empty()) {  // the first epoch, or too few ranks left
+      const bool resumed = resumed_from_ >= 0 && n >= expected_resumers_;  // every survivor is back
       if (n >= settings_.min_ranks &&
-          (n >= settings_.max_ranks || now - last_join_ >= settings_.settle || running_epoch_ >= 0))
+          (n >= settings_.max_ranks || now - last_join_ >= settings_.settle || running_epoch_ >= 0 || resumed))
         form({});
-      else if (n < settings_.min_ranks && now - waiting_since_ >= settings_.join_timeout)
+      else if (n < settings_.min_ranks && !clients_.empty() && now - waiting_since_ >= settings_.join_timeout)
         end(1, "only " + std::to_string(n) + " rank(s) of at least " + std::to_string(settings_.min_ranks) +
                    " within " + seconds_text(settings_.join_timeout) + " s");
     } else if (n > 0 && live_running() < settings_.max_ranks) {
@@ -180,9 +223,19 @@ class Membership {
   }
 
   void publish() {
+    // Each rank's launcher's quorum endpoint (its standby), by rank: where the survivors go when
+    // this server is lost (quorum.h). Before the table, so a member has both once it runs.
+    RoundMessage standbys{"standbys", {std::to_string(forming_epoch_)}};
+    for (const auto& id : assigned_) {
+      auto it = standbys_.find(id);
+      standbys.fields.push_back(it == standbys_.end() ? "-" : it->second);
+    }
     RoundMessage table{"table", {std::to_string(forming_epoch_)}};
     table.fields.insert(table.fields.end(), addresses_.begin(), addresses_.end());
-    for (const auto& id : assigned_) send_(id, table);
+    for (const auto& id : assigned_) {
+      send_(id, standbys);
+      send_(id, table);
+    }
     running_ = std::move(assigned_);
     assigned_.clear();
     running_epoch_ = forming_epoch_;
@@ -208,6 +261,10 @@ class Membership {
   std::set<std::string> clients_;             // every routing id heard from
   std::map<std::string, std::string> names_;  // by routing id
   std::map<std::string, int> fds_;            // each client's connection, as last seen
+  std::map<std::string, std::string> standbys_;  // each rank's launcher's quorum endpoint
+  std::map<std::string, int> old_ranks_;      // a resuming survivor's rank in the lost server's epoch
+  int resumed_from_ = -1, expected_resumers_ = 0;  // a standby that took over: that epoch, its survivors
+  std::string moved_to_;                      // a standby's endpoint, once one told this server it took over
   std::vector<std::string> running_;          // the running epoch's ranks, in order
   int running_epoch_ = -1;
   std::vector<std::string> assigned_, addresses_;  // the epoch forming, when forming_epoch_ >= 0
@@ -275,6 +332,8 @@ void QuorumServer::serve() {
   zmq_socket_monitor(socket_, monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED);
   zmq_connect(monitor, monitor_endpoint.c_str());
   std::vector<std::string> parts;
+  std::unique_ptr<RoundClient> announce;  // to the quorum's endpoint, once this standby took over
+  Clock::time_point announced{};
   while (!stop_) {
     zmq_pollitem_t items[] = {{socket_, 0, ZMQ_POLLIN, 0}, {monitor, 0, ZMQ_POLLIN, 0}, {zap_, 0, ZMQ_POLLIN, 0}};
     zmq_poll(items, zap_ ? 3 : 2, 10);
@@ -294,6 +353,17 @@ void QuorumServer::serve() {
       membership.on_closed(fd);
     }
     membership.tick(Clock::now());
+    serves_ = membership.serves_the_job();
+    // A standby that took over tells the quorum's endpoint so, once a second: a server started
+    // again there sends its joiners here.
+    if (membership.took_over() && !settings_.quorum_endpoint.empty() && Clock::now() - announced >= std::chrono::seconds(1)) {
+      announced = Clock::now();
+      if (!announce) {
+        auto [host, port] = split_host_port(settings_.quorum_endpoint);
+        announce = std::make_unique<RoundClient>(host, port, keys_);
+      }
+      announce->send("moved", {settings_.self_endpoint});
+    }
     if (auto code = membership.end_code()) finish(*code);
   }
   zmq_socket_monitor(socket_, nullptr, 0);

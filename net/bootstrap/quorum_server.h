@@ -13,13 +13,20 @@
 //   server->wait_finished(30s);  // every member left: the job is over
 //
 // Messages (ZeroMQ DEALER to ROUTER; lines of text, the first the kind: rendezvous_rounds.h):
-//   rank -> server  join NAME               wants to be in the next epoch (a new or restarted rank)
+//   rank -> server  join NAME [STANDBY]     wants to be in the next epoch (a new or restarted rank);
+//                                           STANDBY: its launcher's quorum endpoint
+//                   resume EPOCH RANK EXPECTED NAME STANDBY
+//                                           to a standby: RANK of EPOCH, whose server was lost;
+//                                           EXPECTED survivors come (the epoch forms once they have)
 //                   rejoin EPOCH LOST...    the ranks of EPOCH (running or forming) it found lost
 //                                           (a silent link the server cannot see); from a rank of
 //                                           no current epoch (one cut off meanwhile): a join
 //                   address EPOCH ADDRESS   its transport's address in EPOCH
 //                   leave                   done: in no epoch again
 //   server -> rank  epoch EPOCH RANK WORLD  you are RANK of WORLD in EPOCH: bind, send your address
+//                   standbys EPOCH S...     each rank's STANDBY, by rank (before the table)
+//                   moved ENDPOINT          a standby took the job over: join there
+//   standby -> quorum's endpoint  moved ENDPOINT  (once a second after it took over)
 //                   table EPOCH ADDRESS...  every rank's address, by rank: connect; EPOCH now runs
 //                   lost EPOCH RANK         RANK's connection to this server closed (its process
 //                                           ended without leave): it is lost to the running epoch
@@ -30,6 +37,13 @@
 // ranks but the lost, in their order, then the joiners. A rank lost while an epoch forms is left out
 // and the epoch formed again; so is one that sends no address within reform_timeout. Fewer than
 // min_ranks: the survivors wait for joiners, and after join_timeout the job ends (end 1).
+//
+// No host is special: every launcher of the job serves one. The one on HOST is the quorum; each
+// other is a standby at its own host's address, passed to its ranks (TROUPE_QUORUM_STANDBY) and
+// listed to every member with each epoch. When the quorum's server is lost, the survivors go to
+// the standby of the lowest rank of their epoch not on the lost server's host (the same rule on
+// every rank), which takes over: the next epoch forms there once they are all back, numbered on.
+// A launcher started again on HOST serves there again; told by the standby, it sends its ranks on.
 //
 // With the job's CURVE keys the server admits only processes holding the job secret (a ZAP check),
 // as the launchers' rendezvous does.
@@ -53,6 +67,8 @@ struct QuorumSettings {
   std::chrono::milliseconds settle{500};           // the first epoch: quiet after the last join
   std::chrono::milliseconds reform_timeout{3000};  // a rank without an address this long is left out
   std::chrono::milliseconds join_timeout{30000};   // fewer than min_ranks this long: the job ends
+  // A standby's: the quorum's endpoint (told once a second after a take-over), and its own.
+  std::string quorum_endpoint, self_endpoint;
 };
 
 class QuorumServer {
@@ -68,6 +84,12 @@ class QuorumServer {
   // Waits until the job is over (every member left, or it ended with an error) or `wait` passed;
   // the end's code (0: every member left), or nullopt while it goes on.
   std::optional<int> wait_finished(std::chrono::milliseconds wait);
+  // Whether it serves the job: it formed an epoch (the quorum's, or a standby's that took over) and
+  // no standby has taken the job over from it since. Its launcher then waits for the job's end. An
+  // unused standby does not, nor a server on the quorum's host that a standby's take-over found
+  // without a running epoch (started again there, or cut off below min_ranks): it sends its
+  // joiners on.
+  bool serves_the_job() const { return serves_; }
 
  private:
   QuorumServer(void* context, void* socket, void* zap, std::optional<CurveKeys> keys, QuorumSettings settings, Log log);
@@ -80,7 +102,7 @@ class QuorumServer {
   std::optional<CurveKeys> keys_;
   QuorumSettings settings_;
   Log log_;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false}, serves_{false};
   std::mutex mutex_;
   std::condition_variable finished_cv_;
   std::optional<int> end_code_;

@@ -393,7 +393,8 @@ void RoundServer::serve() {
   zmq_close(monitor);
 }
 
-RoundClient::RoundClient(const std::string& numeric_host, int port, const std::optional<CurveKeys>& keys, bool watch)
+RoundClient::RoundClient(const std::string& numeric_host, int port, const std::optional<CurveKeys>& keys, bool watch,
+                         std::chrono::milliseconds silent_after)
     : last_heard_(Clock::now()), down_since_(Clock::now()) {
   context_ = zmq_ctx_new();
   socket_ = zmq_socket(context_, ZMQ_DEALER);
@@ -407,7 +408,7 @@ RoundClient::RoundClient(const std::string& numeric_host, int port, const std::o
     zmq_setsockopt(socket_, ZMQ_CURVE_SECRETKEY, keys->secret_key.data(), keys->secret_key.size());
   }
   if (watch) {
-    const int interval = 500, timeout = 2000;
+    const int timeout = static_cast<int>(std::max<int64_t>(silent_after.count(), 100)), interval = timeout / 4;
     zmq_setsockopt(socket_, ZMQ_HEARTBEAT_IVL, &interval, sizeof interval);
     zmq_setsockopt(socket_, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof timeout);
     const std::string monitor_endpoint = "inproc://troupe-round-client-" + id;

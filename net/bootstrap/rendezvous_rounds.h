@@ -114,9 +114,10 @@ bool receive_parts(void* socket, std::vector<std::string>& parts, int* fd = null
 // A client of a launcher-side server (RoundServer, QuorumServer): a DEALER holding the job's keys.
 class RoundClient {
  public:
-  // watch: ZeroMQ heartbeats on the connection (a server silent for 2 s is dropped) and a monitor
-  // of it, for down_since().
-  RoundClient(const std::string& numeric_host, int port, const std::optional<CurveKeys>& keys, bool watch = false);
+  // watch: ZeroMQ heartbeats on the connection (a server silent for silent_after is dropped) and a
+  // monitor of it, for down_since().
+  RoundClient(const std::string& numeric_host, int port, const std::optional<CurveKeys>& keys, bool watch = false,
+              std::chrono::milliseconds silent_after = std::chrono::seconds(2));
   ~RoundClient();
   RoundClient(const RoundClient&) = delete;
   RoundClient& operator=(const RoundClient&) = delete;

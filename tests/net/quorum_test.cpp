@@ -73,7 +73,14 @@ void take_epoch(RoundClient& client, int epoch, int rank, int world, const std::
   CHECK(e.fields == fields({std::to_string(epoch), std::to_string(rank), std::to_string(world)}));
   client.send("address", {std::to_string(epoch), address});
 }
-void take_table(RoundClient& client, int epoch, const std::vector<std::string>& addresses) {
+// The table comes after the members' standbys ("-": these clients joined without one).
+void take_table(RoundClient& client, int epoch, const std::vector<std::string>& addresses,
+                std::vector<std::string> standbys = {}) {
+  if (standbys.empty()) standbys.assign(addresses.size(), "-");
+  const RoundMessage st = next(client);
+  REQUIRE(st.kind == "standbys");
+  standbys.insert(standbys.begin(), std::to_string(epoch));
+  CHECK(st.fields == standbys);
   const RoundMessage t = next(client);
   REQUIRE(t.kind == "table");
   std::vector<std::string> expected = {std::to_string(epoch)};
@@ -170,6 +177,39 @@ TEST_CASE("quorum: epochs form, grow with a joiner, shrink on a closed connectio
     take_epoch(c, 2, 1, 2, "addr-c2");
     take_table(*a, 2, {"addr-a2", "addr-c2"});
   }
+}
+
+// The standby's side of a take-over: survivors of epoch 4 resume there in their old order, the
+// epoch forms once the expected ones came (numbered on: 5), and a server on the quorum's address
+// that runs no epoch, told by the standby, sends its joiners there.
+TEST_CASE("quorum: a standby takes over from the survivors' epoch, and a fresh server sends joiners on", "[net][quorum]") {
+  const QuorumSettings settings{.min_ranks = 1, .max_ranks = 3, .settle = 5000ms, .reform_timeout = 3000ms,
+                                .join_timeout = 20000ms};
+  Server standby(settings);
+  const std::string standby_endpoint = "127.0.0.1:" + std::to_string(standby.port);
+  RoundClient b("127.0.0.1", standby.port, std::nullopt), a("127.0.0.1", standby.port, std::nullopt);
+  b.send("resume", {"4", "2", "2", "b", "127.0.0.1:1"});  // b was rank 2 of epoch 4; 2 survivors expected
+  std::this_thread::sleep_for(50ms);
+  a.send("resume", {"4", "1", "2", "a", standby_endpoint});
+  take_epoch(a, 5, 0, 2, "addr-a5");  // well inside the 5 s settle: both expected ones came
+  take_epoch(b, 5, 1, 2, "addr-b5");
+  take_table(a, 5, {"addr-a5", "addr-b5"}, {standby_endpoint, "127.0.0.1:1"});
+  take_table(b, 5, {"addr-a5", "addr-b5"}, {standby_endpoint, "127.0.0.1:1"});
+  CHECK(standby.logged("taking the quorum over from epoch 4"));
+  CHECK(standby.server->serves_the_job());
+
+  Server fresh(settings);  // the quorum's host, started again
+  RoundClient joiner("127.0.0.1", fresh.port, std::nullopt), told("127.0.0.1", fresh.port, std::nullopt);
+  joiner.send("join", {"c"});
+  std::this_thread::sleep_for(50ms);
+  told.send("moved", {standby_endpoint});
+  const RoundMessage moved = next(joiner);
+  CHECK(moved.kind == "moved");
+  CHECK(moved.fields == fields({standby_endpoint}));
+  RoundClient later("127.0.0.1", fresh.port, std::nullopt);
+  later.send("join", {"d"});
+  CHECK(next(later).fields == fields({standby_endpoint}));
+  CHECK_FALSE(fresh.server->serves_the_job());
 }
 
 TEST_CASE("quorum: too few ranks within the join timeout end the job; malformed messages are ignored",
@@ -273,6 +313,53 @@ TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and 
   CHECK(count_matches(all, "\"in_place\":true") == 1);
   CHECK(count_matches(all, "differ across ranks") == 0);
   CHECK(count_matches(all, "quorum epoch [0-9]+: world 3 at step [0-9]+ \\(1 rank\\(s\\) took the state\\)") >= 2);
+  fs::remove_all(dir);
+}
+
+// No host is special: the node serving the quorum (and rank 0) killed, a standby (another node's
+// launcher) takes the quorum over, the survivors go on, and the node started again is sent there
+// by its own launcher's server and joins with the live state.
+TEST_CASE("quorum: dist_sgd in place: the quorum's node killed and started again, no step lost", "[net][quorum][elastic]") {
+  const fs::path dir = fs::temp_directory_path() / ("troupe_quorum_failover_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string secret = (dir / "job.secret").string();
+  write_job_secret_file(secret, generate_job_secret());
+  const std::string port = std::to_string(free_tcp_port());
+  auto node = [&](const std::string& name) {
+    return std::make_unique<BackgroundProcess>(kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 2 --secret " + secret +
+                                                   " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-settle 1 --in-place -- " + kBin +
+                                                   "/dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json",
+                                               dir / (name + ".log"));
+  };
+  auto n0 = node("n0");  // serves the quorum; its rank is rank 0
+  std::this_thread::sleep_for(300ms);
+  auto n1 = node("n1");
+  auto n2 = node("n2");
+  REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 0: world 3", 60s));
+  auto logs = [&] {
+    std::string all;
+    for (const char* name : {"n0", "n1", "n2", "n0b"}) all += read_all(dir / (std::string(name) + ".log"));
+    return all;
+  };
+  for (int i = 0; i < 1200 && count_matches(logs(), "\\] step 40 loss") == 0; ++i) std::this_thread::sleep_for(50ms);
+  REQUIRE(count_matches(logs(), "\\] step 40 loss") == 1);
+  n0->kill_group();
+  n0->wait_exit(5s);
+  for (int i = 0; i < 600 && count_matches(logs(), "quorum \\(standby\\): epoch 1: world 2") == 0; ++i)
+    std::this_thread::sleep_for(50ms);
+  REQUIRE(count_matches(logs(), "quorum \\(standby\\): taking the quorum over from epoch 0") == 1);
+  REQUIRE(count_matches(logs(), "quorum \\(standby\\): epoch 1: world 2") == 1);
+  auto n0b = node("n0b");  // on the quorum's address again: its server sends its rank to the standby
+  REQUIRE(wait_for(dir / "n0b.log", "took the state of step [0-9]+ from rank", 60s));
+  CHECK(n1->wait_exit(120s) == 0);
+  CHECK(n2->wait_exit(30s) == 0);
+  CHECK(n0b->wait_exit(30s) == 0);
+  const std::string all = logs();
+  INFO(all.substr(all.size() > 4000 ? all.size() - 4000 : 0));
+  CHECK(count_matches(all, "the job's quorum is at 127.0.0.1:[0-9]+ now; joining there") == 1);
+  CHECK(count_matches(all, "\"steps\":500") == 1);
+  CHECK(count_matches(all, "differ across ranks") == 0);
+  CHECK(count_matches(all, "quorum \\(standby\\): epoch 2: world 3") == 1);
   fs::remove_all(dir);
 }
 
