@@ -42,6 +42,7 @@ struct Quorum::Shared {
   std::map<int, int> assigned;                         // this rank's number in each epoch it was told of
   std::vector<std::string> standbys;                   // every rank's standby in standbys_epoch
   int standbys_epoch = -1;
+  std::optional<RoundMessage> unanswered;  // the listener's: the last join, rejoin or resume no table answered
 };
 
 namespace {
@@ -147,7 +148,10 @@ void Quorum::listen() {
       std::lock_guard lock(shared_->mutex);
       outgoing.swap(shared_->outgoing);
     }
-    for (const auto& m : outgoing) client_->send(m.kind, m.fields);
+    for (const auto& m : outgoing) {
+      client_->send(m.kind, m.fields);
+      if (m.kind == "join" || m.kind == "rejoin") shared_->unanswered = m;  // sent again if the connection drops
+    }
     if (stopping) break;
     pollfd wake{wake_[0], POLLIN, 0};
     if (::poll(&wake, 1, 0) > 0) {
@@ -159,24 +163,32 @@ void Quorum::listen() {
     // The server's messages, or a wake-up from another thread, whichever comes first.
     auto m = client_->receive(std::chrono::milliseconds(100), wake_[0]);
     const auto down = client_->down_since();
-    if (!down) server_seen_ = true;
-    else if (server_seen_ && Clock::now() - *down >= kFailoverAfter) fail_over();
+    if (!down) {
+      // Back after a drop: what asked for an epoch may have died with the old connection.
+      if (server_dropped_ && shared_->unanswered) client_->send(shared_->unanswered->kind, shared_->unanswered->fields);
+      server_seen_ = true;
+      server_dropped_ = false;
+    } else if (server_seen_) {
+      server_dropped_ = true;
+      if (Clock::now() - *down >= kFailoverAfter) fail_over();
+    }
     std::lock_guard lock(shared_->mutex);
     shared_->server_down_since = client_->down_since();
     if (!m) continue;
-    if (m->kind == "moved" && m->fields.size() == 1 && shared_->current_epoch < 0 && !shared_->ready) {
-      // A server started again on the quorum's host, after a standby took the job over: this rank,
-      // not in any epoch yet, joins there.
+    if (m->kind == "moved" && m->fields.size() == 1) {
+      // The job's quorum is elsewhere: a server started again on the quorum's host sends its
+      // joiners to the standby that took the job over, and a standby sends a rank that was cut off
+      // (not the quorum's server) back to it. The rank joins there as a new one.
       const std::string to = m->fields[0];
       std::cerr << "quorum: the job's quorum is at " << to << " now; joining there" << std::endl;
       auto [host, port] = split_host_port(to);
       client_ = std::make_unique<RoundClient>(host, port, shared_->keys, /*watch=*/true, server_silence());
       server_seen_ = false;
       options_.endpoint = to;
-      if (standby_.empty())
-        client_->send("join", {options_.name});
-      else
-        client_->send("join", {options_.name, standby_});
+      shared_->unanswered = RoundMessage{"join", {options_.name}};
+      if (!standby_.empty()) shared_->unanswered->fields.push_back(standby_);
+      client_->send(shared_->unanswered->kind, shared_->unanswered->fields);
+      server_dropped_ = false;
       continue;
     }
     if (m->kind == "standbys" && !m->fields.empty()) {
@@ -186,6 +198,7 @@ void Quorum::listen() {
       }
       continue;
     }
+    if (m->kind == "table") shared_->unanswered.reset();  // an epoch formed with this rank in it
     if (m->kind == "epoch" && m->fields.size() == 3) {
       const auto epoch = parse_int_field(m->fields[0]), r = parse_int_field(m->fields[1]);
       if (epoch && r) shared_->assigned[*epoch] = *r;
@@ -239,9 +252,10 @@ void Quorum::fail_over() {
             << epoch << std::endl;
   auto [host, port] = split_host_port(successor);
   client_ = std::make_unique<RoundClient>(host, port, shared_->keys, /*watch=*/true, server_silence());
-  server_seen_ = false;  // no second fail-over before this one answered
-  client_->send("resume", {std::to_string(epoch), std::to_string(rank), std::to_string(expected), options_.name,
-                           standby_.empty() ? "-" : standby_});
+  server_seen_ = server_dropped_ = false;  // no second fail-over before this one answered
+  shared_->unanswered = RoundMessage{"resume", {std::to_string(epoch), std::to_string(rank), std::to_string(expected),
+                                        options_.name, standby_.empty() ? "-" : standby_}};
+  client_->send(shared_->unanswered->kind, shared_->unanswered->fields);
   std::lock_guard lock(shared_->mutex);
   options_.endpoint = successor;  // the rank's thread reads it under the lock
   const std::string why = "quorum: its host's quorum server at " + lost + " was lost";

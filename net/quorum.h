@@ -120,6 +120,7 @@ class Quorum {
   std::string host_;  // this rank's address towards the server (its transports bind it)
   std::string standby_;  // this rank's launcher's quorum endpoint ($TROUPE_QUORUM_STANDBY), or empty
   bool server_seen_ = false;            // the listener's: its server has answered (fail over only then)
+  bool server_dropped_ = false;         // the listener's: the connection dropped since
   std::set<std::string> lost_servers_;  // the listener's: servers this rank failed over from
   std::unique_ptr<Shared> shared_;
   std::unique_ptr<RoundClient> client_;

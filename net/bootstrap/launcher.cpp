@@ -427,6 +427,9 @@ LaunchResult run_in_place(const LaunchOptions& o, std::map<std::string, std::str
     const std::string local = detail::local_address_towards(numeric, port, "--rdzv-endpoint " + o.rdzv_endpoint);
     QuorumSettings standby_settings = settings;
     standby_settings.quorum_endpoint = numeric + ":" + std::to_string(port);
+    // The quorum's server counts as lost after the ranks' own silence: TROUPE_PEER_TIMEOUT_MS where shorter than 2 s.
+    if (const char* v = std::getenv("TROUPE_PEER_TIMEOUT_MS"); v && std::atoi(v) > 0)
+      standby_settings.hold = std::chrono::milliseconds(std::min(std::atoi(v), 2000));
     for (int p = port + 1; p <= port + 64 && !server; ++p) {
       standby_settings.self_endpoint = local + ":" + std::to_string(p);
       server = QuorumServer::try_serve(local, p, keys, standby_settings, [&](const std::string& line) {

@@ -26,11 +26,16 @@ std::string seconds_text(std::chrono::milliseconds d) { return std::to_string(d.
 class Membership {
  public:
   using Send = std::function<void(const std::string& id, const RoundMessage&)>;
-  Membership(QuorumSettings settings, Send send, QuorumServer::Log log)
-      : settings_(settings), send_(std::move(send)), log_(std::move(log)), waiting_since_(Clock::now()) {}
+  // primary_up: a standby's view of the quorum's server (it answers here); the quorum's own: never.
+  Membership(QuorumSettings settings, Send send, QuorumServer::Log log, std::function<bool()> primary_up)
+      : settings_(settings),
+        send_(std::move(send)),
+        log_(std::move(log)),
+        primary_up_(std::move(primary_up)),
+        waiting_since_(Clock::now()) {}
 
   std::optional<int> end_code() const { return end_code_; }
-  bool serves_the_job() const { return last_epoch_ >= 0 && resumed_from_ < last_epoch_ && moved_to_.empty(); }
+  bool serves_the_job() const { return published_ && moved_to_.empty(); }
   bool took_over() const { return resumed_from_ >= 0; }
 
   void on_message(const std::string& id, const RoundMessage& m, int fd) {
@@ -59,9 +64,10 @@ class Membership {
       }
       add_waiting(id);
     } else if (m.kind == "resume" && m.fields.size() == 5) {
-      // A survivor of the epoch whose server was lost: this standby takes the quorum over. The
-      // survivors keep their order; the epoch forms once the expected ones are here. One that
-      // comes after that epoch formed joins as a new rank does.
+      // A survivor of the epoch whose server was lost: this standby takes the quorum over (resume()).
+      // One that comes after that epoch formed joins as a new rank does. While the quorum's server
+      // still answers here, the sender is the one cut off: held for a silence's length, then sent
+      // back to it.
       names_[id] = m.fields[3];
       standbys_[id] = m.fields[4];
       fds_[id] = fd;
@@ -69,19 +75,11 @@ class Membership {
         if (index_of(running_, id) < 0 && index_of(assigned_, id) < 0) add_waiting(id);
         return;
       }
-      const auto epoch = parse_int_field(m.fields[0]), rank = parse_int_field(m.fields[1]),
-                 expected = parse_int_field(m.fields[2]);
-      if (!epoch || !rank || !expected) return;
-      if (resumed_from_ < 0) log_("taking the quorum over from epoch " + m.fields[0] + ", whose server was lost");
-      resumed_from_ = std::max(resumed_from_, *epoch);
-      last_epoch_ = std::max(last_epoch_, *epoch);
-      expected_resumers_ = std::max(expected_resumers_, *expected);
-      old_ranks_[id] = *rank;
-      add_waiting(id);
-      std::stable_sort(waiting_.begin(), waiting_.end(), [&](const std::string& a, const std::string& b) {
-        auto ra = old_ranks_.find(a), rb = old_ranks_.find(b);
-        return (ra == old_ranks_.end() ? INT32_MAX : ra->second) < (rb == old_ranks_.end() ? INT32_MAX : rb->second);
-      });
+      if (resumed_from_ < 0 && primary_up_()) {
+        held_.emplace(id, std::make_pair(m, Clock::now()));
+        return;
+      }
+      resume(id, m);
     } else if (m.kind == "rejoin" && !m.fields.empty()) {
       fds_[id] = fd;
       const auto epoch = parse_int_field(m.fields[0]);
@@ -107,6 +105,24 @@ class Membership {
     }
   }
 
+  // Takes the quorum over for a survivor of a lost server: the survivors keep their order, and the
+  // epoch forms once the expected ones are here, numbered on from theirs.
+  void resume(const std::string& id, const RoundMessage& m) {
+    const auto epoch = parse_int_field(m.fields[0]), rank = parse_int_field(m.fields[1]),
+               expected = parse_int_field(m.fields[2]);
+    if (!epoch || !rank || !expected) return;
+    if (resumed_from_ < 0) log_("taking the quorum over from epoch " + m.fields[0] + ", whose server was lost");
+    resumed_from_ = std::max(resumed_from_, *epoch);
+    last_epoch_ = std::max(last_epoch_, *epoch);
+    expected_resumers_ = std::max(expected_resumers_, *expected);
+    old_ranks_[id] = *rank;
+    add_waiting(id);
+    std::stable_sort(waiting_.begin(), waiting_.end(), [&](const std::string& a, const std::string& b) {
+      auto ra = old_ranks_.find(a), rb = old_ranks_.find(b);
+      return (ra == old_ranks_.end() ? INT32_MAX : ra->second) < (rb == old_ranks_.end() ? INT32_MAX : rb->second);
+    });
+  }
+
   // A client's connection closed: a member that did not leave is lost, and told so to the others.
   void on_closed(int fd) {
     std::vector<std::string> closed;
@@ -125,6 +141,35 @@ class Membership {
 
   void tick(Clock::time_point now) {
     if (end_code_ || !moved_to_.empty()) return;
+    // Held survivors: the quorum's server lost after all, or enough of them to run the job without
+    // it (every survivor they expect, and min_ranks: the side of a cut that holds a quorum) take
+    // over; still answering after a silence's length, they were the ones cut off: back to it.
+    int expected = 0;
+    for (const auto& [id, held] : held_)
+      expected = std::max(expected, parse_int_field(held.first.fields[2]).value_or(INT32_MAX));
+    const bool quorate = !held_.empty() && static_cast<int>(held_.size()) >= std::max(expected, settings_.min_ranks);
+    for (auto it = held_.begin(); it != held_.end();) {
+      if (!primary_up_() || resumed_from_ >= 0 || quorate) {
+        resume(it->first, it->second.first);
+      } else if (now - it->second.second >= settings_.hold) {
+        log_(name(it->first) + " lost the quorum's server, which answers here: sent back to it");
+        send_(it->first, {"moved", {settings_.quorum_endpoint}});
+      } else {
+        ++it;
+        continue;
+      }
+      it = held_.erase(it);
+    }
+    // Took over but formed nothing (too few came: this host was the one cut off), and the quorum's
+    // server answers again: its ranks go back to it, and this standby stands by again.
+    if (resumed_from_ >= 0 && running_.empty() && forming_epoch_ < 0 && primary_up_()) {
+      log_("the quorum's server answers again and no epoch formed here: its ranks go back to it");
+      for (const auto& id : waiting_) send_(id, {"moved", {settings_.quorum_endpoint}});
+      waiting_.clear();
+      resumed_from_ = -1;
+      expected_resumers_ = 0;
+      return;
+    }
     if (forming_epoch_ >= 0) {
       if (std::none_of(addresses_.begin(), addresses_.end(), [](const std::string& a) { return a.empty(); })) {
         publish();
@@ -240,6 +285,7 @@ class Membership {
     assigned_.clear();
     running_epoch_ = forming_epoch_;
     forming_epoch_ = -1;
+    published_ = true;
     lost_.clear();
     std::string names;
     for (const auto& id : running_) names += (names.empty() ? "" : ", ") + name(id);
@@ -256,6 +302,8 @@ class Membership {
   const QuorumSettings settings_;
   const Send send_;
   const QuorumServer::Log log_;
+  const std::function<bool()> primary_up_;
+  std::map<std::string, std::pair<RoundMessage, Clock::time_point>> held_;  // resumes while the quorum answers
   Clock::time_point waiting_since_, last_join_, forming_since_;
   int last_epoch_ = -1;
   std::set<std::string> clients_;             // every routing id heard from
@@ -265,6 +313,7 @@ class Membership {
   std::map<std::string, int> old_ranks_;      // a resuming survivor's rank in the lost server's epoch
   int resumed_from_ = -1, expected_resumers_ = 0;  // a standby that took over: that epoch, its survivors
   std::string moved_to_;                      // a standby's endpoint, once one told this server it took over
+  bool published_ = false;                    // an epoch ran here: this server serves the job to its end
   std::vector<std::string> running_;          // the running epoch's ranks, in order
   int running_epoch_ = -1;
   std::vector<std::string> assigned_, addresses_;  // the epoch forming, when forming_epoch_ >= 0
@@ -317,6 +366,12 @@ void QuorumServer::finish(int code) {
 
 void QuorumServer::serve() {
   name_this_thread("troupe-quorum");
+  // A standby watches the quorum's server: survivors that lost it while it answers here were cut off.
+  std::unique_ptr<RoundClient> primary_watch;
+  if (!settings_.quorum_endpoint.empty()) {
+    auto [host, port] = split_host_port(settings_.quorum_endpoint);
+    primary_watch = std::make_unique<RoundClient>(host, port, keys_, /*watch=*/true, settings_.hold);
+  }
   Membership membership(
       settings_,
       [&](const std::string& id, const RoundMessage& m) {
@@ -324,7 +379,7 @@ void QuorumServer::serve() {
         zmq_send(socket_, id.data(), id.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
         zmq_send(socket_, body.data(), body.size(), ZMQ_DONTWAIT);
       },
-      log_);
+      log_, [&] { return primary_watch && !primary_watch->down_since(); });
   // A rank whose connection closes (its process killed, its host's kernel closing it) is lost at
   // once, before any peer's heartbeat could tell; one whose link is cut is found by its peers.
   void* monitor = zmq_socket(context_, ZMQ_PAIR);

@@ -44,6 +44,10 @@
 // the standby of the lowest rank of their epoch not on the lost server's host (the same rule on
 // every rank), which takes over: the next epoch forms there once they are all back, numbered on.
 // A launcher started again on HOST serves there again; told by the standby, it sends its ranks on.
+// A cut does not split the job: a standby that still reaches the quorum's server takes over only
+// for enough survivors to run the job (every one they expect, and min_ranks), holds a lone one for
+// `hold` and then sends it back (it was the one cut off), and gives back the ranks of a take-over
+// that formed nothing once the quorum's server answers again.
 //
 // With the job's CURVE keys the server admits only processes holding the job secret (a ZAP check),
 // as the launchers' rendezvous does.
@@ -69,6 +73,9 @@ struct QuorumSettings {
   std::chrono::milliseconds join_timeout{30000};   // fewer than min_ranks this long: the job ends
   // A standby's: the quorum's endpoint (told once a second after a take-over), and its own.
   std::string quorum_endpoint, self_endpoint;
+  // A standby's: the quorum's server silent this long is lost to it; a survivor that comes while
+  // it still answers is held this long, then sent back to it (the survivor was the one cut off).
+  std::chrono::milliseconds hold{2000};
 };
 
 class QuorumServer {
