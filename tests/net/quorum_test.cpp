@@ -88,6 +88,25 @@ void take_table(RoundClient& client, int epoch, const std::vector<std::string>& 
   CHECK(t.fields == expected);
 }
 
+// One in-place job on loopback "nodes": each node a troupe launch of `program` (a binary of the
+// build and its arguments) with the job's secret and quorum port, its output in DIR/NAME.log.
+struct LoopbackJob {
+  fs::path dir;
+  std::string secret, port = std::to_string(free_tcp_port());
+  explicit LoopbackJob(const std::string& name) : dir(fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+    fs::create_directories(dir);
+    secret = (dir / "job.secret").string();
+    write_job_secret_file(secret, generate_job_secret());
+  }
+  ~LoopbackJob() { fs::remove_all(dir); }
+  std::unique_ptr<BackgroundProcess> node(const std::string& name, const std::string& program) const {
+    return std::make_unique<BackgroundProcess>(kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 2 --secret " + secret +
+                                                   " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-settle 1 --in-place -- " +
+                                                   kBin + "/" + program,
+                                               dir / (name + ".log"));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("quorum: epochs form, grow with a joiner, shrink on a closed connection and on a reported loss",
@@ -212,6 +231,24 @@ TEST_CASE("quorum: a standby takes over from the survivors' epoch, and a fresh s
   CHECK_FALSE(fresh.server->serves_the_job());
 }
 
+// A survivor that comes to a standby while the quorum's server still answers there was the one
+// cut off: held for a silence's length, then sent back to it.
+TEST_CASE("quorum: a standby sends back a rank that lost a quorum server it still reaches", "[net][quorum]") {
+  Server quorum({.min_ranks = 2, .max_ranks = 3, .settle = 200ms, .reform_timeout = 3000ms, .join_timeout = 20000ms});
+  const std::string quorum_endpoint = "127.0.0.1:" + std::to_string(quorum.port);
+  Server standby({.min_ranks = 2, .max_ranks = 3, .settle = 200ms, .reform_timeout = 3000ms, .join_timeout = 20000ms,
+                  .quorum_endpoint = quorum_endpoint, .self_endpoint = "", .hold = 300ms});
+  std::this_thread::sleep_for(200ms);  // its watch of the quorum's server connects
+  RoundClient cut_off("127.0.0.1", standby.port, std::nullopt);
+  cut_off.send("resume", {"3", "2", "2", "c", "-"});
+  const RoundMessage back = next(cut_off);
+  CHECK(back.kind == "moved");
+  CHECK(back.fields == fields({quorum_endpoint}));
+  CHECK(standby.logged("c lost the quorum's server, which answers here: sent back to it"));
+  CHECK_FALSE(standby.logged("taking the quorum over"));
+  CHECK_FALSE(standby.server->serves_the_job());
+}
+
 TEST_CASE("quorum: too few ranks within the join timeout end the job; malformed messages are ignored",
           "[net][quorum][errors]") {
   Server s({.min_ranks = 2, .max_ranks = 2, .settle = 100ms, .reform_timeout = 1000ms, .join_timeout = 500ms});
@@ -259,18 +296,10 @@ TEST_CASE("quorum: a rank waiting for an epoch after the server is gone gets a C
 
 TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and a killed node, no step lost",
           "[net][quorum][elastic]") {
-  const fs::path dir = fs::temp_directory_path() / ("troupe_quorum_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string secret = (dir / "job.secret").string();
-  write_job_secret_file(secret, generate_job_secret());
-  const std::string port = std::to_string(free_tcp_port());
+  const LoopbackJob job("troupe_quorum_test");
+  const fs::path& dir = job.dir;
   // 20 steps an epoch; --verify checks after every step that all ranks hold the same weights.
-  auto node = [&](const std::string& name) {
-    return std::make_unique<BackgroundProcess>(kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 2 --secret " + secret +
-                                         " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-settle 1 --in-place -- " + kBin +
-                                         "/dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json",
-                                     dir / (name + ".log"));
-  };
+  auto node = [&](const std::string& name) { return job.node(name, "dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json"); };
   auto n0 = node("n0");  // serves the quorum
   std::this_thread::sleep_for(300ms);
   auto n1 = node("n1");
@@ -313,24 +342,15 @@ TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and 
   CHECK(count_matches(all, "\"in_place\":true") == 1);
   CHECK(count_matches(all, "differ across ranks") == 0);
   CHECK(count_matches(all, "quorum epoch [0-9]+: world 3 at step [0-9]+ \\(1 rank\\(s\\) took the state\\)") >= 2);
-  fs::remove_all(dir);
 }
 
 // No host is special: the node serving the quorum (and rank 0) killed, a standby (another node's
 // launcher) takes the quorum over, the survivors go on, and the node started again is sent there
 // by its own launcher's server and joins with the live state.
 TEST_CASE("quorum: dist_sgd in place: the quorum's node killed and started again, no step lost", "[net][quorum][elastic]") {
-  const fs::path dir = fs::temp_directory_path() / ("troupe_quorum_failover_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string secret = (dir / "job.secret").string();
-  write_job_secret_file(secret, generate_job_secret());
-  const std::string port = std::to_string(free_tcp_port());
-  auto node = [&](const std::string& name) {
-    return std::make_unique<BackgroundProcess>(kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 2 --secret " + secret +
-                                                   " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-settle 1 --in-place -- " + kBin +
-                                                   "/dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json",
-                                               dir / (name + ".log"));
-  };
+  const LoopbackJob job("troupe_quorum_failover_test");
+  const fs::path& dir = job.dir;
+  auto node = [&](const std::string& name) { return job.node(name, "dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json"); };
   auto n0 = node("n0");  // serves the quorum; its rank is rank 0
   std::this_thread::sleep_for(300ms);
   auto n1 = node("n1");
@@ -360,7 +380,6 @@ TEST_CASE("quorum: dist_sgd in place: the quorum's node killed and started again
   CHECK(count_matches(all, "\"steps\":500") == 1);
   CHECK(count_matches(all, "differ across ranks") == 0);
   CHECK(count_matches(all, "quorum \\(standby\\): epoch 2: world 3") == 1);
-  fs::remove_all(dir);
 }
 
 // The same quorum under a training loop written with remote actors (examples/quorum_actors.cpp):
@@ -368,17 +387,9 @@ TEST_CASE("quorum: dist_sgd in place: the quorum's node killed and started again
 // takes the newest state a worker holds and goes on, and the restarted rank joins as a worker. A
 // worker killed: the driver's call fails, and the step is redone over the survivors.
 TEST_CASE("quorum: remote actors in place: a killed driver and a killed worker, no step lost", "[net][quorum][elastic]") {
-  const fs::path dir = fs::temp_directory_path() / ("troupe_quorum_actors_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string secret = (dir / "job.secret").string();
-  write_job_secret_file(secret, generate_job_secret());
-  const std::string port = std::to_string(free_tcp_port());
-  auto node = [&](const std::string& name) {
-    return std::make_unique<BackgroundProcess>(kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 2 --secret " + secret +
-                                                   " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-settle 1 --in-place -- " +
-                                                   kBin + "/quorum_actors --steps 600 --pause-ms 20 --log-every 20 --json",
-                                               dir / (name + ".log"));
-  };
+  const LoopbackJob job("troupe_quorum_actors_test");
+  const fs::path& dir = job.dir;
+  auto node = [&](const std::string& name) { return job.node(name, "quorum_actors --steps 600 --pause-ms 20 --log-every 20 --json"); };
   auto n0 = node("n0");  // serves the quorum
   std::this_thread::sleep_for(300ms);
   auto n1 = node("n1");
@@ -419,5 +430,4 @@ TEST_CASE("quorum: remote actors in place: a killed driver and a killed worker, 
   std::smatch loss;
   REQUIRE(std::regex_search(all, loss, std::regex("done: 600 steps, loss ([0-9.e-]+)")));
   CHECK(std::stod(loss[1]) < 5e-5);  // converged to the noise floor (3.3e-5)
-  fs::remove_all(dir);
 }
