@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -99,6 +100,21 @@ struct LoopbackJob {
     write_job_secret_file(secret, generate_job_secret());
   }
   ~LoopbackJob() { fs::remove_all(dir); }
+  // Every node's log, in the order of their names.
+  std::string logs() const {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (entry.path().extension() == ".log") files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    std::string all;
+    for (const auto& f : files) all += read_all(f);
+    return all;
+  }
+  // Waits (a minute at most) until some node logged `pattern` (a regex) once.
+  bool wait_for_any(const std::string& pattern) const {
+    for (int i = 0; i < 1200 && count_matches(logs(), pattern) == 0; ++i) std::this_thread::sleep_for(50ms);
+    return count_matches(logs(), pattern) >= 1;
+  }
   std::unique_ptr<BackgroundProcess> node(const std::string& name, const std::string& program) const {
     return std::make_unique<BackgroundProcess>(kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 2 --secret " + secret +
                                                    " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-settle 1 --in-place -- " +
@@ -306,13 +322,8 @@ TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and 
   auto n2 = node("n2");
   REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 0: world 3", 60s));
   // The epoch's rank 0 logs the steps: the rank that joined first, on whichever node.
-  auto logs = [&] {
-    std::string all;
-    for (const char* name : {"n0", "n1", "n2", "n2b"}) all += read_all(dir / (std::string(name) + ".log"));
-    return all;
-  };
-  for (int i = 0; i < 1200 && count_matches(logs(), "\\] step 40 loss") == 0; ++i) std::this_thread::sleep_for(50ms);
-  REQUIRE(count_matches(logs(), "\\] step 40 loss") == 1);
+  auto logs = [&] { return job.logs(); };
+  REQUIRE(job.wait_for_any("\\] step 40 loss"));
 
   // A rank killed: its launcher starts it again, and it joins with the live state.
   {
@@ -356,13 +367,8 @@ TEST_CASE("quorum: dist_sgd in place: the quorum's node killed and started again
   auto n1 = node("n1");
   auto n2 = node("n2");
   REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 0: world 3", 60s));
-  auto logs = [&] {
-    std::string all;
-    for (const char* name : {"n0", "n1", "n2", "n0b"}) all += read_all(dir / (std::string(name) + ".log"));
-    return all;
-  };
-  for (int i = 0; i < 1200 && count_matches(logs(), "\\] step 40 loss") == 0; ++i) std::this_thread::sleep_for(50ms);
-  REQUIRE(count_matches(logs(), "\\] step 40 loss") == 1);
+  auto logs = [&] { return job.logs(); };
+  REQUIRE(job.wait_for_any("\\] step 40 loss"));
   n0->kill_group();
   n0->wait_exit(5s);
   for (int i = 0; i < 600 && count_matches(logs(), "quorum \\(standby\\): epoch 1: world 2") == 0; ++i)
@@ -395,7 +401,7 @@ TEST_CASE("quorum: remote actors in place: a killed driver and a killed worker, 
   auto n1 = node("n1");
   auto n2 = node("n2");
   REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 0: world 3", 60s));
-  auto logs = [&] { return read_all(dir / "n0.log") + read_all(dir / "n1.log") + read_all(dir / "n2.log"); };
+  auto logs = [&] { return job.logs(); };
   // A rank's pid, from the server's line for an epoch: "epoch E: world W (HOST/PID, ...)", at `index`.
   auto rank_pid = [&](int epoch, int index) {
     std::smatch m;
