@@ -72,7 +72,7 @@ struct QuorumSettings {
   std::chrono::milliseconds reform_timeout{3000};  // a rank without an address this long is left out
   std::chrono::milliseconds join_timeout{30000};   // fewer than min_ranks this long: the job ends
   // A standby's: the quorum's endpoint (told once a second after a take-over), and its own.
-  std::string quorum_endpoint, self_endpoint;
+  std::string quorum_endpoint{}, self_endpoint{};
   // A standby's: the quorum's server silent this long is lost to it; a survivor that comes while
   // it still answers is held this long, then sent back to it (the survivor was the one cut off).
   std::chrono::milliseconds hold{2000};

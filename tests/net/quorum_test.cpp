@@ -93,8 +93,9 @@ void take_table(RoundClient& client, int epoch, const std::vector<std::string>& 
 // build and its arguments) with the job's secret and quorum port, its output in DIR/NAME.log.
 struct LoopbackJob {
   fs::path dir;
-  std::string secret, port = std::to_string(free_tcp_port());
-  explicit LoopbackJob(const std::string& name) : dir(fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+  std::string program, secret, port = std::to_string(free_tcp_port());
+  LoopbackJob(const std::string& name, std::string program_)
+      : dir(fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))), program(std::move(program_)) {
     fs::create_directories(dir);
     secret = (dir / "job.secret").string();
     write_job_secret_file(secret, generate_job_secret());
@@ -115,7 +116,17 @@ struct LoopbackJob {
     for (int i = 0; i < 1200 && count_matches(logs(), pattern) == 0; ++i) std::this_thread::sleep_for(50ms);
     return count_matches(logs(), pattern) >= 1;
   }
-  std::unique_ptr<BackgroundProcess> node(const std::string& name, const std::string& program) const {
+  // Nodes n0 (it serves the quorum), n1 and n2, once their epoch 0 formed.
+  std::vector<std::unique_ptr<BackgroundProcess>> start_three() const {
+    std::vector<std::unique_ptr<BackgroundProcess>> nodes;
+    nodes.push_back(node("n0"));
+    std::this_thread::sleep_for(300ms);
+    nodes.push_back(node("n1"));
+    nodes.push_back(node("n2"));
+    REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 0: world 3", 60s));
+    return nodes;
+  }
+  std::unique_ptr<BackgroundProcess> node(const std::string& name) const {
     return std::make_unique<BackgroundProcess>(kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 2 --secret " + secret +
                                                    " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-settle 1 --in-place -- " +
                                                    kBin + "/" + program,
@@ -312,15 +323,11 @@ TEST_CASE("quorum: a rank waiting for an epoch after the server is gone gets a C
 
 TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and a killed node, no step lost",
           "[net][quorum][elastic]") {
-  const LoopbackJob job("troupe_quorum_test");
+  const LoopbackJob job("troupe_quorum_test", "dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json");
   const fs::path& dir = job.dir;
   // 20 steps an epoch; --verify checks after every step that all ranks hold the same weights.
-  auto node = [&](const std::string& name) { return job.node(name, "dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json"); };
-  auto n0 = node("n0");  // serves the quorum
-  std::this_thread::sleep_for(300ms);
-  auto n1 = node("n1");
-  auto n2 = node("n2");
-  REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 0: world 3", 60s));
+  auto nodes = job.start_three();
+  auto &n0 = nodes[0], &n1 = nodes[1], &n2 = nodes[2];  // n0 serves the quorum
   // The epoch's rank 0 logs the steps: the rank that joined first, on whichever node.
   auto logs = [&] { return job.logs(); };
   REQUIRE(job.wait_for_any("\\] step 40 loss"));
@@ -340,7 +347,7 @@ TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and 
   n2->kill_group();
   n2->wait_exit(5s);
   REQUIRE(wait_for(dir / "n0.log", "lost: its connection closed", 30s, 2));
-  auto n2b = node("n2b");
+  auto n2b = job.node("n2b");
   REQUIRE(wait_for(dir / "n2b.log", "took the state of step [0-9]+ from rank", 60s));
 
   CHECK(n0->wait_exit(120s) == 0);
@@ -359,14 +366,10 @@ TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and 
 // launcher) takes the quorum over, the survivors go on, and the node started again is sent there
 // by its own launcher's server and joins with the live state.
 TEST_CASE("quorum: dist_sgd in place: the quorum's node killed and started again, no step lost", "[net][quorum][elastic]") {
-  const LoopbackJob job("troupe_quorum_failover_test");
+  const LoopbackJob job("troupe_quorum_failover_test", "dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json");
   const fs::path& dir = job.dir;
-  auto node = [&](const std::string& name) { return job.node(name, "dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json"); };
-  auto n0 = node("n0");  // serves the quorum; its rank is rank 0
-  std::this_thread::sleep_for(300ms);
-  auto n1 = node("n1");
-  auto n2 = node("n2");
-  REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 0: world 3", 60s));
+  auto nodes = job.start_three();
+  auto &n0 = nodes[0], &n1 = nodes[1], &n2 = nodes[2];  // n0 serves the quorum
   auto logs = [&] { return job.logs(); };
   REQUIRE(job.wait_for_any("\\] step 40 loss"));
   n0->kill_group();
@@ -375,7 +378,7 @@ TEST_CASE("quorum: dist_sgd in place: the quorum's node killed and started again
     std::this_thread::sleep_for(50ms);
   REQUIRE(count_matches(logs(), "quorum \\(standby\\): taking the quorum over from epoch 0") == 1);
   REQUIRE(count_matches(logs(), "quorum \\(standby\\): epoch 1: world 2") == 1);
-  auto n0b = node("n0b");  // on the quorum's address again: its server sends its rank to the standby
+  auto n0b = job.node("n0b");  // on the quorum's address again: its server sends its rank to the standby
   REQUIRE(wait_for(dir / "n0b.log", "took the state of step [0-9]+ from rank", 60s));
   CHECK(n1->wait_exit(120s) == 0);
   CHECK(n2->wait_exit(30s) == 0);
@@ -393,14 +396,10 @@ TEST_CASE("quorum: dist_sgd in place: the quorum's node killed and started again
 // takes the newest state a worker holds and goes on, and the restarted rank joins as a worker. A
 // worker killed: the driver's call fails, and the step is redone over the survivors.
 TEST_CASE("quorum: remote actors in place: a killed driver and a killed worker, no step lost", "[net][quorum][elastic]") {
-  const LoopbackJob job("troupe_quorum_actors_test");
+  const LoopbackJob job("troupe_quorum_actors_test", "quorum_actors --steps 600 --pause-ms 20 --log-every 20 --json");
   const fs::path& dir = job.dir;
-  auto node = [&](const std::string& name) { return job.node(name, "quorum_actors --steps 600 --pause-ms 20 --log-every 20 --json"); };
-  auto n0 = node("n0");  // serves the quorum
-  std::this_thread::sleep_for(300ms);
-  auto n1 = node("n1");
-  auto n2 = node("n2");
-  REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 0: world 3", 60s));
+  auto nodes = job.start_three();
+  auto &n0 = nodes[0], &n1 = nodes[1], &n2 = nodes[2];  // n0 serves the quorum
   auto logs = [&] { return job.logs(); };
   // A rank's pid, from the server's line for an epoch: "epoch E: world W (HOST/PID, ...)", at `index`.
   auto rank_pid = [&](int epoch, int index) {
