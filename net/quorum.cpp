@@ -88,10 +88,7 @@ Quorum::Quorum(QuorumOptions options) : options_(std::move(options)), shared_(st
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw CommError("Quorum: pipe failed");
   listener_ = std::thread([this] { listen(); });
   builder_ = std::thread([this] { build(); });
-  if (standby_.empty())
-    send("join", {options_.name});
-  else
-    send("join", {options_.name, standby_});
+  send("join", join_fields());
   try {
     wait_for_next();
   } catch (...) {
@@ -127,6 +124,12 @@ void Quorum::shut_down() {
   client_.reset();
   ::close(wake_[0]);
   ::close(wake_[1]);
+}
+
+// "join NAME [STANDBY]": this rank, and its launcher's standby where it has one.
+std::vector<std::string> Quorum::join_fields() const {
+  if (standby_.empty()) return {options_.name};
+  return {options_.name, standby_};
 }
 
 void Quorum::send(const std::string& kind, std::vector<std::string> fields) {
@@ -185,8 +188,7 @@ void Quorum::listen() {
       client_ = std::make_unique<RoundClient>(host, port, shared_->keys, /*watch=*/true, server_silence());
       server_seen_ = false;
       options_.endpoint = to;
-      shared_->unanswered = RoundMessage{"join", {options_.name}};
-      if (!standby_.empty()) shared_->unanswered->fields.push_back(standby_);
+      shared_->unanswered = RoundMessage{"join", join_fields()};
       client_->send(shared_->unanswered->kind, shared_->unanswered->fields);
       server_dropped_ = false;
       continue;
