@@ -36,9 +36,15 @@ class Membership {
 
   std::optional<int> end_code() const { return end_code_; }
   bool serves_the_job() const { return published_ && moved_to_.empty(); }
+  // A standby's: the newest epoch the quorum's server says it runs.
+  void primary_runs(int epoch) { primary_epoch_ = std::max(primary_epoch_, epoch); }
   bool took_over() const { return resumed_from_ >= 0; }
 
   void on_message(const std::string& id, const RoundMessage& m, int fd) {
+    if (m.kind == "watch" && m.fields.empty()) {  // a standby's question, not a client's: which epoch runs here
+      send_(id, {"running", {std::to_string(running_epoch_)}});
+      return;
+    }
     clients_.insert(id);
     if (end_code_) {  // the job is over: whoever asks is told so
       send_(id, {"end", {std::to_string(*end_code_), end_why_}});
@@ -149,8 +155,13 @@ class Membership {
       expected = std::max(expected, parse_int_field(held.first.fields[2]).value_or(INT32_MAX));
     const bool quorate = !held_.empty() && static_cast<int>(held_.size()) >= std::max(expected, settings_.min_ranks);
     for (auto it = held_.begin(); it != held_.end();) {
+      const int epoch = parse_int_field(it->second.first.fields[0]).value_or(INT32_MAX);
       if (!primary_up_() || resumed_from_ >= 0 || quorate) {
         resume(it->first, it->second.first);
+      } else if (primary_epoch_ > epoch) {
+        log_(name(it->first) + " lost the quorum's server, which runs epoch " + std::to_string(primary_epoch_) +
+             " without it: sent back to it");
+        send_(it->first, {"moved", {settings_.quorum_endpoint}});
       } else if (now - it->second.second >= settings_.hold) {
         log_(name(it->first) + " lost the quorum's server, which answers here: sent back to it");
         send_(it->first, {"moved", {settings_.quorum_endpoint}});
@@ -312,6 +323,7 @@ class Membership {
   std::map<std::string, std::string> standbys_;  // each rank's launcher's quorum endpoint
   std::map<std::string, int> old_ranks_;      // a resuming survivor's rank in the lost server's epoch
   int resumed_from_ = -1, expected_resumers_ = 0;  // a standby that took over: that epoch, its survivors
+  int primary_epoch_ = -1;                    // a standby's: the quorum's running epoch, as it last said
   std::string moved_to_;                      // a standby's endpoint, once one told this server it took over
   bool published_ = false;                    // an epoch ran here: this server serves the job to its end
   std::vector<std::string> running_;          // the running epoch's ranks, in order
@@ -388,7 +400,7 @@ void QuorumServer::serve() {
   zmq_connect(monitor, monitor_endpoint.c_str());
   std::vector<std::string> parts;
   std::unique_ptr<RoundClient> announce;  // to the quorum's endpoint, once this standby took over
-  Clock::time_point announced{};
+  Clock::time_point announced{}, asked{};
   while (!stop_) {
     zmq_pollitem_t items[] = {{socket_, 0, ZMQ_POLLIN, 0}, {monitor, 0, ZMQ_POLLIN, 0}, {zap_, 0, ZMQ_POLLIN, 0}};
     zmq_poll(items, zap_ ? 3 : 2, 10);
@@ -406,6 +418,17 @@ void QuorumServer::serve() {
       int32_t fd = 0;  // the event: 16 bits of kind, 32 of value (here the closed connection's fd)
       std::memcpy(&fd, parts[0].data() + 2, sizeof fd);
       membership.on_closed(fd);
+    }
+    // A standby asks the quorum's server which epoch it runs, five times a second while it answers:
+    // a survivor of an older epoch was cut off, and goes back at once.
+    if (primary_watch && !primary_watch->down_since()) {
+      if (Clock::now() - asked >= std::chrono::milliseconds(200)) {
+        asked = Clock::now();
+        primary_watch->send("watch", {});
+      }
+      while (auto m = primary_watch->receive(std::chrono::milliseconds(0)))
+        if (m->kind == "running" && m->fields.size() == 1)
+          if (auto epoch = parse_int_field(m->fields[0])) membership.primary_runs(*epoch);
     }
     membership.tick(Clock::now());
     serves_ = membership.serves_the_job();

@@ -45,9 +45,10 @@
 // every rank), which takes over: the next epoch forms there once they are all back, numbered on.
 // A launcher started again on HOST serves there again; told by the standby, it sends its ranks on.
 // A cut does not split the job: a standby that still reaches the quorum's server takes over only
-// for enough survivors to run the job (every one they expect, and min_ranks), holds a lone one for
-// `hold` and then sends it back (it was the one cut off), and gives back the ranks of a take-over
-// that formed nothing once the quorum's server answers again.
+// for enough survivors to run the job (every one they expect, and min_ranks). A lone one it sends
+// back to the quorum's server (it was the one cut off): at once when that server says it runs a
+// newer epoch than the survivor's, else after `hold`. It gives back the ranks of a take-over that
+// formed nothing once the quorum's server answers again.
 //
 // With the job's CURVE keys the server admits only processes holding the job secret (a ZAP check),
 // as the launchers' rendezvous does.

@@ -259,19 +259,35 @@ TEST_CASE("quorum: a standby takes over from the survivors' epoch, and a fresh s
 }
 
 // A survivor that comes to a standby while the quorum's server still answers there was the one
-// cut off: held for a silence's length, then sent back to it.
+// cut off: sent back to it, after a silence's length, or at once when that server runs a newer
+// epoch than the survivor's (it ran on without it).
 TEST_CASE("quorum: a standby sends back a rank that lost a quorum server it still reaches", "[net][quorum]") {
   Server quorum({.min_ranks = 2, .max_ranks = 3, .settle = 200ms, .reform_timeout = 3000ms, .join_timeout = 20000ms});
   const std::string quorum_endpoint = "127.0.0.1:" + std::to_string(quorum.port);
+  const auto hold = GENERATE(300ms, 20000ms);
   Server standby({.min_ranks = 2, .max_ranks = 3, .settle = 200ms, .reform_timeout = 3000ms, .join_timeout = 20000ms,
-                  .quorum_endpoint = quorum_endpoint, .self_endpoint = "", .hold = 300ms});
+                  .quorum_endpoint = quorum_endpoint, .self_endpoint = "", .hold = hold});
   std::this_thread::sleep_for(200ms);  // its watch of the quorum's server connects
+  RoundClient a("127.0.0.1", quorum.port, std::nullopt), b("127.0.0.1", quorum.port, std::nullopt);
+  if (hold > 10s) {  // the quorum runs epoch 0 (a and b), so a survivor of epoch -1 is out of date
+    a.send("join", {"a"});
+    b.send("join", {"b"});
+    take_epoch(a, 0, 0, 2, "addr-a0");
+    take_epoch(b, 0, 1, 2, "addr-b0");
+    take_table(a, 0, {"addr-a0", "addr-b0"});
+    take_table(b, 0, {"addr-a0", "addr-b0"});
+    std::this_thread::sleep_for(500ms);  // the standby hears so
+  }
   RoundClient cut_off("127.0.0.1", standby.port, std::nullopt);
-  cut_off.send("resume", {"3", "2", "2", "c", "-"});
-  const RoundMessage back = next(cut_off);
+  cut_off.send("resume", {"-1", "2", "2", "c", "-"});
+  const RoundMessage back = next(cut_off);  // within 5 s: with a hold of 20 s, not held
   CHECK(back.kind == "moved");
   CHECK(back.fields == fields({quorum_endpoint}));
-  CHECK(standby.logged("c lost the quorum's server, which answers here: sent back to it"));
+  if (hold > 10s) {
+    CHECK(standby.logged("c lost the quorum's server, which runs epoch 0 without it: sent back to it"));
+  } else {
+    CHECK(standby.logged("c lost the quorum's server, which answers here: sent back to it"));
+  }
   CHECK_FALSE(standby.logged("taking the quorum over"));
   CHECK_FALSE(standby.server->serves_the_job());
 }
@@ -374,21 +390,23 @@ TEST_CASE("quorum: dist_sgd in place: the quorum's node killed and started again
   REQUIRE(job.wait_for_any("\\] step 40 loss"));
   n0->kill_group();
   n0->wait_exit(5s);
-  for (int i = 0; i < 600 && count_matches(logs(), "quorum \\(standby\\): epoch 1: world 2") == 0; ++i)
+  // Epoch numbers are not pinned: a rank found lost while a busy machine (a sanitizer's build)
+  // starves it forms one more epoch, and the job still loses no step.
+  for (int i = 0; i < 1200 && count_matches(logs(), "quorum \\(standby\\): epoch [0-9]+: world 2") == 0; ++i)
     std::this_thread::sleep_for(50ms);
-  REQUIRE(count_matches(logs(), "quorum \\(standby\\): taking the quorum over from epoch 0") == 1);
-  REQUIRE(count_matches(logs(), "quorum \\(standby\\): epoch 1: world 2") == 1);
+  REQUIRE(count_matches(logs(), "quorum \\(standby\\): taking the quorum over from epoch [0-9]+") == 1);
+  REQUIRE(count_matches(logs(), "quorum \\(standby\\): epoch [0-9]+: world 2") >= 1);
   auto n0b = job.node("n0b");  // on the quorum's address again: its server sends its rank to the standby
-  REQUIRE(wait_for(dir / "n0b.log", "took the state of step [0-9]+ from rank", 60s));
-  CHECK(n1->wait_exit(120s) == 0);
+  REQUIRE(wait_for(dir / "n0b.log", "took the state of step [0-9]+ from rank", 120s));
+  CHECK(n1->wait_exit(180s) == 0);
   CHECK(n2->wait_exit(30s) == 0);
   CHECK(n0b->wait_exit(30s) == 0);
   const std::string all = logs();
   INFO(all.substr(all.size() > 4000 ? all.size() - 4000 : 0));
-  CHECK(count_matches(all, "the job's quorum is at 127.0.0.1:[0-9]+ now; joining there") == 1);
+  CHECK(count_matches(read_all(dir / "n0b.log"), "the job's quorum is at 127.0.0.1:[0-9]+ now; joining there") == 1);
   CHECK(count_matches(all, "\"steps\":500") == 1);
   CHECK(count_matches(all, "differ across ranks") == 0);
-  CHECK(count_matches(all, "quorum \\(standby\\): epoch 2: world 3") == 1);
+  CHECK(count_matches(all, "quorum \\(standby\\): epoch [0-9]+: world 3") >= 1);
 }
 
 // The same quorum under a training loop written with remote actors (examples/quorum_actors.cpp):
