@@ -55,10 +55,12 @@ case "${1:-}" in
     tsan_build=$!
     status=0
     ctest --test-dir build --output-on-failure -j"$(nproc)" -E "${tsan[1]}" || status=$?
+    cp build/Testing/Temporary/LastTest.log build/tests.log  # the TSan step's ctest writes over it
     others_s=$((SECONDS - tests_from))
     wait "$tsan_build" || { cat build/tsan-build.log; status=1; }
     tsan_wait_s=$((SECONDS - tests_from - others_s))
     ctest --test-dir build --output-on-failure -j"$(nproc)" "${tsan[@]}" || status=$?
+    [ "$status" -eq 0 ] || scripts/failed_tests.sh build/tests.log build-tsan/Testing/Temporary/LastTest.log
     exit "$status"
     ;;
   *)
