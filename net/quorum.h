@@ -68,7 +68,7 @@ struct QuorumOptions {
 class JobEndedError : public CommError {
  public:
   JobEndedError(int code, const std::string& why)
-      : CommError("quorum: the job ended" + (code == 0 ? std::string(" (every rank left)") : ": " + why)), code_(code) {}
+      : CommError("quorum: the job ended" + (code == 0 ? std::string(" (its ranks are done)") : ": " + why)), code_(code) {}
   int code() const { return code_; }
 
  private:

@@ -194,7 +194,11 @@ class Membership {
       }
       return;
     }
-    if (!running_.empty() && std::all_of(running_.begin(), running_.end(), [&](auto& id) { return left_.count(id) > 0; })) {
+    // Every member that held the job's state left (done): the job is over, also for a member that
+    // joined the last epoch as they finished (nobody is left to give it the state).
+    const auto left = [&](const std::string& id) { return left_.count(id) > 0; };
+    if (std::any_of(running_.begin(), running_.end(), left) &&
+        std::all_of(running_.begin(), running_.end(), [&](auto& id) { return left(id) || fresh_.count(id) > 0; })) {
       end(0, "");
       return;
     }
@@ -269,6 +273,9 @@ class Membership {
       return;
     }
     for (const auto& id : first) std::erase(waiting_, id);
+    forming_fresh_.clear();  // joiners of a running job, not survivors carrying its state
+    for (const auto& id : first)
+      if (running_epoch_ >= 0 && index_of(running_, id) < 0 && !old_ranks_.count(id)) forming_fresh_.insert(id);
     forming_epoch_ = ++last_epoch_;
     assigned_ = std::move(first);
     addresses_.assign(assigned_.size(), "");
@@ -294,6 +301,8 @@ class Membership {
     }
     running_ = std::move(assigned_);
     assigned_.clear();
+    fresh_ = std::move(forming_fresh_);
+    forming_fresh_.clear();
     running_epoch_ = forming_epoch_;
     forming_epoch_ = -1;
     published_ = true;
@@ -307,7 +316,7 @@ class Membership {
     end_code_ = code;
     end_why_ = why;
     for (const auto& id : clients_) send_(id, {"end", {std::to_string(code), why}});
-    log_(code == 0 ? "the job is over: every rank left" : "the job failed: " + why);
+    log_(code == 0 ? "the job is over: every rank that held its state left" : "the job failed: " + why);
   }
 
   const QuorumSettings settings_;
@@ -332,6 +341,7 @@ class Membership {
   int forming_epoch_ = -1;
   std::vector<std::string> waiting_;          // joiners, in order
   std::set<std::string> lost_, left_;
+  std::set<std::string> fresh_, forming_fresh_;  // members of the running / forming epoch that joined it with no state
   std::optional<int> end_code_;
   std::string end_why_;
 };

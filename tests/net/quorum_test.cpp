@@ -183,6 +183,22 @@ TEST_CASE("quorum: epochs form, grow with a joiner, shrink on a closed connectio
     CHECK(end.fields.at(0) == "0");
   }
 
+  SECTION("the members leave (done) just as a joiner's epoch forms: the job is over for the joiner too") {
+    RoundClient c("127.0.0.1", s.port, std::nullopt);
+    c.send("join", {"c"});
+    take_epoch(*a, 1, 0, 3, "addr-a1");
+    take_epoch(*b, 1, 1, 3, "addr-b1");
+    take_epoch(c, 1, 2, 3, "addr-c1");
+    for (RoundClient* client : {a.get(), b.get(), &c}) take_table(*client, 1, {"addr-a1", "addr-b1", "addr-c1"});
+    a->send("leave", {});  // they finished the job's last step in epoch 0
+    b->send("leave", {});
+    CHECK(s.server->wait_finished(5000ms) == 0);
+    const RoundMessage end = next(c);  // nobody is left to give c the state: not a wait for more ranks
+    CHECK(end.kind == "end");
+    CHECK(end.fields.at(0) == "0");
+    CHECK(s.logged("the job is over: every rank that held its state left"));
+  }
+
   SECTION("a cut member reported lost is left out; the survivor waits for min_ranks; the cut one comes back") {
     // b's link is "cut": it stays connected but silent. a reports it lost (rank 1 of epoch 0).
     a->send("rejoin", {"0", "1"});
