@@ -185,6 +185,7 @@ void Quorum::listen() {
       const std::string to = m->fields[0];
       std::cerr << "quorum: the job's quorum is at " << to << " now; joining there" << std::endl;
       auto [host, port] = split_host_port(to);
+      client_->discard_unsent();
       client_ = std::make_unique<RoundClient>(host, port, shared_->keys, /*watch=*/true, server_silence());
       server_seen_ = false;
       options_.endpoint = to;
@@ -253,6 +254,7 @@ void Quorum::fail_over() {
   std::cerr << "quorum: the server at " << lost << " is lost; the standby at " << successor << " takes over from epoch "
             << epoch << std::endl;
   auto [host, port] = split_host_port(successor);
+  client_->discard_unsent();  // a rejoin queued for the lost server would hold the resume back for a second
   client_ = std::make_unique<RoundClient>(host, port, shared_->keys, /*watch=*/true, server_silence());
   server_seen_ = server_dropped_ = false;  // no second fail-over before this one answered
   shared_->unanswered = RoundMessage{"resume", {std::to_string(epoch), std::to_string(rank), std::to_string(expected),

@@ -447,6 +447,11 @@ std::optional<Clock::time_point> RoundClient::down_since() {
   return down_since_;
 }
 
+void RoundClient::discard_unsent() {
+  const int linger = 0;
+  zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof linger);
+}
+
 void RoundClient::send(const std::string& kind, const std::vector<std::string>& fields) {
   const std::string body = format_round_message({kind, fields});
   zmq_send(socket_, body.data(), body.size(), ZMQ_DONTWAIT);  // a full queue (link cut): dropped

@@ -129,6 +129,9 @@ class RoundClient {
   // With watch: since when the connection has been down (construction, until the first handshake),
   // or nullopt while it is up. From the thread that receives.
   std::optional<Clock::time_point> down_since();
+  // What is still queued for the server is dropped on destruction, not flushed for up to a second
+  // (for a server found lost: its successor must not wait behind it).
+  void discard_unsent();
 
  private:
   void* context_;
