@@ -6,6 +6,7 @@
 #include "net/collectives/all_reduce.h"
 #include "net/collectives/group_state.h"
 #include "net/collectives/reduce_kernels.h"
+#include "net/errors.h"
 
 namespace troupe::net::collectives {
 
@@ -20,12 +21,18 @@ Tensor run_levels(TwoLevel& levels, Body body) {
       (*level)->deadline = levels.deadline;
       (*level)->poll = levels.poll;
     }
-  try {
-    return body();
-  } catch (const std::exception& e) {
-    const CommError error(std::string("two-level collective failed on this rank: ") + e.what());
+  const auto abort_levels = [&](const Error& error) {
     for (std::optional<CollectiveCall>* level : {&levels.within_first, &levels.leaders, &levels.within_last})
       if (*level) (*level)->channel.abort((*level)->op.collective_seq, error);
+  };
+  const std::string failed = "two-level collective failed on this rank: ";
+  try {
+    return body();
+  } catch (const PeerLostError& e) {  // a loss stays a loss for the others (an elastic job re-forms on it)
+    abort_levels(PeerLostError(failed + e.what()));
+    throw;
+  } catch (const std::exception& e) {
+    abort_levels(CommError(failed + e.what()));
     throw;
   }
 }

@@ -61,6 +61,22 @@ TEST_CASE("cluster: several ranks per host, the collectives take two levels", "[
   }
 }
 
+// A loss inside a two-level all_reduce is a loss for every survivor, whichever level it reached
+// them by (a rank that found it aborts the levels for the others): an elastic job re-forms on a
+// PeerLostError, and a CommError would end its ranks.
+TEST_CASE("cluster: kill -9 of a rank mid-collective over two levels gives every survivor PeerLostError", "[net][cluster]") {
+  Cluster cluster(2);
+  REQUIRE_CLUSTER(cluster);
+  LaunchOptions o = cluster.placed("$((RANK / 2))");
+  o.env = {{"TROUPE_TEST_HOSTS", "0,0,1,1"}};
+  o.stop_on_failure = false;  // the survivors run on to their own verdicts
+  const RankRun run = run_ranks(4, "collectives rank: kill", o);
+  INFO(run.digest());
+  REQUIRE(run.result.ranks.size() == 4);
+  CHECK(run.result.ranks[1].signal == 9);
+  CHECK(run.passed_ranks() == 3);
+}
+
 TEST_CASE("cluster: dist_sgd with 2 ranks on each of 2 hosts", "[net][cluster]") {
   Cluster cluster(2);
   REQUIRE_CLUSTER(cluster);
