@@ -10,13 +10,13 @@ lines=60
 for log in "$@"; do
   [ -f "$log" ] || continue
   # A test's block: "N/M Test: NAME", its output between "Output:" and "<end of output>", then
-  # its status: "Test Passed.", or another ("Test Failed.", a timeout, a crash).
+  # its status: "Test Passed." (or a pass reason: skipped), or another ("Test Failed.", a crash).
   awk -v keep="$lines" -v file="$log" '
     /^[0-9]+\/[0-9]+ Test: / { name = $0; sub(/^[0-9]+\/[0-9]+ Test: /, "", name); n = 0; inside = 0; next }
     /^Output:$/ { inside = 1; next }
     /^<end of output>$/ { inside = 0; next }
     inside { out[n % keep] = $0; n++; next }
-    /^Test [A-Z]/ && !/^Test (Passed|Skipped|Not Run)/ {
+    /^Test [A-Z]/ && !/^Test (Passed|Pass Reason|Skipped|Not Run)/ {
       printf "\n==== failed (%s): %s (the last %d of %d lines of its output)\n", file, name, (n < keep ? n : keep), n
       for (i = (n > keep ? n - keep : 0); i < n; i++) print out[i % keep]
     }' "$log"
