@@ -178,7 +178,7 @@ struct ElasticCluster {
           dir.path / log);
     return std::make_unique<BackgroundProcess>(
         ns + kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 6 --secret " + secret + " --rdzv-endpoint " + rdzv + " --rdzv-timeout 30 -- " +
-            kBin + "/dist_sgd --elastic --subset 6400 --epochs 8 --json --log-every 1 --checkpoint-every 10 --resume " +
+            kBin + "/dist_sgd --elastic --subset 6400 --epochs 16 --json --log-every 1 --checkpoint-every 10 --resume " +
             "--checkpoint-dir " + (dir.path / ("h" + std::to_string(host))).string(),
         dir.path / log);
   }
@@ -202,7 +202,8 @@ bool any_log_has(const ElasticCluster& cluster, const std::string& text) {
 
 // Host 2 is lost once rank 0 has logged step 30 (`lose`), comes back once the job runs on two
 // hosts (`restore`: a new launcher, or null when host 2's first one goes on); the job must then
-// grow to three and finish all 400 steps.
+// grow to three and finish all 800 steps (on a Zen 4, 400 were done before a restarted host's
+// launcher had joined).
 void lose_and_restore_host(const std::function<void(ElasticCluster&)>& lose,
                            const std::function<std::unique_ptr<BackgroundProcess>(ElasticCluster&)>& restore) {
   ElasticCluster cluster;
@@ -231,10 +232,10 @@ void lose_and_restore_host(const std::function<void(ElasticCluster&)>& lose,
   std::smatch json;
   REQUIRE(std::regex_search(all, json, std::regex("\\{\"device\".*\\}")));
   const std::string line = json.str();
-  CHECK_THAT(line, Catch::Contains("\"steps\":400") && Catch::Contains("\"world\":3"));
+  CHECK_THAT(line, Catch::Contains("\"steps\":800") && Catch::Contains("\"world\":3"));
   std::smatch acc;
   REQUIRE(std::regex_search(line, acc, std::regex("\"test_accuracy\":([0-9.]+)")));
-  CHECK(std::stod(acc[1]) > 0.6);  // uninterrupted: ~0.67 after 400 steps of the seed recipe
+  CHECK(std::stod(acc[1]) > 0.6);  // uninterrupted, the seed recipe gives ~0.67 after 400 steps
 }
 
 }  // namespace
