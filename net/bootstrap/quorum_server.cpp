@@ -273,9 +273,6 @@ class Membership {
       return;
     }
     for (const auto& id : first) std::erase(waiting_, id);
-    forming_fresh_.clear();  // joiners of a running job, not survivors carrying its state
-    for (const auto& id : first)
-      if (running_epoch_ >= 0 && index_of(running_, id) < 0 && !old_ranks_.count(id)) forming_fresh_.insert(id);
     forming_epoch_ = ++last_epoch_;
     assigned_ = std::move(first);
     addresses_.assign(assigned_.size(), "");
@@ -299,10 +296,11 @@ class Membership {
       send_(id, standbys);
       send_(id, table);
     }
+    fresh_.clear();  // joiners of a running job, not survivors carrying its state
+    for (const auto& id : assigned_)
+      if (running_epoch_ >= 0 && index_of(running_, id) < 0 && !old_ranks_.count(id)) fresh_.insert(id);
     running_ = std::move(assigned_);
     assigned_.clear();
-    fresh_ = std::move(forming_fresh_);
-    forming_fresh_.clear();
     running_epoch_ = forming_epoch_;
     forming_epoch_ = -1;
     published_ = true;
@@ -341,7 +339,7 @@ class Membership {
   int forming_epoch_ = -1;
   std::vector<std::string> waiting_;          // joiners, in order
   std::set<std::string> lost_, left_;
-  std::set<std::string> fresh_, forming_fresh_;  // members of the running / forming epoch that joined it with no state
+  std::set<std::string> fresh_;               // members of the running epoch that joined it with no state
   std::optional<int> end_code_;
   std::string end_why_;
 };

@@ -111,6 +111,11 @@ struct LoopbackJob {
     for (const auto& f : files) all += read_all(f);
     return all;
   }
+  // The end of every node's log: what a failed check shows.
+  std::string logs_tail() const {
+    const std::string all = logs();
+    return all.substr(all.size() > 4000 ? all.size() - 4000 : 0);
+  }
   // Waits (a minute at most) until some node logged `pattern` (a regex) once.
   bool wait_for_any(const std::string& pattern) const {
     for (int i = 0; i < 1200 && count_matches(logs(), pattern) == 0; ++i) std::this_thread::sleep_for(50ms);
@@ -133,6 +138,16 @@ struct LoopbackJob {
                                                dir / (name + ".log"));
   }
 };
+
+// dist_sgd in place: 500 steps, 20 an epoch; --verify checks after every step that all ranks hold
+// the same weights.
+const std::string kDistSgd500 = "dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json";
+
+// Every step of that job done once and checked on every rank, whatever the epoch.
+void check_every_step_once(const std::string& all) {
+  CHECK(count_matches(all, "\"steps\":500") == 1);
+  CHECK(count_matches(all, "differ across ranks") == 0);
+}
 
 }  // namespace
 
@@ -355,9 +370,8 @@ TEST_CASE("quorum: a rank waiting for an epoch after the server is gone gets a C
 
 TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and a killed node, no step lost",
           "[net][quorum][elastic]") {
-  const LoopbackJob job("troupe_quorum_test", "dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json");
+  const LoopbackJob job("troupe_quorum_test", kDistSgd500);
   const fs::path& dir = job.dir;
-  // 20 steps an epoch; --verify checks after every step that all ranks hold the same weights.
   auto nodes = job.start_three();
   auto &n0 = nodes[0], &n1 = nodes[1], &n2 = nodes[2];  // n0 serves the quorum
   // The epoch's rank 0 logs the steps: the rank that joined first, on whichever node.
@@ -386,11 +400,9 @@ TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and 
   CHECK(n1->wait_exit(30s) == 0);
   CHECK(n2b->wait_exit(30s) == 0);
   const std::string all = logs();
-  INFO(all.substr(all.size() > 4000 ? all.size() - 4000 : 0));
-  // Every step done once and checked on every rank (--verify), whatever the epoch: 500 steps.
-  CHECK(count_matches(all, "\"steps\":500") == 1);
+  INFO(job.logs_tail());
+  check_every_step_once(all);
   CHECK(count_matches(all, "\"in_place\":true") == 1);
-  CHECK(count_matches(all, "differ across ranks") == 0);
   CHECK(count_matches(all, "quorum epoch [0-9]+: world 3 at step [0-9]+ \\(1 rank\\(s\\) took the state\\)") >= 2);
 }
 
@@ -398,7 +410,7 @@ TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and 
 // launcher) takes the quorum over, the survivors go on, and the node started again is sent there
 // by its own launcher's server and joins with the live state.
 TEST_CASE("quorum: dist_sgd in place: the quorum's node killed and started again, no step lost", "[net][quorum][elastic]") {
-  const LoopbackJob job("troupe_quorum_failover_test", "dist_sgd --elastic --subset 2560 --epochs 25 --log-every 1 --verify --json");
+  const LoopbackJob job("troupe_quorum_failover_test", kDistSgd500);
   const fs::path& dir = job.dir;
   auto nodes = job.start_three();
   auto &n0 = nodes[0], &n1 = nodes[1], &n2 = nodes[2];  // n0 serves the quorum
@@ -418,10 +430,9 @@ TEST_CASE("quorum: dist_sgd in place: the quorum's node killed and started again
   CHECK(n2->wait_exit(30s) == 0);
   CHECK(n0b->wait_exit(30s) == 0);
   const std::string all = logs();
-  INFO(all.substr(all.size() > 4000 ? all.size() - 4000 : 0));
+  INFO(job.logs_tail());
   CHECK(count_matches(read_all(dir / "n0b.log"), "the job's quorum is at 127.0.0.1:[0-9]+ now; joining there") == 1);
-  CHECK(count_matches(all, "\"steps\":500") == 1);
-  CHECK(count_matches(all, "differ across ranks") == 0);
+  check_every_step_once(all);
   CHECK(count_matches(all, "quorum \\(standby\\): epoch [0-9]+: world 3") >= 1);
 }
 
@@ -463,7 +474,7 @@ TEST_CASE("quorum: remote actors in place: a killed driver and a killed worker, 
   CHECK(n1->wait_exit(30s) == 0);
   CHECK(n2->wait_exit(30s) == 0);
   const std::string all = logs();
-  INFO(all.substr(all.size() > 4000 ? all.size() - 4000 : 0));
+  INFO(job.logs_tail());
   CHECK(count_matches(all, "driven by this rank from step [0-9]+ \\(state from rank") >= 1);  // a successor took it
   CHECK(count_matches(all, "\"steps\":600") == 1);  // one driver ends the job, at the last step
   std::smatch loss;

@@ -54,9 +54,12 @@ RankRun run_ranks(int nproc, const std::string& rank_test, troupe::net::LaunchOp
 RankRun launch_collecting(troupe::net::LaunchOptions options) {
   RankRun run;
   std::mutex mutex;
-  options.on_line = [&](int rank, bool, const std::string& line) {
-    std::lock_guard lock(mutex);
-    run.output += "[rank " + std::to_string(rank) + "] " + line + "\n";
+  options.on_line = [&, also = std::move(options.on_line)](int rank, bool err, const std::string& line) {
+    {
+      std::lock_guard lock(mutex);
+      run.output += "[rank " + std::to_string(rank) + "] " + line + "\n";
+    }
+    if (also) also(rank, err, line);
   };
   const auto start = std::chrono::steady_clock::now();
   run.result = troupe::net::launch(options);

@@ -45,7 +45,7 @@ std::vector<std::string> rank_command(const std::string& rank_test);
 RankRun run_ranks(int nproc, const std::string& rank_test, troupe::net::LaunchOptions options = {});
 
 // Launches options.command as given (an example, a script, a job engine) and collects its output
-// as run_ranks does.
+// as run_ranks does; options.on_line, when given, sees each line as it comes too.
 RankRun launch_collecting(troupe::net::LaunchOptions options);
 
 // CHECKs that the launch exited 0 and that `ranks` ranks passed, with the ranks' digest as context.
