@@ -65,6 +65,12 @@ struct Server {
       if (line.find(part) != std::string::npos) return true;
     return false;
   }
+  // Waits (5 s at most) until the server logged `part`: ranks go in the order the server heard
+  // them, which two sockets' timing alone does not fix.
+  void wait_logged(const std::string& part) {
+    for (int i = 0; i < 500 && !logged(part); ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(logged(part));
+  }
 };
 
 // Answers an "epoch" with an address and checks the table that follows has `world` entries.
@@ -157,7 +163,7 @@ TEST_CASE("quorum: epochs form, grow with a joiner, shrink on a closed connectio
   auto a = std::make_unique<RoundClient>("127.0.0.1", s.port, std::nullopt);
   auto b = std::make_unique<RoundClient>("127.0.0.1", s.port, std::nullopt);
   a->send("join", {"a"});
-  std::this_thread::sleep_for(50ms);
+  s.wait_logged("a waits to join");
   b->send("join", {"b"});
   // Two of at least two, and the settle time: epoch 0 of world 2, in join order.
   take_epoch(*a, 0, 0, 2, "addr-a0");
@@ -266,7 +272,7 @@ TEST_CASE("quorum: a standby takes over from the survivors' epoch, and a fresh s
   const std::string standby_endpoint = "127.0.0.1:" + std::to_string(standby.port);
   RoundClient b("127.0.0.1", standby.port, std::nullopt), a("127.0.0.1", standby.port, std::nullopt);
   b.send("resume", {"4", "2", "2", "b", "127.0.0.1:1"});  // b was rank 2 of epoch 4; 2 survivors expected
-  std::this_thread::sleep_for(50ms);
+  standby.wait_logged("b waits to join");
   a.send("resume", {"4", "1", "2", "a", standby_endpoint});
   take_epoch(a, 5, 0, 2, "addr-a5");  // well inside the 5 s settle: both expected ones came
   take_epoch(b, 5, 1, 2, "addr-b5");
@@ -278,7 +284,7 @@ TEST_CASE("quorum: a standby takes over from the survivors' epoch, and a fresh s
   Server fresh(settings);  // the quorum's host, started again
   RoundClient joiner("127.0.0.1", fresh.port, std::nullopt), told("127.0.0.1", fresh.port, std::nullopt);
   joiner.send("join", {"c"});
-  std::this_thread::sleep_for(50ms);
+  fresh.wait_logged("c waits to join");
   told.send("moved", {standby_endpoint});
   const RoundMessage moved = next(joiner);
   CHECK(moved.kind == "moved");
@@ -302,6 +308,7 @@ TEST_CASE("quorum: a standby sends back a rank that lost a quorum server it stil
   RoundClient a("127.0.0.1", quorum.port, std::nullopt), b("127.0.0.1", quorum.port, std::nullopt);
   if (hold > 10s) {  // the quorum runs epoch 0 (a and b), so a survivor of epoch -1 is out of date
     a.send("join", {"a"});
+    quorum.wait_logged("a waits to join");
     b.send("join", {"b"});
     take_epoch(a, 0, 0, 2, "addr-a0");
     take_epoch(b, 0, 1, 2, "addr-b0");
