@@ -217,8 +217,9 @@ int64_t share_newest_checkpoint(net::ProcessGroup& world, CheckpointDir& mine) {
 // batch a world of 1 to 8 ranks gives: the kernels chosen by timing per shape (devices/determinism.h)
 // (and per thread count: it runs with the training's) are then chosen before the rank takes part,
 // not in the first step after the world changed (that step took 0.15 s instead of 0.02 here, and
-// the other ranks wait for it in their all_reduce).
-void warm_up(const std::string& model_name, const Dataset& train, Device device) {
+// the other ranks wait for it in their all_reduce). Returns the element counts of the model's
+// gradient buckets, which each new group's all_reduce is warmed up for (QuorumOptions::warm_up).
+std::vector<int64_t> warm_up(const std::string& model_name, const Dataset& train, Device device, int64_t bucket_bytes) {
   Model m = model_name == "wide" ? make_model<WideNet>() : make_model<Net>();
   m.module->to(device);
   std::set<int64_t> shares;
@@ -226,6 +227,7 @@ void warm_up(const std::string& model_name, const Dataset& train, Device device)
     for (int64_t r = 0; r < world; ++r) shares.insert(128 * (r + 1) / world - 128 * r / world);
   for (int64_t rows : shares)
     nll_loss(m(train.images.slice(0, 0, rows).to(device)), train.labels.slice(0, 0, rows).to(device)).backward();
+  return GradientReducer::bucket_counts(m.parameters(), bucket_bytes);
 }
 
 // What --elastic training in place needs besides the model, the optimizer and the loader.
@@ -260,6 +262,7 @@ int train_in_place(net::Quorum& quorum, Model& model, SGD& optimizer, BatchLoade
   double epoch_loss_sum = o.epoch_loss_sum;
   int loader_epoch = -1;
   std::optional<GradientReducer> reducer;
+  std::optional<StateShare> share;  // a transfer to ranks behind, which goes on during the next step
   bool joined = true;  // the group is new: share the state first
   const auto start = std::chrono::steady_clock::now();
   auto save = [&](int rank) {
@@ -277,26 +280,20 @@ int train_in_place(net::Quorum& quorum, Model& model, SGD& optimizer, BatchLoade
     while (step < steps) {
       if (joined || quorum.reform_needed()) {
         reducer.reset();  // it holds the old group
+        share.reset();    // a transfer of the old group's, cut by a loss
         try {
           if (!joined) quorum.reform();
           joined = false;
           net::ProcessGroup& group = quorum.group();
-          const StateShare share = share_newest_state(group, step, [&] {
+          share = start_state_share(group, step, [&] {
             return capture(step, *model.module, optimizer, {{"epoch_loss_sum", epoch_loss_sum}});
           });
-          if (share.received) {
-            restore(*share.received, *model.module, optimizer);
-            step = share.received->step;
-            epoch_loss_sum = share.received->state.value("epoch_loss_sum", 0.0);
-            state_bytes += share.bytes;
-            std::printf("took the state of step %lld from rank %d: %lld bytes in %.3f s\n", static_cast<long long>(step),
-                        share.donor, static_cast<long long>(share.bytes), share.seconds);
-          }
           if (group.rank() == 0)
             std::printf("quorum epoch %d: world %d at step %lld%s\n", quorum.epoch(), group.size(),
-                        static_cast<long long>(step),
-                        share.receivers ? (" (" + std::to_string(share.receivers) + " rank(s) took the state)").c_str() : "");
+                        static_cast<long long>(share->newest < 0 ? step : share->newest),
+                        share->receivers ? (" (" + std::to_string(share->receivers) + " rank(s) take the state)").c_str() : "");
           std::fflush(stdout);
+          if (share->receivers == 0) share.reset();
           if (o.sync == "ddp") reducer.emplace(group, model.parameters(), o.bucket_bytes);
         } catch (const PeerLostError& e) {
           quorum.lost(e);  // lost again while it formed: once more
@@ -304,32 +301,50 @@ int train_in_place(net::Quorum& quorum, Model& model, SGD& optimizer, BatchLoade
         }
       }
       net::ProcessGroup& group = quorum.group();
-      const int rank = group.rank(), size = group.size();
-      const int epoch = static_cast<int>(step / per_epoch);
-      if (loader_epoch != epoch || loader.position() != step % per_epoch) {
-        loader.start_epoch(epoch, step % per_epoch);  // the step's global batch, whatever came before
+      const int rank = group.rank();
+      // A rank taking the state runs the others' step with no gradient of its own: its state comes
+      // meanwhile (live_state.h), and the step's averaged gradients are then applied to it.
+      const bool taking_state = share && share->is_behind(rank);
+      const int64_t at = taking_state ? share->newest : step;
+      const int epoch = static_cast<int>(at / per_epoch);
+      if (loader_epoch != epoch || loader.position() != at % per_epoch) {
+        loader.start_epoch(epoch, at % per_epoch);  // the step's global batch, whatever came before
         loader_epoch = epoch;
-        if (step % per_epoch == 0) epoch_loss_sum = 0;
+        if (at % per_epoch == 0) epoch_loss_sum = 0;
       }
       if (o.better) optimizer.options.lr = o.base_lr * 0.5 * (1 + std::cos(M_PI * epoch / o.epochs));
       auto batch = loader.next();
       optimizer.zero_grad();
-      const int64_t rows = batch->labels.size(0), lo = rows * rank / size, hi = rows * (rank + 1) / size;
-      const double weight = static_cast<double>((hi - lo) * size) / static_cast<double>(rows);
-      manual_seed(o.seed * 1000003 + static_cast<uint64_t>(step) * 1009 + static_cast<uint64_t>(rank));
+      // The batch's rows split over the ranks with the state; a rank taking it runs one row, weighed 0.
+      const auto [part, parts] = share ? share->contributor(rank) : std::pair{rank, group.size()};
+      const int64_t rows = batch->labels.size(0);
+      const int64_t lo = taking_state ? 0 : rows * part / parts, hi = taking_state ? 1 : rows * (part + 1) / parts;
+      const double weight = taking_state ? 0.0 : static_cast<double>((hi - lo) * group.size()) / static_cast<double>(rows);
+      manual_seed(o.seed * 1000003 + static_cast<uint64_t>(at) * 1009 + static_cast<uint64_t>(rank));
       Tensor loss = nll_loss(model(batch->images.slice(0, lo, hi).to(o.device)), batch->labels.slice(0, lo, hi).to(o.device));
-      const float loss_value = loss.item<float>();
+      const float loss_value = taking_state ? 0.0f : loss.item<float>();
       try {
         mul(loss, Tensor::scalar<float>(static_cast<float>(weight))).backward();
         if (reducer)
           reducer->finish();
         else
           average_gradients(group, optimizer.params(), o.sync);
+        if (share) share->finish();  // the donor's sends done; a rank taking the state has it
       } catch (const PeerLostError& e) {
         quorum.lost(e);  // the step is redone by the survivors
         ++redone;
         continue;
       }
+      if (taking_state) {
+        restore(*share->received, *model.module, optimizer);  // the parameters only: the gradients stay
+        step = share->received->step;
+        epoch_loss_sum = share->received->state.value("epoch_loss_sum", 0.0);
+        state_bytes += share->bytes;
+        std::printf("took the state of step %lld from rank %d: %lld bytes in %.3f s\n", static_cast<long long>(step),
+                    share->donor, static_cast<long long>(share->bytes), share->seconds);
+        std::fflush(stdout);
+      }
+      share.reset();
       optimizer.step();
       ++step;
       epoch_loss_sum += loss_value;
@@ -435,9 +450,12 @@ int main(int argc, char** argv) {
     if (in_place) {
       set_intra_op_threads(threads);  // the kernels are chosen per thread count too
       if (deterministic) set_deterministic_kernels(true);
-      warm_up(model_name, train, device);
+      net::QuorumOptions options;
+      const std::vector<int64_t> buckets = warm_up(model_name, train, device, bucket_kb * 1024);
+      if (sync == "ddp")
+        options.warm_up = [buckets](net::ProcessGroup& group) { GradientReducer::warm_up(group, buckets, DType::f32); };
       try {
-        quorum.emplace();
+        quorum.emplace(options);
       } catch (const net::JobEndedError& e) {  // a rank started again as the job ended
         std::printf("dist_sgd: %s: nothing to do\n", e.what());
         return 0;

@@ -321,6 +321,7 @@ void Quorum::build() {
       // between the ranks of a host: 25-45 ms here) is paid here, not in the ranks' first step.
       Tensor one = Tensor::ones({1}, DType::i32);
       all_reduce(*group, one, ReduceOp::sum);
+      if (options_.warm_up) options_.warm_up(*group);
       {
         std::lock_guard lock(shared_->mutex);
         shared_->building.reset();

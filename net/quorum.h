@@ -38,6 +38,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -62,6 +63,11 @@ struct QuorumOptions {
   // to: CommError naming it. A silent connection counts as down after 2 s, or after
   // TROUPE_PEER_TIMEOUT_MS where that is shorter.
   std::chrono::milliseconds server_timeout = std::chrono::seconds(30);
+  // Run by the builder thread on each epoch's group once it is connected, before the rank changes
+  // to it: collectives of the shapes the rank's steps use (models::GradientReducer::warm_up), so
+  // that their first-call set-up is paid while the rank trains on, not in its first step on the new
+  // group. It must not touch what the rank's thread changes. Every rank passes the same collectives.
+  std::function<void(ProcessGroup&)> warm_up;
 };
 
 // The job ended (every member left, or it failed) before this rank could take part.

@@ -13,7 +13,6 @@ namespace troupe::models {
 GradientReducer::GradientReducer(net::ProcessGroup& group, std::vector<Tensor*> params, int64_t bucket_bytes)
     : group_(group), params_(std::move(params)), bucket_of_(params_.size()), ready_(params_.size()) {
   if (params_.empty()) throw ValueError("GradientReducer: no parameters");
-  if (bucket_bytes <= 0) throw ValueError("GradientReducer: bucket_bytes must be positive, got " + std::to_string(bucket_bytes));
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = *params_[i];
     if (!p.requires_grad() || p.autograd_meta()->grad_fn)
@@ -23,20 +22,50 @@ GradientReducer::GradientReducer(net::ProcessGroup& group, std::vector<Tensor*> 
       throw DTypeError("GradientReducer: parameters of mixed dtypes (" + params_[0]->meta().str() + ", " +
                        p.meta().str() + ")");
   }
-  // Gradients on a device go through the host in one piece per step (the header says why).
-  if (!params_[0]->device().is_cpu()) bucket_bytes = std::numeric_limits<int64_t>::max();
-  int64_t filled = bucket_bytes;  // forces a first bucket
-  for (size_t i = params_.size(); i-- > 0;) {
-    if (filled >= bucket_bytes) {
-      buckets_.emplace_back();
-      filled = 0;
+  for (const std::vector<size_t>& members : bucketed(params_, bucket_bytes)) {
+    buckets_.emplace_back();
+    for (size_t i : members) {
+      buckets_.back().params.push_back(params_[i]);
+      bucket_of_[i] = buckets_.size() - 1;
     }
-    buckets_.back().params.push_back(params_[i]);
-    filled += static_cast<int64_t>(params_[i]->nbytes());
-    bucket_of_[i] = buckets_.size() - 1;
   }
   reset();
   for (size_t i = 0; i < params_.size(); ++i) params_[i]->autograd_meta()->grad_accumulated = [this, i] { on_gradient(i); };
+}
+
+std::vector<std::vector<size_t>> GradientReducer::bucketed(const std::vector<Tensor*>& params, int64_t bucket_bytes) {
+  if (bucket_bytes <= 0) throw ValueError("GradientReducer: bucket_bytes must be positive, got " + std::to_string(bucket_bytes));
+  std::vector<std::vector<size_t>> buckets;
+  if (params.empty()) return buckets;
+  // Gradients on a device go through the host in one piece per step (the header says why).
+  if (!params[0]->device().is_cpu()) bucket_bytes = std::numeric_limits<int64_t>::max();
+  int64_t filled = bucket_bytes;  // forces a first bucket
+  for (size_t i = params.size(); i-- > 0;) {
+    if (filled >= bucket_bytes) {
+      buckets.emplace_back();
+      filled = 0;
+    }
+    buckets.back().push_back(i);
+    filled += static_cast<int64_t>(params[i]->nbytes());
+  }
+  return buckets;
+}
+
+std::vector<int64_t> GradientReducer::bucket_counts(const std::vector<Tensor*>& params, int64_t bucket_bytes) {
+  std::vector<int64_t> counts;
+  for (const std::vector<size_t>& members : bucketed(params, bucket_bytes)) {
+    int64_t count = 0;
+    for (size_t i : members) count += params[i]->numel();
+    counts.push_back(count);
+  }
+  return counts;
+}
+
+void GradientReducer::warm_up(net::ProcessGroup& group, const std::vector<int64_t>& counts, DType dtype) {
+  for (int64_t count : counts) {
+    Tensor zeros = Tensor::zeros({count}, dtype);
+    net::all_reduce_async(group, zeros, net::ReduceOp::avg).wait();  // the path launch() takes
+  }
 }
 
 GradientReducer::~GradientReducer() {

@@ -37,6 +37,13 @@ class GradientReducer {
 
   void finish();
   int buckets() const { return static_cast<int>(buckets_.size()); }
+
+  // The element count of each bucket a reducer over `params` makes: the shapes of its all_reduces.
+  static std::vector<int64_t> bucket_counts(const std::vector<Tensor*>& params, int64_t bucket_bytes = int64_t{1} << 20);
+  // One all_reduce (avg) of each of those shapes on `group`, a group about to be used: what a group
+  // sets up per shape on its first call is paid now (net::QuorumOptions::warm_up runs it while the
+  // rank trains on). Every rank of the group calls it with the same counts.
+  static void warm_up(net::ProcessGroup& group, const std::vector<int64_t>& counts, DType dtype);
   // Buckets that began reducing during the last backward, before finish() was called.
   int launched_early() const { return launched_early_; }
 
@@ -49,6 +56,8 @@ class GradientReducer {
     bool launched = false;
   };
 
+  // Parameter indices by bucket, each bucket about bucket_bytes, in reverse order.
+  static std::vector<std::vector<size_t>> bucketed(const std::vector<Tensor*>& params, int64_t bucket_bytes);
   void on_gradient(size_t param);
   void launch(Bucket& bucket);
   void reset();

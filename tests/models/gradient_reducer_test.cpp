@@ -44,6 +44,16 @@ TEST_CASE("GradientReducer: buckets in reverse order, launched from inside backw
   CHECK(GradientReducer(solo(), net.parameters()).buckets() == 1);
   GradientReducer reducer(solo(), net.parameters(), 32 * 1024);
   REQUIRE(reducer.buckets() == 2);
+  // The shapes its all_reduces take (what a new group is warmed up for): every parameter once.
+  const std::vector<int64_t> counts = GradientReducer::bucket_counts(net.parameters(), 32 * 1024);
+  REQUIRE(counts.size() == 2);
+  int64_t total = 0;
+  for (Tensor* p : net.parameters()) total += p->numel();
+  CHECK(counts[0] + counts[1] == total);
+  CHECK(counts[0] * 4 >= 32 * 1024);  // the first bucket closes once it holds 32 KB
+  CHECK(GradientReducer::bucket_counts(net.parameters()) == std::vector<int64_t>{total});
+  GradientReducer::warm_up(solo(), counts, DType::f32);
+  CHECK_THROWS_AS(GradientReducer::bucket_counts(net.parameters(), 0), ValueError);
   for (int pass = 0; pass < 2; ++pass) {
     net.zero_grad();
     batch_loss(net).backward();

@@ -410,7 +410,7 @@ TEST_CASE("quorum: dist_sgd in place on three loopback nodes: a killed rank and 
   INFO(job.logs_tail());
   check_every_step_once(all);
   CHECK(count_matches(all, "\"in_place\":true") == 1);
-  CHECK(count_matches(all, "quorum epoch [0-9]+: world 3 at step [0-9]+ \\(1 rank\\(s\\) took the state\\)") >= 2);
+  CHECK(count_matches(all, "quorum epoch [0-9]+: world 3 at step [0-9]+ \\(1 rank\\(s\\) take the state\\)") >= 2);
 }
 
 // No host is special: the node serving the quorum (and rank 0) killed, a standby (another node's
