@@ -1,21 +1,25 @@
 #include "dataflow/rank_link.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <map>
 #include <thread>
 
 namespace troupe::detail {
 
 namespace {
 
-// The n-th executor this process made on a group with this id: the same n on every rank of the
-// group, as they all make the same executors in the same order.
-uint64_t next_executor_number(uint64_t group) {
-  static std::mutex mutex;
-  static std::map<uint64_t, uint64_t> made;
-  std::lock_guard lock(mutex);
-  return made[group]++;
+const char kExecutorsMade = 0;  // its address names the count's attachment of a group
+
+// The n-th executor this process made on this group: the same n on every rank of the group, as
+// they all make the same executors in the same order. Counted per group, not per group id: a
+// quorum's epochs each have a group of their own with the same id, and a rank that joins one
+// has made none on the earlier ones.
+uint64_t next_executor_number(net::ProcessGroup& group) {
+  void* made = group.attachment(&kExecutorsMade, [](net::ProcessGroup&) -> std::shared_ptr<void> {
+    return std::make_shared<std::atomic<uint64_t>>(0);
+  });
+  return static_cast<std::atomic<uint64_t>*>(made)->fetch_add(1);
 }
 
 }  // namespace
@@ -34,7 +38,7 @@ bool RankLink::is_loss(const std::exception_ptr& why) {
 RankLink::RankLink(std::shared_ptr<net::ProcessGroup> group, const std::string& graph, std::weak_ptr<Scheduler> scheduler,
                    bool heals)
     : group_(std::move(group)),
-      number_(next_executor_number(group_->id())),
+      number_(next_executor_number(*group_)),
       where_("executor of graph '" + graph + "' on rank " + std::to_string(group_->rank()) + ": "),
       scheduler_(std::move(scheduler)),
       ready_(group_->size(), 0),

@@ -1,8 +1,8 @@
 #pragma once
 // RankLink: an executor's side of the other ranks (executor.h, "Ranks"). Each rank's part of an
 // executor is a remote actor (net/remote/remote_actor.h): this object, hosted on its rank as
-// "troupe.dataflow/<group id>.<n>/<rank>" (the group's n-th executor: every rank makes the same
-// ones in the same order), whose methods are the messages between the parts. A peer's part is
+// "troupe.dataflow/<group id>.<n>/<rank>" (the n-th executor on this group object: every rank
+// makes the same ones in the same order), whose methods are the messages between the parts. A peer's part is
 // called with send(), and calls from one rank to a part run in the order they were made, which
 // is all the protocol needs: rank 0's start and values reach a rank in order, and a rank's values
 // reach rank 0 before its ack. The messages, per invocation: a value crosses to a rank as one
