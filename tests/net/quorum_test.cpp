@@ -155,6 +155,22 @@ void check_every_step_once(const std::string& all) {
   CHECK(count_matches(all, "differ across ranks") == 0);
 }
 
+// A member's pid, from the quorum server's line in DIR/n0.log for an epoch: "epoch E: world W
+// (HOST/PID, ...)", at `index` (its rank in that epoch).
+pid_t epoch_member_pid(const fs::path& dir, int epoch, int index) {
+  std::smatch m;
+  const std::string all = read_all(dir / "n0.log");
+  const std::regex line("epoch " + std::to_string(epoch) + ": world [0-9]+ \\(([^)]*)\\)");
+  REQUIRE(std::regex_search(all, m, line));
+  std::vector<pid_t> pids;
+  const std::string names = m[1];
+  const std::regex pid("/([0-9]+)");
+  for (auto it = std::sregex_iterator(names.begin(), names.end(), pid); it != std::sregex_iterator(); ++it)
+    pids.push_back(std::stoi((*it)[1]));
+  REQUIRE(index < static_cast<int>(pids.size()));
+  return pids[static_cast<size_t>(index)];
+}
+
 }  // namespace
 
 TEST_CASE("quorum: epochs form, grow with a joiner, shrink on a closed connection and on a reported loss",
@@ -453,28 +469,14 @@ TEST_CASE("quorum: remote actors in place: a killed driver and a killed worker, 
   auto nodes = job.start_three();
   auto &n0 = nodes[0], &n1 = nodes[1], &n2 = nodes[2];  // n0 serves the quorum
   auto logs = [&] { return job.logs(); };
-  // A rank's pid, from the server's line for an epoch: "epoch E: world W (HOST/PID, ...)", at `index`.
-  auto rank_pid = [&](int epoch, int index) {
-    std::smatch m;
-    const std::string all = read_all(dir / "n0.log");
-    const std::regex line("epoch " + std::to_string(epoch) + ": world [0-9]+ \\(([^)]*)\\)");
-    REQUIRE(std::regex_search(all, m, line));
-    std::vector<pid_t> pids;
-    const std::string names = m[1];
-    const std::regex pid("/([0-9]+)");
-    for (auto it = std::sregex_iterator(names.begin(), names.end(), pid); it != std::sregex_iterator(); ++it)
-      pids.push_back(std::stoi((*it)[1]));
-    REQUIRE(index < static_cast<int>(pids.size()));
-    return pids[static_cast<size_t>(index)];
-  };
   for (int i = 0; i < 1200 && count_matches(logs(), "\\] step 100 loss") == 0; ++i) std::this_thread::sleep_for(50ms);
   REQUIRE(count_matches(logs(), "\\] step 100 loss") == 1);
-  ::kill(rank_pid(0, 0), SIGKILL);  // the driver
+  ::kill(epoch_member_pid(dir, 0, 0), SIGKILL);  // the driver
   REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 2: world 3", 60s));  // epoch 1 without it, 2 with it back
   for (int i = 0; i < 1200 && count_matches(logs(), "driven by this rank from step [0-9]+ \\(state from rank") == 0; ++i)
     std::this_thread::sleep_for(50ms);
   for (int i = 0; i < 1200 && count_matches(logs(), "\\] step 300 loss") == 0; ++i) std::this_thread::sleep_for(50ms);
-  ::kill(rank_pid(2, 1), SIGKILL);  // a worker
+  ::kill(epoch_member_pid(dir, 2, 1), SIGKILL);  // a worker
   REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 4: world 3", 60s));
 
   CHECK(n0->wait_exit(120s) == 0);
@@ -483,6 +485,38 @@ TEST_CASE("quorum: remote actors in place: a killed driver and a killed worker, 
   const std::string all = logs();
   INFO(job.logs_tail());
   CHECK(count_matches(all, "driven by this rank from step [0-9]+ \\(state from rank") >= 1);  // a successor took it
+  CHECK(count_matches(all, "\"steps\":600") == 1);  // one driver ends the job, at the last step
+  std::smatch loss;
+  REQUIRE(std::regex_search(all, loss, std::regex("done: 600 steps, loss ([0-9.e-]+)")));
+  CHECK(std::stod(loss[1]) < 5e-5);  // converged to the noise floor (3.3e-5)
+}
+
+// And under a dataflow graph over ranks (examples/quorum_graph.cpp): a gradient node per rank, the
+// epoch's rank 0 drives. The driver killed: every rank holds the state of the step in flight, the
+// next epoch's rank 0 goes on from it; the restarted rank joins and takes it. A worker killed: its
+// node moves to a survivor or the step is redone in the next epoch.
+TEST_CASE("quorum: a dataflow graph in place: a killed driver and a killed worker, no step lost", "[net][quorum][elastic]") {
+  const LoopbackJob job("troupe_quorum_graph_test", "quorum_graph --steps 600 --pause-ms 20 --log-every 20 --json");
+  const fs::path& dir = job.dir;
+  auto nodes = job.start_three();
+  auto &n0 = nodes[0], &n1 = nodes[1], &n2 = nodes[2];  // n0 serves the quorum
+  auto logs = [&] { return job.logs(); };
+  for (int i = 0; i < 1200 && count_matches(logs(), "\\] step 100 loss") == 0; ++i) std::this_thread::sleep_for(50ms);
+  REQUIRE(count_matches(logs(), "\\] step 100 loss") == 1);
+  ::kill(epoch_member_pid(dir, 0, 0), SIGKILL);  // the driver
+  REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 2: world 3", 60s));  // epoch 1 without it, 2 with it back
+  for (int i = 0; i < 1200 && count_matches(logs(), "\\] step 300 loss") == 0; ++i) std::this_thread::sleep_for(50ms);
+  ::kill(epoch_member_pid(dir, 2, 1), SIGKILL);  // a worker
+  REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 4: world 3", 60s));
+
+  CHECK(n0->wait_exit(120s) == 0);
+  CHECK(n1->wait_exit(30s) == 0);
+  CHECK(n2->wait_exit(30s) == 0);
+  const std::string all = logs();
+  INFO(job.logs_tail());
+  // The first driver, its successor after the kill (from a step past 100: none lost), and more.
+  CHECK(count_matches(all, "driven by this rank from step 0\\n") == 1);
+  CHECK(count_matches(all, "driven by this rank from step [1-9][0-9][0-9]+") >= 2);
   CHECK(count_matches(all, "\"steps\":600") == 1);  // one driver ends the job, at the last step
   std::smatch loss;
   REQUIRE(std::regex_search(all, loss, std::regex("done: 600 steps, loss ([0-9.e-]+)")));
