@@ -2,7 +2,8 @@
 // KernelBudget: the intra-op threads a graph node's kernels get while it fires. Like the
 // runtime's forked tasks (runtime.h, "Thread budget"), node bodies firing at once share the
 // cores: each gets cores / (bodies firing now), decided when it starts, or the runtime's fixed
-// intra_op_threads when one is set. So node actors and their kernels do not oversubscribe.
+// intra_op_threads when one is set; the process-wide setting (global_intra_op_threads(), e.g.
+// TROUPE_INTRA_OP_THREADS) caps the cores shared. So node actors and their kernels do not oversubscribe.
 //
 //   {
 //     KernelBudget budget(Runtime::current().options().intra_op_threads, hardware_cores());

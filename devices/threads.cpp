@@ -61,14 +61,19 @@ int hardware_cores() {
   return cores;
 }
 
-int intra_op_threads() {
-  if (thread_threads > 0) return thread_threads;
+int global_intra_op_threads() {
   int n = global_threads.load(std::memory_order_relaxed);
   if (n <= 0) {
     int expected = 0;
     global_threads.compare_exchange_strong(expected, default_threads(), std::memory_order_relaxed);
     n = global_threads.load(std::memory_order_relaxed);
   }
+  return n;
+}
+
+int intra_op_threads() {
+  if (thread_threads > 0) return thread_threads;
+  int n = global_intra_op_threads();
   if (auto share = share_hook.load(std::memory_order_acquire)) n = std::min(n, std::max(1, share()));
   return n;
 }

@@ -11,6 +11,9 @@ namespace troupe {
 int hardware_cores();              // cores this process may run on (affinity mask)
 int intra_op_threads();            // current setting (default: hardware_cores())
 void set_intra_op_threads(int n);  // n >= 1; ValueError otherwise
+// The process-wide setting alone: set_intra_op_threads, else TROUPE_INTRA_OP_THREADS, else
+// hardware_cores(). Shares of the cores that the runtime hands out stay within it.
+int global_intra_op_threads();
 // Makes the calling thread's OpenMP/BLAS thread count match intra_op_threads() (cheap when it does).
 void apply_intra_op_threads();
 // A per-thread setting that wins over the global one while set (0 clears it): the actor runtime

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "actors/fork.h"
+#include "actors/kernel_budget.h"
 #include "devices/threads.h"
 #include "support/two_workers.h"
 
@@ -55,4 +56,26 @@ TEST_CASE("the thread budget follows the tasks running at each kernel call", "[r
   step.store(3);
   CHECK(wait(alongside) == half);
   CHECK(intra_op_threads() == setting);  // waited: nothing runs alongside any more
+}
+
+TEST_CASE("a graph node's kernel budget shares the cores within the process-wide setting", "[runtime][threads]") {
+  const int global = global_intra_op_threads();
+  {
+    KernelBudget first(0, 8);  // 8 cores, one body firing: all of them, up to the process's setting
+    CHECK(thread_intra_op_threads() == std::min(8, global));
+    {
+      KernelBudget second(0, 8);  // two firing: half each
+      CHECK(thread_intra_op_threads() == std::max(1, std::min(8, global) / 2));
+      KernelBudget fixed(3, 8);  // the runtime's fixed setting wins
+      CHECK(thread_intra_op_threads() == 3);
+    }
+    CHECK(thread_intra_op_threads() == std::min(8, global));  // given back
+  }
+  set_intra_op_threads(1);  // as TROUPE_INTRA_OP_THREADS=1 sets it (ThreadSanitizer's runs)
+  {
+    KernelBudget capped(0, 8);
+    CHECK(thread_intra_op_threads() == 1);
+  }
+  set_intra_op_threads(global);
+  CHECK(thread_intra_op_threads() == 0);  // the thread's own setting cleared again
 }
