@@ -26,8 +26,9 @@
 # training step after it, whether the job grew back to 3 hosts, final accuracy; in place also the
 # seconds from the host's return (started again, or its link restored) to its first step in the
 # job (and from its join request, which a restarted process makes once it loaded the data and
-# warmed its kernels), the bytes of state it took, and the survivors' step that spanned its
-# joining against their median step. Then medians.
+# warmed its kernels), the bytes of state it took, the survivors' time from their last step before
+# its joining to their first step after (the change of groups and that step), and that first step
+# alone, during which its state moves (live_state.h), both against their median step. Then medians.
 # Exits 1 when a troupe trial fails, hangs (10 minutes), loses more than EVERY steps (in place:
 # any step) or ends outside the seeds' accuracy spread (widened by 0.01 each side; torch's
 # accuracy is only shown).
@@ -116,7 +117,7 @@ read -r lo hi < <(echo $accs | tr ' ' '\n' | sort -n | awk 'NR == 1 { lo = $1 } 
 echo "accuracy spread (3 seeds, +-0.01): $lo .. $hi"
 echo
 echo "troupe: $troupe_mode$([ $troupe_mode = in-place ] && echo ", TROUPE_PEER_TIMEOUT_MS=$peer_timeout")"
-echo "| system | trial | loss | at step | round (epoch) before -> after | world before -> after | steps lost | loss to next step (s) | grew back | return to its first step (s) (from its join) | state bytes taken | survivors' step while it joined | accuracy | ok |"
+echo "| system | trial | loss | at step | round (epoch) before -> after | world before -> after | steps lost | loss to next step (s) | grew back | return to its first step (s) (from its join) | state bytes taken | survivors' step spanning its join | their step during its transfer | accuracy | ok |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 bad=0
 for sys in troupe torch; do
@@ -172,7 +173,7 @@ for sys in troupe torch; do
     echo "$mode $secs" >>"$work/$sys.times"
     # In place: the returning host's first step in the job (from its restart or its link's return),
     # the state it took, and the survivors' step that spanned its joining against their median.
-    back="" took="" pause=""
+    back="" took="" pause="" during=""
     if [ $sys = troupe ] && [ $troupe_mode = in-place ]; then
       t_grown=$(echo "$m" | awk -v t=$t_back -v w="world $full " '$1 > t && /quorum epoch [0-9]+: / && index($0, w) { print $1; exit }')
       t_trains=$(echo "$m" | awk -v t=${t_grown:-9e99} '$1 > t && / ?step [0-9]+ loss/ { print $1; exit }')
@@ -183,6 +184,8 @@ for sys in troupe torch; do
       took=$(echo "$m" | awk -v t=$t_back '$1 > t && /\] took the state/ { for (i = 1; i < NF; ++i) if ($(i + 1) == "bytes") print $i; exit }')
       normal=$(echo "$m" | awk -v t=$t_loss '$1 < t && / ?step [0-9]+ loss/ { if (p) print $1 - p; p = $1 }' | median)
       pause=$(awk -v a=${t_before:-0} -v b=${t_trains:-0} -v n=${normal:-0} 'BEGIN { if (a > 0 && b > 0 && n > 0) printf "%.0f ms (%.1fx)", (b - a) * 1000, (b - a) / n; else print "-" }')
+      during=$(awk -v a=${t_grown:-0} -v b=${t_trains:-0} -v n=${normal:-0} 'BEGIN { if (a > 0 && b > 0 && n > 0) printf "%.0f ms (%.1fx)", (b - a) * 1000, (b - a) / n; else print "-" }')
+      echo "$pause $during" | tr -d '()x' | awk 'NF == 6 { print $3, $6 }' >>"$work/troupe.join"  # "N ms (Rx)" twice
       echo "$mode ${back% *} $(echo "${back#* }" | tr -d '()')" >>"$work/$sys.back"
     fi
     ok=yes
@@ -192,7 +195,7 @@ for sys in troupe torch; do
       [ $sys = troupe ] && bad=$((bad + 1))
       mkdir -p /tmp/elastic-trials; cp -r $d /tmp/elastic-trials/
     fi
-    echo "| $sys | $t | $mode | $at | ${before% *} -> ${after% *} | ${before#* } -> ${after#* } | $lost | $secs | $grew | ${back:--} | ${took:--} | ${pause:--} | ${acc:--} | $ok |"
+    echo "| $sys | $t | $mode | $at | ${before% *} -> ${after% *} | ${before#* } -> ${after#* } | $lost | $secs | $grew | ${back:--} | ${took:--} | ${pause:--} | ${during:--} | ${acc:--} | $ok |"
   done
 done
 echo
@@ -211,6 +214,11 @@ if [ -s "$work/troupe.back" ]; then
       "$(awk -v m=$mode '$1 == m && $2 != "-" { print $2 }' "$work/troupe.back" | median) s;" \
       "from its join, median $(awk -v m=$mode '$1 == m && $3 != "-" { print $3 }' "$work/troupe.back" | median) s"
   done
+fi
+if [ -s "$work/troupe.join" ]; then
+  echo "troupe: the survivors' step spanning a join, median $(awk '{ print $1 }' "$work/troupe.join" | median)x their median step" \
+    "($(awk '$1 <= 1.5' "$work/troupe.join" | wc -l) of $(wc -l <"$work/troupe.join") at most 1.5x); their step during the state's" \
+    "transfer, median $(awk '{ print $2 }' "$work/troupe.join" | median)x ($(awk '$2 <= 1.5' "$work/troupe.join" | wc -l) at most 1.5x)"
 fi
 echo "troupe trials $trials, bad $bad"
 [ "$bad" -eq 0 ]
