@@ -28,6 +28,7 @@
 #include "devices/random.h"
 #include "examples/command_line.h"
 #include "examples/json_line.h"
+#include "examples/least_squares.h"
 #include "examples/run_example.h"
 #include "net/quorum.h"
 #include "net/remote/remote_actor.h"
@@ -37,27 +38,10 @@ using namespace troupe::net;
 
 namespace {
 
-constexpr int64_t kRows = 16384, kFeatures = 32;
-
-// y = x w* + noise, the same on every rank (the generator's seed fixes it).
-struct Dataset {
-  Tensor x, y;
-  Dataset() {
-    Generator generator(7);
-    x = rand_uniform({kRows, kFeatures}, -1, 1, DType::f32, generator);
-    const Tensor truth = rand_uniform({kFeatures, 1}, -1, 1, DType::f32, generator);
-    y = add(matmul(x, truth), mul(rand_uniform({kRows, 1}, -1, 1, DType::f32, generator), 0.01));
-  }
-  double loss(const Tensor& w) const {  // mean squared error over every row
-    const Tensor r = sub(matmul(x, w), y);
-    return sum(mul(r, r)).item<double>() / kRows;
-  }
-};
-
 // A rank's actor: the gradient of its share, and the newest driver state it was sent.
 class Worker {
  public:
-  explicit Worker(std::shared_ptr<const Dataset> data) : data_(std::move(data)) {}
+  explicit Worker(std::shared_ptr<const LeastSquares> data) : data_(std::move(data)) {}
 
   // The summed gradient of the squared error over rows [begin, end) at w (the driver divides).
   Tensor gradient(int64_t step, const Tensor& w, int64_t begin, int64_t end) {
@@ -68,8 +52,7 @@ class Worker {
         last_weights_ = w.clone();
       }
     }
-    const Tensor x = data_->x.slice(0, begin, end), r = sub(matmul(x, w), data_->y.slice(0, begin, end));
-    return mul(matmul(x.transpose(0, 1), r), 2.0);
+    return data_->gradient(w, begin, end);
   }
   int64_t last_step() const {
     std::lock_guard lock(mutex_);
@@ -85,18 +68,12 @@ class Worker {
   std::atomic<bool> finished{false};
 
  private:
-  std::shared_ptr<const Dataset> data_;
+  std::shared_ptr<const LeastSquares> data_;
   mutable std::mutex mutex_;
   int64_t last_step_ = -1;
   Tensor last_weights_;
 };
 
-struct Settings {
-  int64_t steps = 300;
-  double lr = 0.5;
-  int log_every = 50;
-  int pause_ms = 0;
-};
 
 struct Driven {
   int64_t redone = 0;  // steps whose calls failed and ran again in the next epoch
@@ -108,7 +85,7 @@ std::string worker_name(int rank) { return "quorum.worker/" + std::to_string(ran
 // Rank 0 of the epoch: takes the newest state any worker holds (its own step and weights when it
 // drove before and they are newer), then drives until the job is done or a new epoch is ready.
 // Returns whether the job is done.
-bool drive(Quorum& quorum, const Dataset& data, const Settings& o, int64_t& step, Tensor& w, Driven& driven) {
+bool drive(Quorum& quorum, const LeastSquares& data, const LeastSquaresSettings& o, int64_t& step, Tensor& w, Driven& driven) {
   ProcessGroup& group = quorum.group();
   std::vector<RemoteActor> workers;
   for (int r = 0; r < group.size(); ++r) workers.push_back(lookup(worker_name(r), std::chrono::seconds(30)));
@@ -121,7 +98,7 @@ bool drive(Quorum& quorum, const Dataset& data, const Settings& o, int64_t& step
       donor = r;
     }
   }
-  if (!w.defined()) w = Tensor::zeros({kFeatures, 1});
+  if (!w.defined()) w = Tensor::zeros({kLeastSquaresFeatures, 1});
   ++driven.epochs_driven;
   std::printf("quorum epoch %d: world %d, driven by this rank from step %lld%s\n", quorum.epoch(), group.size(),
               static_cast<long long>(step), donor >= 0 ? (" (state from rank " + std::to_string(donor) + ")").c_str() : "");
@@ -131,15 +108,15 @@ bool drive(Quorum& quorum, const Dataset& data, const Settings& o, int64_t& step
     std::vector<Future<Tensor>> shares;
     const int world = group.size();
     for (int r = 0; r < world; ++r)
-      shares.push_back(workers[r].request<Tensor>("gradient", step, w, kRows * r / world, kRows * (r + 1) / world));
-    Tensor gradient = Tensor::zeros({kFeatures, 1});
+      shares.push_back(workers[r].request<Tensor>("gradient", step, w, kLeastSquaresRows * r / world, kLeastSquaresRows * (r + 1) / world));
+    Tensor gradient = Tensor::zeros({kLeastSquaresFeatures, 1});
     try {
       for (auto& share : shares) gradient = add(gradient, share.get());
     } catch (const PeerLostError&) {
       ++driven.redone;
       throw;
     }
-    w = sub(w, mul(gradient, o.lr / kRows));
+    w = sub(w, mul(gradient, o.lr / kLeastSquaresRows));
     ++step;
     if (step % o.log_every == 0 || step == o.steps) {
       std::printf("step %lld loss %.6f\n", static_cast<long long>(step), data.loss(w));
@@ -154,19 +131,14 @@ bool drive(Quorum& quorum, const Dataset& data, const Settings& o, int64_t& step
 }  // namespace
 
 int main(int argc, char** argv) {
-  Settings o;
-  bool json = false;
+  LeastSquaresSettings o;
   cli::App app{"Least squares trained by remote actors in an in-place elastic job (troupe launch --in-place)"};
-  app.add_option("--steps", o.steps, "training steps")->check(cli::PositiveNumber);
-  app.add_option("--lr", o.lr, "learning rate")->check(cli::PositiveNumber);
-  app.add_option("--log-every", o.log_every, "log the loss every this many steps")->check(cli::PositiveNumber);
-  app.add_option("--pause-ms", o.pause_ms, "a pause after each step (paces a demo or a test)")->check(cli::NonNegativeNumber);
-  app.add_flag("--json", json, "one JSON line of figures at the end (from the last driver)");
+  add_least_squares_options(app, o);
   TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   return run_example("quorum_actors", [&] {
     if (!Quorum::configured())
       throw ValueError("quorum_actors runs under troupe launch --in-place (TROUPE_QUORUM is not set)");
-    auto data = std::make_shared<const Dataset>();
+    auto data = std::make_shared<const LeastSquares>();
     auto worker = std::make_shared<Worker>(data);
     Quorum quorum;
     int64_t step = 0;
@@ -196,7 +168,7 @@ int main(int argc, char** argv) {
       const double loss = data->loss(w);
       std::printf("done: %lld steps, loss %.6f, %d epochs, %lld steps redone, %.2f s\n", static_cast<long long>(step),
                   loss, quorum.epoch() + 1, static_cast<long long>(driven.redone), seconds);
-      if (json)
+      if (o.json)
         print_json_line(nlohmann::ordered_json{{"steps", step},
                          {"loss", loss},
                          {"quorum_epochs", quorum.epoch() + 1},

@@ -23,9 +23,9 @@
 
 #include "dataflow/executor.h"
 #include "devices/ops.h"
-#include "devices/random.h"
 #include "examples/command_line.h"
 #include "examples/json_line.h"
+#include "examples/least_squares.h"
 #include "examples/run_example.h"
 #include "models/train/live_state.h"
 #include "net/quorum.h"
@@ -34,23 +34,6 @@
 using namespace troupe;
 
 namespace {
-
-constexpr int64_t kRows = 16384, kFeatures = 32;
-
-// y = x w* + noise, the same on every rank (the generator's seed fixes it).
-struct Dataset {
-  Tensor x, y;
-  Dataset() {
-    Generator generator(7);
-    x = rand_uniform({kRows, kFeatures}, -1, 1, DType::f32, generator);
-    const Tensor truth = rand_uniform({kFeatures, 1}, -1, 1, DType::f32, generator);
-    y = add(matmul(x, truth), mul(rand_uniform({kRows, 1}, -1, 1, DType::f32, generator), 0.01));
-  }
-  double loss(const Tensor& w) const {  // mean squared error over every row
-    const Tensor r = sub(matmul(x, w), y);
-    return sum(mul(r, r)).item<double>() / kRows;
-  }
-};
 
 // What this rank holds of the training: the weights at the start of `step` (-1: none yet), and
 // whether the driver said the job is done. The gradient nodes placed here update it.
@@ -76,33 +59,26 @@ struct Newest {
   }
 };
 
-struct Settings {
-  int64_t steps = 300;
-  double lr = 0.5;
-  int log_every = 50;
-  int pause_ms = 0;
-};
 
 // One epoch's graph over `world` ranks: inputs the step (i64 [1]; the job's length means done) and
 // the weights; node "gradientR" on rank R sums the squared error's gradient over its rows; their
 // sum, on rank 0, is the output "gradient".
-Graph training_graph(int world, const std::shared_ptr<const Dataset>& data, const std::shared_ptr<Newest>& newest,
+Graph training_graph(int world, const std::shared_ptr<const LeastSquares>& data, const std::shared_ptr<Newest>& newest,
                      int64_t steps) {
   Graph g("quorum_graph");
   Port step = g.input("step"), w = g.input("w");
   std::optional<Port> total;
   for (int r = 0; r < world; ++r) {
-    const int64_t begin = kRows * r / world, end = kRows * (r + 1) / world;
+    const int64_t begin = kLeastSquaresRows * r / world, end = kLeastSquaresRows * (r + 1) / world;
     auto gradient = [data, newest, begin, end, steps](const Tensor& s, const Tensor& weights) {
       const int64_t at = s.item<int64_t>();
       if (at >= steps) {  // the driver's last call: every rank leaves once its serve() returns
         std::lock_guard lock(newest->mutex);
         newest->done = true;
-        return Tensor::zeros({kFeatures, 1});
+        return Tensor::zeros({kLeastSquaresFeatures, 1});
       }
       newest->saw(at, weights);
-      const Tensor x = data->x.slice(0, begin, end), r = sub(matmul(x, weights), data->y.slice(0, begin, end));
-      return mul(matmul(x.transpose(0, 1), r), 2.0);
+      return data->gradient(weights, begin, end);
     };
     // Pure: the same inputs give the same gradient anywhere, and running it twice harms nothing.
     Port share = g.call("gradient" + std::to_string(r), gradient, {step, w}).on_rank(r).pure();
@@ -119,14 +95,14 @@ struct Driven {
 
 // Rank 0 of the epoch: from the newest state, drives until the job is done or a new epoch is
 // ready (a rank joined or was lost: hands over at this boundary). Returns whether the job is done.
-bool drive(net::Quorum& quorum, Executor& exec, const Dataset& data, const Settings& o, Newest& newest,
+bool drive(net::Quorum& quorum, Executor& exec, const LeastSquares& data, const LeastSquaresSettings& o, Newest& newest,
            const models::StateShare& share, Driven& driven) {
   int64_t step;
   Tensor w;
   {
     std::lock_guard lock(newest.mutex);
     step = std::max<int64_t>(newest.step, 0);
-    w = newest.w.defined() ? newest.w : Tensor::zeros({kFeatures, 1});
+    w = newest.w.defined() ? newest.w : Tensor::zeros({kLeastSquaresFeatures, 1});
   }
   ++driven.epochs_driven;
   std::printf("quorum epoch %d: world %d, driven by this rank from step %lld%s\n", quorum.epoch(),
@@ -138,7 +114,7 @@ bool drive(net::Quorum& quorum, Executor& exec, const Dataset& data, const Setti
     if (quorum.reform_needed()) return false;
     newest.saw(step, w);  // this rank's own state, as the workers hold it
     const Tensor gradient = exec({{"step", step_tensor(step)}, {"w", w}}).at("gradient").tensor();
-    w = sub(w, mul(gradient, o.lr / kRows));
+    w = sub(w, mul(gradient, o.lr / kLeastSquaresRows));
     ++step;
     ++driven.steps_run;
     newest.saw(step, w);  // a step done: should this rank be lost now, the others redo it
@@ -155,19 +131,14 @@ bool drive(net::Quorum& quorum, Executor& exec, const Dataset& data, const Setti
 }  // namespace
 
 int main(int argc, char** argv) {
-  Settings o;
-  bool json = false;
+  LeastSquaresSettings o;
   cli::App app{"Least squares trained by a dataflow graph over ranks in an in-place elastic job (troupe launch --in-place)"};
-  app.add_option("--steps", o.steps, "training steps")->check(cli::PositiveNumber);
-  app.add_option("--lr", o.lr, "learning rate")->check(cli::PositiveNumber);
-  app.add_option("--log-every", o.log_every, "log the loss every this many steps")->check(cli::PositiveNumber);
-  app.add_option("--pause-ms", o.pause_ms, "a pause after each step (paces a demo or a test)")->check(cli::NonNegativeNumber);
-  app.add_flag("--json", json, "one JSON line of figures at the end (from the last driver)");
+  add_least_squares_options(app, o);
   TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   return run_example("quorum_graph", [&] {
     if (!net::Quorum::configured())
       throw ValueError("quorum_graph runs under troupe launch --in-place (TROUPE_QUORUM is not set)");
-    auto data = std::make_shared<const Dataset>();
+    auto data = std::make_shared<const LeastSquares>();
     auto newest = std::make_shared<Newest>();
     net::Quorum quorum;
     Driven driven;
@@ -199,7 +170,7 @@ int main(int argc, char** argv) {
       std::printf("done: %lld steps, loss %.6f, %d epochs, %lld steps run here, %.2f s\n",
                   static_cast<long long>(newest->step), loss, quorum.epoch() + 1,
                   static_cast<long long>(driven.steps_run), seconds);
-      if (json)
+      if (o.json)
         print_json_line(nlohmann::ordered_json{{"steps", newest->step},
                                                {"loss", loss},
                                                {"quorum_epochs", quorum.epoch() + 1},
