@@ -187,13 +187,18 @@ TEST_CASE("quorum: epochs form, grow with a joiner, shrink on a closed connectio
   take_table(*a, 0, {"addr-a0", "addr-b0"});
   take_table(*b, 0, {"addr-a0", "addr-b0"});
 
-  SECTION("a joiner: the next epoch forms at once, with all three, while the members go on") {
-    RoundClient c("127.0.0.1", s.port, std::nullopt);
+  // c joins: epoch 1 forms at once with all three.
+  auto third_joins = [&](RoundClient& c) {
     c.send("join", {"c"});
     take_epoch(*a, 1, 0, 3, "addr-a1");
     take_epoch(*b, 1, 1, 3, "addr-b1");
     take_epoch(c, 1, 2, 3, "addr-c1");
     for (RoundClient* client : {a.get(), b.get(), &c}) take_table(*client, 1, {"addr-a1", "addr-b1", "addr-c1"});
+  };
+
+  SECTION("a joiner: the next epoch forms at once, with all three, while the members go on") {
+    RoundClient c("127.0.0.1", s.port, std::nullopt);
+    third_joins(c);
 
     // b's process ends without leave: its connection closes, the others are told at once, and the
     // next epoch forms without it, the survivors in their order.
@@ -222,11 +227,7 @@ TEST_CASE("quorum: epochs form, grow with a joiner, shrink on a closed connectio
 
   SECTION("the members leave (done) just as a joiner's epoch forms: the job is over for the joiner too") {
     RoundClient c("127.0.0.1", s.port, std::nullopt);
-    c.send("join", {"c"});
-    take_epoch(*a, 1, 0, 3, "addr-a1");
-    take_epoch(*b, 1, 1, 3, "addr-b1");
-    take_epoch(c, 1, 2, 3, "addr-c1");
-    for (RoundClient* client : {a.get(), b.get(), &c}) take_table(*client, 1, {"addr-a1", "addr-b1", "addr-c1"});
+    third_joins(c);
     a->send("leave", {});  // they finished the job's last step in epoch 0
     b->send("leave", {});
     CHECK(s.server->wait_finished(5000ms) == 0);
