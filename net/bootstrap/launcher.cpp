@@ -74,20 +74,53 @@ struct Child {
 
 }  // namespace
 
-int free_tcp_port() {
+namespace {
+
+// Binds a TCP socket to port (0: the kernel picks) on every address; the bound port, or -1.
+int try_bind(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw CommError(std::string("launch: socket: ") + std::strerror(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t size = sizeof addr;
-  int port = -1;
+  int bound = -1;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size) == 0)
-    port = ntohs(addr.sin_port);
+    bound = ntohs(addr.sin_port);
   ::close(fd);
-  if (port < 0) throw CommError(std::string("launch: cannot find a free port: ") + std::strerror(errno));
-  return port;
+  return bound;
+}
+
+// The first port the kernel hands out on its own (to connect(), and to bind() to port 0).
+int first_ephemeral_port() {
+  FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  int low = 0, high = 0;
+  if (f) {
+    if (std::fscanf(f, "%d %d", &low, &high) != 2) low = 0;
+    std::fclose(f);
+  }
+  return low;
+}
+
+}  // namespace
+
+// Between this call and the server's bind, the kernel may hand the same port to any process
+// that connects or binds port 0 (two cores running tests side by side did). So take it from
+// below the ephemeral range, where only a process that names the port can take it.
+int free_tcp_port() {
+  constexpr int kLowest = 20000;
+  const int ephemeral = first_ephemeral_port();
+  if (ephemeral > kLowest + 1000) {
+    thread_local std::mt19937 pick(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+    std::uniform_int_distribution<int> port(kLowest, ephemeral - 1);
+    for (int attempt = 0; attempt < 64; ++attempt)
+      if (const int p = try_bind(port(pick)); p > 0) return p;
+  }
+  const int p = try_bind(0);
+  if (p < 0) throw CommError(std::string("launch: cannot find a free port: ") + std::strerror(errno));
+  return p;
 }
 
 namespace {

@@ -91,7 +91,8 @@ struct LaunchResult {
 
 LaunchResult launch(const LaunchOptions& options);
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
+// A TCP port that was free on every address a moment ago, from below the kernel's ephemeral range
+// when it can, so that no process given a port by the kernel takes it before its server binds it.
 int free_tcp_port();
 
 }  // namespace troupe::net
