@@ -6,6 +6,7 @@
 //   gemm_bench                       # table, calibrated backend
 //   gemm_bench --compare             # the chosen backend and OpenBLAS side by side
 //   gemm_bench --json --threads 1,2  # one JSON line for notes and scripts
+//   gemm_bench --products 259x1024x3072,259x4096x1024  # other M x K x N products
 #include <immintrin.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "devices/cpu/gemm.h"
 #include "devices/cpu/gemm_packed.h"
 #include "devices/cpu/isa.h"
+#include "devices/error.h"
 #include "devices/ops.h"
 #include "devices/threads.h"
 #include "examples/command_line.h"
@@ -140,16 +142,26 @@ int main(int argc, char** argv) {
   std::string backend = "auto";
   std::vector<int> threads{1, 2};
   int runs = 5;
+  std::vector<std::string> shapes{"2500x1024x4096", "50x1024x4096", "259x1024x4096"};
   app.add_flag("--json", json, "print one JSON line instead of a table");
   app.add_option("--backend", backend, "GEMM library: onednn, openblas or auto (calibrated)")
       ->check(cli::IsMember({"onednn", "openblas", "auto"}));
   app.add_option("--threads", threads, "intra-op thread counts, e.g. 1,2")->delimiter(',')->check(cli::PositiveNumber);
   app.add_option("--runs", runs, "timed runs per product (median reported)")->check(cli::Range(5, 1000));
   app.add_flag("--compare", compare, "also measure OpenBLAS (forced) in the same run");
+  app.add_option("--products", shapes, "M x K x N products, e.g. 259x1024x3072 (default: the LSTM's and encoder's)")
+      ->delimiter(',');
   TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
 
   return run_example("gemm_bench", [&] {
-    const std::vector<Product> products{{2500, 1024, 4096}, {50, 1024, 4096}, {259, 1024, 4096}};
+    std::vector<Product> products;
+    for (const std::string& shape : shapes) {
+      long long m = 0, k = 0, n = 0;
+      char tail = 0;
+      if (std::sscanf(shape.c_str(), "%lldx%lldx%lld%c", &m, &k, &n, &tail) != 3 || m <= 0 || k <= 0 || n <= 0)
+        throw ValueError("--products wants M x K x N as 259x1024x3072, got '" + shape + "'");
+      products.push_back({m, k, n});
+    }
     const double peak = core_peak_gflops();
     std::vector<Row> rows = measure(backend, products, threads, runs, peak);
     const std::string used = rows.empty() ? gemm_choice().backend : rows.front().backend;
