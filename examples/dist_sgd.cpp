@@ -214,10 +214,11 @@ int64_t share_newest_checkpoint(net::ProcessGroup& world, CheckpointDir& mine) {
 }
 
 // In place, every rank first runs one step's kernels on throwaway weights for each share of the
-// batch a world of 1 to 8 ranks gives: the kernels chosen by timing per shape (devices/determinism.h)
-// (and per thread count: it runs with the training's) are then chosen before the rank takes part,
-// not in the first step after the world changed (that step took 0.15 s instead of 0.02 here, and
-// the other ranks wait for it in their all_reduce). Returns the element counts of the model's
+// batch a world of 1 to 8 ranks gives, and for the one row a rank taking the state runs: the
+// kernels chosen by timing per shape (devices/determinism.h) (and per thread count: it runs with
+// the training's) are then chosen before the rank takes part, not in the first step after the
+// world changed (that step took 0.15 s instead of 0.02 here, and a joiner's one row 10 ms instead
+// of 0.3; the other ranks wait for it in their all_reduce). Returns the element counts of the model's
 // gradient buckets, which each new group's all_reduce is warmed up for (QuorumOptions::warm_up).
 std::vector<int64_t> warm_up(const std::string& model_name, const Dataset& train, Device device, int64_t bucket_bytes) {
   Model m = model_name == "wide" ? make_model<WideNet>() : make_model<Net>();
@@ -225,6 +226,7 @@ std::vector<int64_t> warm_up(const std::string& model_name, const Dataset& train
   std::set<int64_t> shares;
   for (int64_t world = 1; world <= 8; ++world)
     for (int64_t r = 0; r < world; ++r) shares.insert(128 * (r + 1) / world - 128 * r / world);
+  shares.insert(1);  // the one row, weighed 0, of a rank taking the state in its first step
   for (int64_t rows : shares)
     nll_loss(m(train.images.slice(0, 0, rows).to(device)), train.labels.slice(0, 0, rows).to(device)).backward();
   return GradientReducer::bucket_counts(m.parameters(), bucket_bytes);
