@@ -43,6 +43,7 @@ struct Quorum::Shared {
   std::vector<std::string> standbys;                   // every rank's standby in standbys_epoch
   int standbys_epoch = -1;
   std::optional<RoundMessage> unanswered;  // the listener's: the last join, rejoin or resume no table answered
+  Clock::time_point unanswered_sent;       // when the listener last sent it
 };
 
 namespace {
@@ -152,8 +153,12 @@ void Quorum::listen() {
       outgoing.swap(shared_->outgoing);
     }
     for (const auto& m : outgoing) {
-      client_->send(m.kind, m.fields);
-      if (m.kind == "join" || m.kind == "rejoin") shared_->unanswered = m;  // sent again if the connection drops
+      if (m.kind == "join" || m.kind == "rejoin") {
+        shared_->unanswered = m;  // sent again while no epoch answers it
+        send_unanswered();
+      } else {
+        client_->send(m.kind, m.fields);
+      }
     }
     if (stopping) break;
     pollfd wake{wake_[0], POLLIN, 0};
@@ -167,8 +172,11 @@ void Quorum::listen() {
     auto m = client_->receive(std::chrono::milliseconds(100), wake_[0]);
     const auto down = client_->down_since();
     if (!down) {
-      // Back after a drop: what asked for an epoch may have died with the old connection.
-      if (server_dropped_ && shared_->unanswered) client_->send(shared_->unanswered->kind, shared_->unanswered->fields);
+      // Back after a drop, or a second without an answer: what asked for an epoch may have died
+      // with a connection that dropped between two looks at it (a cut link restored). The server
+      // takes a request again as it took it once.
+      if (shared_->unanswered && (server_dropped_ || Clock::now() - shared_->unanswered_sent >= kResendAfter))
+        send_unanswered();
       server_seen_ = true;
       server_dropped_ = false;
     } else if (server_seen_) {
@@ -190,7 +198,7 @@ void Quorum::listen() {
       server_seen_ = false;
       options_.endpoint = to;
       shared_->unanswered = RoundMessage{"join", join_fields()};
-      client_->send(shared_->unanswered->kind, shared_->unanswered->fields);
+      send_unanswered();
       server_dropped_ = false;
       continue;
     }
@@ -229,6 +237,11 @@ void Quorum::listen() {
   }
 }
 
+void Quorum::send_unanswered() {
+  client_->send(shared_->unanswered->kind, shared_->unanswered->fields);
+  shared_->unanswered_sent = Clock::now();
+}
+
 // The quorum's server is lost (its connection closed, or silent): to the standby of the lowest
 // rank of the last epoch this rank ran in whose standby is not that server, the same choice on
 // every survivor. The ranks whose standby was that server went with its host: lost now.
@@ -259,7 +272,7 @@ void Quorum::fail_over() {
   server_seen_ = server_dropped_ = false;  // no second fail-over before this one answered
   shared_->unanswered = RoundMessage{"resume", {std::to_string(epoch), std::to_string(rank), std::to_string(expected),
                                         options_.name, standby_.empty() ? "-" : standby_}};
-  client_->send(shared_->unanswered->kind, shared_->unanswered->fields);
+  send_unanswered();
   std::lock_guard lock(shared_->mutex);
   options_.endpoint = successor;  // the rank's thread reads it under the lock
   const std::string why = "quorum: its host's quorum server at " + lost + " was lost";

@@ -121,7 +121,9 @@ class Quorum {
   void abort_building(const std::string& why);  // with shared_->mutex held: its connect gives up
   void shut_down();
   void fail_over();  // the listener: the server is lost, to the standby the rule picks
+  void send_unanswered();  // the listener: the join, rejoin or resume that no epoch answered yet
   static constexpr std::chrono::milliseconds kFailoverAfter{100};  // down this long: lost, not a blip
+  static constexpr std::chrono::milliseconds kResendAfter{1000};  // unanswered this long: sent again
 
   QuorumOptions options_;
   std::string host_;  // this rank's address towards the server (its transports bind it)

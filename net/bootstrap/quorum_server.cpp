@@ -68,7 +68,9 @@ class Membership {
         send_(id, {"moved", {moved_to_}});
         return;
       }
-      add_waiting(id);
+      // A join sent again (its answer was on the way) from a rank the quorum holds: no new epoch.
+      const bool holds = (index_of(running_, id) >= 0 && !lost_.count(id)) || index_of(assigned_, id) >= 0;
+      if (!holds) add_waiting(id);
     } else if (m.kind == "resume" && m.fields.size() == 5) {
       // A survivor of the epoch whose server was lost: this standby takes the quorum over (resume()).
       // One that comes after that epoch formed joins as a new rank does. While the quorum's server

@@ -1,7 +1,7 @@
 // The quorum of an in-place elastic job (net/bootstrap/quorum_server.h), driven by raw clients
 // over real sockets: epochs form, a joiner makes the next one form at once, a closed connection is
 // told to the others as a loss, a silent (cut) member reported lost is left out and comes back as a
-// joiner, one lost while an epoch forms is left out of it, and the job ends when every member left. Then troupe launch --in-place with dist_sgd
+// joiner, a join sent again forms no epoch, one lost while an epoch forms is left out of it, and the job ends when every member left. Then troupe launch --in-place with dist_sgd
 // --elastic on three loopback "nodes": a killed rank and a killed node; the survivors go on from
 // memory and the restarted ones take the live state.
 #include <signal.h>
@@ -249,6 +249,18 @@ TEST_CASE("quorum: epochs form, grow with a joiner, shrink on a closed connectio
     take_epoch(*b, 1, 1, 2, "addr-b1");
     take_table(*a, 1, {"addr-a1", "addr-b1"});
     take_table(*b, 1, {"addr-a1", "addr-b1"});
+  }
+
+  SECTION("a join sent again after its epoch formed (a rank resends what no table answered yet) forms no epoch") {
+    a->send("join", {"a"});
+    RoundClient c("127.0.0.1", s.port, std::nullopt);
+    third_joins(c);  // epoch 1 has three members, not a fourth for a's second join
+    c.send("join", {"c"});
+    a->send("join", {"a"});
+    CHECK_FALSE(a->receive(500ms).has_value());  // no epoch 2
+    CHECK_FALSE(c.receive(10ms).has_value());
+    std::lock_guard lock(s.mutex);
+    CHECK(std::count_if(s.log.begin(), s.log.end(), [](const std::string& l) { return l.find("waits to join") != l.npos; }) == 3);
   }
 
   SECTION("a rank that sends no address is left out, and the epoch forms again without it") {
