@@ -22,7 +22,8 @@
 # checkpoint (every EVERY steps).
 #
 # One table row per trial: the world size before/after the loss, steps lost (the last step rank 0
-# logged before the loss minus the step the job went on from), seconds from the loss to the first
+# logged before the loss minus the step the job went on from; -1 when the step in flight still
+# ended after the loss), seconds from the loss to the first
 # training step after it, whether the job grew back to 3 hosts, final accuracy; in place also the
 # seconds from the host's return (started again, or its link restored) to its first step in the
 # job (and from its join request, which a restarted process makes once it loaded the data and
@@ -167,8 +168,17 @@ for sys in troupe torch; do
     before=$(echo "$rounds" | awk -v t=$t_loss '$1 < t { r = $2; w = $3 } END { print r, w }')
     after=$(echo "$rounds" | awk -v t=$t_loss '$1 > t { print $2, $3; exit }')
     grew=$(echo "$rounds" | awk -v t=$t_loss -v w=$([ $sys = troupe ] && echo $full || echo 3) '$1 > t && $3 == w { g = "yes" } END { print g ? g : "no" }')
+    # A late loss on this short job: the others may finish before the host is back in.
+    [ "$grew" = no ] && [ $sys = troupe ] && cat $d/h$lost_host*.log | grep -q "the job ended" && grew="no (the job ended first)"
     acc=$(echo "$m" | json_field test_accuracy)
     lost=$(( ${last:-0} - ${resumed:-0} ))
+    lost_shown=$lost
+    # Rank 0 logs the steps. Lost with host 0, it may have finished the survivors' step in flight
+    # alone (a ring all_reduce ends on one rank first): that step is the one they redo, not lost.
+    if [ $sys = troupe ] && [ $troupe_mode = in-place ] && [ $lost_host = 0 ] && [ $lost = 1 ] &&
+       [ "$(echo "$m" | json_field steps_redone)" -ge 1 ] 2>/dev/null; then
+      lost=0 lost_shown="0 (rank 0 finished the step in flight alone; redone)"
+    fi
     secs=$(awk -v a=$t_loss -v b=${t_next:-0} 'BEGIN { if (b > 0) printf "%.2f", b - a; else print "-" }')
     echo "$mode $secs" >>"$work/$sys.times"
     # In place: the returning host's first step in the job (from its restart or its link's return),
@@ -195,7 +205,7 @@ for sys in troupe torch; do
       [ $sys = troupe ] && bad=$((bad + 1))
       mkdir -p /tmp/elastic-trials; cp -r $d /tmp/elastic-trials/
     fi
-    echo "| $sys | $t | $mode | $at | ${before% *} -> ${after% *} | ${before#* } -> ${after#* } | $lost | $secs | $grew | ${back:--} | ${took:--} | ${pause:--} | ${during:--} | ${acc:--} | $ok |"
+    echo "| $sys | $t | $mode | $at | ${before% *} -> ${after% *} | ${before#* } -> ${after#* } | $lost_shown | $secs | $grew | ${back:--} | ${took:--} | ${pause:--} | ${during:--} | ${acc:--} | $ok |"
   done
 done
 echo
