@@ -213,8 +213,8 @@ class Membership {
       else if (n < settings_.min_ranks && !clients_.empty() && now - waiting_since_ >= settings_.join_timeout)
         end(1, "only " + std::to_string(n) + " rank(s) of at least " + std::to_string(settings_.min_ranks) +
                    " within " + seconds_text(settings_.join_timeout) + " s");
-    } else if (n > 0 && live_running() < settings_.max_ranks) {
-      form(running_);  // a joiner: the next epoch forms while the members train on
+    } else if (n > 0 && live_running() < settings_.max_ranks && !std::any_of(running_.begin(), running_.end(), left)) {
+      form(running_);  // a joiner: the next epoch forms while the members train on (not while they finish)
     }
   }
 

@@ -1,7 +1,8 @@
 // The quorum of an in-place elastic job (net/bootstrap/quorum_server.h), driven by raw clients
 // over real sockets: epochs form, a joiner makes the next one form at once, a closed connection is
 // told to the others as a loss, a silent (cut) member reported lost is left out and comes back as a
-// joiner, a join sent again forms no epoch, one lost while an epoch forms is left out of it, and the job ends when every member left. Then troupe launch --in-place with dist_sgd
+// joiner, a join sent again forms no epoch, nor one that comes as the members leave (done), one lost
+// while an epoch forms is left out of it, and the job ends when every member left. Then troupe launch --in-place with dist_sgd
 // --elastic on three loopback "nodes": a killed rank and a killed node; the survivors go on from
 // memory and the restarted ones take the live state.
 #include <signal.h>
@@ -235,6 +236,20 @@ TEST_CASE("quorum: epochs form, grow with a joiner, shrink on a closed connectio
     CHECK(end.kind == "end");
     CHECK(end.fields.at(0) == "0");
     CHECK(s.logged("the job is over: every rank that held its state left"));
+  }
+
+  SECTION("a joiner that comes while the members leave (done) forms no epoch; it is told the job is over") {
+    a->send("leave", {});
+    s.wait_logged("a left");
+    RoundClient c("127.0.0.1", s.port, std::nullopt);
+    c.send("join", {"c"});
+    s.wait_logged("c waits to join");
+    CHECK_FALSE(b->receive(300ms).has_value());  // b finishes in epoch 0: no epoch with c
+    b->send("leave", {});
+    const RoundMessage end = next(c);
+    CHECK(end.kind == "end");
+    CHECK(end.fields.at(0) == "0");
+    CHECK(s.server->wait_finished(5000ms) == 0);
   }
 
   SECTION("a cut member reported lost is left out; the survivor waits for min_ranks; the cut one comes back") {
