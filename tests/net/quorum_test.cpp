@@ -135,12 +135,17 @@ struct LoopbackJob {
     std::this_thread::sleep_for(300ms);
     nodes.push_back(node("n1"));
     nodes.push_back(node("n2"));
-    REQUIRE(wait_for(dir / "n0.log", "quorum: epoch 0: world 3", 60s));
+    const bool formed = wait_for(dir / "n0.log", "quorum: epoch 0: world 3", 60s);
+    INFO(logs_tail());
+    REQUIRE(formed);
     return nodes;
   }
+  // The settle time bounds only the first epoch, which forms at once when all three joined: long,
+  // so that a node late on a loaded machine (each loads the data and warms its kernels first)
+  // still makes epoch 0 of world 3, whose numbering the tests rely on.
   std::unique_ptr<BackgroundProcess> node(const std::string& name) const {
     return std::make_unique<BackgroundProcess>(kBin + "/troupe launch --nproc 1 --nnodes 2:3 --max-restarts 2 --secret " + secret +
-                                                   " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-settle 1 --in-place -- " +
+                                                   " --rdzv-endpoint 127.0.0.1:" + port + " --rdzv-settle 30 --in-place -- " +
                                                    kBin + "/" + program,
                                                dir / (name + ".log"));
   }
