@@ -68,9 +68,7 @@ class Membership {
         send_(id, {"moved", {moved_to_}});
         return;
       }
-      // A join sent again (its answer was on the way) from a rank the quorum holds: no new epoch.
-      const bool holds = (index_of(running_, id) >= 0 && !lost_.count(id)) || index_of(assigned_, id) >= 0;
-      if (!holds) add_waiting(id);
+      if (!holds(id)) add_waiting(id);  // a join sent again (its answer was on the way): nothing
     } else if (m.kind == "resume" && m.fields.size() == 5) {
       // A survivor of the epoch whose server was lost: this standby takes the quorum over (resume()).
       // One that comes after that epoch formed joins as a new rank does. While the quorum's server
@@ -80,7 +78,7 @@ class Membership {
       standbys_[id] = m.fields[4];
       fds_[id] = fd;
       if (!running_.empty() || forming_epoch_ >= 0) {
-        if (index_of(running_, id) < 0 && index_of(assigned_, id) < 0) add_waiting(id);
+        if (!holds(id)) add_waiting(id);
         return;
       }
       if (resumed_from_ < 0 && primary_up_()) {
@@ -94,7 +92,7 @@ class Membership {
       const bool member = epoch && *epoch == running_epoch_ && index_of(running_, id) >= 0;
       const bool forming = epoch && forming_epoch_ >= 0 && *epoch == forming_epoch_ && index_of(assigned_, id) >= 0;
       if (!member && !forming) {  // of an older epoch (left out meanwhile): it joins like a new rank
-        if (index_of(running_, id) < 0 && index_of(assigned_, id) < 0) add_waiting(id);
+        if (!holds(id)) add_waiting(id);
         return;
       }
       const std::vector<std::string>& numbering = member ? running_ : assigned_;
@@ -223,6 +221,9 @@ class Membership {
     auto it = names_.find(id);
     return it == names_.end() ? "?" : it->second;
   }
+  // A member of the running epoch or of the one forming: a request of its to join waits for neither.
+  // (One lost stays held until the next epoch forms; it asks again, quorum.h, and joins then.)
+  bool holds(const std::string& id) const { return index_of(running_, id) >= 0 || index_of(assigned_, id) >= 0; }
   static int index_of(const std::vector<std::string>& ids, const std::string& id) {
     auto it = std::find(ids.begin(), ids.end(), id);
     return it == ids.end() ? -1 : static_cast<int>(it - ids.begin());
