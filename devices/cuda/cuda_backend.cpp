@@ -656,6 +656,7 @@ Stream::Stream(int device) : device_(device) {
 
 Stream::~Stream() {
   cudaStreamSynchronize(handle_);
+  if (step_loops_) destroy_step_loops_(step_loops_);  // its buffers are blocks of this stream: freed first
   {
     std::lock_guard all(all_stream_blocks().mutex);
     std::erase(all_stream_blocks().live, blocks_);

@@ -2,17 +2,19 @@
 // i, f, g, o). The input projection of all T steps is one GEMM; each step is one recurrent GEMM
 // accumulating into its slice of that projection and one fused kernel for bias, gates, cell and
 // hidden state, or one fused kernel for both; on a stream of the caller's own the T steps go as one
-// CUDA graph (devices/lstm_step_loop.h). Like the CPU kernel it saves nothing: lstm_backward recomputes the
+// CUDA graph, recorded once and replayed (devices/lstm_step_loop.h). Like the CPU kernel it saves nothing: lstm_backward recomputes the
 // gates.
 #include <cstdint>
-#include <map>
+#include <list>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 #include "devices/cuda/gemm_f32.h"
 #include "devices/cuda/kernel_util.cuh"
 #include "devices/cuda/lstm_steps.h"
+#include "devices/cuda/stream.h"
 #include "devices/lstm_step_loop.h"
 #include "devices/registry.h"
 
@@ -144,111 +146,173 @@ Tensor device_zeros(const Shape& shape, Device device) {
   return t;
 }
 
-// The step loops that ran as graphs: per stream, (T, B, H) and step kernel, the executable graph of the last
-// call. Each call records its steps afresh (a capture only records: nothing runs, nothing is
-// allocated) and cudaGraphExecUpdate points the kept graph at this call's buffers, so no buffer
-// is pinned to the graph and the results are those of the launches, bit for bit. An update
-// affects later launches only; one in flight finishes as it was.
-class StepLoopGraphs {
- public:
-  static StepLoopGraphs& global() {
-    static StepLoopGraphs* graphs = new StepLoopGraphs;  // never destroyed: no CUDA call at exit
-    return *graphs;
-  }
+}  // namespace
 
-  // Runs the steps on the calling thread's current stream, as a graph where the setting and the
-  // stream allow.
-  void run(int device, LstmSize size, float* gates, const float* w_hh, const float* b_ih, const float* b_hh,
-           const float* h0, float* h, float* c) {
-    const cudaStream_t stream = current_stream(device);
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing", device);
-    std::shared_ptr<Entry> entry;
-    const bool own_stream = current_stream_object(device) != nullptr;
-    const bool capturing = capture != cudaStreamCaptureStatusNone;
-    // The fused kernel indexes rows and units in 32 bits.
-    const bool fused = lstm_step_kernel() == LstmStepKernel::fused && size.batch <= INT32_MAX && size.hidden <= INT32_MAX;
-    auto steps = [&] {
-      if (fused)
-        lstm_fused_steps(device, size, gates, w_hh, b_ih, b_hh, h0, h, c);
-      else
-        lstm_steps(device, size, gates, w_hh, b_ih, b_hh, h0, h, c, c, 0, false);
-    };
-    if (own_stream && !capturing) entry = find_or_add({stream, size.steps, size.batch, size.hidden, fused});
-    std::unique_lock<std::mutex> hold = entry ? std::unique_lock<std::mutex>(entry->mutex) : std::unique_lock<std::mutex>();
-    const LstmStepLoop loop = choose_lstm_step_loop(
-        lstm_step_loop(), {.steps = size.steps, .own_stream = own_stream, .capturing = capturing,
-                           .shape_seen = entry && entry->seen, .capture_failed = entry && entry->capture_failed});
-    if (loop == LstmStepLoop::graph && launch_as_graph(*entry, stream, device, steps)) {
-      count_lstm_step_loop(LstmStepLoop::graph);
-      return;
-    }
-    steps();  // what a failed capture met, if it was no capture's problem, is thrown here
-    count_lstm_step_loop(LstmStepLoop::launches);
-    if (entry) entry->seen = true;
-  }
-
- private:
-  struct Entry;
-
-  // Records the steps and launches them as the entry's graph; false (the entry marked, nothing
-  // queued) when the capture or the graph fails, so the caller launches them instead.
-  template <class Steps>
-  static bool launch_as_graph(Entry& entry, cudaStream_t stream, int device, const Steps& steps) {
-    cudaGraph_t graph = nullptr;
-    try {
-      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture", device);
-      try {
-        steps();
-      } catch (...) {
-        cudaStreamEndCapture(stream, &graph);  // ends the capture; the partial graph is dropped
-        throw;
-      }
-      check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture", device);
-      if (entry.exec) {
-        cudaGraphExecUpdateResultInfo info{};
-        if (cudaGraphExecUpdate(entry.exec, graph, &info) != cudaSuccess) {
-          (void)cudaGetLastError();  // an update refused (another cuBLAS algorithm): instantiate afresh
-          cudaGraphExecDestroy(entry.exec);
-          entry.exec = nullptr;
-        }
-      }
-      if (!entry.exec) check(cudaGraphInstantiateWithFlags(&entry.exec, graph, 0), "cudaGraphInstantiate", device);
-      check(cudaGraphLaunch(entry.exec, stream), "cudaGraphLaunch", device);
-    } catch (const std::exception&) {
-      if (graph) cudaGraphDestroy(graph);
-      (void)cudaGetLastError();
-      entry.capture_failed = true;
-      return false;
-    }
-    cudaGraphDestroy(graph);
-    return true;
-  }
-
-  using Key = std::tuple<cudaStream_t, int64_t, int64_t, int64_t, bool>;  // stream, T, B, H, fused
-  struct Entry {
-    ~Entry() {
+// The step loops of one stream that run as graphs, one per (T, B, H, step kernel): each keeps the
+// buffers its graph was recorded over (the gates, h, c and h0 of one call) and the weights' and
+// biases' addresses. A call projects its input into the kept gates, copies h0 and c0 in, replays
+// the graph and copies h and c out: nothing is recorded again (a recording of 2T cuBLAS and kernel
+// calls costs the host about as much as launching them) until the weights move. Held by the stream
+// (stream.h) and freed with it; at most kMaxKeptBytes of buffers per stream, the least recently
+// used loop dropped first. Calls on one stream are queued under the mutex and run in the stream's
+// order, so one set of buffers serves them all.
+struct Stream::StepLoops {
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool>;  // T, B, H, fused
+  struct Loop {
+    Loop() = default;
+    Loop(const Loop&) = delete;
+    ~Loop() {
       if (exec) cudaGraphExecDestroy(exec);  // one in flight is freed when it completes
     }
-    std::mutex mutex;
-    bool seen = false, capture_failed = false;
+    Tensor gates, h, c, h0;
+    const float *w_hh = nullptr, *b_ih = nullptr, *b_hh = nullptr;  // what the graph reads
     cudaGraphExec_t exec = nullptr;
+    bool capture_failed = false;
+    size_t bytes = 0;
   };
-  // A bound on what lanes that are gone leave behind (an entry holds a graph, no buffers).
-  static constexpr size_t kMaxEntries = 256;
+  static constexpr size_t kMaxKeptBytes = size_t(512) << 20;
 
-  // Shared: an entry dropped from the map lives on with the call that is using it.
-  std::shared_ptr<Entry> find_or_add(const Key& key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(key);
-    if (it != entries_.end()) return it->second;
-    if (entries_.size() >= kMaxEntries) entries_.clear();
-    return entries_.emplace(key, std::make_shared<Entry>()).first->second;
+  static void destroy(StepLoops* loops) { delete loops; }
+
+  std::mutex mutex;
+  std::set<Key> seen;                                       // shapes that ran once without a graph
+  std::list<std::pair<Key, std::unique_ptr<Loop>>> loops;  // most recently used first
+  size_t kept_bytes = 0;
+
+  // The shape's loop, its buffers made (other loops dropped to make room); nullptr when its
+  // buffers alone are over the bound.
+  Loop* loop_for(const Key& key, LstmSize size, Device device) {
+    for (auto it = loops.begin(); it != loops.end(); ++it)
+      if (it->first == key) {
+        loops.splice(loops.begin(), loops, it);
+        return it->second.get();
+      }
+    const int64_t T = size.steps, B = size.batch, H = size.hidden;
+    const size_t bytes = sizeof(float) * size_t(T * B * 4 * H + T * B * H + 2 * B * H);
+    if (bytes > kMaxKeptBytes) return nullptr;
+    while (!loops.empty() && kept_bytes + bytes > kMaxKeptBytes) {
+      kept_bytes -= loops.back().second->bytes;
+      loops.pop_back();
+    }
+    auto loop = std::make_unique<Loop>();
+    loop->gates = Tensor::empty({T * B, 4 * H}, DType::f32, device);
+    loop->h = Tensor::empty({T, B, H}, DType::f32, device);
+    loop->c = Tensor::empty({B, H}, DType::f32, device);
+    loop->h0 = Tensor::empty({B, H}, DType::f32, device);
+    loop->bytes = bytes;
+    kept_bytes += bytes;
+    loops.emplace_front(key, std::move(loop));
+    return loops.front().second.get();
   }
-
-  std::mutex mutex_;
-  std::map<Key, std::shared_ptr<Entry>> entries_;
 };
+
+struct StepLoopsOf {
+  using Loops = Stream::StepLoops;
+  // The stream's step loops, made on first use.
+  static Stream::StepLoops& get(const Stream& stream) {
+    std::call_once(stream.step_loops_made_, [&] {
+      stream.step_loops_ = new Stream::StepLoops;
+      stream.destroy_step_loops_ = &Stream::StepLoops::destroy;
+    });
+    return *stream.step_loops_;
+  }
+};
+
+namespace {
+
+// Records the steps into the loop's graph (an update of the one it had, or a new one) and notes
+// the weights it reads; on failure the loop is marked and keeps no graph (the caller launches).
+template <class Steps>
+void record(StepLoopsOf::Loops::Loop& loop, cudaStream_t stream, int device, const Steps& steps, const float* w_hh,
+            const float* b_ih, const float* b_hh) {
+  cudaGraph_t graph = nullptr;
+  try {
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture", device);
+    try {
+      steps();
+    } catch (...) {
+      cudaStreamEndCapture(stream, &graph);  // ends the capture; the partial graph is dropped
+      throw;
+    }
+    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture", device);
+    if (loop.exec) {
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(loop.exec, graph, &info) != cudaSuccess) {
+        (void)cudaGetLastError();  // an update refused (another cuBLAS algorithm): instantiate afresh
+        cudaGraphExecDestroy(loop.exec);
+        loop.exec = nullptr;
+      }
+    }
+    if (!loop.exec) check(cudaGraphInstantiateWithFlags(&loop.exec, graph, 0), "cudaGraphInstantiate", device);
+  } catch (const std::exception&) {
+    if (loop.exec) cudaGraphExecDestroy(loop.exec);
+    loop.exec = nullptr;
+    (void)cudaGetLastError();
+    loop.capture_failed = true;
+  }
+  if (graph) cudaGraphDestroy(graph);
+  loop.w_hh = w_hh;
+  loop.b_ih = b_ih;
+  loop.b_hh = b_hh;
+}
+
+// The forward of one layer and direction on the calling thread's current stream: `project(gates)`
+// writes x @ w_ih^T into gates [T*B, 4H], then the T steps write h [T, B, H] and update c [B, H]
+// in place (c0 in). As a replayed graph where the setting and the stream allow
+// (devices/lstm_step_loop.h), else launched step by step.
+template <class Project>
+void run_forward(int device, LstmSize size, const Project& project, const float* w_hh, const float* b_ih,
+                 const float* b_hh, const float* h0, float* h, float* c) {
+  const cudaStream_t stream = current_stream(device);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing", device);
+  const Stream* own = current_stream_object(device);
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  // The fused kernel indexes rows and units in 32 bits.
+  const bool fused = lstm_step_kernel() == LstmStepKernel::fused && size.batch <= INT32_MAX && size.hidden <= INT32_MAX;
+  auto steps = [&](float* gates, const float* h_first, float* h_out, float* c_io) {
+    if (fused)
+      lstm_fused_steps(device, size, gates, w_hh, b_ih, b_hh, h_first, h_out, c_io);
+    else
+      lstm_steps(device, size, gates, w_hh, b_ih, b_hh, h_first, h_out, c_io, c_io, 0, false);
+  };
+  const int64_t T = size.steps, B = size.batch, H = size.hidden;
+  StepLoopsOf::Loops* loops = own && !capturing ? &StepLoopsOf::get(*own) : nullptr;
+  std::unique_lock<std::mutex> hold = loops ? std::unique_lock<std::mutex>(loops->mutex) : std::unique_lock<std::mutex>();
+  const StepLoopsOf::Loops::Key key{T, B, H, fused};
+  const bool seen = loops && loops->seen.count(key);
+  StepLoopsOf::Loops::Loop* loop = seen ? loops->loop_for(key, size, Device::cuda(device)) : nullptr;
+  const LstmStepLoop way = choose_lstm_step_loop(
+      lstm_step_loop(), {.steps = T, .own_stream = own != nullptr, .capturing = capturing, .shape_seen = seen,
+                         .capture_failed = !loop || loop->capture_failed});
+  if (way == LstmStepLoop::graph) {
+    float* gates = device_write<float>(loop->gates);
+    float* kept_h = device_write<float>(loop->h);
+    float* kept_c = device_write<float>(loop->c);
+    float* kept_h0 = device_write<float>(loop->h0);
+    const size_t state_bytes = sizeof(float) * size_t(B * H);
+    project(gates);
+    check(cudaMemcpyAsync(kept_h0, h0, state_bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync", device);
+    check(cudaMemcpyAsync(kept_c, c, state_bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync", device);
+    if (!loop->exec || loop->w_hh != w_hh || loop->b_ih != b_ih || loop->b_hh != b_hh)
+      record(*loop, stream, device, [&] { steps(gates, kept_h0, kept_h, kept_c); }, w_hh, b_ih, b_hh);
+    if (loop->exec) {
+      check(cudaGraphLaunch(loop->exec, stream), "cudaGraphLaunch", device);
+      count_lstm_step_loop(LstmStepLoop::graph);
+    } else {
+      steps(gates, kept_h0, kept_h, kept_c);  // what a failed recording met, if it was no recording's problem, is thrown here
+      count_lstm_step_loop(LstmStepLoop::launches);
+    }
+    check(cudaMemcpyAsync(h, kept_h, state_bytes * T, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync", device);
+    check(cudaMemcpyAsync(c, kept_c, state_bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync", device);
+    return;
+  }
+  Tensor gates = Tensor::empty({T * B, 4 * H}, DType::f32, Device::cuda(device));
+  project(device_write<float>(gates));
+  steps(device_write<float>(gates), h0, h, c);
+  count_lstm_step_loop(LstmStepLoop::launches);
+  if (loops) loops->seen.insert(key);
+}
 
 std::vector<Tensor> lstm_cuda(const OpCall& call) {
   const Tensor x = call.inputs[0].contiguous(), w_ih = call.inputs[1].contiguous(), w_hh = call.inputs[2].contiguous();
@@ -263,13 +327,13 @@ std::vector<Tensor> lstm_cuda(const OpCall& call) {
   const Tensor h0 = call.inputs.size() > 5 ? call.inputs[5].contiguous() : device_zeros({B, H}, x.device());
   if (B * H == 0) return {output, h_n, c_n};
 
-  Tensor gates = Tensor::empty({T * B, G}, DType::f32, x.device());
-  float* pg = device_write<float>(gates);
-  gemm_f32(device, false, true, T * B, G, C, 1.0f, device_read<float>(x), C, device_read<float>(w_ih), C, 0.0f, pg, G);
+  const float* px = device_read<float>(x);
+  const float* pw_ih = device_read<float>(w_ih);
+  auto project = [&](float* gates) { gemm_f32(device, false, true, T * B, G, C, 1.0f, px, C, pw_ih, C, 0.0f, gates, G); };
   float* out = device_write<float>(output);
   float* c = device_write<float>(c_n);
-  StepLoopGraphs::global().run(device, {T, B, H}, pg, device_read<float>(w_hh), device_read<float>(b_ih),
-                                device_read<float>(b_hh), device_read<float>(h0), out, c);
+  run_forward(device, {T, B, H}, project, device_read<float>(w_hh), device_read<float>(b_ih), device_read<float>(b_hh),
+              device_read<float>(h0), out, c);
   const float* last = T == 0 ? device_read<float>(h0) : out + (T - 1) * B * H;
   check(cudaMemcpyAsync(device_write<float>(h_n), last, sizeof(float) * B * H, cudaMemcpyDeviceToDevice, stream),
         "cudaMemcpyAsync", device);

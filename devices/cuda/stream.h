@@ -70,6 +70,11 @@ class Stream {
   mutable Dnn* dnn_ = nullptr;  // likewise, for cuDNN
   // Set with dnn_ by cuda/dnn.cpp, so that a build without cuDNN has nothing to link here.
   mutable void (*destroy_dnn_)(Dnn*) = nullptr;
+  friend struct StepLoopsOf;  // the lstm's step-loop graphs and their buffers on this stream (cuda/lstm.cu)
+  struct StepLoops;
+  mutable std::once_flag step_loops_made_;
+  mutable StepLoops* step_loops_ = nullptr;
+  mutable void (*destroy_step_loops_)(StepLoops*) = nullptr;  // set with step_loops_, likewise
 };
 
 // The stream of threads without a StreamGuard for `device` (one per device, shared).

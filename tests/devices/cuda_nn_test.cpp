@@ -123,7 +123,7 @@ TEST_CASE("cuda lstm on a lane: both step kernels, launched or as a CUDA graph, 
       reset_lstm_step_loop_counts();
       const std::vector<Tensor> launched = call_op("lstm", device_in);  // the first of its shape on the lane
       const std::vector<Tensor> graphed = call_op("lstm", device_in);
-      const std::vector<Tensor> again = call_op("lstm", device_in);  // the kept graph, updated
+      const std::vector<Tensor> again = call_op("lstm", device_in);  // the kept graph, replayed
       const LstmStepLoopCounts counts = lstm_step_loop_counts();
       CHECK(counts.graph == (c.T >= 2 ? 2u : 0u));
       CHECK(counts.launches == (c.T >= 2 ? 1u : 3u));
@@ -144,6 +144,45 @@ TEST_CASE("cuda lstm on a lane: both step kernels, launched or as a CUDA graph, 
   set_lstm_step_loop(LstmStepLoop::graph);
   CHECK(lstm_step_loop_counts().graph == 0);
   CHECK(relative_error(got.to(Device::cpu()), call_op("lstm", in)[0]) <= 1e-4);
+}
+
+// The graph is recorded once over buffers of its own and replayed: each call's inputs go in, its
+// outputs come out and stay its own, and new weights make it record again.
+TEST_CASE("cuda lstm replays its graph with each call's inputs and records again when the weights move", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(13);
+  auto lane = Lane::make(gpu, "lstm replay test");
+  LaneGuard on(*lane);
+  for (LstmStepKernel kernel : {LstmStepKernel::gemm, LstmStepKernel::fused}) {
+    set_lstm_step_kernel(kernel);
+    INFO(name(kernel));
+    const int64_t T = 6, B = 3, C = 10, H = 12;
+    std::vector<Tensor> first = lstm_inputs(T, B, C, H, true), second = lstm_inputs(T, B, C, H, true);
+    // The second call's weights are the first's (the same device tensors); its x, h0 and c0 differ.
+    for (int i = 1; i <= 4; ++i) second[i] = first[i];
+    const std::vector<Tensor> moved = lstm_inputs(T, B, C, H, false);  // new weights, no state
+    std::vector<Tensor> first_gpu = on_gpu(first), second_gpu = on_gpu(second);
+    for (int i = 1; i <= 4; ++i) second_gpu[i] = first_gpu[i];
+    reset_lstm_step_loop_counts();
+    const std::vector<Tensor> launched = call_op("lstm", first_gpu);  // first of its shape: launched
+    const std::vector<Tensor> recorded = call_op("lstm", first_gpu);
+    const std::vector<Tensor> replayed = call_op("lstm", second_gpu);
+    const std::vector<Tensor> rerecorded = call_op("lstm", on_gpu(moved));
+    const std::vector<Tensor> replayed_again = call_op("lstm", second_gpu);
+    CHECK(lstm_step_loop_counts().graph == 4u);
+    const std::vector<Tensor> want_first = call_op("lstm", first), want_second = call_op("lstm", second),
+                              want_moved = call_op("lstm", moved);
+    for (size_t i = 0; i < want_first.size(); ++i) {
+      INFO("output " << i);
+      // Later calls leave earlier results alone: each call's outputs are copies, not the kept buffers.
+      check_close(recorded[i].to(Device::cpu()), launched[i].to(Device::cpu()));
+      CHECK(relative_error(recorded[i].to(Device::cpu()), want_first[i]) <= 1e-4);
+      CHECK(relative_error(replayed[i].to(Device::cpu()), want_second[i]) <= 1e-4);
+      CHECK(relative_error(rerecorded[i].to(Device::cpu()), want_moved[i]) <= 1e-4);
+      check_close(replayed_again[i].to(Device::cpu()), replayed[i].to(Device::cpu()));
+    }
+  }
+  set_lstm_step_kernel(LstmStepKernel::gemm);
 }
 
 TEST_CASE("cuda lstm with the fused step kernel matches the CPU kernel on the default stream", "[cuda]") {
