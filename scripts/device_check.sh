@@ -8,6 +8,8 @@
 #   scripts/device_check.sh run           # there: every GPU benchmark and the PyTorch peers, then every GPU test;
 #                                         # leaves $OUT/device_check.json (one object of figures) and the log
 #   scripts/device_check.sh run --quick   # there: only the new kernels' correctness tests, under 2 minutes
+#   scripts/device_check.sh run --goals N # there: the goals' benchmarks and peers only, N interleaved rounds,
+#                                         # each goal on the median of its figures (about 50 s a round)
 #
 # With the workplace's `run` tool: carry [".devcheck"], command `bash scripts/device_check.sh run`, timeout_s 420
 # (--quick: 180). The steps share DEVICE_CHECK_SECONDS (330 by default, under 6 minutes); a step past it is
@@ -112,11 +114,12 @@ print(f"{v // 10000}.{v % 10000 // 100}.{v % 100}")' "$dir/libcudnn.so.9") || {
 }
 
 run() {
-  local quick=0
+  local quick=0 rounds=0
   case "${1:-}" in
     --quick) quick=1 ;;
+    --goals) rounds=${2:-3}; [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "device_check: --goals takes a count of rounds" >&2; exit 2; } ;;
     "") ;;
-    *) echo "device_check: run takes --quick or nothing, not '$1'" >&2; exit 2 ;;
+    *) echo "device_check: run takes --quick, --goals N or nothing, not '$1'" >&2; exit 2 ;;
   esac
   local out=${OUT:-/tmp/device_check} root=$PWD built_cudnn
   mkdir -p "$out"
@@ -232,7 +235,21 @@ run() {
     "$build/bin/troupe" info || true
   } >>"$log" 2>&1
   step info 20 "$build/bin/troupe" info --json
-  if [ "$quick" = 1 ]; then
+  if [ "$rounds" -gt 0 ]; then
+    # The goals' benchmarks and their PyTorch peers only, in interleaved rounds (this machine's
+    # figures move by 10-20% from run to run): the goals then take each figure's median over the rounds.
+    local r
+    for r in $(seq "$rounds"); do
+      step "lane_bench round $r" 30 "$build/bin/lane_bench" --device cuda --json
+      step "enqueue_torch round $r" 20 "$python" examples/enqueue_torch.py --json
+      step "lstm_ensemble round $r" 60 "$build/bin/lstm_ensemble" --device cuda --reps 9 --json
+      step "lstm_ensemble_torch round $r" 60 "$python" examples/lstm_ensemble_torch.py --device cuda --json
+      step "encoder_bench round $r" 90 "$build/bin/encoder_bench" --device cuda --layers 24 --reps 5 --dtype bf16 --json
+      step "encoder_torch round $r" 60 "$python" examples/encoder_torch.py --device cuda --dtype bf16 --json
+      step "attention_bench round $r" 30 "$build/bin/attention_bench" --device cuda --json
+      step "attention_torch round $r" 60 "$python" examples/attention_torch.py --device cuda --json
+    done
+  elif [ "$quick" = 1 ]; then
     # The kernels of issue 42 (attention: its cases at XLM-R shapes and other widths, bf16 GEMMs, layer
     # norm, add + layer norm, the vectorised elementwise kernels, the LSTM) and the back end's review
     # fixes; then the bf16 models, the serving graph and the LSTM ensemble on the GPU.
@@ -276,13 +293,20 @@ run() {
   fi
   # One JSON object of every step's figures.
   "$python" - "$figures" "$out/device_check.json" <<'PY' || cp "$figures" "$out/device_check.json"
-import json, sys
+import json, statistics, sys
 steps = {s["step"]: s for s in (json.loads(line) for line in open(sys.argv[1]) if line.strip())}
 
+# A step's figure, or with --goals the median of its rounds' ("NAME round R").
 def figure(step, key, scale=1.0):
-    figures = (steps.get(step) or {}).get("figures")  # a failed step's is its error text
-    value = figures.get(key) if isinstance(figures, dict) else None
-    return value * scale if isinstance(value, (int, float)) else None
+    values = []
+    for name, s in steps.items():
+        if name != step and not name.startswith(step + " round "):
+            continue
+        figures = s.get("figures")  # a failed step's is its error text
+        value = figures.get(key) if isinstance(figures, dict) else None
+        if isinstance(value, (int, float)):
+            values.append(value * scale)
+    return statistics.median(values) if values else None
 
 # Issue 42's goals, each as Troupe's figure over PyTorch's from this run: for times, at most the goal;
 # for speeds (tokens/s, attention's speed), at least. A figure a step did not give leaves the ratio null.
