@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-dev
 pack_dir=.devcheck
-binaries=(test_devices test_actors test_dataflow test_models test_net troupe cuda_bench lane_bench gathernd_bench
+binaries=(test_devices test_actors test_dataflow test_models test_net troupe cuda_bench lstm_gemm_bench lane_bench gathernd_bench
           attention_bench lstm_ensemble encoder_bench encoder_graph_bench xlmr_bench train_bench dist_sgd device_p2p_bench)
 
 pack() {
@@ -271,6 +271,8 @@ run() {
     step "encoder_graph_bench" 60 "$build/bin/encoder_graph_bench" --device cuda --layers 24 --reps 20 --json
     step "lstm_ensemble" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --json
     step "lstm_ensemble launched steps" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --step-loop launches --json
+    # The step's GEMM alone: cuBLAS's choice against every cuBLASLt algorithm, alone and 8 loops side by side.
+    step "lstm_gemm_bench" 60 "$build/bin/lstm_gemm_bench" --json
     step "lstm_ensemble fused steps" 60 "$build/bin/lstm_ensemble" --device cuda --reps 5 --step-kernel fused --json
     step "encoder_bench" 90 "$build/bin/encoder_bench" --device cuda --layers 24 --reps 5 --dtype bf16 --json
     step "xlmr_bench" 60 "$build/bin/xlmr_bench" --device cuda --reps 5 --graph --profile --json  # op tables in the log
