@@ -11,7 +11,7 @@
 // choices and loads the kernels, which a capture cannot do). Where a capture fails, the steps are
 // launched instead, and from then on for that shape and stream (the counts below tell). The graph
 // is recorded once per stream and shape, over buffers of its own (the projected gates, h, c and h0
-// of one call: at most 512 MiB a stream, the least recently used shape's dropped first; a shape
+// of one call: at most 512 MiB and 16 shapes a stream, the least recently used shape's dropped first; a shape
 // whose buffers alone are larger is launched step by step), and recorded again only when the
 // weights move; each call replays it between copies of its h0 and c0 in and of h and c out.
 //

@@ -153,8 +153,8 @@ Tensor device_zeros(const Shape& shape, Device device) {
 // biases' addresses. A call projects its input into the kept gates, copies h0 and c0 in, replays
 // the graph and copies h and c out: nothing is recorded again (a recording of 2T cuBLAS and kernel
 // calls costs the host about as much as launching them) until the weights move. Held by the stream
-// (stream.h) and freed with it; at most kMaxKeptBytes of buffers per stream, the least recently
-// used loop dropped first. Calls on one stream are queued under the mutex and run in the stream's
+// (stream.h) and freed with it; at most kMaxKeptBytes of buffers and kMaxLoops graphs per stream,
+// the least recently used loop dropped first. Calls on one stream are queued under the mutex and run in the stream's
 // order, so one set of buffers serves them all.
 struct Stream::StepLoops {
   using Key = std::tuple<int64_t, int64_t, int64_t, bool>;  // T, B, H, fused
@@ -171,6 +171,8 @@ struct Stream::StepLoops {
     size_t bytes = 0;
   };
   static constexpr size_t kMaxKeptBytes = size_t(512) << 20;
+  static constexpr size_t kMaxLoops = 16;     // graphs kept (sequence lengths that vary make many)
+  static constexpr size_t kMaxSeen = 1024;    // shapes remembered as run once
 
   static void destroy(StepLoops* loops) { delete loops; }
 
@@ -190,7 +192,7 @@ struct Stream::StepLoops {
     const int64_t T = size.steps, B = size.batch, H = size.hidden;
     const size_t bytes = sizeof(float) * size_t(T * B * 4 * H + T * B * H + 2 * B * H);
     if (bytes > kMaxKeptBytes) return nullptr;
-    while (!loops.empty() && kept_bytes + bytes > kMaxKeptBytes) {
+    while (!loops.empty() && (kept_bytes + bytes > kMaxKeptBytes || loops.size() >= kMaxLoops)) {
       kept_bytes -= loops.back().second->bytes;
       loops.pop_back();
     }
@@ -311,7 +313,10 @@ void run_forward(int device, LstmSize size, const Project& project, const float*
   project(device_write<float>(gates));
   steps(device_write<float>(gates), h0, h, c);
   count_lstm_step_loop(LstmStepLoop::launches);
-  if (loops) loops->seen.insert(key);
+  if (loops) {
+    if (loops->seen.size() >= StepLoopsOf::Loops::kMaxSeen) loops->seen.clear();
+    loops->seen.insert(key);
+  }
 }
 
 std::vector<Tensor> lstm_cuda(const OpCall& call) {
