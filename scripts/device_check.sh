@@ -149,6 +149,10 @@ run() {
 
   # The whole run stays within DEVICE_CHECK_SECONDS (330): each step's limit is cut to what is left.
   local deadline=$(( $(date +%s) + ${DEVICE_CHECK_SECONDS:-330} ))
+  # figures_line NAME RC SECONDS FIGURES: one step's record in the figures file (FIGURES: JSON, or null).
+  figures_line() {
+    printf '{"step":"%s","rc":%d,"seconds":%.1f,"figures":%s}\n' "$1" "$2" "$3" "$4" >>"$figures"
+  }
   # step NAME SECONDS CMD...: runs it with a limit, logs everything, keeps its last JSON line as NAME's figures.
   # With `verdict=FN step ...`, FN OUTPUT CMD... may fail a step that exited 0.
   step() {
@@ -159,7 +163,7 @@ run() {
     left=$(( deadline - $(date +%s) ))
     if [ "$left" -lt 5 ]; then
       echo "== $name: skipped, the run's time is spent" | tee -a "$log"
-      printf '{"step":"%s","rc":-1,"seconds":0,"figures":null}\n' "$name" >>"$figures"
+      figures_line "$name" -1 0 null
       return
     fi
     [ "$limit" -le "$left" ] || limit=$left
@@ -176,8 +180,7 @@ run() {
     [ -n "$line" ] || line=$("$python" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' \
       "$out/step.txt" 2>/dev/null || true)
     [ -n "$line" ] || line='null'
-    printf '{"step":"%s","rc":%d,"seconds":%.1f,"figures":%s}\n' "$name" "$rc" \
-      "$(awk "BEGIN{print $(date +%s.%N) - $started}")" "$line" >>"$figures"
+    figures_line "$name" "$rc" "$(awk "BEGIN{print $(date +%s.%N) - $started}")" "$line"
     echo "== $name: rc $rc" | tee -a "$log"
   }
   # A verdict: on a machine with a GPU, a test binary that skipped every case it selected tested nothing
@@ -208,7 +211,7 @@ run() {
     started=$(date +%s.%N)
     for t in test_devices test_actors test_dataflow test_models test_net; do
       if [ "$limit" -lt 5 ]; then
-        printf '{"step":"%s [cuda]","rc":-1,"seconds":0,"figures":null}\n' "$t" >>"$figures"
+        figures_line "$t [cuda]" -1 0 null
         continue
       fi
       ( set +e; timeout "$limit" "$build/bin/$t" "[cuda]" --reporter compact --durations yes >"$out/$t.txt" 2>&1
@@ -225,7 +228,7 @@ run() {
       [ "$rc" -ne 0 ] || ran_a_case "$out/$t.txt" "$build/bin/$t" "[cuda]" || rc=1
       { echo "== $t [cuda]: rc $rc"; cat "$out/$t.txt"; } >>"$log"
       echo "== $t [cuda]: rc $rc, $(grep -E '^(Passed|Failed|No tests ran)' "$out/$t.txt" | tail -1)"
-      printf '{"step":"%s [cuda]","rc":%d,"seconds":%.1f,"figures":null}\n' "$t" "$rc" "$seconds" >>"$figures"
+      figures_line "$t [cuda]" "$rc" "$seconds" null
       rm -f "$out/$t.txt" "$out/$t.rc"
     done
   }
