@@ -17,12 +17,12 @@ void ExecutorCore::take_slot(bool wait) {
 }
 
 // A new invocation that holds the slot taken for it, under the current placement. Rank 0
-// waits for the other ranks that run some of its nodes to ack it.
+// waits for the other ranks that run some of its nodes to ack it. Its caller gives it promises
+// or an on_done, then launches it.
 InvocationPtr ExecutorCore::begin() {
   auto inv = make_invocation(next_id.fetch_add(1, std::memory_order_relaxed), current_placement(), true);
   if (world > 1) inv->started = std::vector<std::atomic<bool>>(world);
   inv->counted = true;
-  if (world > 1) link->track(inv);
   return inv;
 }
 
@@ -43,10 +43,15 @@ InvocationPtr ExecutorCore::make_invocation(uint64_t id, std::shared_ptr<const P
   return inv;
 }
 
-// Sends the inputs and constants on their way and starts the nodes without inputs.
+// Sends the inputs and constants on their way and starts the nodes without inputs. The link
+// tracks it from here, not from begin(): once tracked, a lost peer may finish it on another
+// thread, so its promises (or on_done) and inputs must be in place.
 void ExecutorCore::launch(const InvocationPtr& inv, std::vector<Value> inputs) {
   try {
-    if (world > 1) link->start(inv->id, inv->placement->unfed_ranks);
+    if (world > 1) {
+      link->track(inv);
+      link->start(inv->id, inv->placement->unfed_ranks);
+    }
     for (size_t k = 0; k < inputs.size(); ++k) deliver(plan.input_consumers[k], inv, true, std::move(inputs[k]));
   } catch (...) {
     // A peer went away (while run() waited for a slot, say): the invocation fails with why,
