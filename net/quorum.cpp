@@ -127,9 +127,11 @@ void Quorum::shut_down() {
   ::close(wake_[1]);
 }
 
-// "join NAME [STANDBY]": this rank, and its launcher's standby where it has one.
+// "join NAME [STANDBY [RANKS]]": this rank, its launcher's standby where it has one, and how many
+// ranks that launcher runs (LOCAL_WORLD_SIZE): the server waits for a launcher's ranks to join together.
 std::vector<std::string> Quorum::join_fields() const {
   if (standby_.empty()) return {options_.name};
+  if (const std::string ranks = quorum_env("LOCAL_WORLD_SIZE"); !ranks.empty()) return {options_.name, standby_, ranks};
   return {options_.name, standby_};
 }
 

@@ -27,7 +27,7 @@
 # training step after it, whether the job grew back to 3 hosts, final accuracy; in place also the
 # seconds from the host's return (started again, or its link restored) to its first step in the
 # job (and from its join request, which a restarted process makes once it loaded the data and
-# warmed its kernels), the bytes of state it took, the survivors' time from their last step before
+# warmed its kernels: with several ranks a host, its first rank's and its last rank's), the bytes of state it took, the survivors' time from their last step before
 # its joining to their first step after (the change of groups and that step), and that first step
 # alone, during which its state moves (live_state.h), both against their median step. Then medians.
 # Exits 1 when a troupe trial fails, hangs (10 minutes), loses more than EVERY steps (in place:
@@ -118,7 +118,7 @@ read -r lo hi < <(echo $accs | tr ' ' '\n' | sort -n | awk 'NR == 1 { lo = $1 } 
 echo "accuracy spread (3 seeds, +-0.01): $lo .. $hi"
 echo
 echo "troupe: $troupe_mode$([ $troupe_mode = in-place ] && echo ", TROUPE_PEER_TIMEOUT_MS=$peer_timeout")"
-echo "| system | trial | loss | at step | round (epoch) before -> after | world before -> after | steps lost | loss to next step (s) | grew back | return to its first step (s) (from its join) | state bytes taken | survivors' step spanning its join | their step during its transfer | accuracy | ok |"
+echo "| system | trial | loss | at step | round (epoch) before -> after | world before -> after | steps lost | loss to next step (s) | grew back | return to its first step (s) (from its join$([ $nproc -gt 1 ] && echo ": its first rank's; its last's")) | state bytes taken | survivors' step spanning its join | their step during its transfer | accuracy | ok |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 bad=0
 for sys in troupe torch; do
@@ -189,14 +189,21 @@ for sys in troupe torch; do
       t_trains=$(echo "$m" | awk -v t=${t_grown:-9e99} '$1 > t && / ?step [0-9]+ loss/ { print $1; exit }')
       t_before=$(echo "$m" | awk -v t=${t_grown:-0} '$1 < t && / ?step [0-9]+ loss/ { s = $1 } END { print s }')
       back=$(awk -v a=$t_back -v b=${t_trains:-0} 'BEGIN { if (b > 0) printf "%.2f", b - a; else print "-" }')
-      t_join=$(quorum_log $d | grep 'quorum: .* waits to join' | awk -v t=$t_back '$1 > t { print $1; exit }')
-      back="$back ($(awk -v a=${t_join:-0} -v b=${t_trains:-0} 'BEGIN { if (a > 0 && b > 0) printf "%.2f", b - a; else print "-" }'))"
+      # From its join: its first rank's request, and (several ranks a host) its last rank's, once
+      # the host was ready to train whole.
+      joins=$(quorum_log $d | grep 'quorum: .* waits to join' | awk -v t=$t_back -v g=${t_grown:-9e99} '$1 > t && $1 < g { print $1 }')
+      from_join() { awk -v a=${1:-0} -v b=${t_trains:-0} 'BEGIN { if (a > 0 && b > 0) printf "%.2f", b - a; else print "-" }'; }
+      if [ $nproc -gt 1 ]; then
+        back="$back ($(from_join $(echo "$joins" | head -1)); $(from_join $(echo "$joins" | tail -1)))"
+      else
+        back="$back ($(from_join $(echo "$joins" | head -1)))"
+      fi
       took=$(echo "$m" | awk -v t=$t_back '$1 > t && /\] took the state/ { for (i = 1; i < NF; ++i) if ($(i + 1) == "bytes") print $i; exit }')
       normal=$(echo "$m" | awk -v t=$t_loss '$1 < t && / ?step [0-9]+ loss/ { if (p) print $1 - p; p = $1 }' | median)
       pause=$(awk -v a=${t_before:-0} -v b=${t_trains:-0} -v n=${normal:-0} 'BEGIN { if (a > 0 && b > 0 && n > 0) printf "%.0f ms (%.1fx)", (b - a) * 1000, (b - a) / n; else print "-" }')
       during=$(awk -v a=${t_grown:-0} -v b=${t_trains:-0} -v n=${normal:-0} 'BEGIN { if (a > 0 && b > 0 && n > 0) printf "%.0f ms (%.1fx)", (b - a) * 1000, (b - a) / n; else print "-" }')
       echo "$pause $during" | tr -d '()x' | awk 'NF == 6 { print $3, $6 }' >>"$work/troupe.join"  # "N ms (Rx)" twice
-      echo "$mode ${back% *} $(echo "${back#* }" | tr -d '()')" >>"$work/$sys.back"
+      echo "$mode $(echo "$back" | tr -d '();')" >>"$work/$sys.back"  # mode, return, from the first join[, the last]
     fi
     ok=yes
     if [ $status -ne 0 ] || [ -z "$acc" ] || [ $lost -gt $allowed_lost ] || [ "$secs" = - ] || { [ $sys = troupe ] &&
@@ -222,7 +229,8 @@ if [ -s "$work/troupe.back" ]; then
   for mode in kill cut; do
     echo "troupe, $mode: return of the lost host to its first step in the job, median" \
       "$(awk -v m=$mode '$1 == m && $2 != "-" { print $2 }' "$work/troupe.back" | median) s;" \
-      "from its join, median $(awk -v m=$mode '$1 == m && $3 != "-" { print $3 }' "$work/troupe.back" | median) s"
+      "from its join, median $(awk -v m=$mode '$1 == m && $3 != "-" { print $3 }' "$work/troupe.back" | median) s" \
+      "$([ $nproc -gt 1 ] && echo "(its first rank's; from its last rank's, median $(awk -v m=$mode '$1 == m && $4 != "-" { print $4 }' "$work/troupe.back" | median) s)")"
   done
 fi
 if [ -s "$work/troupe.join" ]; then

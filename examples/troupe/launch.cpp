@@ -27,6 +27,7 @@ Command add_launch_command(CLI::App& parent) {
   auto trace_dir = std::make_shared<std::string>();
   auto nnodes = std::make_shared<std::string>("1");
   auto settle_s = std::make_shared<double>(0.5);
+  auto host_wait_s = std::make_shared<double>(2.0);
   auto rdzv_timeout_s = std::make_shared<double>(30.0);
   app->add_option("--nproc", o->nproc, "Ranks to start on this node")->required()->check(CLI::PositiveNumber);
   app->add_option("--nnodes", *nnodes, "Nodes in the job: N, or MIN:MAX for an elastic job (with --rdzv-endpoint)");
@@ -44,6 +45,9 @@ Command add_launch_command(CLI::App& parent) {
                 "and they train on from memory, and a failed rank starts again alone and joins (net/quorum.h)");
   app->add_option("--rdzv-settle", *settle_s, "Elastic: seconds without a new node before a round closes")
       ->check(CLI::NonNegativeNumber);
+  app->add_option("--rdzv-host-wait", *host_wait_s,
+                  "In place: seconds a joining node's other ranks are waited for, so that it joins in one epoch")
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--rdzv-timeout", *rdzv_timeout_s,
                   "Elastic: seconds a silent rendezvous, or fewer than MIN nodes, is waited for before the job fails")
       ->check(CLI::PositiveNumber);
@@ -58,9 +62,10 @@ Command add_launch_command(CLI::App& parent) {
       ->check(CLI::Range(1, 65535));
   app->add_option("--trace", *trace_dir, "Every rank records a trace into DIR/rank-N.json (troupe trace merge DIR)");
   app->add_option("command", o->command, "-- PROGRAM ARGS...")->required();
-  return {app, [o, grace_s, metrics_port, trace_dir, nnodes, settle_s, rdzv_timeout_s] {
+  return {app, [o, grace_s, metrics_port, trace_dir, nnodes, settle_s, host_wait_s, rdzv_timeout_s] {
             o->grace = std::chrono::milliseconds(static_cast<int64_t>(*grace_s * 1000));
             o->rdzv_settle = std::chrono::milliseconds(static_cast<int64_t>(*settle_s * 1000));
+            o->rdzv_host_wait = std::chrono::milliseconds(static_cast<int64_t>(*host_wait_s * 1000));
             o->rdzv_timeout = std::chrono::milliseconds(static_cast<int64_t>(*rdzv_timeout_s * 1000));
             const auto colon = nnodes->find(':');
             try {

@@ -447,6 +447,7 @@ LaunchResult run_in_place(const LaunchOptions& o, std::map<std::string, std::str
   settings.max_ranks = o.nnodes * o.nproc;
   settings.settle = o.rdzv_settle;
   settings.join_timeout = o.rdzv_timeout;
+  settings.host_wait = o.rdzv_host_wait;
   std::optional<CurveKeys> keys;
   if (auto secret = env.find("TROUPE_JOB_SECRET_FILE"); secret != env.end())
     keys = derive_job_keys(load_job_secret_file(secret->second)).curve;

@@ -64,6 +64,7 @@ struct LaunchOptions {
   int min_nodes = 0;                              // fewest nodes a round runs with (0: nnodes)
   std::chrono::milliseconds rdzv_settle{500};     // no new node for this long: the round closes
   std::chrono::milliseconds rdzv_timeout{30000};  // a silent rendezvous, or fewer than min_nodes: error
+  std::chrono::milliseconds rdzv_host_wait{2000};  // in place: a joining node's other ranks, waited for
   // In place (with rdzv_endpoint): the ranks, not the launchers, meet at rdzv_endpoint (a quorum,
   // net/quorum.h, served by the launcher whose host owns HOST), and a lost rank or node stops no
   // other rank: the survivors' group re-forms and they go on from memory. A failed rank is started

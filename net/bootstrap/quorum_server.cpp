@@ -60,9 +60,11 @@ class Membership {
       waiting_.clear();
       return;
     }
-    if (m.kind == "join" && (m.fields.size() == 1 || m.fields.size() == 2)) {
+    if (m.kind == "join" && m.fields.size() >= 1 && m.fields.size() <= 3) {
       names_[id] = m.fields[0];
-      if (m.fields.size() == 2) standbys_[id] = m.fields[1];
+      if (m.fields.size() >= 2) standbys_[id] = m.fields[1];
+      if (m.fields.size() == 3)
+        if (auto ranks = parse_int_field(m.fields[2]); ranks && *ranks > 0) launcher_ranks_[id] = *ranks;
       fds_[id] = fd;
       if (!moved_to_.empty()) {
         send_(id, {"moved", {moved_to_}});
@@ -211,8 +213,9 @@ class Membership {
       else if (n < settings_.min_ranks && !clients_.empty() && now - waiting_since_ >= settings_.join_timeout)
         end(1, "only " + std::to_string(n) + " rank(s) of at least " + std::to_string(settings_.min_ranks) +
                    " within " + seconds_text(settings_.join_timeout) + " s");
-    } else if (n > 0 && live_running() < settings_.max_ranks && !std::any_of(running_.begin(), running_.end(), left)) {
-      form(running_);  // a joiner: the next epoch forms while the members train on (not while they finish)
+    } else if (n > 0 && live_running() < settings_.max_ranks && !std::any_of(running_.begin(), running_.end(), left) &&
+               hosts_gathered(now)) {
+      form(running_);  // joiners: the next epoch forms while the members train on (not while they finish)
     }
   }
 
@@ -228,6 +231,37 @@ class Membership {
     auto it = std::find(ids.begin(), ids.end(), id);
     return it == ids.end() ? -1 : static_cast<int>(it - ids.begin());
   }
+  // Whether the joiners' launchers have all their ranks here (waiting or running), so that a host
+  // started again joins in one epoch, not one per rank as each finishes loading. A launcher still
+  // short of ranks is waited for up to host_wait from its first joiner; a full world, for nobody.
+  bool hosts_gathered(Clock::time_point now) {
+    if (live_running() + static_cast<int>(waiting_.size()) >= settings_.max_ranks) return true;
+    const auto launcher = [&](const std::string& id) {
+      auto it = launcher_ranks_.find(id);
+      return it == launcher_ranks_.end() ? std::string() : standbys_[id];
+    };
+    std::set<std::string> launchers;
+    for (const auto& id : waiting_)
+      if (!launcher(id).empty()) launchers.insert(launcher(id));
+    for (const auto& at : launchers) {
+      int here = 0, expected = 0;
+      Clock::time_point first = now;
+      for (const auto& id : waiting_)
+        if (launcher(id) == at) {
+          ++here;
+          expected = std::max(expected, launcher_ranks_[id]);
+          first = std::min(first, joined_at_[id]);
+        }
+      for (const auto& id : running_)
+        if (launcher(id) == at && !lost_.count(id) && !left_.count(id)) ++here;
+      if (here >= expected) continue;
+      if (now - first < settings_.host_wait) return false;
+      if (waited_out_.insert(at).second)
+        log_("the launcher at " + at + ": " + std::to_string(here) + " of its " + std::to_string(expected) +
+             " rank(s) here after " + seconds_text(settings_.host_wait) + " s; the epoch forms without the rest");
+    }
+    return true;
+  }
   int live_running() const {
     return static_cast<int>(std::count_if(running_.begin(), running_.end(), [&](auto& id) { return !left_.count(id); }));
   }
@@ -238,7 +272,7 @@ class Membership {
     if (std::find(waiting_.begin(), waiting_.end(), id) != waiting_.end()) return;
     if (waiting_.empty()) waiting_since_ = Clock::now();
     waiting_.push_back(id);
-    last_join_ = Clock::now();
+    last_join_ = joined_at_[id] = Clock::now();
     log_(name(id) + " waits to join");
   }
 
@@ -276,6 +310,7 @@ class Membership {
       return;
     }
     for (const auto& id : first) std::erase(waiting_, id);
+    waited_out_.clear();
     forming_epoch_ = ++last_epoch_;
     assigned_ = std::move(first);
     addresses_.assign(assigned_.size(), "");
@@ -331,6 +366,9 @@ class Membership {
   std::map<std::string, std::string> names_;  // by routing id
   std::map<std::string, int> fds_;            // each client's connection, as last seen
   std::map<std::string, std::string> standbys_;  // each rank's launcher's quorum endpoint
+  std::map<std::string, int> launcher_ranks_;  // how many ranks each rank's launcher runs, as its join said
+  std::map<std::string, Clock::time_point> joined_at_;  // each joiner's last request to join
+  std::set<std::string> waited_out_;  // launchers the forming epoch no longer waits for (logged once)
   std::map<std::string, int> old_ranks_;      // a resuming survivor's rank in the lost server's epoch
   int resumed_from_ = -1, expected_resumers_ = 0;  // a standby that took over: that epoch, its survivors
   int primary_epoch_ = -1;                    // a standby's: the quorum's running epoch, as it last said

@@ -13,8 +13,10 @@
 //   server->wait_finished(30s);  // every member left: the job is over
 //
 // Messages (ZeroMQ DEALER to ROUTER; lines of text, the first the kind: rendezvous_rounds.h):
-//   rank -> server  join NAME [STANDBY]     wants to be in the next epoch (a new or restarted rank);
-//                                           STANDBY: its launcher's quorum endpoint
+//   rank -> server  join NAME [STANDBY [RANKS]]
+//                                           wants to be in the next epoch (a new or restarted rank);
+//                                           STANDBY: its launcher's quorum endpoint; RANKS: how
+//                                           many ranks that launcher runs
 //                   resume EPOCH RANK EXPECTED NAME STANDBY
 //                                           to a standby: RANK of EPOCH, whose server was lost;
 //                                           EXPECTED survivors come (the epoch forms once they have)
@@ -33,8 +35,10 @@
 //                   end CODE WHY            the job is over (0: every member left)
 // The first epoch forms when max_ranks wait, or min_ranks and nobody joined for the settle time.
 // The next forms at once when a rank of the running epoch is lost (its connection closed, or a rank
-// found it lost) or a rank waits to join while the world is under max_ranks: the running epoch's
-// ranks but the lost, in their order, then the joiners. A rank lost while an epoch forms is left out
+// found it lost), or when a rank waits to join while the world is under max_ranks: the running
+// epoch's ranks but the lost, in their order, then the joiners. A joiner's launcher short of ranks
+// (a host started again, whose ranks finish loading one by one) is waited for, up to host_wait
+// from its first joiner, so that the host joins in one epoch and the others change groups once. A rank lost while an epoch forms is left out
 // and the epoch formed again; so is one that sends no address within reform_timeout. Fewer than
 // min_ranks: the survivors wait for joiners, and after join_timeout the job ends (end 1).
 //
@@ -72,6 +76,7 @@ struct QuorumSettings {
   std::chrono::milliseconds settle{500};           // the first epoch: quiet after the last join
   std::chrono::milliseconds reform_timeout{3000};  // a rank without an address this long is left out
   std::chrono::milliseconds join_timeout{30000};   // fewer than min_ranks this long: the job ends
+  std::chrono::milliseconds host_wait{2000};       // a joiner's launcher's other ranks: waited for this long
   // A standby's: the quorum's endpoint (told once a second after a take-over), and its own.
   std::string quorum_endpoint{}, self_endpoint{};
   // A standby's: the quorum's server silent this long is lost to it; a survivor that comes while

@@ -320,6 +320,62 @@ TEST_CASE("quorum: epochs form, grow with a joiner, shrink on a closed connectio
 // The standby's side of a take-over: survivors of epoch 4 resume there in their old order, the
 // epoch forms once the expected ones came (numbered on: 5), and a server on the quorum's address
 // that runs no epoch, told by the standby, sends its joiners there.
+// A host started again: its ranks finish loading one by one, and each would make an epoch of its
+// own. The server waits for the rest of a joiner's launcher (its join names the launcher's standby
+// and how many ranks it runs), up to host_wait, so the members change groups once.
+TEST_CASE("quorum: a joiner's launcher's ranks join in one epoch, waited for up to host_wait", "[net][quorum]") {
+  Server s({.min_ranks = 1, .max_ranks = 4, .settle = 200ms, .reform_timeout = 3000ms, .join_timeout = 20000ms,
+            .host_wait = 1500ms});
+  auto a = std::make_unique<RoundClient>("127.0.0.1", s.port, std::nullopt);
+  auto b = std::make_unique<RoundClient>("127.0.0.1", s.port, std::nullopt);
+  a->send("join", {"a", "host-a:1", "2"});
+  s.wait_logged("a waits to join");
+  b->send("join", {"b", "host-a:1", "2"});
+  take_epoch(*a, 0, 0, 2, "addr-a0");
+  take_epoch(*b, 0, 1, 2, "addr-b0");
+  take_table(*a, 0, {"addr-a0", "addr-b0"}, {"host-a:1", "host-a:1"});
+  take_table(*b, 0, {"addr-a0", "addr-b0"}, {"host-a:1", "host-a:1"});
+
+  SECTION("the second rank of a new host comes: one epoch with both") {
+    RoundClient c("127.0.0.1", s.port, std::nullopt), d("127.0.0.1", s.port, std::nullopt);
+    c.send("join", {"c", "host-c:1", "2"});
+    s.wait_logged("c waits to join");
+    CHECK_FALSE(a->receive(500ms).has_value());  // no epoch for c alone
+    d.send("join", {"d", "host-c:1", "2"});
+    take_epoch(*a, 1, 0, 4, "addr-a1");
+    take_epoch(*b, 1, 1, 4, "addr-b1");
+    take_epoch(c, 1, 2, 4, "addr-c1");
+    take_epoch(d, 1, 3, 4, "addr-d1");
+    for (RoundClient* client : {a.get(), b.get(), &c, &d})
+      take_table(*client, 1, {"addr-a1", "addr-b1", "addr-c1", "addr-d1"}, {"host-a:1", "host-a:1", "host-c:1", "host-c:1"});
+    CHECK_FALSE(s.logged("the epoch forms without the rest"));
+  }
+
+  SECTION("the second never comes: the epoch forms without it after host_wait") {
+    RoundClient c("127.0.0.1", s.port, std::nullopt);
+    const auto asked = std::chrono::steady_clock::now();
+    c.send("join", {"c", "host-c:1", "2"});
+    take_epoch(*a, 1, 0, 3, "addr-a1");
+    CHECK(std::chrono::steady_clock::now() - asked >= 1400ms);
+    take_epoch(*b, 1, 1, 3, "addr-b1");
+    take_epoch(c, 1, 2, 3, "addr-c1");
+    CHECK(s.logged("the launcher at host-c:1: 1 of its 2 rank(s) here after 1.50 s; the epoch forms without the rest"));
+  }
+
+  SECTION("one rank of a running launcher started again: its epoch forms at once") {
+    b.reset();  // lost: epoch 1 of a alone
+    CHECK(next(*a).kind == "lost");
+    take_epoch(*a, 1, 0, 1, "addr-a1");
+    take_table(*a, 1, {"addr-a1"}, {"host-a:1"});
+    RoundClient b2("127.0.0.1", s.port, std::nullopt);
+    const auto asked = std::chrono::steady_clock::now();
+    b2.send("join", {"b2", "host-a:1", "2"});
+    take_epoch(*a, 2, 0, 2, "addr-a2");
+    CHECK(std::chrono::steady_clock::now() - asked < 1000ms);
+    take_epoch(b2, 2, 1, 2, "addr-b2");
+  }
+}
+
 TEST_CASE("quorum: a standby takes over from the survivors' epoch, and a fresh server sends joiners on", "[net][quorum]") {
   const QuorumSettings settings{.min_ranks = 1, .max_ranks = 3, .settle = 5000ms, .reform_timeout = 3000ms,
                                 .join_timeout = 20000ms};
