@@ -46,7 +46,8 @@ RANDOM=${SEED:-1}
 steps=$(( (subset + 127) / 128 * epochs ))
 p=etr$$
 work=$(mktemp -d)
-trap 'scripts/netns_cluster.sh down $p; rm -rf "$work"' EXIT
+# KEEP=DIR: every trial's logs (DIR/troupe-N/hH.log) are kept there.
+trap 'scripts/netns_cluster.sh down $p; [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp -r "$work"/. "$KEEP"/; rm -rf "$work"' EXIT
 scripts/netns_cluster.sh up 3 $p >/dev/null || exit 2
 rdzv=$(scripts/netns_cluster.sh addr 0 $p)
 build/bin/troupe secret "$work/job.secret" >/dev/null  # every host's launcher holds the same one

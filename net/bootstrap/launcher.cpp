@@ -448,6 +448,14 @@ LaunchResult run_in_place(const LaunchOptions& o, std::map<std::string, std::str
   settings.settle = o.rdzv_settle;
   settings.join_timeout = o.rdzv_timeout;
   settings.host_wait = o.rdzv_host_wait;
+  // The ranks' heartbeat timeout, where set: a rank that sends no address for an epoch within it
+  // (1-3 s) is left out, as a silent link would be. A host cut off is found rank by rank, and an
+  // epoch may form with one of its ranks not yet found: that one never answers.
+  std::optional<std::chrono::milliseconds> peer_timeout;
+  if (const char* v = std::getenv("TROUPE_PEER_TIMEOUT_MS"); v && std::atoi(v) > 0) {
+    peer_timeout = std::chrono::milliseconds(std::atoi(v));
+    settings.reform_timeout = std::clamp<std::chrono::milliseconds>(*peer_timeout, std::chrono::seconds(1), settings.reform_timeout);
+  }
   std::optional<CurveKeys> keys;
   if (auto secret = env.find("TROUPE_JOB_SECRET_FILE"); secret != env.end())
     keys = derive_job_keys(load_job_secret_file(secret->second)).curve;
@@ -462,8 +470,7 @@ LaunchResult run_in_place(const LaunchOptions& o, std::map<std::string, std::str
     QuorumSettings standby_settings = settings;
     standby_settings.quorum_endpoint = numeric + ":" + std::to_string(port);
     // The quorum's server counts as lost after the ranks' own silence: TROUPE_PEER_TIMEOUT_MS where shorter than 2 s.
-    if (const char* v = std::getenv("TROUPE_PEER_TIMEOUT_MS"); v && std::atoi(v) > 0)
-      standby_settings.hold = std::chrono::milliseconds(std::min(std::atoi(v), 2000));
+    if (peer_timeout) standby_settings.hold = std::min<std::chrono::milliseconds>(*peer_timeout, std::chrono::seconds(2));
     for (int p = port + 1; p <= port + 64 && !server; ++p) {
       standby_settings.self_endpoint = local + ":" + std::to_string(p);
       server = QuorumServer::try_serve(local, p, keys, standby_settings, [&](const std::string& line) {
