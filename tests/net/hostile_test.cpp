@@ -159,8 +159,10 @@ TEST_CASE("hostile peers: every port of a running 2-rank job refuses or cuts off
   // replay and reflection rows) against a handshake server of its own: never on the job's ports.
   const fs::path secret = dir / "job.secret";
   write_job_secret_file(secret.string(), generate_job_secret());
-  const std::string attacker =
-      std::string(TROUPE_BIN_DIR) + "/troupe_hostile_peer --world 2 --record-secret " + secret.string();
+  // Killed after 200 s (about 30 s under TSan, 15 s without): a hung attack then fails the test
+  // with the rows done so far, each printed as it ends, rather than the test's timeout with none.
+  const std::string attacker = "timeout -s KILL 200 " + std::string(TROUPE_BIN_DIR) +
+                               "/troupe_hostile_peer --world 2 --record-secret " + secret.string();
 
   std::string attacks_output;
   int rendezvous_status = -1, ports_status = -1;
