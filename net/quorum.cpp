@@ -127,11 +127,14 @@ void Quorum::shut_down() {
   ::close(wake_[1]);
 }
 
-// "join NAME [STANDBY [RANKS]]": this rank, its launcher's standby where it has one, and how many
-// ranks that launcher runs (LOCAL_WORLD_SIZE): the server waits for a launcher's ranks to join together.
+// How many ranks this rank's launcher runs (LOCAL_WORLD_SIZE), where a launcher with a standby
+// started it: the server waits for a launcher's ranks to join together.
+std::string Quorum::launcher_ranks() const { return standby_.empty() ? "" : quorum_env("LOCAL_WORLD_SIZE"); }
+
+// "join NAME [STANDBY [RANKS]]": this rank, and its launcher's standby and ranks where it has one.
 std::vector<std::string> Quorum::join_fields() const {
   if (standby_.empty()) return {options_.name};
-  if (const std::string ranks = quorum_env("LOCAL_WORLD_SIZE"); !ranks.empty()) return {options_.name, standby_, ranks};
+  if (const std::string ranks = launcher_ranks(); !ranks.empty()) return {options_.name, standby_, ranks};
   return {options_.name, standby_};
 }
 
@@ -272,8 +275,10 @@ void Quorum::fail_over() {
   client_->discard_unsent();  // a rejoin queued for the lost server would hold the resume back for a second
   client_ = std::make_unique<RoundClient>(host, port, shared_->keys, /*watch=*/true, server_silence());
   server_seen_ = server_dropped_ = false;  // no second fail-over before this one answered
-  shared_->unanswered = RoundMessage{"resume", {std::to_string(epoch), std::to_string(rank), std::to_string(expected),
-                                        options_.name, standby_.empty() ? "-" : standby_}};
+  RoundMessage resume{"resume", {std::to_string(epoch), std::to_string(rank), std::to_string(expected), options_.name,
+                                 standby_.empty() ? "-" : standby_}};
+  if (const std::string ranks = launcher_ranks(); !ranks.empty()) resume.fields.push_back(ranks);
+  shared_->unanswered = std::move(resume);
   send_unanswered();
   std::lock_guard lock(shared_->mutex);
   options_.endpoint = successor;  // the rank's thread reads it under the lock

@@ -116,6 +116,7 @@ class Quorum {
   void build();   // the builder thread: binds and connects each epoch's group as the server forms it
   void send(const std::string& kind, std::vector<std::string> fields);  // through the listener
   std::vector<std::string> join_fields() const;
+  std::string launcher_ranks() const;
   void wait_for_next();  // until a group of a later epoch than epoch_ is connected: it becomes group_
   void retire(std::shared_ptr<void> holder);  // destroyed on a thread of its own
   void abort_building(const std::string& why);  // with shared_->mutex held: its connect gives up

@@ -71,13 +71,15 @@ class Membership {
         return;
       }
       if (!holds(id)) add_waiting(id);  // a join sent again (its answer was on the way): nothing
-    } else if (m.kind == "resume" && m.fields.size() == 5) {
+    } else if (m.kind == "resume" && (m.fields.size() == 5 || m.fields.size() == 6)) {
       // A survivor of the epoch whose server was lost: this standby takes the quorum over (resume()).
       // One that comes after that epoch formed joins as a new rank does. While the quorum's server
       // still answers here, the sender is the one cut off: held for a silence's length, then sent
       // back to it.
       names_[id] = m.fields[3];
       standbys_[id] = m.fields[4];
+      if (m.fields.size() == 6)
+        if (auto ranks = parse_int_field(m.fields[5]); ranks && *ranks > 0) launcher_ranks_[id] = *ranks;
       fds_[id] = fd;
       if (!running_.empty() || forming_epoch_ >= 0) {
         if (!holds(id)) add_waiting(id);

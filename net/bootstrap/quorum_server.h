@@ -17,9 +17,10 @@
 //                                           wants to be in the next epoch (a new or restarted rank);
 //                                           STANDBY: its launcher's quorum endpoint; RANKS: how
 //                                           many ranks that launcher runs
-//                   resume EPOCH RANK EXPECTED NAME STANDBY
+//                   resume EPOCH RANK EXPECTED NAME STANDBY [RANKS]
 //                                           to a standby: RANK of EPOCH, whose server was lost;
-//                                           EXPECTED survivors come (the epoch forms once they have)
+//                                           EXPECTED survivors come (the epoch forms once they have);
+//                                           RANKS as in join
 //                   rejoin EPOCH LOST...    the ranks of EPOCH (running or forming) it found lost
 //                                           (a silent link the server cannot see); from a rank of
 //                                           no current epoch (one cut off meanwhile): a join

@@ -406,6 +406,23 @@ TEST_CASE("quorum: a standby takes over from the survivors' epoch, and a fresh s
   CHECK_FALSE(fresh.server->serves_the_job());
 }
 
+// A survivor that resumes at a standby says how many ranks its launcher runs, as a join does: a
+// rank of that launcher started again joins beside it at once.
+TEST_CASE("quorum: a survivor resumed at a standby counts for its launcher's ranks", "[net][quorum]") {
+  Server standby({.min_ranks = 1, .max_ranks = 4, .settle = 5000ms, .reform_timeout = 3000ms, .join_timeout = 20000ms,
+                  .host_wait = 3000ms});
+  RoundClient a("127.0.0.1", standby.port, std::nullopt);
+  a.send("resume", {"4", "0", "1", "a", "launcher-a", "2"});  // rank 0 of epoch 4, the one survivor expected
+  take_epoch(a, 5, 0, 1, "addr-a5");
+  take_table(a, 5, {"addr-a5"}, {"launcher-a"});
+  RoundClient b("127.0.0.1", standby.port, std::nullopt);
+  const auto asked = std::chrono::steady_clock::now();
+  b.send("join", {"b", "launcher-a", "2"});
+  take_epoch(a, 6, 0, 2, "addr-a6");
+  CHECK(std::chrono::steady_clock::now() - asked < 1500ms);  // not the 3 s host_wait
+  take_epoch(b, 6, 1, 2, "addr-b6");
+}
+
 // A survivor that comes to a standby while the quorum's server still answers there was the one
 // cut off: sent back to it, after a silence's length, or at once when that server runs a newer
 // epoch than the survivor's (it ran on without it).
