@@ -63,8 +63,7 @@ class Membership {
     if (m.kind == "join" && m.fields.size() >= 1 && m.fields.size() <= 3) {
       names_[id] = m.fields[0];
       if (m.fields.size() >= 2) standbys_[id] = m.fields[1];
-      if (m.fields.size() == 3)
-        if (auto ranks = parse_int_field(m.fields[2]); ranks && *ranks > 0) launcher_ranks_[id] = *ranks;
+      if (m.fields.size() == 3) note_launcher(id, m.fields[1], m.fields[2]);
       fds_[id] = fd;
       if (!moved_to_.empty()) {
         send_(id, {"moved", {moved_to_}});
@@ -78,8 +77,7 @@ class Membership {
       // back to it.
       names_[id] = m.fields[3];
       standbys_[id] = m.fields[4];
-      if (m.fields.size() == 6)
-        if (auto ranks = parse_int_field(m.fields[5]); ranks && *ranks > 0) launcher_ranks_[id] = *ranks;
+      if (m.fields.size() == 6) note_launcher(id, m.fields[4], m.fields[5]);
       fds_[id] = fd;
       if (!running_.empty() || forming_epoch_ >= 0) {
         if (!holds(id)) add_waiting(id);
@@ -216,7 +214,7 @@ class Membership {
         end(1, "only " + std::to_string(n) + " rank(s) of at least " + std::to_string(settings_.min_ranks) +
                    " within " + seconds_text(settings_.join_timeout) + " s");
     } else if (n > 0 && live_running() < settings_.max_ranks && !std::any_of(running_.begin(), running_.end(), left) &&
-               hosts_gathered(now)) {
+               launchers_gathered(now)) {
       form(running_);  // joiners: the next epoch forms while the members train on (not while they finish)
     }
   }
@@ -236,26 +234,26 @@ class Membership {
   // Whether the joiners' launchers have all their ranks here (waiting or running), so that a host
   // started again joins in one epoch, not one per rank as each finishes loading. A launcher still
   // short of ranks is waited for up to host_wait from its first joiner; a full world, for nobody.
-  bool hosts_gathered(Clock::time_point now) {
+  bool launchers_gathered(Clock::time_point now) {
     if (live_running() + static_cast<int>(waiting_.size()) >= settings_.max_ranks) return true;
-    const auto launcher = [&](const std::string& id) {
-      auto it = launcher_ranks_.find(id);
-      return it == launcher_ranks_.end() ? std::string() : standbys_[id];
+    const auto launcher_of = [&](const std::string& id) {
+      auto it = launchers_.find(id);
+      return it == launchers_.end() ? std::string() : it->second.endpoint;
     };
     std::set<std::string> launchers;
     for (const auto& id : waiting_)
-      if (!launcher(id).empty()) launchers.insert(launcher(id));
+      if (!launcher_of(id).empty()) launchers.insert(launcher_of(id));
     for (const auto& at : launchers) {
       int here = 0, expected = 0;
       Clock::time_point first = now;
       for (const auto& id : waiting_)
-        if (launcher(id) == at) {
+        if (launcher_of(id) == at) {
           ++here;
-          expected = std::max(expected, launcher_ranks_[id]);
-          first = std::min(first, joined_at_[id]);
+          expected = std::max(expected, launchers_.at(id).ranks);
+          first = std::min(first, joined_at_.at(id));
         }
       for (const auto& id : running_)
-        if (launcher(id) == at && !lost_.count(id) && !left_.count(id)) ++here;
+        if (launcher_of(id) == at && !lost_.count(id) && !left_.count(id)) ++here;
       if (here >= expected) continue;
       if (now - first < settings_.host_wait) return false;
       if (waited_out_.insert(at).second)
@@ -263,6 +261,10 @@ class Membership {
              " rank(s) here after " + seconds_text(settings_.host_wait) + " s; the epoch forms without the rest");
     }
     return true;
+  }
+  // A rank's launcher (its standby endpoint) and how many ranks it runs, as its join or resume said.
+  void note_launcher(const std::string& id, const std::string& endpoint, const std::string& ranks) {
+    if (auto n = parse_int_field(ranks); n && *n > 0 && endpoint != "-") launchers_[id] = {endpoint, *n};
   }
   int live_running() const {
     return static_cast<int>(std::count_if(running_.begin(), running_.end(), [&](auto& id) { return !left_.count(id); }));
@@ -368,7 +370,11 @@ class Membership {
   std::map<std::string, std::string> names_;  // by routing id
   std::map<std::string, int> fds_;            // each client's connection, as last seen
   std::map<std::string, std::string> standbys_;  // each rank's launcher's quorum endpoint
-  std::map<std::string, int> launcher_ranks_;  // how many ranks each rank's launcher runs, as its join said
+  struct Launcher {
+    std::string endpoint;  // its standby's: one per launcher
+    int ranks;             // how many ranks it runs
+  };
+  std::map<std::string, Launcher> launchers_;  // each rank's, where its join or resume said
   std::map<std::string, Clock::time_point> joined_at_;  // each joiner's last request to join
   std::set<std::string> waited_out_;  // launchers the forming epoch no longer waits for (logged once)
   std::map<std::string, int> old_ranks_;      // a resuming survivor's rank in the lost server's epoch

@@ -39,9 +39,10 @@
 // found it lost), or when a rank waits to join while the world is under max_ranks: the running
 // epoch's ranks but the lost, in their order, then the joiners. A joiner's launcher short of ranks
 // (a host started again, whose ranks finish loading one by one) is waited for, up to host_wait
-// from its first joiner, so that the host joins in one epoch and the others change groups once. A rank lost while an epoch forms is left out
-// and the epoch formed again; so is one that sends no address within reform_timeout. Fewer than
-// min_ranks: the survivors wait for joiners, and after join_timeout the job ends (end 1).
+// from its first joiner, so that the host joins in one epoch and the others change groups once.
+// A rank lost while an epoch forms is left out and the epoch formed again; so is one that sends no
+// address within reform_timeout. Fewer than min_ranks: the survivors wait for joiners, and after
+// join_timeout the job ends (end 1).
 //
 // No host is special: every launcher of the job serves one. The one on HOST is the quorum; each
 // other is a standby at its own host's address, passed to its ranks (TROUPE_QUORUM_STANDBY) and
