@@ -110,6 +110,8 @@ std::atomic<Runtime*> current_runtime{nullptr};
 Runtime* fallback_runtime = nullptr;  // the default one, once built
 std::mutex current_mutex;
 
+std::atomic<int> ranks_on_machine{1};  // note_ranks_on_machine's
+
 // IdleWorkers::automatic and TROUPE_IDLE_WORKERS resolved. Measured with 9 ranks of mesh_bench on
 // 2 cores (AMD EPYC Zen 3 VM): every idle rank spent 12-18% of a core on polling; sleeping, a
 // 4-byte remote call took 86-103 us instead of 158-257, a call to 64 mesh members 1.1-2.0 ms
@@ -123,7 +125,7 @@ IdleWorkers resolve_idle_workers(IdleWorkers asked) {
     throw ValueError("Runtime: TROUPE_IDLE_WORKERS=" + v + ", expected poll or sleep");
   }
   const char* local = std::getenv("LOCAL_WORLD_SIZE");
-  const long ranks_here = local ? std::strtol(local, nullptr, 10) : 1;
+  const long ranks_here = std::max(local ? std::strtol(local, nullptr, 10) : 1L, long{ranks_on_machine.load()});
   return ranks_here > hardware_cores() ? IdleWorkers::sleep : IdleWorkers::poll;
 }
 
@@ -185,6 +187,8 @@ Runtime::~Runtime() {
   // During static destruction the process is ending: leave the workers to the exit.
   if (thread_locals_gone) (void)impl_.release();
 }
+
+void note_ranks_on_machine(int ranks) { ranks_on_machine.store(std::max(ranks, 1)); }
 
 Runtime& Runtime::current() {
   if (Runtime* now = current_runtime.load(std::memory_order_acquire)) return *now;

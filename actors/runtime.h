@@ -22,10 +22,16 @@ namespace troupe {
 // What an idle scheduler thread does. CAF's own way (poll) checks its queue for ~25 ms after its
 // last job, waking every 50 us, so that work a sibling queued is stolen soon; sleep waits to be
 // woken for work sent to it, and steals queued work only every 10 ms. automatic: sleep when the
-// ranks on this host outnumber its cores (LOCAL_WORLD_SIZE, as `troupe launch` sets it), where
-// those wake-ups took the cores from the ranks that had work; else poll. The environment's
-// TROUPE_IDLE_WORKERS=poll|sleep overrides automatic.
+// ranks on this machine outnumber its cores (the larger of LOCAL_WORLD_SIZE, as `troupe launch`
+// sets it, and note_ranks_on_machine), where those wake-ups took the cores from the ranks that had
+// work; else poll. The environment's TROUPE_IDLE_WORKERS=poll|sleep overrides automatic.
 enum class IdleWorkers { automatic, poll, sleep };
+
+// How many ranks of the job share this machine's cores, network namespaces included: a
+// transport says so once connected (ranks on other "hosts" of one machine are not known from
+// LOCAL_WORLD_SIZE). Only a runtime started after the call counts them: CAF fixes its
+// scheduler's polling when it starts.
+void note_ranks_on_machine(int ranks);
 
 struct RuntimeOptions {
   int workers = 0;           // scheduler threads and worker actors; 0: the cores

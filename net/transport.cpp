@@ -10,6 +10,7 @@
 
 #include "actors/observe/metrics_server.h"
 #include "actors/observe/profiler.h"
+#include "actors/runtime.h"
 #include "devices/threads.h"
 #include "net/errors.h"
 #include "net/transport_internal.h"
@@ -23,12 +24,12 @@ namespace {
 std::string machine_of(const std::string& host_id) { return host_id.substr(0, host_id.find('/')); }
 }  // namespace
 
-std::chrono::microseconds busy_poll_for(int ranks_on_host, int cpus) {
-  return ranks_on_host > cpus ? std::chrono::microseconds(0) : std::chrono::microseconds(50);
+std::chrono::microseconds busy_poll_for(int ranks_on_machine, int cpus) {
+  return ranks_on_machine > cpus ? std::chrono::microseconds(0) : std::chrono::microseconds(50);
 }
 
-std::chrono::microseconds small_collective_poll_for(int ranks_on_host, int cpus) {
-  return ranks_on_host > cpus ? std::chrono::microseconds(0) : std::chrono::microseconds(10000);
+std::chrono::microseconds small_collective_poll_for(int ranks_on_machine, int cpus) {
+  return ranks_on_machine > cpus ? std::chrono::microseconds(0) : std::chrono::microseconds(10000);
 }
 
 Transport::Transport(TransportOptions options)
@@ -200,13 +201,13 @@ void Transport::connect(const std::vector<PeerAddress>& table, Deadline deadline
     }
     send_control_locked(r, FrameKind::hello);
   }
-  const int on_this_host = static_cast<int>(std::count(host_ids_.begin(), host_ids_.end(), address_.host_id));
-  if (!options_.busy_poll) busy_poll_us_ = busy_poll_for(on_this_host, hardware_cores()).count();
-  // A busy-poll turned off (told 0) turns this one off too: that rank is not to spin. Ranks in
-  // other network namespaces of this machine count here: a 10 ms spinner holds one of its CPUs.
+  // Ranks in other network namespaces of this machine count: they share its CPUs.
   const int on_this_machine = static_cast<int>(std::count_if(host_ids_.begin(), host_ids_.end(), [&](const std::string& id) {
     return machine_of(id) == machine_of(address_.host_id);
   }));
+  note_ranks_on_machine(on_this_machine);  // a runtime started from now on sleeps its idle workers if crowded
+  if (!options_.busy_poll) busy_poll_us_ = busy_poll_for(on_this_machine, hardware_cores()).count();
+  // A busy-poll turned off (told 0) turns this one off too: that rank is not to spin.
   if (!options_.small_collective_poll)
     small_collective_poll_us_ =
         busy_poll().count() == 0 ? 0 : small_collective_poll_for(on_this_machine, hardware_cores()).count();

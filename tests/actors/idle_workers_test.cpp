@@ -60,6 +60,23 @@ TEST_CASE("idle workers: automatic sleeps when the ranks on this host outnumber 
   }
 }
 
+TEST_CASE("idle workers: automatic counts the ranks a transport noted on this machine", "[runtime][idle]") {
+  const ScopedEnv no_override("TROUPE_IDLE_WORKERS", "");
+  const ScopedEnv one_here("LOCAL_WORLD_SIZE", "1");  // one per network namespace, many on the machine
+  struct Forget {
+    ~Forget() { note_ranks_on_machine(1); }
+  } forget;
+  note_ranks_on_machine(hardware_cores() + 1);
+  {
+    Runtime runtime({.workers = 2});
+    CHECK(runtime.options().idle_workers == IdleWorkers::sleep);
+    CHECK(moderate_polls(runtime) == 0);
+  }
+  note_ranks_on_machine(hardware_cores());
+  Runtime runtime({.workers = 2});
+  CHECK(runtime.options().idle_workers == IdleWorkers::poll);
+}
+
 TEST_CASE("idle workers: TROUPE_IDLE_WORKERS overrides automatic, and a bad value is a ValueError naming it",
           "[runtime][idle]") {
   const ScopedEnv ranks("LOCAL_WORLD_SIZE", "1");

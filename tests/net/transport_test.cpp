@@ -56,13 +56,13 @@ TEST_CASE("transport: p2p both ways over tcp and ipc, small and zero-copy", "[ne
   }
 }
 
-TEST_CASE("transport: busy-polls only while each rank of the host has a CPU, unless told", "[net][transport]") {
+TEST_CASE("transport: busy-polls only while each rank of the machine has a CPU, unless told", "[net][transport]") {
   CHECK(busy_poll_for(2, 2) == 50us);
   CHECK(busy_poll_for(1, 1) == 50us);
   CHECK(busy_poll_for(3, 2) == 0us);  // a spinner would hold the CPU its peer needs to answer
   CHECK(small_collective_poll_for(2, 2) == 10000us);
   CHECK(small_collective_poll_for(3, 2) == 0us);
-  // Two ranks in one process count as two on this host: the choice follows this process's CPUs.
+  // Two ranks in one process count as two on this machine: the choice follows this process's CPUs.
   Pair chosen = connect_pair("tcp");
   CHECK(chosen.a->busy_poll() == busy_poll_for(2, hardware_cores()));
   CHECK(chosen.a->small_collective_poll() == small_collective_poll_for(2, hardware_cores()));
