@@ -29,7 +29,11 @@
 // survivors' group re-forms between steps and they go on from their memory, the step in flight
 // redone by them on the same global batch (so its gradient is still the whole batch's); a rank
 // that joins (started again, or a new node) takes the newest state from a live rank
-// (models/train/live_state.h). Checkpoints, when asked, are still saved (for the loss of the whole job).
+// (models/train/live_state.h) during the next step, in which it computes nothing of its own; its
+// rows of that step are run by the others (--join-rows cover: every row of every batch counts), or
+// skipped (--join-rows skip, TorchFT's rule: a recovering replica contributes nothing to the step it
+// heals in, and the others' step is as long as any), the gradient then averaged over the rows run.
+// Checkpoints, when asked, are still saved (for the loss of the whole job).
 //
 // Gradient synchronisation:
 //   ddp    PyTorch DDP's scheme (models/train/gradient_reducer.h): gradients in buckets of
@@ -241,6 +245,7 @@ struct InPlaceSettings {
   double base_lr;
   bool better;
   std::string sync;
+  bool skip_join_rows;  // --join-rows skip
   int64_t bucket_bytes;
   Device device;
   int64_t log_every;
@@ -317,11 +322,17 @@ int train_in_place(net::Quorum& quorum, Model& model, SGD& optimizer, BatchLoade
       if (o.better) optimizer.options.lr = o.base_lr * 0.5 * (1 + std::cos(M_PI * epoch / o.epochs));
       auto batch = loader.next();
       optimizer.zero_grad();
-      // The batch's rows split over the ranks with the state; a rank taking it runs one row, weighed 0.
-      const auto [part, parts] = share ? share->contributor(rank) : std::pair{rank, group.size()};
+      // The batch's rows split over the ranks with the state (or, skipping the joiners' rows, over
+      // the whole group, theirs left out); a rank taking it runs one row, weighed 0.
+      const auto [part, parts] = share && !o.skip_join_rows ? share->contributor(rank) : std::pair{rank, group.size()};
       const int64_t rows = batch->labels.size(0);
+      int64_t rows_run = rows;  // the rows whose mean loss the averaged gradient is
+      if (share && o.skip_join_rows)
+        for (int r = 0; r < group.size(); ++r)
+          if (share->is_behind(r)) rows_run -= rows * (r + 1) / group.size() - rows * r / group.size();
       const int64_t lo = taking_state ? 0 : rows * part / parts, hi = taking_state ? 1 : rows * (part + 1) / parts;
-      const double weight = taking_state ? 0.0 : static_cast<double>((hi - lo) * group.size()) / static_cast<double>(rows);
+      const double weight =
+          taking_state ? 0.0 : static_cast<double>((hi - lo) * group.size()) / static_cast<double>(rows_run);
       manual_seed(o.seed * 1000003 + static_cast<uint64_t>(at) * 1009 + static_cast<uint64_t>(rank));
       Tensor loss = nll_loss(model(batch->images.slice(0, lo, hi).to(o.device)), batch->labels.slice(0, lo, hi).to(o.device));
       const float loss_value = taking_state ? 0.0f : loss.item<float>();
@@ -405,6 +416,7 @@ int main(int argc, char** argv) {
   int64_t subset = 0, bucket_kb = 1024;
   uint64_t seed = 1234;
   std::string data = kFashionMnistDir, sync = "ddp", recipe = "seed", model_name = "net", device_name = "cpu";
+  std::string join_rows = "cover";
   bool json = false, verify = false, resume = false, deterministic = false, elastic = false;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 100, log_every = 0;
@@ -430,6 +442,10 @@ int main(int argc, char** argv) {
                "global batches independent of the world size; --resume takes the newest checkpoint of any rank, of any world");
   app.add_option("--log-every", log_every, "rank 0 prints the step and its loss every N steps (0: never)")
       ->check(cli::NonNegativeNumber);
+  app.add_option("--join-rows", join_rows,
+                 "--elastic in place: in the step in which joining ranks take the state, their rows are run by the "
+                 "others (cover) or skipped (skip: the others' step takes no longer)")
+      ->check(cli::IsMember({"cover", "skip"}));
   TROUPE_PARSE_COMMAND_LINE(app, argc, argv);
   if (resume && checkpoint_dir.empty()) {
     std::fprintf(stderr, "dist_sgd: --resume needs --checkpoint-dir\n");
@@ -536,6 +552,7 @@ int main(int argc, char** argv) {
                                                                .base_lr = base_lr,
                                                                .better = better,
                                                                .sync = sync,
+                                                               .skip_join_rows = join_rows == "skip",
                                                                .bucket_bytes = bucket_kb * 1024,
                                                                .device = device,
                                                                .log_every = log_every,

@@ -18,7 +18,8 @@
 # TROUPE_MODE=in-place (the default): troupe launch --in-place (net/quorum.h): the survivors'
 # group re-forms and they train on from memory, the returning rank takes the state from a live one;
 # the transports' heartbeat timeout is TROUPE_PEER_TIMEOUT_MS (default here 1000 ms; a cut link is
-# found by it). TROUPE_MODE=restart: the launchers' rounds, every rank started again from the newest
+# found by it); JOIN_ROWS=cover (the default) or skip: dist_sgd --join-rows, whether the others run
+# a returning rank's rows of the step in which it takes the state. TROUPE_MODE=restart: the launchers' rounds, every rank started again from the newest
 # checkpoint (every EVERY steps).
 #
 # One table row per trial: the world size before/after the loss, steps lost (the last step rank 0
@@ -39,6 +40,8 @@ cd "$(dirname "$0")/.."
 trials=${1:-20} torch_trials=${2:-4} subset=${3:-12800} epochs=${4:-3} every=${5:-20}
 torch_pg_timeout=${TORCH_PG_TIMEOUT:-10} torch_last_call=${TORCH_LAST_CALL:-1}
 troupe_mode=${TROUPE_MODE:-in-place} peer_timeout=${TROUPE_PEER_TIMEOUT_MS:-1000} nproc=${NPROC:-1} lost_host=${LOST_HOST:-2}
+join_rows=${JOIN_ROWS:-cover}
+case $join_rows in cover|skip) ;; *) echo "elastic_trials: JOIN_ROWS is cover or skip, not $join_rows" >&2; exit 2 ;; esac
 case $lost_host in 0|1|2) ;; *) echo "elastic_trials: LOST_HOST is 0, 1 or 2, not $lost_host" >&2; exit 2 ;; esac
 full=$((3 * nproc))  # the world of 3 hosts
 case $troupe_mode in in-place|restart) ;; *) echo "elastic_trials: TROUPE_MODE is in-place or restart, not $troupe_mode" >&2; exit 2 ;; esac
@@ -73,7 +76,7 @@ node() {
   if [ "$sys" = troupe ] && [ $troupe_mode = in-place ]; then
     TROUPE_PEER_TIMEOUT_MS=$peer_timeout ip netns exec $p-h$h timeout 600 build/bin/troupe launch --nproc $nproc --nnodes 2:3 \
       --max-restarts 9 --secret "$work/job.secret" --rdzv-endpoint $rdzv:29400 --in-place -- build/bin/dist_sgd --elastic \
-      --seed "$seed" --subset $subset --epochs $epochs --json --log-every 1 2>&1 | stamp >"$log"
+      --seed "$seed" --subset $subset --epochs $epochs --join-rows $join_rows --json --log-every 1 2>&1 | stamp >"$log"
   elif [ "$sys" = troupe ]; then
     ip netns exec $p-h$h timeout 600 build/bin/troupe launch --nproc $nproc --nnodes 2:3 --max-restarts 9 \
       --secret "$work/job.secret" --rdzv-endpoint $rdzv:29400 -- build/bin/dist_sgd --elastic --seed "$seed" --subset $subset --epochs $epochs \
@@ -105,7 +108,7 @@ median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 
 kill_host() { local pids; pids=$(ip netns pids $p-h$1); [ -n "$pids" ] && kill -9 $pids; }
 
 echo "machine: $(build/bin/troupe info 2>/dev/null | head -3 | tr '\n' ' ')(load $(cut -d' ' -f1-3 /proc/loadavg))"
-echo "job: $steps steps ($subset images x $epochs epochs, global batch 128), checkpoint every $every steps, 3 hosts x $nproc rank(s) (torch: x 1), host $lost_host lost"
+echo "job: $steps steps ($subset images x $epochs epochs, global batch 128), checkpoint every $every steps, 3 hosts x $nproc rank(s) (torch: x 1), host $lost_host lost, joining ranks' rows $join_rows"
 accs=""
 for seed in 1234 1235 1236; do
   d=$work/ref-$seed; mkdir -p $d
