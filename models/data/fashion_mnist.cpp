@@ -5,12 +5,13 @@
 
 namespace troupe::models {
 
-Dataset load_fashion_mnist(const std::string& dir, const std::string& split) {
+Dataset load_fashion_mnist(const std::string& dir, const std::string& split, int64_t limit) {
   if (split != "train" && split != "t10k")
     throw ValueError("load_fashion_mnist: split must be 'train' or 't10k', got '" + split + "'");
   const std::string images_path = dir + "/" + split + "-images-idx3-ubyte.gz";
   const std::string labels_path = dir + "/" + split + "-labels-idx1-ubyte.gz";
-  Tensor pixels = read_idx(images_path), labels = read_idx(labels_path);
+  if (limit < 0) throw ValueError("load_fashion_mnist: limit " + std::to_string(limit) + " is negative");
+  Tensor pixels = read_idx(images_path, limit), labels = read_idx(labels_path, limit);
   if (pixels.dim() != 3 || pixels.shape()[1] != 28 || pixels.shape()[2] != 28)
     throw ValueError("load_fashion_mnist: '" + images_path + "' holds " + pixels.meta().str() +
                      ", expected u8[N,28,28]");

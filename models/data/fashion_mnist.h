@@ -18,8 +18,10 @@ struct Dataset {
   int64_t size() const { return labels.numel(); }
 };
 
-// split: "train" (60000 images) or "t10k" (10000). IOError naming the path when a file is
-// missing or corrupt; ValueError when images and labels disagree.
-Dataset load_fashion_mnist(const std::string& dir = kFashionMnistDir, const std::string& split = "train");
+// split: "train" (60000 images) or "t10k" (10000); limit > 0: its first `limit` images only, the
+// rest not read. IOError naming the path when a file is missing or corrupt; ValueError when images
+// and labels disagree.
+Dataset load_fashion_mnist(const std::string& dir = kFashionMnistDir, const std::string& split = "train",
+                           int64_t limit = 0);
 
 }  // namespace troupe::models

@@ -53,7 +53,7 @@ uint32_t big_endian(const unsigned char* b) {
 
 }  // namespace
 
-Tensor read_idx(const std::string& path) {
+Tensor read_idx(const std::string& path, int64_t limit) {
   GzFile file(path);
   unsigned char magic[4];
   file.read(magic, 4, "magic number");
@@ -75,9 +75,14 @@ Tensor read_idx(const std::string& path) {
     shape.push_back(n);
     count *= n;
   }
+  const bool partial = limit > 0 && limit < shape[0];
+  if (partial) {
+    count = count / shape[0] * limit;
+    shape[0] = limit;
+  }
   Tensor out = Tensor::empty(shape, DType::u8);
   file.read(out.mutable_data<uint8_t>(), static_cast<size_t>(count), "data");
-  if (!file.at_end()) throw IOError("read_idx: '" + path + "' has bytes after the declared data");
+  if (!partial && !file.at_end()) throw IOError("read_idx: '" + path + "' has bytes after the declared data");
   return out;
 }
 

@@ -47,6 +47,16 @@ TEST_CASE("Fashion-MNIST loads from the Debian package", "[data]") {
   CHECK(raw.data<uint8_t>()[0] == 9);  // the first training image is an ankle boot
 }
 
+TEST_CASE("Fashion-MNIST's first images alone: the same as the whole set's first", "[data]") {
+  const Dataset first = load_fashion_mnist(kFashionMnistDir, "t10k", 100);
+  CHECK(first.images.shape() == Shape{100, 1, 28, 28});
+  CHECK(first.labels.shape() == Shape{100});
+  CHECK(first.images.to_vector<float>() == test_set().images.slice(0, 0, 100).contiguous().to_vector<float>());
+  CHECK(first.labels.to_vector<int64_t>() == test_set().labels.slice(0, 0, 100).contiguous().to_vector<int64_t>());
+  CHECK(load_fashion_mnist(kFashionMnistDir, "t10k", 20000).size() == 10000);  // a limit past the end: all
+  CHECK_THROWS_AS(load_fashion_mnist(kFashionMnistDir, "t10k", -1), ValueError);
+}
+
 TEST_CASE("missing and corrupt files are IOErrors naming the path", "[data][errors]") {
   CHECK_THROWS_AS(load_fashion_mnist("/nonexistent/dir"), IOError);
   CHECK_THROWS_WITH(load_fashion_mnist("/nonexistent/dir"), Catch::Contains("/nonexistent/dir/train-images-idx3-ubyte.gz"));
