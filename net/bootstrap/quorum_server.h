@@ -29,7 +29,7 @@
 //   server -> rank  epoch EPOCH RANK WORLD  you are RANK of WORLD in EPOCH: bind, send your address
 //                   standbys EPOCH S...     each rank's STANDBY, by rank (before the table)
 //                   moved ENDPOINT          a standby took the job over: join there
-//   standby -> quorum's endpoint  moved ENDPOINT  (once a second after it took over)
+//   standby -> quorum's endpoint  moved ENDPOINT  (every 250 ms after it took over)
 //                   table EPOCH ADDRESS...  every rank's address, by rank: connect; EPOCH now runs
 //                   lost EPOCH RANK         RANK's connection to this server closed (its process
 //                                           ended without leave): it is lost to the running epoch
@@ -79,7 +79,7 @@ struct QuorumSettings {
   std::chrono::milliseconds reform_timeout{3000};  // a rank without an address this long is left out
   std::chrono::milliseconds join_timeout{30000};   // fewer than min_ranks this long: the job ends
   std::chrono::milliseconds host_wait{2000};       // a joiner's launcher's other ranks: waited for this long
-  // A standby's: the quorum's endpoint (told once a second after a take-over), and its own.
+  // A standby's: the quorum's endpoint (told every 250 ms after a take-over), and its own.
   std::string quorum_endpoint{}, self_endpoint{};
   // A standby's: the quorum's server silent this long is lost to it; a survivor that comes while
   // it still answers is held this long, then sent back to it (the survivor was the one cut off).

@@ -112,6 +112,9 @@ std::optional<int> parse_int_field(const std::string& text);
 bool receive_parts(void* socket, std::vector<std::string>& parts, int* fd = nullptr);
 
 // A client of a launcher-side server (RoundServer, QuorumServer): a DEALER holding the job's keys.
+// A connection attempt unanswered for kConnectTimeout is made again (ZeroMQ retries 100 ms later),
+// so a server must answer a connection within it (a round trip under 500 ms: any data centre).
+inline constexpr std::chrono::milliseconds kConnectTimeout{500};
 class RoundClient {
  public:
   // watch: ZeroMQ heartbeats on the connection (a server silent for silent_after is dropped) and a
