@@ -4,14 +4,16 @@
 # actor and the 4-member mesh on other hosts than the caller's where they can be; then
 # all_reduce_bench at 64 MiB with one rank per host, the bus bandwidth call_reduce is held against.
 #
-#   scripts/mesh_netns_bench.sh [REPS=200] [RATE]
+#   scripts/mesh_netns_bench.sh [REPS=1000] [RATE]
 #
-# RATE (a tc rate, e.g. 1gbit) shapes each host's link (tc tbf on its eth0, both ways through the
-# bridge), so that a link's bandwidth, not this machine's cores, bounds the 64 MiB figures.
+# REPS: timed small calls per figure; 1000 keeps each figure's machine CPU time (mesh_bench's
+# *_cpu_us, counted in 10 ms ticks) within a few percent. RATE (a tc rate, e.g. 1gbit) shapes
+# each host's link (tc tbf on its eth0, both ways through the bridge), so that a link's
+# bandwidth, not this machine's cores, bounds the 64 MiB figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "mesh_netns_bench: needs root (network namespaces)" >&2; exit 2; }
-reps=${1:-200}
+reps=${1:-1000}
 rate=${2:-}
 p=mnb$$
 work=$(mktemp -d)
