@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
@@ -100,27 +102,29 @@ TEST_CASE("top: troupe top in tmux shows a running job's actors, sorts on a key 
   const std::string start = "tmux new-session -d -s " + session + " -x 150 -y 40 '" TROUPE_BIN_DIR "/troupe top --job 127.0.0.1:" +
                             std::to_string(port) + "'";
   REQUIRE(std::system(start.c_str()) == 0);
-  // The screen as soon as it shows `needle`, or as it is after 15 s (a sanitizer build starts slowly).
-  auto screen_with = [&](const std::string& needle) {
+  // The screen as soon as it shows every needle, or as it is after 15 s (a sanitizer build starts
+  // slowly). A capture may catch a frame half drawn, so the needles include its last part.
+  auto screen_with = [&](std::initializer_list<std::string> needles) {
     std::string screen;
     for (int i = 0; i < 75; ++i) {
       screen = output_of("tmux capture-pane -p -t " + session);
-      if (screen.find(needle) != std::string::npos) break;
+      if (std::all_of(needles.begin(), needles.end(), [&](const std::string& n) { return screen.find(n) != std::string::npos; }))
+        break;
       std::this_thread::sleep_for(200ms);
     }
     return screen;
   };
-  const std::string screen = screen_with("top.worker");
+  const std::string screen = screen_with({"top.worker", "PEER"});
   INFO(screen);
   CHECK_THAT(screen, Catch::Contains("troupe top - 2 rank(s)"));
   CHECK_THAT(screen, Catch::Contains("top.worker"));
   CHECK_THAT(screen, Catch::Contains("calls/s"));
   CHECK_THAT(screen, Catch::Contains("PEER"));
-  const std::string with_mesh = screen_with("top.mesh ");  // the mesh's row: its shape, members per rank
+  const std::string with_mesh = screen_with({"top.mesh ", "0:2 1:2"});  // the mesh's row: its shape, members per rank
   INFO(with_mesh);
   CHECK_THAT(with_mesh, Catch::Contains("MESH") && Catch::Contains("host=2,gpu=2") && Catch::Contains("0:2 1:2"));
   std::system(("tmux send-keys -t " + session + " e").c_str());
-  const std::string sorted = screen_with("sort: errors");
+  const std::string sorted = screen_with({"sort: errors", "PEER"});
   INFO(sorted);
   CHECK_THAT(sorted, Catch::Contains("sort: errors"));
   std::system(("tmux send-keys -t " + session + " q").c_str());
