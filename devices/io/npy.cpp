@@ -16,7 +16,7 @@ constexpr size_t kMagicSize = 6;
 constexpr size_t kPreludeV1 = kMagicSize + 2 + 2;  // magic, version, u16 header length
 constexpr size_t kPreludeV2 = kMagicSize + 2 + 4;  // magic, version, u32 header length
 // NumPy itself refuses headers beyond this; it also bounds what a corrupt length can make us read.
-constexpr size_t kMaxHeaderSize = 1 << 20;
+constexpr size_t kMaxNpyHeaderSize = 1 << 20;
 
 struct NpyHeader {
   DType dtype = DType::f32;
@@ -177,7 +177,7 @@ NpyHeader parse_header(std::span<const uint8_t> prefix, size_t file_size, std::s
   const size_t prelude = major == 1 ? kPreludeV1 : kPreludeV2;
   if (prefix.size() < prelude) corrupt(name, "truncated header");
   const size_t header_len = read_le(prefix.data() + 8, major == 1 ? 2 : 4);
-  if (header_len > kMaxHeaderSize) corrupt(name, "header length " + std::to_string(header_len) + " is implausible");
+  if (header_len > kMaxNpyHeaderSize) corrupt(name, "header length " + std::to_string(header_len) + " is implausible");
   if (prelude + header_len > file_size || prelude + header_len > prefix.size())
     corrupt(name, "truncated header (" + std::to_string(header_len) + " header bytes announced, file has " +
                       std::to_string(file_size) + " bytes)");
@@ -255,10 +255,10 @@ Tensor host_tensor(const Tensor& t, const char* what) {
   return t.device().is_cpu() ? t : t.to(Device::cpu());
 }
 
-struct FileCloser {
+struct NpyFileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
 };
-using File = std::unique_ptr<std::FILE, FileCloser>;
+using File = std::unique_ptr<std::FILE, NpyFileCloser>;
 
 }  // namespace
 
@@ -283,7 +283,7 @@ Tensor read_npy(const std::string& path) {
   if (prefix.size() >= kPreludeV1 && std::memcmp(prefix.data(), kMagic, kMagicSize) == 0) {
     const size_t header_len = read_le(prefix.data() + 8, prefix[6] == 1 ? 2 : 4);
     const size_t prelude = prefix[6] == 1 ? kPreludeV1 : kPreludeV2;
-    const size_t want = std::min({prelude + header_len, static_cast<size_t>(size), prelude + kMaxHeaderSize});
+    const size_t want = std::min({prelude + header_len, static_cast<size_t>(size), prelude + kMaxNpyHeaderSize});
     if (want > prefix.size()) {
       const size_t have = prefix.size();
       prefix.resize(want);

@@ -19,7 +19,7 @@ namespace troupe {
 namespace {
 
 // The reference implementation refuses larger headers; it bounds what a corrupt length can cost.
-constexpr uint64_t kMaxHeaderSize = 100u << 20;
+constexpr uint64_t kMaxSafetensorsHeaderSize = 100u << 20;
 
 [[noreturn]] void corrupt(const std::string& path, const std::string& why) {
   throw IOError("safetensors: " + path + ": " + why);
@@ -155,7 +155,7 @@ std::map<std::string, Tensor> read_safetensors(const std::string& path, std::map
   std::shared_ptr<MappedFile> file = map_file(path);
   uint64_t header_size = 0;
   for (int i = 0; i < 8; ++i) header_size |= static_cast<uint64_t>(file->data[i]) << (8 * i);
-  if (header_size > kMaxHeaderSize || header_size > file->size - 8)
+  if (header_size > kMaxSafetensorsHeaderSize || header_size > file->size - 8)
     corrupt(path, "header length " + std::to_string(header_size) + " exceeds the file (" + std::to_string(file->size) +
                       " bytes)");
   const uint8_t* header_begin = file->data + 8;
