@@ -226,9 +226,10 @@ int64_t share_newest_checkpoint(net::ProcessGroup& world, CheckpointDir& mine) {
 // of 0.3; the other ranks wait for it in their all_reduce). Returns the element counts of the model's
 // gradient buckets, which each new group's all_reduce is warmed up for (QuorumOptions::warm_up).
 // It needs the shapes only (zero images), so it runs while the data loads on another thread: a rank
-// started again joins sooner (on an idle 2-core Zen 4, 0.53 s of loading and 0.54 s of warm-up one
-// after the other). On the training thread itself: warmed on another, the first step of a new
-// world still took 40-55 ms instead of 5.
+// started again joins sooner. On the training thread itself: warmed on another, the first step of
+// a new world still took 40-55 ms instead of 5. The kernels chosen by timing are remembered on the
+// machine (devices/cpu/kernel_choices.h): on an idle 2-core Zen 4 the warm-up takes 0.45 s in the
+// first process, 0.14 s in the next ones.
 std::vector<int64_t> warm_up(const std::string& model_name, Device device, int64_t bucket_bytes) {
   Model m = model_name == "wide" ? make_model<WideNet>() : make_model<Net>();
   m.module->to(device);

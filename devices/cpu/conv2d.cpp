@@ -3,9 +3,9 @@
 //
 // f32 runs oneDNN primitives. Creating one costs far more than running a small one, so each
 // thread caches them by geometry (a training loop creates three per layer, once), each on the
-// layouts measured faster when it was created: the tensors' plain NCHW/OIHW, or oneDNN's blocked
-// ones with reorders around the call (the plain ones, unmeasured, with deterministic kernels: the
-// two round differently). f64 runs direct loops, there for gradient checks.
+// layouts measured faster on this machine (once, then remembered: kernel_choices.h): the tensors'
+// plain NCHW/OIHW, or oneDNN's blocked ones with reorders around the call (the plain ones,
+// unmeasured, with deterministic kernels: the two round differently). f64 runs direct loops, there for gradient checks.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <chrono>
@@ -15,6 +15,7 @@
 #include <string>
 #include <tuple>
 
+#include "devices/cpu/kernel_choices.h"
 #include "devices/determinism.h"
 #include "devices/op_defs/conv2d.h"
 #include "devices/registry.h"
@@ -117,19 +118,33 @@ double seconds(Staged& s, Buffers& b) {
 }
 
 // The faster of the primitive on plain layouts and on the layouts oneDNN prefers (reorders
-// included), measured once per geometry: which wins depends on the channel counts. Runs
-// alternate and the best of each counts, so a busy core misleads it less.
+// included), measured once per geometry on this machine and then remembered under key, for later
+// processes too (kernel_choices.h): which wins depends on the channel counts. Runs alternate and
+// the best of each counts, so a busy core misleads it less.
 template <class PrimitiveDesc, class Primitive, class MakeDesc>
-Staged tuned(MakeDesc make, const std::vector<ArgSpec>& specs) {
+Staged tuned(const std::string& key, MakeDesc make, const std::vector<ArgSpec>& specs) {
+  if (deterministic_kernels()) return stage<PrimitiveDesc, Primitive>(make(false), specs);
+  const std::optional<std::string> known = remembered_choice(key);
+  if (known == "preferred") {
+    try {
+      return stage<PrimitiveDesc, Primitive>(make(true), specs);
+    } catch (const dnnl::error&) {  // not on this oneDNN after all: measure again
+    }
+  } else if (known == "plain") {
+    return stage<PrimitiveDesc, Primitive>(make(false), specs);
+  }
   Staged plain = stage<PrimitiveDesc, Primitive>(make(false), specs);
-  if (deterministic_kernels()) return plain;
   Staged preferred;
   try {
     preferred = stage<PrimitiveDesc, Primitive>(make(true), specs);
   } catch (const dnnl::error&) {
+    remember_choice(key, "plain");
     return plain;
   }
-  if (preferred.impl == plain.impl) return plain;
+  if (preferred.impl == plain.impl) {
+    remember_choice(key, "plain");
+    return plain;
+  }
   Buffers buffers(plain);
   plain.run(buffers.data);  // warm-up: first-touch pages, JIT code
   preferred.run(buffers.data);
@@ -138,10 +153,13 @@ Staged tuned(MakeDesc make, const std::vector<ArgSpec>& specs) {
     best_plain = std::min(best_plain, seconds(plain, buffers));
     best_preferred = std::min(best_preferred, seconds(preferred, buffers));
   }
-  return best_preferred < best_plain ? std::move(preferred) : std::move(plain);
+  const bool faster = best_preferred < best_plain;
+  remember_choice(key, faster ? "preferred" : "plain");
+  return faster ? std::move(preferred) : std::move(plain);
 }
 
 struct OneDnnConv {
+  std::string name;  // geometry and threads, for the remembered choices' keys
   memory::desc src, weights, bias, dst;
   memory::dims strides, dilates, padding;
   dnnl::convolution_forward::primitive_desc hints[2];  // plain layouts, preferred layouts
@@ -160,6 +178,9 @@ OneDnnConv& onednn_conv(const Conv2dGeometry& g) {
   auto [it, fresh] = cache.try_emplace(std::pair(g.key(), intra_op_threads()));
   OneDnnConv& p = it->second;
   if (!fresh) return p;
+  const auto [n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups] = g.key();
+  for (int64_t v : {n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups}) p.name += std::to_string(v) + ",";
+  p.name += "threads=" + std::to_string(intra_op_threads());
   try {
     const auto f32 = memory::data_type::f32;
     p.src = memory::desc({g.n, g.c, g.h, g.w}, f32, memory::format_tag::nchw);
@@ -191,7 +212,7 @@ Staged& forward_primitive(OneDnnConv& p, bool bias) {
                               {DNNL_ARG_DST, true, p.dst}};
     if (bias) args.push_back({DNNL_ARG_BIAS, false, p.bias});
     slot = tuned<dnnl::convolution_forward::primitive_desc, dnnl::convolution_forward>(
-        [&](bool preferred) {
+        (bias ? "conv2d/forward/" : "conv2d/forward_no_bias/") + p.name, [&](bool preferred) {
           return dnnl::convolution_forward::primitive_desc(
               dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                               p.layout(p.src, preferred), p.layout(p.weights, preferred),
@@ -207,7 +228,7 @@ Staged& forward_primitive(OneDnnConv& p, bool bias) {
 Staged& backward_data_primitive(OneDnnConv& p) {
   if (!p.backward_data)
     p.backward_data = tuned<dnnl::convolution_backward_data::primitive_desc, dnnl::convolution_backward_data>(
-        [&](bool preferred) {
+        "conv2d/backward_data/" + p.name, [&](bool preferred) {
           return dnnl::convolution_backward_data::primitive_desc(
               dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, p.layout(p.src, preferred),
                                                     p.layout(p.weights, preferred), p.layout(p.dst, preferred),
@@ -225,7 +246,7 @@ Staged& backward_weights_primitive(OneDnnConv& p, bool bias) {
                               {DNNL_ARG_DIFF_WEIGHTS, true, p.weights}};
     if (bias) args.push_back({DNNL_ARG_DIFF_BIAS, true, p.bias});
     slot = tuned<dnnl::convolution_backward_weights::primitive_desc, dnnl::convolution_backward_weights>(
-        [&](bool preferred) {
+        (bias ? "conv2d/backward_weights/" : "conv2d/backward_weights_no_bias/") + p.name, [&](bool preferred) {
           return dnnl::convolution_backward_weights::primitive_desc(
               dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, p.layout(p.src, preferred),
                                                        p.layout(p.weights, preferred), bias ? p.bias : memory::desc(),

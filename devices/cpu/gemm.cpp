@@ -11,8 +11,11 @@
 #include <ctime>
 #include <deque>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "devices/cpu/kernel_choices.h"
 #include "devices/determinism.h"
 #include "devices/error.h"
 #include "devices/threads.h"
@@ -54,9 +57,13 @@ double time_once(Gemm gemm, int64_t m, int64_t n, int64_t k, const std::vector<f
   return double(end.tv_sec - start.tv_sec) + 1e-9 * double(end.tv_nsec - start.tv_nsec);
 }
 
+struct Calibration {
+  double onednn_gflops = 0, openblas_gflops = 0;
+};
+
 // On one thread and in that thread's CPU time, so that the figures compare the kernels rather than
 // how busy the (shared) cores are; runs alternate between the libraries.
-GemmChoice calibrate() {
+Calibration calibrate() {
   const int64_t m = 256, n = 1024, k = 1024;
   std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), c(m * n);
   const int previous = thread_intra_op_threads();
@@ -72,22 +79,41 @@ GemmChoice calibrate() {
   }
   set_thread_intra_op_threads(previous);
   const double flops = 2.0 * double(m) * double(n) * double(k);
+  return {flops / onednn_best / 1e9, flops / openblas_best / 1e9};
+}
+
+// oneDNN unless OpenBLAS is clearly faster: oneDNN also wins on the skinny products (small M)
+// that the calibration does not measure, and runs on the same OpenMP threads as every other
+// kernel, where OpenBLAS's own pool spins beside them (the encoder's bf16 fastpath: 311 ms with
+// oneDNN for its attention products, 406 ms with OpenBLAS measured 6% faster alone).
+GemmChoice choose(Calibration measured, const char* when) {
   GemmChoice choice;
-  choice.onednn_gflops = flops / onednn_best / 1e9;
-  choice.openblas_gflops = flops / openblas_best / 1e9;
-  // oneDNN unless OpenBLAS is clearly faster: oneDNN also wins on the skinny products (small M)
-  // that the calibration does not measure, and runs on the same OpenMP threads as every other
-  // kernel, where OpenBLAS's own pool spins beside them (the encoder's bf16 fastpath: 311 ms with
-  // oneDNN for its attention products, 406 ms with OpenBLAS measured 6% faster alone).
+  choice.onednn_gflops = measured.onednn_gflops;
+  choice.openblas_gflops = measured.openblas_gflops;
   choice.backend = choice.openblas_gflops > 1.25 * choice.onednn_gflops ? "openblas" : "onednn";
-  char reason[200];
+  char reason[300];
   std::snprintf(reason, sizeof(reason),
-                "measured %ldx%ldx%ld on 1 thread: onednn %.1f GFLOP/s, openblas %.1f GFLOP/s (oneDNN unless OpenBLAS "
-                "is 1.25x faster)",
-                static_cast<long>(m), static_cast<long>(k), static_cast<long>(n), choice.onednn_gflops,
-                choice.openblas_gflops);
+                "measured %s 256x1024x1024 on 1 thread: onednn %.1f GFLOP/s, openblas %.1f GFLOP/s (oneDNN unless "
+                "OpenBLAS is 1.25x faster)",
+                when, choice.onednn_gflops, choice.openblas_gflops);
   choice.reason = reason;
   return choice;
+}
+
+// The calibration's figures are kept for later processes (kernel_choices.h): "ONEDNN,OPENBLAS".
+GemmChoice calibrated() {
+  const std::string key = "gemm/calibration/256x1024x1024";
+  if (const std::optional<std::string> known = remembered_choice(key)) {
+    Calibration c;
+    if (std::sscanf(known->c_str(), "%lf,%lf", &c.onednn_gflops, &c.openblas_gflops) == 2 && c.onednn_gflops > 0 &&
+        c.openblas_gflops > 0)
+      return choose(c, ("before (kept in " + kernel_choices_file() + ")").c_str());
+  }
+  const Calibration c = calibrate();
+  char value[64];
+  std::snprintf(value, sizeof(value), "%.2f,%.2f", c.onednn_gflops, c.openblas_gflops);
+  remember_choice(key, value);
+  return choose(c, "here");
 }
 
 GemmChoice forced(std::string_view backend, std::string reason) {
@@ -103,7 +129,7 @@ GemmChoice initial_choice() {
   const char* env = std::getenv("TROUPE_GEMM");
   if (env && *env) return forced(env, std::string("TROUPE_GEMM=") + env);
   if (deterministic_kernels()) return forced("onednn", "deterministic kernels: not measured");
-  return calibrate();
+  return calibrated();
 }
 
 // Every choice ever made stays alive (a deque keeps addresses), so references handed out by

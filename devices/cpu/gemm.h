@@ -18,7 +18,7 @@ struct GemmChoice {
 
 // Chosen once per process on first use: TROUPE_GEMM=onednn|openblas forces it; deterministic
 // kernels (determinism.h) take oneDNN; otherwise a short calibration on a mid-sized product picks
-// the faster.
+// the faster, measured once on this machine and then remembered (kernel_choices.h).
 const GemmChoice& gemm_choice();
 // Replaces the choice for the rest of the process: "onednn", "openblas", or "auto" (back to the
 // calibrated or TROUPE_GEMM choice). ValueError for other names. Benchmarks use it to compare.

@@ -13,6 +13,7 @@
 #include "devices/cpu/gemm_bf16.h"
 #include "devices/cpu/gemm_packed.h"
 #include "devices/cpu/isa.h"
+#include "devices/cpu/kernel_choices.h"
 #include "devices/determinism.h"
 #include "devices/registry.h"
 #include "devices/threads.h"
@@ -122,6 +123,7 @@ Json collect() {
         {"onednn_gflops", gemm.onednn_gflops},
         {"openblas_gflops", gemm.openblas_gflops}}},
       {"gemm_bf16", gemm_bf16_path()},
+      {"kernel_choices", {{"file", kernel_choices_file()}}},
       {"ops", OpRegistry::global().names().size()},
       {"cuda", cuda},
   };
@@ -169,6 +171,11 @@ void print_text(const Json& info) {
     std::cout << std::fixed << std::setprecision(1) << " (oneDNN " << gemm["onednn_gflops"].get<double>()
               << " GFLOP/s, OpenBLAS " << gemm["openblas_gflops"].get<double>() << " GFLOP/s)";
   std::cout << "\n";
+  const std::string choices = info["kernel_choices"]["file"].get<std::string>();
+  row("kernel choices") << (choices.empty() ? "measured by every process (TROUPE_KERNEL_CACHE=off, or no home directory)"
+                                            : "measured once on this machine, then kept in " + choices +
+                                                  " (TROUPE_KERNEL_CACHE: a directory, or off)")
+                        << "\n";
   row("ops") << info["ops"] << " registered (troupe op --list)\n";
   const Json& cuda = info["cuda"];
   if (cuda["available"].get<bool>())

@@ -215,3 +215,32 @@ TEST_CASE("troupe info reports the build and machine, as text or JSON", "[cli]")
   CHECK(fixed_info.at("gemm").at("backend") == "onednn");
   CHECK_THAT(fixed_info.at("gemm").at("reason").get<std::string>(), Catch::Contains("deterministic kernels"));
 }
+
+TEST_CASE("troupe info: the GEMM library is measured once on a machine and then remembered", "[cli]") {
+  if (std::getenv("TROUPE_DETERMINISTIC") || std::getenv("TROUPE_GEMM")) {
+    WARN("SKIPPED: TROUPE_DETERMINISTIC or TROUPE_GEMM fixes the GEMM library without measuring");
+    return;
+  }
+  TempDir dir;
+  ::setenv("TROUPE_KERNEL_CACHE", dir.file("choices").c_str(), 1);
+  const Result first = troupe_cmd(dir, "info --json"), second = troupe_cmd(dir, "info --json");
+  ::setenv("TROUPE_KERNEL_CACHE", "off", 1);
+  const Result off = troupe_cmd(dir, "info --json");
+  ::unsetenv("TROUPE_KERNEL_CACHE");
+  INFO(first.err << second.err << off.err);
+  REQUIRE((first.code == 0 && second.code == 0 && off.code == 0));
+  const auto a = nlohmann::json::parse(first.out), b = nlohmann::json::parse(second.out), c = nlohmann::json::parse(off.out);
+  const std::string file = a.at("kernel_choices").at("file").get<std::string>();
+  CHECK_THAT(file, Catch::StartsWith(dir.file("choices") + "/kernel-choices-") && Catch::EndsWith(".txt"));
+  CHECK_THAT(a.at("gemm").at("reason").get<std::string>(), Catch::Contains("measured here"));
+  CHECK_THAT(b.at("gemm").at("reason").get<std::string>(), Catch::Contains("measured before (kept in " + file + ")"));
+  CHECK(b.at("gemm").at("backend") == a.at("gemm").at("backend"));
+  CHECK(b.at("gemm").at("onednn_gflops").get<double>() == Approx(a.at("gemm").at("onednn_gflops").get<double>()).epsilon(0.01));
+  std::ifstream kept(file);
+  std::stringstream text;
+  text << kept.rdbuf();
+  CHECK_THAT(text.str(), Catch::Contains("\ngemm/calibration/256x1024x1024 "));
+  // Off: measured by every process, and no file.
+  CHECK(c.at("kernel_choices").at("file") == "");
+  CHECK_THAT(c.at("gemm").at("reason").get<std::string>(), Catch::Contains("measured here"));
+}
