@@ -117,12 +117,13 @@ struct Store {
     }
   }
 
-  // One write of the whole line, O_APPEND: lines of processes appending together do not mix.
+  // One write of the whole line, O_APPEND: lines of processes appending together do not mix. Not
+  // through a symbolic link: a link planted in a shared directory does not redirect the writes.
   void append(const std::string& line) {
     if (path.empty()) return;
     std::error_code ignored;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
-    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) return;  // not writable here: this process keeps its choices to itself
     const std::string text = ::lseek(fd, 0, SEEK_END) == 0 ? header + line : line;
     [[maybe_unused]] const ssize_t written = ::write(fd, text.data(), text.size());
