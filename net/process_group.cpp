@@ -16,6 +16,8 @@ namespace troupe::net {
 
 namespace {
 
+constexpr std::chrono::milliseconds kShortestPeerTimeout{200};
+
 std::optional<int> env_int(std::initializer_list<const char*> names, std::string* used) {
   for (const char* name : names) {
     const char* value = std::getenv(name);
@@ -167,11 +169,12 @@ TransportOptions transport_options_from_env(const InitOptions& options) {
     t.direct_max = static_cast<size_t>(*v);
   }
   if (auto v = env_int({"TROUPE_PEER_TIMEOUT_MS"}, &used)) {
-    const auto least = 4 * t.heartbeat_interval.count();  // a few heartbeats may be late, not all
-    if (*v < least)
+    // Heartbeats every 200 ms, or 4 to a shorter timeout (a few may be late, not all), 50 ms at least.
+    if (*v < kShortestPeerTimeout.count())
       throw ValueError("init_process_group: TROUPE_PEER_TIMEOUT_MS=" + std::to_string(*v) + " is under " +
-                       std::to_string(least) + " ms (4 heartbeats)");
+                       std::to_string(kShortestPeerTimeout.count()) + " ms (4 heartbeats of 50 ms)");
     t.peer_timeout = std::chrono::milliseconds(*v);
+    t.heartbeat_interval = std::min(t.heartbeat_interval, t.peer_timeout / 4);
   }
   if (auto v = env_int({"TROUPE_STRIPES"}, &used)) {
     if (*v < 0 || *v > kMaxStripes)

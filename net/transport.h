@@ -40,7 +40,8 @@
 //   their turn by the same sequence number.
 // - Payloads are zero-copy both ways: zmq_msg_init_data references the tensor's Storage (kept alive
 //   until ZeroMQ lets go), and a received payload becomes a Storage adopting the zmq_msg_t.
-// - Failure: every 200 ms each rank sends every peer a heartbeat; a peer silent for 3 s, or whose
+// - Failure: every 200 ms each rank sends every peer a heartbeat (init_process_group: 4 to a
+//   TROUPE_PEER_TIMEOUT_MS under 800 ms); a peer silent for 3 s (that timeout), or whose
 //   connection closes (ZeroMQ monitor events) without a goodbye, breaks the transport: every
 //   pending and later operation throws PeerLostError naming it. A peer that said goodbye only
 //   fails operations that need it. Actor frames to the surviving ranks still go: remote actors
@@ -156,6 +157,8 @@ class Transport : private FrameSink {
   int world_size() const { return options_.world_size; }
   const PeerAddress& address() const { return address_; }
   const std::optional<JobKeys>& keys() const { return options_.keys; }
+  std::chrono::milliseconds heartbeat_interval() const { return options_.heartbeat_interval; }
+  std::chrono::milliseconds peer_timeout() const { return options_.peer_timeout; }
   // The busy-poll in use: TransportOptions::busy_poll, or busy_poll_for this host once connected.
   std::chrono::microseconds busy_poll() const { return std::chrono::microseconds(busy_poll_us_.load(std::memory_order_relaxed)); }
   // The poll of a small collective's wait: TransportOptions::small_collective_poll, or chosen once connected.

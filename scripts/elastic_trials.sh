@@ -17,7 +17,7 @@
 #
 # TROUPE_MODE=in-place (the default): troupe launch --in-place (net/quorum.h): the survivors'
 # group re-forms and they train on from memory, the returning rank takes the state from a live one;
-# the transports' heartbeat timeout is TROUPE_PEER_TIMEOUT_MS (default here 1000 ms; a cut link is
+# the transports' heartbeat timeout is TROUPE_PEER_TIMEOUT_MS (default here 500 ms, heartbeats every 125 ms; a cut link is
 # found by it); JOIN_ROWS=cover (the default) or skip: dist_sgd --join-rows, whether the others run
 # a returning rank's rows of the step in which it takes the state. TROUPE_MODE=restart: the launchers' rounds, every rank started again from the newest
 # checkpoint (every EVERY steps).
@@ -39,7 +39,7 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "elastic_trials: needs root (network namespaces)" >&2; exit 2; }
 trials=${1:-20} torch_trials=${2:-4} subset=${3:-12800} epochs=${4:-3} every=${5:-20}
 torch_pg_timeout=${TORCH_PG_TIMEOUT:-10} torch_last_call=${TORCH_LAST_CALL:-1}
-troupe_mode=${TROUPE_MODE:-in-place} peer_timeout=${TROUPE_PEER_TIMEOUT_MS:-1000} nproc=${NPROC:-1} lost_host=${LOST_HOST:-2}
+troupe_mode=${TROUPE_MODE:-in-place} peer_timeout=${TROUPE_PEER_TIMEOUT_MS:-500} nproc=${NPROC:-1} lost_host=${LOST_HOST:-2}
 join_rows=${JOIN_ROWS:-cover}
 case $join_rows in cover|skip) ;; *) echo "elastic_trials: JOIN_ROWS is cover or skip, not $join_rows" >&2; exit 2 ;; esac
 case $lost_host in 0|1|2) ;; *) echo "elastic_trials: LOST_HOST is 0, 1 or 2, not $lost_host" >&2; exit 2 ;; esac

@@ -208,12 +208,19 @@ TEST_CASE("init_process_group: missing or bad settings are typed errors", "[net]
   ::setenv("TROUPE_SMALL_COLLECTIVE_POLL_US", "700", 1);
   CHECK(init_process_group(opts("tcp://127.0.0.1:1", 0, 1))->transport().small_collective_poll() == 700us);
   ::unsetenv("TROUPE_SMALL_COLLECTIVE_POLL_US");
-  // The peer timeout from the environment: one shorter than 4 heartbeats is refused, naming it.
+  // The peer timeout from the environment: heartbeats every 200 ms, or 4 to a shorter timeout;
+  // one shorter than 4 heartbeats of 50 ms is refused, naming it.
   ::setenv("TROUPE_PEER_TIMEOUT_MS", "100", 1);
   CHECK_THROWS_WITH(init_process_group(opts("tcp://127.0.0.1:1", 0, 1)),
-                    Catch::Contains("TROUPE_PEER_TIMEOUT_MS=100 is under 800 ms"));
+                    Catch::Contains("TROUPE_PEER_TIMEOUT_MS=100 is under 200 ms"));
   ::setenv("TROUPE_PEER_TIMEOUT_MS", "5000", 1);
-  CHECK_NOTHROW(init_process_group(opts("tcp://127.0.0.1:1", 0, 1)));
+  CHECK(init_process_group(opts("tcp://127.0.0.1:1", 0, 1))->transport().heartbeat_interval() == 200ms);
+  ::setenv("TROUPE_PEER_TIMEOUT_MS", "500", 1);
+  {
+    auto group = init_process_group(opts("tcp://127.0.0.1:1", 0, 1));
+    CHECK(group->transport().peer_timeout() == 500ms);
+    CHECK(group->transport().heartbeat_interval() == 125ms);
+  }
   ::unsetenv("TROUPE_PEER_TIMEOUT_MS");
   // A secret file others can read is refused.
   const std::string key = (std::filesystem::temp_directory_path() / "troupe-test-open.secret").string();
