@@ -98,8 +98,12 @@ bool SharedMemoryAllReduce::set_up(CollectiveCall& call) {
   const int n = call.size(), r = call.rank();
   segment_bytes_ = sizeof(Segment);
   segments_.assign(static_cast<size_t>(n), nullptr);
+  // Not populated: the pages a group's tensors use are faulted in by its first calls of each size
+  // (the quorum's builder runs them before a rank changes groups); populating the whole 16 MiB
+  // slot of every rank, its own and each peer's, cost a group of 2 ranks a host 32 MiB of page
+  // clearing and mapping per rank as it formed, on the CPUs the ranks train on.
   auto map = [&](int fd) -> Segment* {
-    void* p = ::mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    void* p = ::mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     return p == MAP_FAILED ? nullptr : static_cast<Segment*>(p);
   };
   bool ok = false;
