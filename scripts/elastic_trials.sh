@@ -30,7 +30,8 @@
 # job (and from its join request, which a restarted process makes once it loaded the data and
 # warmed its kernels: with several ranks a host, its first rank's and its last rank's), the bytes of state it took, the survivors' time from their last step before
 # its joining to their first step after (the change of groups and that step), and that first step
-# alone, during which its state moves (live_state.h), both against their median step. Then medians.
+# alone, during which its state moves (live_state.h), both against their median step. Then medians,
+# and how many of the survivors' ordinary steps before the loss took over 1.5x their median anyway.
 # Exits 1 when a troupe trial fails, hangs (10 minutes), loses more than EVERY steps (in place:
 # any step) or ends outside the seeds' accuracy spread (widened by 0.01 each side; torch's
 # accuracy is only shown).
@@ -204,6 +205,9 @@ for sys in troupe torch; do
       fi
       took=$(echo "$m" | awk -v t=$t_back '$1 > t && /\] took the state/ { for (i = 1; i < NF; ++i) if ($(i + 1) == "bytes") print $i; exit }')
       normal=$(echo "$m" | awk -v t=$t_loss '$1 < t && / ?step [0-9]+ loss/ { if (p) print $1 - p; p = $1 }' | median)
+      # The same steps against their median: how often an ordinary step takes over 1.5x anyway.
+      echo "$m" | awk -v t=$t_loss -v n=${normal:-0} '$1 < t && / ?step [0-9]+ loss/ { if (p && n > 0) print ($1 - p) / n; p = $1 }' \
+        >>"$work/troupe.ordinary"
       pause=$(awk -v a=${t_before:-0} -v b=${t_trains:-0} -v n=${normal:-0} 'BEGIN { if (a > 0 && b > 0 && n > 0) printf "%.0f ms (%.1fx)", (b - a) * 1000, (b - a) / n; else print "-" }')
       during=$(awk -v a=${t_grown:-0} -v b=${t_trains:-0} -v n=${normal:-0} 'BEGIN { if (a > 0 && b > 0 && n > 0) printf "%.0f ms (%.1fx)", (b - a) * 1000, (b - a) / n; else print "-" }')
       echo "$pause $during" | tr -d '()x' | awk 'NF == 6 { print $3, $6 }' >>"$work/troupe.join"  # "N ms (Rx)" twice
@@ -241,6 +245,8 @@ if [ -s "$work/troupe.join" ]; then
   echo "troupe: the survivors' step spanning a join, median $(awk '{ print $1 }' "$work/troupe.join" | median)x their median step" \
     "($(awk '$1 <= 1.5' "$work/troupe.join" | wc -l) of $(wc -l <"$work/troupe.join") at most 1.5x); their step during the state's" \
     "transfer, median $(awk '{ print $2 }' "$work/troupe.join" | median)x ($(awk '$2 <= 1.5' "$work/troupe.join" | wc -l) at most 1.5x)"
+  echo "troupe: ordinary steps (before the loss) over 1.5x their trial's median step: $(awk '$1 > 1.5' "$work/troupe.ordinary" | wc -l)" \
+    "of $(wc -l <"$work/troupe.ordinary") ($(awk '$1 > 1.5 { c++ } END { printf "%.1f", NR ? 100 * c / NR : 0 }' "$work/troupe.ordinary")%)"
 fi
 echo "troupe trials $trials, bad $bad"
 [ "$bad" -eq 0 ]
