@@ -173,8 +173,14 @@ void Quorum::listen() {
       }
       continue;
     }
-    // The server's messages, or a wake-up from another thread, whichever comes first.
-    auto m = client_->receive(std::chrono::milliseconds(100), wake_[0]);
+    // The server's messages, a wake-up from another thread or a change of the connection, whichever
+    // comes first; while the connection is down, no later than the moment it counts as lost.
+    auto wait = std::chrono::milliseconds(100);
+    if (const auto was_down = client_->down_since(); was_down && server_seen_) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*was_down + kFailoverAfter - Clock::now());
+      if (left.count() > 0) wait = std::min(wait, left);  // past it (no standby to go to): the usual wait
+    }
+    auto m = client_->receive(wait, wake_[0]);
     const auto down = client_->down_since();
     if (!down) {
       // Back after a drop, or a second without an answer: what asked for an epoch may have died

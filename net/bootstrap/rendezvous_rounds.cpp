@@ -463,8 +463,12 @@ void RoundClient::send(const std::string& kind, const std::vector<std::string>& 
 }
 
 std::optional<RoundMessage> RoundClient::receive(std::chrono::milliseconds wait, int wake_fd) {
-  zmq_pollitem_t items[] = {{socket_, 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd, ZMQ_POLLIN, 0}};
-  if (zmq_poll(items, wake_fd >= 0 ? 2 : 1, static_cast<long>(wait.count())) <= 0 || !(items[0].revents & ZMQ_POLLIN))
+  // The monitor too: a dropped connection ends the wait, and down_since() then dates it to the drop.
+  zmq_pollitem_t items[3] = {{socket_, 0, ZMQ_POLLIN, 0}};
+  int count = 1;
+  if (monitor_) items[count++] = {monitor_, 0, ZMQ_POLLIN, 0};
+  if (wake_fd >= 0) items[count++] = {nullptr, wake_fd, ZMQ_POLLIN, 0};
+  if (zmq_poll(items, count, static_cast<long>(wait.count())) <= 0 || !(items[0].revents & ZMQ_POLLIN))
     return std::nullopt;
   std::vector<std::string> parts;
   if (!receive_parts(socket_, parts) || parts.size() != 1) return std::nullopt;

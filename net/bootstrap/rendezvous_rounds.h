@@ -126,7 +126,8 @@ class RoundClient {
   RoundClient& operator=(const RoundClient&) = delete;
 
   void send(const std::string& kind, const std::vector<std::string>& fields);  // never blocks
-  // The next message within `wait`; nullopt at once when wake_fd (a descriptor, -1: none) turns readable first.
+  // The next message within `wait`; nullopt at once when wake_fd (a descriptor, -1: none) turns
+  // readable first, or (with watch) the connection's state changes: then see down_since().
   std::optional<RoundMessage> receive(std::chrono::milliseconds wait, int wake_fd = -1);
   Clock::time_point last_heard() const { return last_heard_; }  // from the server; construction at first
   // With watch: since when the connection has been down (construction, until the first handshake),
