@@ -20,7 +20,8 @@ namespace troupe {
 
 namespace {
 
-constexpr std::streamsize kMaxFileBytes = 1 << 20;  // more is not a file of ours: read none of it
+// More is not a file of ours: none of it is read, and the first choice kept starts it over.
+constexpr std::streamsize kMaxFileBytes = 1 << 20;
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
@@ -81,6 +82,7 @@ struct Store {
   std::mutex mutex;
   bool resolved = false;  // path chosen
   bool loaded = false;    // path read
+  bool oversized = false;  // over kMaxFileBytes when read
   std::string path;
   std::string header;  // written first into a new file
   std::map<std::string, std::string> choices;
@@ -105,7 +107,10 @@ struct Store {
     std::ifstream in(path, std::ios::binary);
     if (!in) return;
     in.seekg(0, std::ios::end);
-    if (in.tellg() > kMaxFileBytes) return;
+    if (in.tellg() > kMaxFileBytes) {
+      oversized = true;
+      return;
+    }
     in.seekg(0);
     std::string line;
     while (std::getline(in, line)) {
@@ -123,9 +128,16 @@ struct Store {
     if (path.empty()) return;
     std::error_code ignored;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
-    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (oversized ? O_TRUNC : 0),
+                          0644);
     if (fd < 0) return;  // not writable here: this process keeps its choices to itself
-    const std::string text = ::lseek(fd, 0, SEEK_END) == 0 ? header + line : line;
+    std::string text = line;
+    if (oversized) {  // started over with what this process holds
+      text.clear();
+      for (const auto& [key, value] : choices) text += key + " " + value + "\n";
+      oversized = false;
+    }
+    if (::lseek(fd, 0, SEEK_END) == 0) text = header + text;
     [[maybe_unused]] const ssize_t written = ::write(fd, text.data(), text.size());
     ::close(fd);
   }

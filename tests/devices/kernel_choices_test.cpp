@@ -93,7 +93,7 @@ TEST_CASE("kernel choices: a damaged file gives the lines that parse and nothing
   CHECK_FALSE(remembered_choice("test/three").has_value());
   CHECK_FALSE(remembered_choice(std::string("\x00\xff\x01", 3)).has_value());  // not printable
 
-  // Not a file of ours (over 1 MiB): none of it is read, and choices still go on being kept.
+  // Not a file of ours (over 1 MiB): none of it is read, and the first choice kept starts it over.
   {
     std::ofstream out(scratch.path, std::ios::binary);
     out << "test/big plain\n" << std::string(2 << 20, '#') << "\n";
@@ -101,7 +101,13 @@ TEST_CASE("kernel choices: a damaged file gives the lines that parse and nothing
   set_kernel_choices_file(scratch.path);
   CHECK_FALSE(remembered_choice("test/big").has_value());
   remember_choice("test/after", "plain");
+  remember_choice("test/later", "preferred");
   CHECK(remembered_choice("test/after") == "plain");
+  const std::vector<std::string> restarted = scratch.lines();
+  REQUIRE(restarted.size() == 3);
+  CHECK_THAT(restarted[0], Catch::StartsWith("# troupe kernel choices measured on: "));
+  CHECK(restarted[1] == "test/after plain");
+  CHECK(restarted[2] == "test/later preferred");
 
   // A file that cannot be written (its directory is a file): kept in this process only.
   set_kernel_choices_file(scratch.path + "/inside-a-file.txt");
