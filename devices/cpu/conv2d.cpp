@@ -5,7 +5,8 @@
 // thread caches them by geometry (a training loop creates three per layer, once), each on the
 // layouts measured faster on this machine (once, then remembered: kernel_choices.h): the tensors'
 // plain NCHW/OIHW, or oneDNN's blocked ones with reorders around the call (the plain ones,
-// unmeasured, with deterministic kernels: the two round differently). f64 runs direct loops, there for gradient checks.
+// unmeasured, with deterministic kernels: the two round differently). f64 runs direct loops,
+// there for gradient checks.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <chrono>

@@ -15,10 +15,10 @@
 // OPENBLAS_CORETYPE). Lines "KEY VALUE", appended with one write each, so processes may share it;
 // the last line for a key wins, and lines that do not parse are skipped (a choice only ever
 // affects speed, and a caller checks the value it gets); a file over 1 MiB is not read, and the
-// next choice kept starts it over. The directory: $TROUPE_KERNEL_CACHE,
-// else $XDG_CACHE_HOME/troupe, else $HOME/.cache/troupe; TROUPE_KERNEL_CACHE=off keeps nothing
-// (every process measures again). Deterministic kernels (determinism.h) measure nothing, so
-// they neither read nor write it.
+// next choice kept starts it over. The directory: $TROUPE_KERNEL_CACHE, else
+// $XDG_CACHE_HOME/troupe, else $HOME/.cache/troupe; TROUPE_KERNEL_CACHE=off keeps nothing (every
+// process measures again). Deterministic kernels (determinism.h) measure nothing, so they neither
+// read nor write it.
 #include <optional>
 #include <string>
 

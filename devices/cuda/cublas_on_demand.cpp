@@ -1,10 +1,11 @@
 // cuBLAS and cuBLASLt, loaded on the first call rather than with the program. Linked, they cost every
 // process about 25,000 page faults and 74 ms of CPU as it starts (cuBLASLt's constructors; an idle
 // 2-core Zen 4), GPU or not: for a CPU-only run, a command line tool or a rank started again in an
-// elastic job, that was most of its start-up (`dist_sgd --help`: 90-100 ms, now 14 ms). So the library defines, hidden (visible to its own code only), the
-// functions of the two that its kernels call; each resolves the real one once, from
-// libcublas.so.N / libcublasLt.so.N found as the dynamic loader finds libraries, else next to
-// libcudart. A program that links cuBLAS itself (examples/cuda_bench) is unaffected.
+// elastic job, that was most of its start-up (`dist_sgd --help`: 90-100 ms, now 14 ms). So the
+// library defines, hidden (visible to its own code only), the functions of the two that its
+// kernels call; each resolves the real one once, from libcublas.so.N / libcublasLt.so.N found as
+// the dynamic loader finds libraries, else next to libcudart. A program that links cuBLAS itself
+// (examples/cuda_bench) is unaffected.
 //
 // A function used by the kernels but missing here is an undefined symbol when troupe_devices
 // links (it links neither library): add it below, with the header's exact parameters (the
