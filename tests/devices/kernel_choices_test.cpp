@@ -41,6 +41,13 @@ struct ScratchChoices {
     for (std::string line; std::getline(in, line);) all.push_back(line);
     return all;
   }
+  // The file is the header line, then exactly these lines.
+  void check_holds(const std::vector<std::string>& expected) const {
+    const std::vector<std::string> all = lines();
+    REQUIRE(all.size() == expected.size() + 1);
+    CHECK_THAT(all[0], Catch::StartsWith("# troupe kernel choices measured on: ") && Catch::Contains("onednn="));
+    CHECK(std::vector<std::string>(all.begin() + 1, all.end()) == expected);
+  }
 };
 
 size_t count_starting(const std::vector<std::string>& lines, const std::string& prefix) {
@@ -56,11 +63,7 @@ TEST_CASE("kernel choices: kept in the file and read back by the next reader wit
   remember_choice("test/a", "plain");
   remember_choice("test/b", "1.50,2.25");
   CHECK(remembered_choice("test/a") == "plain");
-  const std::vector<std::string> lines = scratch.lines();
-  REQUIRE(lines.size() == 3);
-  CHECK_THAT(lines[0], Catch::StartsWith("# troupe kernel choices measured on: ") && Catch::Contains("onednn="));
-  CHECK(lines[1] == "test/a plain");
-  CHECK(lines[2] == "test/b 1.50,2.25");
+  scratch.check_holds({"test/a plain", "test/b 1.50,2.25"});
 
   remember_choice("test/a", "preferred");
   set_kernel_choices_file(scratch.path);  // read afresh, as the next process would
@@ -103,11 +106,7 @@ TEST_CASE("kernel choices: a damaged file gives the lines that parse and nothing
   remember_choice("test/after", "plain");
   remember_choice("test/later", "preferred");
   CHECK(remembered_choice("test/after") == "plain");
-  const std::vector<std::string> restarted = scratch.lines();
-  REQUIRE(restarted.size() == 3);
-  CHECK_THAT(restarted[0], Catch::StartsWith("# troupe kernel choices measured on: "));
-  CHECK(restarted[1] == "test/after plain");
-  CHECK(restarted[2] == "test/later preferred");
+  scratch.check_holds({"test/after plain", "test/later preferred"});
 
   // A file that cannot be written (its directory is a file): kept in this process only.
   set_kernel_choices_file(scratch.path + "/inside-a-file.txt");
