@@ -219,9 +219,10 @@ int64_t share_newest_checkpoint(net::ProcessGroup& world, CheckpointDir& mine) {
 }
 
 // In place, every rank first runs one step's kernels on throwaway weights for each share of the
-// batch a world of 1 to 8 ranks gives, and for the one row a rank taking the state runs: the
-// kernels chosen by timing per shape (devices/determinism.h) (and per thread count: it runs with
-// the training's) are then chosen before the rank takes part, not in the first step after the
+// batch the job's worlds give (TROUPE_WORLD_SIZES from the launcher, the largest 8 of them; 1 to 8
+// ranks without it), and for the one row a rank taking the state runs: the kernels chosen by
+// timing per shape (devices/determinism.h) (and per thread count: it runs with the training's)
+// are then chosen before the rank takes part, not in the first step after the
 // world changed (that step took 0.15 s instead of 0.02 here, and a joiner's one row 10 ms instead
 // of 0.3; the other ranks wait for it in their all_reduce). Returns the element counts of the model's
 // gradient buckets, which each new group's all_reduce is warmed up for (QuorumOptions::warm_up).
@@ -233,8 +234,17 @@ int64_t share_newest_checkpoint(net::ProcessGroup& world, CheckpointDir& mine) {
 std::vector<int64_t> warm_up(const std::string& model_name, Device device, int64_t bucket_bytes) {
   Model m = model_name == "wide" ? make_model<WideNet>() : make_model<Net>();
   m.module->to(device);
+  int64_t smallest = 1, largest = 8;
+  if (const char* sizes = std::getenv("TROUPE_WORLD_SIZES"); sizes && *sizes) {
+    long long lo = 0, hi = 0;
+    char end = 0;
+    if (std::sscanf(sizes, "%lld:%lld%c", &lo, &hi, &end) != 2 || lo < 1 || hi < lo)
+      throw ValueError(std::string("dist_sgd: TROUPE_WORLD_SIZES='") + sizes + "' is not MIN:MAX, 1 <= MIN <= MAX");
+    largest = std::min<int64_t>(hi, 64);  // --elastic runs on at most 64 ranks
+    smallest = std::max<int64_t>(lo, largest - 7);
+  }
   std::set<int64_t> shares;
-  for (int64_t world = 1; world <= 8; ++world)
+  for (int64_t world = smallest; world <= largest; ++world)
     for (int64_t r = 0; r < world; ++r) shares.insert(128 * (r + 1) / world - 128 * r / world);
   shares.insert(1);  // the one row, weighed 0, of a rank taking the state in its first step
   for (int64_t rows : shares)

@@ -481,6 +481,7 @@ LaunchResult run_in_place(const LaunchOptions& o, std::map<std::string, std::str
   }
   for (const char* fixed : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK"}) env.erase(fixed);
   env["TROUPE_QUORUM"] = numeric + ":" + std::to_string(port);
+  env["TROUPE_WORLD_SIZES"] = std::to_string(settings.min_ranks) + ":" + std::to_string(settings.max_ranks);
   if (server) env["TROUPE_QUORUM_STANDBY"] = standby;
   LaunchResult result = run_ranks(o, env, print, 0, {}, /*in_place=*/true);
   // A standby that took the quorum over serves it to the end, as the quorum's launcher does.

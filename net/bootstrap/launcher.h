@@ -69,7 +69,8 @@ struct LaunchOptions {
   // net/quorum.h, served by the launcher whose host owns HOST), and a lost rank or node stops no
   // other rank: the survivors' group re-forms and they go on from memory. A failed rank is started
   // again on its own (max_restarts times each) and joins as a new rank. The ranks get
-  // TROUPE_QUORUM=HOST:PORT and LOCAL_RANK, no RANK or WORLD_SIZE (their quorum numbers them).
+  // TROUPE_QUORUM=HOST:PORT, TROUPE_WORLD_SIZES=MIN:MAX (min_nodes and nnodes times nproc: every
+  // epoch's world lies between) and LOCAL_RANK, no RANK or WORLD_SIZE (their quorum numbers them).
   bool in_place = false;
   // Receives every output line: rank R (or -1 for the launcher's own notices), whether it came
   // from stderr, and the line without its newline. Default: "[rank R] line" to stdout/stderr.

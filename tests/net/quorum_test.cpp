@@ -323,6 +323,18 @@ TEST_CASE("quorum: epochs form, grow with a joiner, shrink on a closed connectio
 // A host started again: its ranks finish loading one by one, and each would make an epoch of its
 // own. The server waits for the rest of a joiner's launcher (its join names the launcher's standby
 // and how many ranks it runs), up to host_wait, so the members change groups once.
+TEST_CASE("quorum: troupe launch --in-place tells its ranks the quorum's world sizes in ranks", "[net][quorum]") {
+  LoopbackJob job("quorum_world_sizes", "");
+  // --nnodes 1:2 with 2 ranks a node: every epoch's world lies between 2 and 4 ranks.
+  BackgroundProcess node(kBin + "/troupe launch --nproc 2 --nnodes 1:2 --secret " + job.secret +
+                             " --rdzv-endpoint 127.0.0.1:" + job.port +
+                             " --rdzv-timeout 10 --in-place -- sh -c 'echo sizes=$TROUPE_WORLD_SIZES'",
+                         job.dir / "n0.log");
+  INFO(node.output());
+  REQUIRE(node.wait_exit(30s) == 0);
+  CHECK(count_matches(node.output(), "\\[rank [01]\\] sizes=2:4") == 2);
+}
+
 TEST_CASE("quorum: a joiner's launcher's ranks join in one epoch, waited for up to host_wait", "[net][quorum]") {
   Server s({.min_ranks = 1, .max_ranks = 4, .settle = 200ms, .reform_timeout = 3000ms, .join_timeout = 20000ms,
             .host_wait = 1500ms});
