@@ -65,24 +65,6 @@ Half::operator float() const {
   return f;
 }
 
-BFloat16::BFloat16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) {  // nan stays a quiet nan
-    bits = static_cast<uint16_t>((x >> 16) | 0x40u);
-    return;
-  }
-  x += 0x7fffu + ((x >> 16) & 1u);
-  bits = static_cast<uint16_t>(x >> 16);
-}
-
-BFloat16::operator float() const {
-  const uint32_t x = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
-
 size_t itemsize(DType t) {
   switch (t) {
     case DType::f64:

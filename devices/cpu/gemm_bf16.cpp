@@ -77,15 +77,7 @@ bool emulated() {
   return no_bf16;
 }
 
-// BFloat16's rounding (to nearest even, NaN kept a quiet NaN) inline and without branches, so the
-// loops over rows vectorise: BFloat16(float) is out of line (dtype.cpp), a call per element.
-inline uint16_t bf16_bits(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (x >> 16) | 0x40u;
-  const uint32_t is_nan = 0u - static_cast<uint32_t>((x & 0x7fffffffu) > 0x7f800000u);
-  return static_cast<uint16_t>((quiet_nan & is_nan) | (rounded & ~is_nan));
-}
+inline uint16_t bf16_bits(float f) { return BFloat16(f).bits; }
 inline float bf16_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
 
 // One row rounded 16 at a time by the CPU's own conversion (AVX512-BF16), the same rounding.
