@@ -1,5 +1,7 @@
 #include "devices/cpu/gemm_packed.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -51,8 +53,14 @@ void pack_rows(const RowTiles& tiles, int64_t t0, int64_t t1, const float* a, in
 // slice stays near the core). While a block's tiles pass one slice, they fetch the next one in
 // shares, a line every 2^shift steps: the panels stream from memory (the LSTM's recurrent weights
 // are 16 MiB each) and the first tile on a slice would otherwise wait for it.
+// A as the tiles read it: packed by pack_rows (lda 0), or row-major where it lies, lda apart.
+struct TileRows {
+  const float* a;
+  int64_t lda;
+};
+
 void product_block(const GemmTiles& kernel, const RowTiles& tiles, int64_t t0, int64_t t1, int64_t p0, int64_t p1,
-                   const float* packed_a, const PackedWeight& w, float beta, const float* bias, float* c, int64_t ldc) {
+                   TileRows a, const PackedWeight& w, float beta, const float* bias, float* c, int64_t ldc) {
   const int64_t k = w.k(), n = w.n(), width = kernel.width;
   const int64_t kc = kernel.kc, tiles_per_block = std::max<int64_t>(1, kernel.mc / kMaxRows);
   for (int64_t k0 = 0; k0 < k; k0 += kc) {
@@ -74,12 +82,46 @@ void product_block(const GemmTiles& kernel, const RowTiles& tiles, int64_t t0, i
         for (int64_t t = b0; t < b1; ++t) {
           const int64_t row = tiles.first_row(t), height = tiles.height(t);
           const int64_t part = std::min<int64_t>(t - b0, (int64_t{1} << shift) - 1);
-          kernel.tile[height](kn, packed_a + row * k + k0 * height, b, c + row * ldc + p * width, ldc, cols, load_c,
-                              scale, block_bias ? block_bias + p * width : nullptr, next + part * share, shift);
+          const float* rows = a.lda ? a.a + row * a.lda + k0 : a.a + row * k + k0 * height;
+          (a.lda ? kernel.tile_in_place : kernel.tile)[height](kn, rows, a.lda, b, c + row * ldc + p * width, ldc,
+                                                               cols, load_c, scale,
+                                                               block_bias ? block_bias + p * width : nullptr,
+                                                               next + part * share, shift);
         }
       }
     }
   }
+}
+
+// The 8x8 block of src at (row j, column i) stored transposed at dst[i * ldd + j]: eight rows in
+// registers, interleaved by pairs, then by fours, then by halves.
+void transpose_8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m256 r[8], t[8], s[8];
+  for (int q = 0; q < 8; ++q) r[q] = _mm256_loadu_ps(src + q * lds);
+  for (int q = 0; q < 8; q += 2) {
+    t[q] = _mm256_unpacklo_ps(r[q], r[q + 1]);  // columns 0, 1 | 4, 5 of rows q, q + 1
+    t[q + 1] = _mm256_unpackhi_ps(r[q], r[q + 1]);  // columns 2, 3 | 6, 7
+  }
+  for (int q = 0; q < 8; q += 4) {
+    s[q] = _mm256_shuffle_ps(t[q], t[q + 2], 0x44);  // column 0 | 4 of four rows
+    s[q + 1] = _mm256_shuffle_ps(t[q], t[q + 2], 0xee);  // column 1 | 5
+    s[q + 2] = _mm256_shuffle_ps(t[q + 1], t[q + 3], 0x44);  // column 2 | 6
+    s[q + 3] = _mm256_shuffle_ps(t[q + 1], t[q + 3], 0xee);  // column 3 | 7
+  }
+  for (int q = 0; q < 4; ++q) {
+    _mm256_storeu_ps(dst + q * ldd, _mm256_permute2f128_ps(s[q], s[q + 4], 0x20));
+    _mm256_storeu_ps(dst + (q + 4) * ldd, _mm256_permute2f128_ps(s[q], s[q + 4], 0x31));
+  }
+}
+
+// dst[i * ldd + j] = src[j * lds + i] for j < rows, i < cols: W's rows into a panel's columns.
+// By 8x8 blocks in registers: one element at a time, a weight's packing took 11% of attention.
+void transpose_into(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
+  const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+  for (int64_t j = 0; j < rows8; j += 8)
+    for (int64_t i = 0; i < cols8; i += 8) transpose_8x8(src + j * lds + i, lds, dst + i * ldd + j, ldd);
+  for (int64_t j = 0; j < rows; ++j)  // the edges: the last columns of every row, every column of the last rows
+    for (int64_t i = j < rows8 ? cols8 : 0; i < cols; ++i) dst[i * ldd + j] = src[j * lds + i];
 }
 
 // The calling thread's buffer for packed rows, grown to the largest product it ran and kept: a
@@ -121,11 +163,7 @@ PackedWeight::PackedWeight(const float* w, int64_t n, int64_t k, int64_t ldw, Cp
     const int64_t cols = std::min(width_, n - p * width_);
     float* panel = out + p * k * width_;
     if (cols < width_) std::memset(panel, 0, sizeof(float) * k * width_);
-    // Reading W row by row (unit stride) and scattering into the panel's column.
-    for (int64_t j = 0; j < cols; ++j) {
-      const float* src = w + (p * width_ + j) * ldw;
-      for (int64_t i = 0; i < k; ++i) panel[i * width_ + j] = src[i];
-    }
+    transpose_into(w + p * width_ * ldw, ldw, cols, k, panel, width_);
   }
 }
 
@@ -149,7 +187,7 @@ PackedWeight PackedWeight::from_transposed(const float* wt, int64_t n, int64_t k
 }
 
 void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight& w, float beta, float* c,
-                     int64_t ldc, const float* bias) {
+                     int64_t ldc, const float* bias, ARead read) {
   const int64_t n = w.n(), k = w.k();
   if (m < 0) throw ValueError("gemm_packed_f32: negative m=" + std::to_string(m));
   check_packed_sizes("gemm_packed_f32", n, k, lda, "lda");
@@ -164,7 +202,9 @@ void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight&
   }
   const GemmTiles& kernel = tiles_for(w.isa());
   const RowTiles tiles(m);
-  float* packed_a = packed_rows_buffer(static_cast<size_t>(m) * static_cast<size_t>(k));
+  const bool pack = read == ARead::packed;
+  float* packed_a = pack ? packed_rows_buffer(static_cast<size_t>(m) * static_cast<size_t>(k)) : nullptr;
+  const TileRows rows = pack ? TileRows{packed_a, 0} : TileRows{a, lda};
   // Threads take chunks in turn: on a shared machine a descheduled thread holds up only its
   // current chunk, not a fixed half of the product (a static split made the 2-thread recurrence
   // slower than 1 thread while other processes ran). Chunks are groups of panels, or groups of
@@ -177,21 +217,23 @@ void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight&
   const int64_t units = by_panels ? panels : tiles.count;
   const int64_t chunks = std::min<int64_t>(units, 8 * threads);
   if (threads <= 1 || chunks < 2) {
-    pack_rows(tiles, 0, tiles.count, a, lda, k, packed_a);
-    product_block(kernel, tiles, 0, tiles.count, 0, panels, packed_a, w, beta, bias, c, ldc);
+    if (pack) pack_rows(tiles, 0, tiles.count, a, lda, k, packed_a);
+    product_block(kernel, tiles, 0, tiles.count, 0, panels, rows, w, beta, bias, c, ldc);
     return;
   }
 #pragma omp parallel num_threads(threads)
   {
+    if (pack) {
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < tiles.count; ++t) pack_rows(tiles, t, t + 1, a, lda, k, packed_a);
+      for (int64_t t = 0; t < tiles.count; ++t) pack_rows(tiles, t, t + 1, a, lda, k, packed_a);
+    }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < chunks; ++i) {
       const int64_t begin = units * i / chunks, end = units * (i + 1) / chunks;
       if (by_panels)
-        product_block(kernel, tiles, 0, tiles.count, begin, end, packed_a, w, beta, bias, c, ldc);
+        product_block(kernel, tiles, 0, tiles.count, begin, end, rows, w, beta, bias, c, ldc);
       else
-        product_block(kernel, tiles, begin, end, 0, panels, packed_a, w, beta, bias, c, ldc);
+        product_block(kernel, tiles, begin, end, 0, panels, rows, w, beta, bias, c, ldc);
     }
   }
 }

@@ -44,12 +44,18 @@ class PackedWeight {
   Tensor data_;
 };
 
+// How gemm_packed_f32 reads A. Packed first (the default): a tile then reads its rows' next
+// values from one line, where rows a power of two apart would share the same few L1 sets.
+// In place: for products whose A rows are few and short (attention's per-head products, k = 64
+// or a sequence's keys), where packing cost more than it saved.
+enum class ARead { packed, in_place };
+
 // Row-major C[m, n] = A[m, k] @ W^T + beta * C (+ bias[n] when given; beta 0 never reads C),
 // with the kernels the weight was packed for: the bias is added as the tiles store, not in a pass
 // of its own. Uses the calling thread's intra-op thread budget. ValueError for bad sizes or
 // leading dimensions.
 void gemm_packed_f32(int64_t m, const float* a, int64_t lda, const PackedWeight& w, float beta, float* c,
-                     int64_t ldc, const float* bias = nullptr);
+                     int64_t ldc, const float* bias = nullptr, ARead read = ARead::packed);
 
 // "avx2 6x16" or "avx512 6x64": the register tile products use on this CPU, for `troupe info`.
 const char* gemm_packed_kernel();

@@ -13,16 +13,16 @@ constexpr int64_t W = 16;
 
 #define TROUPE_AVX2 [[gnu::target("avx2,fma")]]
 
-// Row r's two accumulators += a[p][r] * the panel's row p.
-#define ROW_STEP(r)                                     \
-  if constexpr (MR > r) {                               \
-    const __m256 x = _mm256_broadcast_ss(a + q + r);    \
+// Row r's two accumulators += A[r][p] * the panel's row p.
+#define ROW_STEP(r)                                                                 \
+  if constexpr (MR > r) {                                                           \
+    const __m256 x = _mm256_broadcast_ss(kInPlace ? a + r * lda + p : a + q + r);   \
     acc##r##0 = _mm256_fmadd_ps(x, b0, acc##r##0);      \
     acc##r##1 = _mm256_fmadd_ps(x, b1, acc##r##1);      \
   }
 
-template <int MR>
-TROUPE_AVX2 void tile(int64_t kn, const float* a, const float* b, float* c, int64_t ldc, int64_t cols, bool load_c,
+template <int MR, bool kInPlace>
+TROUPE_AVX2 void tile(int64_t kn, const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int64_t cols, bool load_c,
                       float scale, const float* bias, const float* next, int next_shift) {
   // C's lines are fetched while the products run: they are cold (other panels and k blocks
   // wrote them last), and a tile stalled on them at its end would idle the FMA units.
@@ -82,7 +82,9 @@ TROUPE_AVX2 void tile(int64_t kn, const float* a, const float* b, float* c, int6
 // 1024: 81-82.
 const GemmTiles gemm_tiles_avx2{
     "avx2 6x16", avx2_tiles::W, 1024, 96,
-    {nullptr, avx2_tiles::tile<1>, avx2_tiles::tile<2>, avx2_tiles::tile<3>,
-     avx2_tiles::tile<4>, avx2_tiles::tile<5>, avx2_tiles::tile<6>}};
+    {nullptr, avx2_tiles::tile<1, false>, avx2_tiles::tile<2, false>, avx2_tiles::tile<3, false>,
+     avx2_tiles::tile<4, false>, avx2_tiles::tile<5, false>, avx2_tiles::tile<6, false>},
+    {nullptr, avx2_tiles::tile<1, true>, avx2_tiles::tile<2, true>, avx2_tiles::tile<3, true>,
+     avx2_tiles::tile<4, true>, avx2_tiles::tile<5, true>, avx2_tiles::tile<6, true>}};
 
 }  // namespace troupe
