@@ -130,6 +130,9 @@ void map_f32(const float* x, float* y, int64_t n, Lane lane) {
 }  // namespace
 
 void exp_f32(const float* x, float* y, int64_t n) { map_f32(x, y, n, [](float v) { return exp_lane(v); }); }
+void exp_shifted_f32(const float* x, float* y, int64_t n, float shift, float scale) {
+  map_f32(x, y, n, [=](float v) { return exp_lane((v - shift) * scale); });
+}
 void tanh_f32(const float* x, float* y, int64_t n) { map_f32(x, y, n, [](float v) { return tanh_lane(v); }); }
 void sigmoid_f32(const float* x, float* y, int64_t n) { map_f32(x, y, n, [](float v) { return sigmoid_lane(v); }); }
 void gelu_f32(const float* x, float* y, int64_t n) { map_f32(x, y, n, [](float v) { return gelu_lane(v); }); }

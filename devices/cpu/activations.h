@@ -13,6 +13,7 @@
 namespace troupe {
 
 void exp_f32(const float* x, float* y, int64_t n);
+void exp_shifted_f32(const float* x, float* y, int64_t n, float shift, float scale);  // exp((x - shift) * scale)
 void tanh_f32(const float* x, float* y, int64_t n);
 void sigmoid_f32(const float* x, float* y, int64_t n);            // 1 / (1 + exp(-x))
 void gelu_f32(const float* x, float* y, int64_t n);               // x * Phi(x), the erf form

@@ -54,6 +54,13 @@ TEST_CASE("packed_attention equals softmax(q k^T / sqrt(hd)) v per sequence and 
   CHECK_FALSE(std::isnan(none.select(0, 3).select(0, 5).item<float>()));
 }
 
+TEST_CASE("packed_attention at 256 and 512 keys, where the scores' rows are padded apart", "[attention]") {
+  Generator generator(4);
+  const std::vector<int64_t> offsets{0, 256, 261, 773};
+  const Tensor qkv = rand_uniform({773, 3 * 32}, -2, 2, DType::f32, generator);
+  check_close(packed_attention(qkv, i64(offsets), 2), reference(qkv, offsets, 2, {}), {.rtol = 1e-5, .atol = 1e-6});
+}
+
 TEST_CASE("packed_attention in bf16 is the f32 result of the same values, rounded once", "[attention]") {
   Generator generator(5);
   const std::vector<int64_t> offsets{0, 1, 8, 8, 72};
