@@ -20,7 +20,8 @@
 //
 // qkv may be bf16 (the bf16 encoder's projection): the context is then bf16 too, computed here in
 // f32 from the widened qkv and rounded once at the end, the contract the cuda kernel keeps with f32
-// accumulation on tensor cores.
+// accumulation on tensor cores. Each task widens its head's rows into its own buffer and rounds its
+// context from another: widening the whole qkv first sent it through memory twice more.
 #include <omp.h>
 
 #include <cmath>
@@ -46,9 +47,30 @@ struct OneThreadPerProduct {
   ~OneThreadPerProduct() { set_thread_intra_op_threads(outer); }
 };
 
+// One head of one sequence: context = softmax(q k^T * scale) v for L queries over n keys, q's row r
+// at q + r * ldq and the keys' and values' columns `part` and 2 * part after q's. scores (L rows,
+// ld apart) and inverse_sums (L) are the caller's buffers.
+void attend(int64_t L, int64_t n, int64_t hd, const float* q, int64_t ldq, int64_t part, float scale, float* scores,
+            int64_t ld, float* inverse_sums, float* context, int64_t ldc) {
+  const PackedWeight keys_packed(q + part, n, hd, ldq);  // C = q @ k^T: k is W
+  gemm_packed_f32(L, q, ldq, keys_packed, 0.0f, scores, ld, nullptr, ARead::in_place);
+  // softmax(scores * scale), its division by the row's sum left to the context rows (hd values,
+  // not n): the scale is positive, so the maximum is the same before and after it.
+  for (int64_t r = 0; r < L; ++r) {
+    float* row = scores + r * ld;
+    exp_shifted_f32(row, row, n, fold_row<float>(row, n, NanMax{}), scale);
+    inverse_sums[r] = 1.0f / sum_row<float>(row, n);
+  }
+  const PackedWeight values_packed = PackedWeight::from_transposed(q + 2 * part, hd, n, ldq);  // C = P @ v
+  gemm_packed_f32(L, scores, ld, values_packed, 0.0f, context, ldc, nullptr, ARead::in_place);
+  for (int64_t r = 0; r < L; ++r)
+    for (int64_t j = 0; j < hd; ++j) context[r * ldc + j] *= inverse_sums[r];
+}
+
 std::vector<Tensor> packed_attention_cpu(const OpCall& c) {
   const DType dtype = c.inputs[0].dtype();
-  const Tensor qkv = c.inputs[0].to(DType::f32).contiguous();
+  const bool bf16 = dtype == DType::bf16;
+  const Tensor qkv = bf16 ? c.inputs[0].contiguous() : c.inputs[0].to(DType::f32).contiguous();
   const std::vector<int64_t> offsets = c.inputs[1].to_vector<int64_t>();
   const PackedAttentionDims dims = packed_attention_dims(qkv.shape(), c.attrs);
   const int64_t rows = dims.rows, d = dims.width, heads = dims.heads, hd = dims.head_width;
@@ -71,9 +93,11 @@ std::vector<Tensor> packed_attention_cpu(const OpCall& c) {
     }
   }
 
-  Tensor out = Tensor::empty({rows, d}, DType::f32);
-  const float* base = qkv.data<float>();
-  float* context = out.mutable_data<float>();
+  Tensor out = Tensor::empty({rows, d}, bf16 ? DType::bf16 : DType::f32);
+  const float* qkv_f32 = bf16 ? nullptr : qkv.data<float>();
+  const BFloat16* qkv_bf16 = bf16 ? qkv.data<BFloat16>() : nullptr;
+  float* out_f32 = bf16 ? nullptr : out.mutable_data<float>();
+  BFloat16* out_bf16 = bf16 ? out.mutable_data<BFloat16>() : nullptr;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<int64_t> tasks;  // sequence * heads + head, the sequences with tokens
   double flops = 0;
@@ -86,37 +110,44 @@ std::vector<Tensor> packed_attention_cpu(const OpCall& c) {
   auto run_task = [&](int64_t t, std::vector<float>& buffer) {
     const int64_t i = tasks[t] / heads, h = tasks[t] % heads;
     const int64_t first = offsets[i], L = offsets[i + 1] - first, n = keys[i];
-    const float* q = base + first * 3 * d + h * hd;
-    float* out_rows = context + first * d + h * hd;
-    if (n == 0) {
-      for (int64_t r = 0; r < L; ++r) std::fill(out_rows + r * d, out_rows + r * d + hd, std::numeric_limits<float>::quiet_NaN());
-      return;
-    }
     // Rows of scores a multiple of 1 KiB apart would share L1 sets when the tiles read them.
     const int64_t ld = n % 256 == 0 ? n + 16 : n;
-    buffer.resize(static_cast<size_t>(L * ld + L));
+    buffer.resize(static_cast<size_t>(L * ld + L + (bf16 ? 4 * L * hd : 0)));
     float* scores = buffer.data();
     float* inverse_sums = scores + L * ld;
-    const PackedWeight keys_packed(q + d, n, hd, 3 * d);  // C = q @ k^T: k is W
-    gemm_packed_f32(L, q, 3 * d, keys_packed, 0.0f, scores, ld, nullptr, ARead::in_place);
-    // softmax(scores / sqrt(hd)), its division by the row's sum left to the context rows (hd
-    // values, not n): the scale is positive, so the maximum is the same before and after it.
-    for (int64_t r = 0; r < L; ++r) {
-      float* row = scores + r * ld;
-      exp_shifted_f32(row, row, n, fold_row<float>(row, n, NanMax{}), scale);
-      inverse_sums[r] = 1.0f / sum_row<float>(row, n);
+    // q's row r at q + r * ldq, its keys' and values' columns `part` and 2 * part further.
+    const float* q;
+    int64_t ldq, part;
+    float* out_rows;  // the context's row r at out_rows + r * ldo
+    int64_t ldo;
+    if (bf16) {
+      float* wide = inverse_sums + L;
+      const BFloat16* from = qkv_bf16 + first * 3 * d + h * hd;
+      for (int64_t r = 0; r < L; ++r)
+        for (int64_t k = 0; k < 3; ++k)
+          for (int64_t j = 0; j < hd; ++j) wide[(r * 3 + k) * hd + j] = float(from[r * 3 * d + k * d + j]);
+      q = wide, ldq = 3 * hd, part = hd;
+      out_rows = wide + 3 * L * hd, ldo = hd;
+    } else {
+      q = qkv_f32 + first * 3 * d + h * hd, ldq = 3 * d, part = d;
+      out_rows = out_f32 + first * d + h * hd, ldo = d;
     }
-    const PackedWeight values_packed = PackedWeight::from_transposed(q + 2 * d, hd, n, 3 * d);  // C = P @ v
-    gemm_packed_f32(L, scores, ld, values_packed, 0.0f, out_rows, d, nullptr, ARead::in_place);
-    for (int64_t r = 0; r < L; ++r)
-      for (int64_t j = 0; j < hd; ++j) out_rows[r * d + j] *= inverse_sums[r];
+    if (n == 0)
+      for (int64_t r = 0; r < L; ++r) std::fill(out_rows + r * ldo, out_rows + r * ldo + hd, std::numeric_limits<float>::quiet_NaN());
+    else
+      attend(L, n, hd, q, ldq, part, scale, scores, ld, inverse_sums, out_rows, ldo);
+    if (bf16) {
+      BFloat16* to = out_bf16 + first * d + h * hd;
+      for (int64_t r = 0; r < L; ++r)
+        for (int64_t j = 0; j < hd; ++j) to[r * d + j] = BFloat16(out_rows[r * hd + j]);
+    }
   };
   const int threads = flops < 4e6 ? 1 : intra_op_threads();
   if (threads <= 1) {
     OneThreadPerProduct one_thread;
     std::vector<float> buffer;
     for (int64_t t = 0; t < count; ++t) run_task(t, buffer);
-    return {out.to(dtype)};
+    return {out};
   }
   apply_intra_op_threads();
 #pragma omp parallel num_threads(threads)
@@ -126,7 +157,7 @@ std::vector<Tensor> packed_attention_cpu(const OpCall& c) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < count; ++t) run_task(t, buffer);
   }
-  return {out.to(dtype)};
+  return {out};
 }
 
 const OpRegistrar packed_attention_kernel{"packed_attention", DeviceType::cpu, packed_attention_cpu};
