@@ -7,6 +7,7 @@
 //   }
 #include <cstdio>
 #include <exception>
+#include <string>
 
 namespace troupe {
 
@@ -15,7 +16,10 @@ int run_example(const char* name, Body body) {
   try {
     return body();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    // Messages that already name the example ("dist_sgd: ...") are not prefixed twice.
+    const std::string prefix = std::string(name) + ": ";
+    const bool named = std::string(e.what()).starts_with(prefix);
+    std::fprintf(stderr, "%s%s\n", named ? "" : prefix.c_str(), e.what());
     return 1;
   }
 }

@@ -147,3 +147,18 @@ TEST_CASE("two ranks of dist_sgd lower the loss and stay bit-identical", "[data]
   CHECK(losses[2] < losses[0]);
   CHECK(output.find("test_accuracy=") != std::string::npos);
 }
+
+TEST_CASE("dist_sgd's errors name it once and exit 1", "[data][dist][errors]") {
+  // With a GPU: --sync naive is refused for a device; without: the device is. Either names it once.
+  const std::string command = "'" + std::string(TROUPE_BIN_DIR) + "/dist_sgd' --device cuda --sync naive 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  std::string output;
+  char line[512];
+  while (std::fgets(line, sizeof line, pipe)) output += line;
+  const int status = pclose(pipe);
+  INFO(output);
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK(output.rfind("dist_sgd: --device cuda", 0) == 0);
+  CHECK(output.find("dist_sgd: dist_sgd:") == std::string::npos);
+}
