@@ -81,14 +81,24 @@ CpuIsa cpu_isa() {
   return made.isa;
 }
 
-std::string cpu_model_name() {
+std::map<std::string, std::string> cpu_info() {
+  const auto trim = [](const std::string& s) {
+    const size_t first = s.find_first_not_of(" \t"), last = s.find_last_not_of(" \t");
+    return first == std::string::npos ? std::string() : s.substr(first, last - first + 1);
+  };
+  std::map<std::string, std::string> fields;
   std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);)
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos && colon + 1 < line.size()) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  return "unknown";
+  for (std::string line; std::getline(cpuinfo, line) && !line.empty();) {  // a blank line ends the block
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos) fields.emplace(trim(line.substr(0, colon)), trim(line.substr(colon + 1)));
+  }
+  return fields;
+}
+
+std::string cpu_model_name() {
+  const auto fields = cpu_info();
+  const auto name = fields.find("model name");
+  return name == fields.end() || name->second.empty() ? "unknown" : name->second;
 }
 
 const char* cpu_isa_build() { return TROUPE_HOST_ARCH; }

@@ -7,6 +7,7 @@
 //
 //   if (cpu_isa() >= CpuIsa::avx512) gemm_avx512(...); else gemm_avx2(...);
 //   std::cout << cpu_isa_name(cpu_isa());   // "avx2"
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,9 @@ CpuIsa cpu_isa_detected();
 const char* cpu_isa_name(CpuIsa isa);
 // What the host code was compiled for: "x86-64-v3" (runs on every AVX2 CPU) or "native".
 const char* cpu_isa_build();
+// The first processor's fields in /proc/cpuinfo ("model name" -> "AMD EPYC 7B13", "flags" -> ...),
+// names and values trimmed; empty where the file cannot be read.
+std::map<std::string, std::string> cpu_info();
 // The CPU's model name as /proc/cpuinfo gives it ("AMD EPYC 7B13"), "unknown" without one.
 std::string cpu_model_name();
 // "avx2", "avx512", ... back to a level. ValueError naming the accepted names otherwise.

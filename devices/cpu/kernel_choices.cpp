@@ -30,17 +30,10 @@ std::string env(const char* name) {
 
 // What the measured choices depend on, in words (the file's first line says it).
 std::string machine_kind() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line, kind;
-  while (std::getline(cpuinfo, line) && !line.empty()) {  // the first processor's block
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string field = line.substr(0, colon);
-    while (!field.empty() && (field.back() == ' ' || field.back() == '\t')) field.pop_back();
-    if (field == "vendor_id" || field == "cpu family" || field == "model" || field == "stepping" || field == "flags" ||
-        field == "model name")
-      kind += field + "=" + line.substr(colon + 1) + ";";
-  }
+  const auto info = cpu_info();
+  std::string kind;
+  for (const char* field : {"vendor_id", "cpu family", "model", "model name", "stepping", "flags"})
+    if (const auto it = info.find(field); it != info.end()) kind += std::string(field) + "=" + it->second + ";";
   std::string isa;
   try {
     isa = cpu_isa_name(cpu_isa());
