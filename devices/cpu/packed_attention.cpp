@@ -9,9 +9,9 @@
 // a buffer of its own (one GEMM), the softmax in place and its context columns (a second GEMM)
 // straight into the output, so no padded position, permuted copy or concatenation is made. The
 // products read q and the scores where they lie (ARead::in_place): at k = 64 or a sequence's
-// keys, packing them first took 13% of the time. A
-// task's arithmetic does not depend on the thread count. Rows whose key_lengths is 0 attend to
-// nothing: NaN, as a softmax over keys all masked gives.
+// keys, packing them first took 13% of the time. A task's arithmetic does not depend on the
+// thread count. Rows whose key_lengths is 0 attend to nothing: NaN, as a softmax over keys all
+// masked gives.
 //
 // The GEMMs are the packed ones linear uses, the head's keys and values packed once per task:
 // oneDNN's sgemm was slower at these shapes (k = 64, or 250 keys): with the faster row maximum and
