@@ -189,8 +189,12 @@ void RemoteActors::Impl::on_peer_lost(int r, std::exception_ptr why) {
       it = watched.erase(it);
     }
   }
+  // The rank's supervised actors hold their calls before any answer fails or any respawns: a
+  // caller woken by either could otherwise call another of them, still on the lost rank, and fail.
+  std::vector<int> from;
+  for (auto& ref : ended) from.push_back(claim_restart(ref));
   for (Pending& p : failed) p.answer({}, with_context(p.what, why));
-  for (auto& ref : ended) actor_down(ref, why);
+  for (size_t i = 0; i < ended.size(); ++i) restart_claimed(ended[i], from[i], why);
 }
 
 void RemoteActors::Impl::call(const std::shared_ptr<ActorRef>& ref, std::string_view method, WireValue arguments,

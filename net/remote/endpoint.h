@@ -241,6 +241,12 @@ struct RemoteActors::Impl : std::enable_shared_from_this<Impl> {
   void actor_ended(int source, uint64_t id, std::exception_ptr why);
   // Its rank was lost: respawned when restarts are left, else down for good.
   void actor_down(const std::shared_ptr<ActorRef>& ref, std::exception_ptr why);
+  // actor_down in two steps, so that every actor of a lost rank holds its calls before the first
+  // is respawned: the rank it restarts from (a restart used, calls held from now on), or:
+  static constexpr int kRestartsSpent = -1;  // none left: finish_down
+  static constexpr int kNoRestart = -2;      // down or restarting already: nothing to do
+  int claim_restart(const std::shared_ptr<ActorRef>& ref);
+  void restart_claimed(const std::shared_ptr<ActorRef>& ref, int from, std::exception_ptr why);
   void finish_down(const std::shared_ptr<ActorRef>& ref, std::exception_ptr why);
   void respawn(const std::shared_ptr<ActorRef>& ref, int from, std::exception_ptr why);
 

@@ -44,21 +44,23 @@ void RemoteActors::Impl::actor_ended(int source, uint64_t id, std::exception_ptr
   for (auto& ref : ended) finish_down(ref, why);
 }
 
-void RemoteActors::Impl::actor_down(const std::shared_ptr<ActorRef>& ref, std::exception_ptr why) {
-  int from;
-  {
-    std::lock_guard lock(ref->mutex);
-    if (ref->down || ref->restarting) return;
-    if (ref->restarts_left <= 0) {
-      from = -1;
-    } else {
-      --ref->restarts_left;
-      ref->restarting = true;
-      from = ref->rank;
-    }
-  }
-  if (from < 0) return finish_down(ref, why);
+int RemoteActors::Impl::claim_restart(const std::shared_ptr<ActorRef>& ref) {
+  std::lock_guard lock(ref->mutex);
+  if (ref->down || ref->restarting) return kNoRestart;
+  if (ref->restarts_left <= 0) return kRestartsSpent;
+  --ref->restarts_left;
+  ref->restarting = true;
+  return ref->rank;
+}
+
+void RemoteActors::Impl::restart_claimed(const std::shared_ptr<ActorRef>& ref, int from, std::exception_ptr why) {
+  if (from == kNoRestart) return;
+  if (from == kRestartsSpent) return finish_down(ref, why);
   respawn(ref, from, why);
+}
+
+void RemoteActors::Impl::actor_down(const std::shared_ptr<ActorRef>& ref, std::exception_ptr why) {
+  restart_claimed(ref, claim_restart(ref), why);
 }
 
 void RemoteActors::Impl::finish_down(const std::shared_ptr<ActorRef>& ref, std::exception_ptr why) {
