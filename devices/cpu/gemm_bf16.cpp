@@ -77,15 +77,13 @@ bool emulated() {
   return no_bf16;
 }
 
-inline uint16_t bf16_bits(float f) { return BFloat16(f).bits; }
-inline float bf16_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
 
 // One row rounded 16 at a time by the CPU's own conversion (AVX512-BF16), the same rounding.
 [[gnu::target("avx512f,avx512bf16")]] void round_row_avx512_bf16(int64_t k, const float* row, uint16_t* dst) {
   int64_t j = 0;
   for (; j + 16 <= k; j += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(row + j)));
-  for (; j < k; ++j) dst[j] = bf16_bits(row[j]);
+  for (; j < k; ++j) dst[j] = BFloat16(row[j]).bits;
 }
 
 // Rounded to nearest even as BFloat16 rounds (NaN stays NaN).
@@ -99,7 +97,7 @@ void round_rows(int64_t m, int64_t k, const float* a, int64_t lda, uint16_t* out
         round_row_avx512_bf16(k, row, dst);
         continue;
       }
-      for (int64_t j = 0; j < k; ++j) dst[j] = bf16_bits(row[j]);
+      for (int64_t j = 0; j < k; ++j) dst[j] = BFloat16(row[j]).bits;
     }
   });
 }
@@ -108,7 +106,7 @@ void round_rows(int64_t m, int64_t k, const float* a, int64_t lda, uint16_t* out
 void round_in_f32(int64_t m, int64_t k, const float* a, int64_t lda, float* out) {
   parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 20) / k), 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
-      for (int64_t j = 0; j < k; ++j) out[r * k + j] = bf16_float(bf16_bits(a[r * lda + j]));
+      for (int64_t j = 0; j < k; ++j) out[r * k + j] = float(BFloat16(a[r * lda + j]));
   });
 }
 
@@ -192,7 +190,7 @@ void emulated_product(int64_t m, const float* a, int64_t lda, const PackedWeight
         gelu_f32(row, row, n);
       if (epilogue.bf16_out) {
         auto* dst = reinterpret_cast<uint16_t*>(static_cast<BFloat16*>(c) + r * ldc);
-        for (int64_t j = 0; j < n; ++j) dst[j] = bf16_bits(row[j]);
+        for (int64_t j = 0; j < n; ++j) dst[j] = BFloat16(row[j]).bits;
       }
     }
   });
@@ -229,7 +227,7 @@ void gemm_bf16(int64_t m, const BFloat16* a, int64_t lda, const PackedWeightBf16
     float* to = values.data();
     parallel_ranges(m, std::max<int64_t>(1, (int64_t{1} << 20) / k), 1, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r)
-        for (int64_t j = 0; j < k; ++j) to[r * k + j] = bf16_float(bits[r * lda + j]);
+        for (int64_t j = 0; j < k; ++j) to[r * k + j] = float(std::bit_cast<BFloat16>(bits[r * lda + j]));
     });
     return emulated_product(m, values.data(), w.k(), w, epilogue, c, ldc);
   }

@@ -48,17 +48,17 @@ void pack_rows(const RowTiles& tiles, int64_t t0, int64_t t1, const float* a, in
   }
 }
 
-// Tiles [t0, t1) by panels [p0, p1): k blocks outermost (C accumulates across them), then blocks
-// of tiles (their packed A stays in L2), then panels, then the tiles of the block (the panel's
-// slice stays near the core). While a block's tiles pass one slice, they fetch the next one in
-// shares, a line every 2^shift steps: the panels stream from memory (the LSTM's recurrent weights
-// are 16 MiB each) and the first tile on a slice would otherwise wait for it.
 // A as the tiles read it: packed by pack_rows (lda 0), or row-major where it lies, lda apart.
 struct TileRows {
   const float* a;
   int64_t lda;
 };
 
+// Tiles [t0, t1) by panels [p0, p1): k blocks outermost (C accumulates across them), then blocks
+// of tiles (their packed A stays in L2), then panels, then the tiles of the block (the panel's
+// slice stays near the core). While a block's tiles pass one slice, they fetch the next one in
+// shares, a line every 2^shift steps: the panels stream from memory (the LSTM's recurrent weights
+// are 16 MiB each) and the first tile on a slice would otherwise wait for it.
 void product_block(const GemmTiles& kernel, const RowTiles& tiles, int64_t t0, int64_t t1, int64_t p0, int64_t p1,
                    TileRows a, const PackedWeight& w, float beta, const float* bias, float* c, int64_t ldc) {
   const int64_t k = w.k(), n = w.n(), width = kernel.width;

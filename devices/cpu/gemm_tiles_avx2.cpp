@@ -14,11 +14,11 @@ constexpr int64_t W = 16;
 #define TROUPE_AVX2 [[gnu::target("avx2,fma")]]
 
 // Row r's two accumulators += A[r][p] * the panel's row p.
-#define ROW_STEP(r)                                                                 \
-  if constexpr (MR > r) {                                                           \
-    const __m256 x = _mm256_broadcast_ss(kInPlace ? a + r * lda + p : a + q + r);   \
-    acc##r##0 = _mm256_fmadd_ps(x, b0, acc##r##0);      \
-    acc##r##1 = _mm256_fmadd_ps(x, b1, acc##r##1);      \
+#define ROW_STEP(r)                                                               \
+  if constexpr (MR > r) {                                                         \
+    const __m256 x = _mm256_broadcast_ss(kInPlace ? a + r * lda + p : a + q + r); \
+    acc##r##0 = _mm256_fmadd_ps(x, b0, acc##r##0);                                \
+    acc##r##1 = _mm256_fmadd_ps(x, b1, acc##r##1);                                \
   }
 
 template <int MR, bool kInPlace>
